@@ -1,0 +1,73 @@
+// Micro-benchmarks of the loader's hot spots: safetensors header parsing of a real-shaped
+// header, and bf16/f16 -> f32 weight conversion (the scalar reference path).
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "io/safetensors.h"
+
+namespace {
+
+// A header with `n` BF16 tensors of shape [64, 64], followed by their (zero) data.
+std::vector<std::byte> make_file(int n) {
+  std::string json = "{";
+  std::uint64_t off = 0;
+  for (int i = 0; i < n; ++i) {
+    if (i) json += ",";
+    json += "\"model.language_model.layers." + std::to_string(i) + ".mlp.up_proj.weight\":{\"dtype\":\"BF16\","
+            "\"shape\":[64,64],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + 8192) + "]}";
+    off += 8192;
+  }
+  json += "}";
+  std::vector<std::byte> f(8 + json.size() + off);
+  const std::uint64_t len = json.size();
+  for (int i = 0; i < 8; ++i) f[static_cast<std::size_t>(i)] = static_cast<std::byte>((len >> (8 * i)) & 0xff);
+  std::memcpy(f.data() + 8, json.data(), json.size());
+  return f;
+}
+
+void BM_ParseHeader(benchmark::State& state) {
+  const auto file = make_file(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    auto h = clef::parse_safetensors_header(file, "bench");
+    benchmark::DoNotOptimize(h.tensors.data());
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_ParseHeader)->Arg(300)->Arg(3000);
+
+void BM_ConvertBf16(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  std::vector<std::uint16_t> src(n);
+  std::mt19937 rng(1);
+  for (auto& v : src) v = clef::f32_to_bf16(std::normal_distribution<float>()(rng));
+  std::vector<float> dst(n);
+  for (auto _ : state) {
+    clef::convert_to_f32(clef::DType::kBF16, reinterpret_cast<const std::byte*>(src.data()), n, dst.data());
+    benchmark::DoNotOptimize(dst.data());
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0) * 2);
+}
+BENCHMARK(BM_ConvertBf16)->Arg(1 << 20);
+
+void BM_ConvertF16(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  std::vector<std::uint16_t> src(n);
+  std::mt19937 rng(1);
+  for (auto& v : src) v = clef::f32_to_f16(std::normal_distribution<float>()(rng));
+  std::vector<float> dst(n);
+  for (auto _ : state) {
+    clef::convert_to_f32(clef::DType::kF16, reinterpret_cast<const std::byte*>(src.data()), n, dst.data());
+    benchmark::DoNotOptimize(dst.data());
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0) * 2);
+}
+BENCHMARK(BM_ConvertF16)->Arg(1 << 20);
+
+}  // namespace
+
+BENCHMARK_MAIN();

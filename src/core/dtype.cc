@@ -1,0 +1,113 @@
+#include "core/dtype.h"
+
+#include <array>
+#include <string>
+
+#include "core/error.h"
+
+namespace clef {
+namespace {
+
+struct DTypeInfo {
+  DType type;
+  std::string_view name;
+  std::size_t size;
+};
+
+constexpr std::array<DTypeInfo, 15> kInfo{{
+    {DType::kBool, "BOOL", 1}, {DType::kU8, "U8", 1},       {DType::kI8, "I8", 1},
+    {DType::kI16, "I16", 2},   {DType::kU16, "U16", 2},     {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2}, {DType::kI32, "I32", 4},     {DType::kU32, "U32", 4},
+    {DType::kF32, "F32", 4},   {DType::kF64, "F64", 8},     {DType::kI64, "I64", 8},
+    {DType::kU64, "U64", 8},   {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
+}};
+
+const DTypeInfo& info(DType t) noexcept { return kInfo[static_cast<std::size_t>(t)]; }
+
+}  // namespace
+
+std::size_t dtype_size(DType t) noexcept { return info(t).size; }
+std::string_view dtype_name(DType t) noexcept { return info(t).name; }
+
+std::optional<DType> dtype_from_name(std::string_view name) noexcept {
+  for (const auto& i : kInfo) {
+    if (i.name == name) return i.type;
+  }
+  return std::nullopt;
+}
+
+float f16_to_f32(std::uint16_t h) noexcept {
+  const std::uint32_t sign = (static_cast<std::uint32_t>(h) & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1fu;
+  std::uint32_t mant = h & 0x3ffu;
+  std::uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
+      mant &= 0x3ffu;
+      bits = sign | (static_cast<std::uint32_t>(127 - 15 - e) << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + (127 - 15)) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+std::uint16_t f32_to_f16(float f) noexcept {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  const std::uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (abs < 0x38800000u) {  // result is subnormal or zero
+    if (abs < 0x33000000u) return static_cast<std::uint16_t>(sign);
+    const std::uint32_t e = abs >> 23;
+    std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+    const std::uint32_t shift = 126u - e;  // 14..24
+    std::uint32_t half = mant >> shift;
+    const std::uint32_t rem = mant & ((1u << shift) - 1u);
+    const std::uint32_t mid = 1u << (shift - 1u);
+    if (rem > mid || (rem == mid && (half & 1u))) ++half;
+    return static_cast<std::uint16_t>(sign | half);
+  }
+  std::uint32_t r = abs - 0x38000000u;  // rebias exponent 127 -> 15
+  r += 0xfffu + ((r >> 13) & 1u);
+  return static_cast<std::uint16_t>(sign | (r >> 13));
+}
+
+void convert_to_f32(DType src_type, const std::byte* src, std::size_t n, float* dst) {
+  switch (src_type) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::kBF16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t b;
+        std::memcpy(&b, src + 2 * i, 2);
+        dst[i] = bf16_to_f32(b);
+      }
+      return;
+    case DType::kF16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t b;
+        std::memcpy(&b, src + 2 * i, 2);
+        dst[i] = f16_to_f32(b);
+      }
+      return;
+    default:
+      throw Unsupported("cannot convert dtype " + std::string(dtype_name(src_type)) + " to F32");
+  }
+}
+
+}  // namespace clef

@@ -1,0 +1,55 @@
+// Element types of tensors as named by the safetensors format, and scalar conversions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace clef {
+
+/// Element type of a tensor. Names follow the safetensors header ("F32", "BF16", ...).
+enum class DType : std::uint8_t {
+  kBool, kU8, kI8, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64, kF8E4M3, kF8E5M2,
+};
+
+/// Size of one element in bytes.
+std::size_t dtype_size(DType t) noexcept;
+/// The safetensors name ("BF16").
+std::string_view dtype_name(DType t) noexcept;
+/// Parses a safetensors dtype name; nullopt when unknown.
+std::optional<DType> dtype_from_name(std::string_view name) noexcept;
+/// True for the floating types clef reads weights from: F32, BF16, F16.
+inline bool is_weight_float(DType t) noexcept {
+  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
+}
+
+/// bfloat16 bits -> float (exact).
+inline float bf16_to_f32(std::uint16_t b) noexcept {
+  std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/// float -> bfloat16 bits, round to nearest even; NaN stays a (quiet) NaN.
+inline std::uint16_t f32_to_bf16(float f) noexcept {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+/// IEEE binary16 bits -> float (exact, including subnormals, inf and NaN).
+float f16_to_f32(std::uint16_t h) noexcept;
+/// float -> IEEE binary16 bits, round to nearest even, overflow to inf.
+std::uint16_t f32_to_f16(float f) noexcept;
+
+/// Converts `n` elements of type `src_type` (F32, BF16 or F16, little-endian, any alignment)
+/// at `src` to float. Throws Unsupported for any other dtype.
+void convert_to_f32(DType src_type, const std::byte* src, std::size_t n, float* dst);
+
+}  // namespace clef

@@ -1,0 +1,33 @@
+// Read-only memory mapping of a whole file (RAII, move-only).
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+
+namespace clef {
+
+/// A read-only, private mapping of a file. Zero-length files map to an empty span.
+/// Throws IoError (naming the path and the OS reason) when the file cannot be opened or mapped.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+
+  /// The file's bytes; valid as long as this object lives.
+  std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
+  std::size_t size() const noexcept { return size_; }
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  void release() noexcept;
+  std::string path_;
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace clef

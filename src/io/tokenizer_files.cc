@@ -1,0 +1,147 @@
+#include "io/tokenizer_files.h"
+
+#include <filesystem>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "core/json_reader.h"
+
+namespace fs = std::filesystem;
+
+namespace clef {
+namespace {
+
+[[noreturn]] void bad(const std::string& file, const std::string& msg) { throw ModelLoadError(file + ": " + msg); }
+
+std::string find_split_regex(const nlohmann::json& pre) {
+  if (!pre.is_object()) return "";
+  const auto type = pre.value("type", std::string());
+  if (type == "Split") {
+    auto pat = pre.find("pattern");
+    if (pat != pre.end() && pat->is_object()) {
+      if (auto r = pat->find("Regex"); r != pat->end() && r->is_string()) return r->get<std::string>();
+      if (auto s = pat->find("String"); s != pat->end() && s->is_string()) return s->get<std::string>();
+    }
+    return "";
+  }
+  if (type == "Sequence") {
+    auto list = pre.find("pretokenizers");
+    if (list != pre.end() && list->is_array()) {
+      for (const auto& p : *list) {
+        std::string r = find_split_regex(p);
+        if (!r.empty()) return r;
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+TokenizerSummary read_tokenizer_summary(const std::string& dir, const ModelConfig& config) {
+  const std::string tj = "tokenizer.json", tc = "tokenizer_config.json";
+  if (!fs::exists(fs::path(dir) / tj)) bad(tj, "missing from " + dir);
+  if (!fs::exists(fs::path(dir) / tc)) bad(tc, "missing from " + dir);
+  TokenizerSummary s;
+  {
+    nlohmann::json j = read_json_file((fs::path(dir) / tj).string(), tj);
+    if (!j.is_object()) bad(tj, "expected a JSON object");
+    auto model = j.find("model");
+    if (model == j.end() || !model->is_object()) bad(tj, "model: missing or not an object");
+    s.model_type = model->value("type", std::string());
+    if (s.model_type != "BPE") bad(tj, "model.type: \"" + s.model_type + "\" is not supported (expected BPE)");
+    auto vocab = model->find("vocab");
+    if (vocab == model->end() || !vocab->is_object()) bad(tj, "model.vocab: missing or not an object");
+    std::unordered_set<std::int64_t> ids;
+    for (auto it = vocab->begin(); it != vocab->end(); ++it) {
+      if (!it->is_number_unsigned()) bad(tj, "model.vocab[\"" + it.key() + "\"]: id must be a non-negative integer");
+      const auto id = it->get<std::int64_t>();
+      if (!ids.insert(id).second) bad(tj, "model.vocab: id " + std::to_string(id) + " is used twice");
+      s.max_id = std::max(s.max_id, id);
+    }
+    s.vocab_entries = static_cast<std::int64_t>(vocab->size());
+    auto merges = model->find("merges");
+    if (merges == model->end() || !merges->is_array()) bad(tj, "model.merges: missing or not an array");
+    s.merges = static_cast<std::int64_t>(merges->size());
+    s.merges_form = merges->empty() ? "pairs" : ((*merges)[0].is_string() ? "strings" : "pairs");
+    for (std::size_t i = 0; i < merges->size(); ++i) {
+      const auto& m = (*merges)[i];
+      const bool ok = s.merges_form == "strings" ? m.is_string()
+                                                 : (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string());
+      if (!ok) bad(tj, "model.merges[" + std::to_string(i) + "]: mixed or malformed merge entry");
+    }
+    s.ignore_merges = model->value("ignore_merges", false);
+    auto norm = j.find("normalizer");
+    s.normalizer = (norm == j.end() || norm->is_null()) ? "none" : norm->value("type", std::string("?"));
+    if (auto pre = j.find("pre_tokenizer"); pre != j.end()) s.split_regex = find_split_regex(*pre);
+    auto added = j.find("added_tokens");
+    if (added != j.end() && !added->is_null()) {
+      if (!added->is_array()) bad(tj, "added_tokens: expected an array");
+      for (std::size_t i = 0; i < added->size(); ++i) {
+        const auto& a = (*added)[i];
+        if (!a.is_object() || !a.contains("id") || !a["id"].is_number_unsigned() || !a.contains("content") ||
+            !a["content"].is_string()) {
+          bad(tj, "added_tokens[" + std::to_string(i) + "]: needs an integer id and a string content");
+        }
+        const auto id = a["id"].get<std::int64_t>();
+        s.added[id] = a["content"].get<std::string>();
+        s.max_id = std::max(s.max_id, id);
+      }
+      s.added_in_tokenizer_json = static_cast<std::int64_t>(added->size());
+    }
+  }
+  {
+    nlohmann::json j = read_json_file((fs::path(dir) / tc).string(), tc);
+    if (!j.is_object()) bad(tc, "expected a JSON object");
+    auto dec = j.find("added_tokens_decoder");
+    if (dec != j.end() && !dec->is_null()) {
+      if (!dec->is_object()) bad(tc, "added_tokens_decoder: expected an object");
+      for (auto it = dec->begin(); it != dec->end(); ++it) {
+        std::int64_t id = -1;
+        try {
+          std::size_t pos = 0;
+          id = std::stoll(it.key(), &pos);
+          if (pos != it.key().size() || id < 0) id = -1;
+        } catch (const std::exception&) {
+          id = -1;
+        }
+        if (id < 0) bad(tc, "added_tokens_decoder: key \"" + it.key() + "\" is not a token id");
+        if (!it->is_object() || !it->contains("content") || !(*it)["content"].is_string()) {
+          bad(tc, "added_tokens_decoder." + it.key() + ": needs a string content");
+        }
+        const std::string content = (*it)["content"].get<std::string>();
+        auto found = s.added.find(id);
+        if (found == s.added.end()) {
+          s.added[id] = content;
+          ++s.added_in_config_only;
+        } else if (found->second != content) {
+          bad(tc, "added_tokens_decoder." + it.key() + " is \"" + content + "\" but tokenizer.json says \"" +
+                      found->second + "\"");
+        }
+        s.max_id = std::max(s.max_id, id);
+      }
+    }
+  }
+  if (s.max_id >= config.text.vocab_size) {
+    bad(tj, "token id " + std::to_string(s.max_id) + " is outside the model's embedding table (vocab_size " +
+                std::to_string(config.text.vocab_size) + ")");
+  }
+  if (config.composite) {
+    const std::pair<std::int64_t, const char*> expected[] = {
+        {config.image_token_id, "<|image_pad|>"},
+        {config.video_token_id, "<|video_pad|>"},
+        {config.vision_start_token_id, "<|vision_start|>"},
+        {config.vision_end_token_id, "<|vision_end|>"},
+    };
+    for (const auto& [id, content] : expected) {
+      auto it = s.added.find(id);
+      if (it == s.added.end() || it->second != content) {
+        bad(tj, "config.json names token " + std::to_string(id) + " as " + content + " but the tokenizer has " +
+                    (it == s.added.end() ? std::string("no added token there") : "\"" + it->second + "\""));
+      }
+    }
+  }
+  return s;
+}
+
+}  // namespace clef

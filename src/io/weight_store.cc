@@ -1,0 +1,156 @@
+#include "io/weight_store.h"
+
+#include <filesystem>
+#include <set>
+
+#include "core/error.h"
+#include "core/json_reader.h"
+
+namespace fs = std::filesystem;
+
+namespace clef {
+
+std::vector<float> WeightView::to_f32() const {
+  std::vector<float> out(static_cast<std::size_t>(numel()));
+  convert_to_f32(dtype(), bytes.data(), out.size(), out.data());
+  return out;
+}
+
+void WeightStore::add_file(std::unique_ptr<SafetensorsFile> f) {
+  const std::size_t idx = files_.size();
+  for (const auto& t : f->header().tensors) {
+    auto [it, inserted] = entries_.emplace(t.name, Entry{idx, &t, Use::kUnused});
+    if (!inserted) {
+      throw ModelLoadError(f->label() + ": tensor \"" + t.name + "\" is also stored in " +
+                           files_[it->second.file]->label());
+    }
+    order_.push_back(t.name);
+  }
+  files_.push_back(std::move(f));
+}
+
+WeightStore WeightStore::open_file(const std::string& path, const std::string& label) {
+  WeightStore s;
+  s.add_file(std::make_unique<SafetensorsFile>(path, label));
+  return s;
+}
+
+WeightStore WeightStore::open_model_dir(const std::string& dir) {
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    const std::string label = "model.safetensors.index.json";
+    nlohmann::json j = read_json_file(index.string(), label);
+    JsonObjectReader r(j, label, "");
+    auto wm = r.get_object("weight_map");
+    if (!wm) r.fail("weight_map", "required field is missing");
+    const nlohmann::json& map = *r.raw("weight_map");
+    std::map<std::string, std::vector<std::string>> by_file;  // shard -> tensor names
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (!it->is_string()) wm->fail(it.key(), "expected a shard file name, got " + describe_json(*it));
+      const std::string shard = it->get<std::string>();
+      if (shard.empty() || shard.find('/') != std::string::npos || shard.find('\\') != std::string::npos ||
+          shard == "." || shard == "..") {
+        wm->fail(it.key(), "shard name \"" + shard + "\" must be a plain file name inside the folder");
+      }
+      by_file[shard].push_back(it.key());
+    }
+    if (by_file.empty()) r.fail("weight_map", "names no tensors");
+    WeightStore s;
+    for (const auto& [shard, names] : by_file) {
+      const fs::path p = fs::path(dir) / shard;
+      if (!fs::exists(p)) {
+        throw ModelLoadError(label + ": shard " + shard + " (named for " + std::to_string(names.size()) +
+                             " tensors, e.g. " + names.front() + ") is missing from " + dir);
+      }
+      s.add_file(std::make_unique<SafetensorsFile>(p.string(), shard));
+      const SafetensorsFile& f = *s.files_.back();
+      std::set<std::string> listed(names.begin(), names.end());
+      for (const auto& n : names) {
+        if (f.find(n) == nullptr) {
+          throw ModelLoadError(label + ": tensor \"" + n + "\" is mapped to " + shard + ", which does not contain it");
+        }
+      }
+      for (const auto& t : f.header().tensors) {
+        if (listed.count(t.name) == 0) {
+          throw ModelLoadError(shard + ": tensor \"" + t.name + "\" is not listed in " + label);
+        }
+      }
+    }
+    return s;
+  }
+  if (fs::exists(single)) return open_file(single.string(), "model.safetensors");
+  throw ModelLoadError(dir + ": no model.safetensors or model.safetensors.index.json");
+}
+
+const TensorInfo* WeightStore::find(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : it->second.info;
+}
+
+WeightView WeightStore::take(const std::string& name, const std::vector<std::int64_t>& expected_shape) {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) {
+    throw ModelLoadError("missing tensor " + name + " (expected shape " + shape_to_string(expected_shape) + ")");
+  }
+  Entry& e = it->second;
+  const SafetensorsFile& f = *files_[e.file];
+  if (e.info->shape != expected_shape) {
+    throw ModelLoadError(f.label() + ": tensor " + name + " has shape " + shape_to_string(e.info->shape) +
+                         ", expected " + shape_to_string(expected_shape));
+  }
+  if (!is_weight_float(e.info->dtype)) {
+    throw ModelLoadError(f.label() + ": tensor " + name + " has dtype " + std::string(dtype_name(e.info->dtype)) +
+                         "; weights must be F32, BF16 or F16");
+  }
+  e.use = Use::kTaken;
+  return WeightView{e.info, f.data(*e.info), &f.label()};
+}
+
+std::size_t WeightStore::ignore_prefix(const std::string& prefix) {
+  std::size_t n = 0;
+  for (auto& [name, e] : entries_) {
+    if (name.rfind(prefix, 0) == 0 && e.use == Use::kUnused) {
+      e.use = Use::kIgnored;
+      ++n;
+    }
+  }
+  return n;
+}
+
+std::size_t WeightStore::ignored_count() const noexcept {
+  std::size_t n = 0;
+  for (const auto& [name, e] : entries_) n += e.use == Use::kIgnored;
+  return n;
+}
+
+void WeightStore::require_all_consumed(const std::string& loader_name) const {
+  std::size_t count = 0;
+  const std::string* first = nullptr;
+  for (const auto& name : order_) {
+    if (entries_.at(name).use == Use::kUnused) {
+      if (first == nullptr) first = &name;
+      ++count;
+    }
+  }
+  if (first != nullptr) {
+    const Entry& e = entries_.at(*first);
+    throw ModelLoadError(files_[e.file]->label() + ": unexpected tensor " + *first + " " +
+                         shape_to_string(e.info->shape) + " is not used by the " + loader_name + " loader" +
+                         (count > 1 ? " (and " + std::to_string(count - 1) + " more)" : ""));
+  }
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> WeightStore::files() const {
+  std::vector<std::pair<std::string, std::uint64_t>> out;
+  for (const auto& f : files_) out.emplace_back(f->label(), f->file_bytes());
+  return out;
+}
+
+std::map<std::string, std::uint64_t> WeightStore::bytes_by_dtype() const {
+  std::map<std::string, std::uint64_t> out;
+  for (const auto& [name, e] : entries_) out[std::string(dtype_name(e.info->dtype))] += e.info->nbytes();
+  return out;
+}
+
+}  // namespace clef

@@ -1,0 +1,80 @@
+// Name -> tensor lookup over one or more memory-mapped safetensors files, with the strict
+// "every tensor is consumed or explicitly ignored" bookkeeping of the model loaders.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "io/safetensors.h"
+
+namespace clef {
+
+/// A zero-copy view of one checkpoint tensor. Valid as long as its WeightStore lives.
+struct WeightView {
+  const TensorInfo* info = nullptr;
+  std::span<const std::byte> bytes;  ///< little-endian elements, any alignment
+  const std::string* file = nullptr; ///< label of the file holding it
+  bool valid() const noexcept { return info != nullptr; }
+  DType dtype() const noexcept { return info->dtype; }
+  const std::vector<std::int64_t>& shape() const noexcept { return info->shape; }
+  std::uint64_t numel() const noexcept { return info->numel(); }
+  /// Copies the elements to float (exact for F32/BF16/F16). Throws Unsupported otherwise.
+  std::vector<float> to_f32() const;
+};
+
+/// The tensors of a set of safetensors files. Binding code calls take() for every tensor it
+/// uses and ignore_prefix() for what it deliberately skips; require_all_consumed() then names
+/// any tensor nobody claimed.
+class WeightStore {
+ public:
+  WeightStore() = default;
+  WeightStore(WeightStore&&) noexcept = default;
+  WeightStore& operator=(WeightStore&&) noexcept = default;
+
+  /// Opens DIR/model.safetensors, or DIR/model.safetensors.index.json and every shard it names.
+  /// Index checks: well-formed JSON with a weight_map of name -> plain file name; every shard
+  /// present; every listed tensor inside its shard; no tensor in a shard that the index does not
+  /// list; no tensor in two shards. Throws ModelLoadError / IoError naming the file.
+  static WeightStore open_model_dir(const std::string& dir);
+  /// Opens one safetensors file.
+  static WeightStore open_file(const std::string& path, const std::string& label);
+
+  /// nullptr when absent. Does not mark the tensor consumed.
+  const TensorInfo* find(const std::string& name) const;
+  bool contains(const std::string& name) const { return find(name) != nullptr; }
+
+  /// Returns the tensor and marks it consumed. Throws ModelLoadError when it is missing
+  /// ("missing tensor NAME (expected shape [..])"), when its shape differs ("tensor NAME in FILE
+  /// has shape [..], expected [..]") or when its dtype is not F32, BF16 or F16.
+  WeightView take(const std::string& name, const std::vector<std::int64_t>& expected_shape);
+  /// Marks every tensor whose name starts with `prefix` as deliberately ignored; returns how many.
+  std::size_t ignore_prefix(const std::string& prefix);
+  /// Throws ModelLoadError naming the first tensor neither taken nor ignored, and how many more.
+  void require_all_consumed(const std::string& loader_name) const;
+
+  std::size_t tensor_count() const noexcept { return entries_.size(); }
+  std::size_t ignored_count() const noexcept;
+  /// (label, file bytes) of every file in the store.
+  std::vector<std::pair<std::string, std::uint64_t>> files() const;
+  /// Total tensor bytes per dtype name.
+  std::map<std::string, std::uint64_t> bytes_by_dtype() const;
+
+ private:
+  enum class Use : std::uint8_t { kUnused, kTaken, kIgnored };
+  struct Entry {
+    std::size_t file = 0;
+    const TensorInfo* info = nullptr;
+    Use use = Use::kUnused;
+  };
+  void add_file(std::unique_ptr<SafetensorsFile> f);
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<std::string> order_;  ///< names in file order, for deterministic reports
+  std::unordered_map<std::string, Entry> entries_;
+};
+
+}  // namespace clef

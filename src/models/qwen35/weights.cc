@@ -1,0 +1,113 @@
+#include "models/qwen35/weights.h"
+
+#include "core/error.h"
+
+namespace clef::qwen35 {
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+VisionWeights bind_vision(WeightStore& s, const VisionConfig& v) {
+  const std::string p = "model.visual.";
+  const std::int64_t d = v.hidden_size;
+  VisionWeights w;
+  w.patch_embed_weight = s.take(p + "patch_embed.proj.weight",
+                                {d, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size});
+  w.patch_embed_bias = s.take(p + "patch_embed.proj.bias", {d});
+  w.pos_embed = s.take(p + "pos_embed.weight", {v.num_position_embeddings, d});
+  for (std::int64_t b = 0; b < v.depth; ++b) {
+    const std::string q = p + "blocks." + std::to_string(b) + ".";
+    VisionBlockWeights blk;
+    blk.norm1_weight = s.take(q + "norm1.weight", {d});
+    blk.norm1_bias = s.take(q + "norm1.bias", {d});
+    blk.norm2_weight = s.take(q + "norm2.weight", {d});
+    blk.norm2_bias = s.take(q + "norm2.bias", {d});
+    blk.qkv_weight = s.take(q + "attn.qkv.weight", {3 * d, d});
+    blk.qkv_bias = s.take(q + "attn.qkv.bias", {3 * d});
+    blk.proj_weight = s.take(q + "attn.proj.weight", {d, d});
+    blk.proj_bias = s.take(q + "attn.proj.bias", {d});
+    blk.fc1_weight = s.take(q + "mlp.linear_fc1.weight", {v.intermediate_size, d});
+    blk.fc1_bias = s.take(q + "mlp.linear_fc1.bias", {v.intermediate_size});
+    blk.fc2_weight = s.take(q + "mlp.linear_fc2.weight", {d, v.intermediate_size});
+    blk.fc2_bias = s.take(q + "mlp.linear_fc2.bias", {d});
+    w.blocks.push_back(blk);
+  }
+  const std::int64_t m = d * v.spatial_merge_size * v.spatial_merge_size;
+  w.merger_norm_weight = s.take(p + "merger.norm.weight", {d});
+  w.merger_norm_bias = s.take(p + "merger.norm.bias", {d});
+  w.merger_fc1_weight = s.take(p + "merger.linear_fc1.weight", {m, m});
+  w.merger_fc1_bias = s.take(p + "merger.linear_fc1.bias", {m});
+  w.merger_fc2_weight = s.take(p + "merger.linear_fc2.weight", {v.out_hidden_size, m});
+  w.merger_fc2_bias = s.take(p + "merger.linear_fc2.bias", {v.out_hidden_size});
+  return w;
+}
+
+}  // namespace
+
+ModelWeights bind_model_weights(WeightStore& s, const ModelConfig& cfg) {
+  const TextConfig& t = cfg.text;
+  ModelWeights mw;
+  TextWeights& w = mw.text;
+  // Composite checkpoints (Qwen3_5ForConditionalGeneration) use model.language_model.; text-only
+  // ones (Qwen3_5ForCausalLM) use model.. Decide by where the embedding table is.
+  w.prefix = s.contains("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+  const std::string& p = w.prefix;
+  const std::int64_t h = t.hidden_size, inter = t.intermediate_size;
+  w.embed_tokens = s.take(p + "embed_tokens.weight", {t.vocab_size, h});
+  for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
+    const std::string q = p + "layers." + std::to_string(i) + ".";
+    DecoderLayerWeights L;
+    L.type = t.layer_types[static_cast<std::size_t>(i)];
+    L.input_layernorm = s.take(q + "input_layernorm.weight", {h});
+    L.post_attention_layernorm = s.take(q + "post_attention_layernorm.weight", {h});
+    L.gate_proj = s.take(q + "mlp.gate_proj.weight", {inter, h});
+    L.up_proj = s.take(q + "mlp.up_proj.weight", {inter, h});
+    L.down_proj = s.take(q + "mlp.down_proj.weight", {h, inter});
+    if (L.type == LayerType::kLinearAttention) {
+      const std::string a = q + "linear_attn.";
+      const std::int64_t hv = t.linear_num_value_heads;
+      LinearAttentionWeights g;
+      g.in_proj_qkv = s.take(a + "in_proj_qkv.weight", {t.gdn_conv_dim(), h});
+      g.in_proj_z = s.take(a + "in_proj_z.weight", {t.gdn_value_dim(), h});
+      g.in_proj_b = s.take(a + "in_proj_b.weight", {hv, h});
+      g.in_proj_a = s.take(a + "in_proj_a.weight", {hv, h});
+      g.conv1d = s.take(a + "conv1d.weight", {t.gdn_conv_dim(), 1, t.linear_conv_kernel_dim});
+      g.dt_bias = s.take(a + "dt_bias", {hv});
+      g.a_log = s.take(a + "A_log", {hv});
+      g.norm = s.take(a + "norm.weight", {t.linear_value_head_dim});
+      g.out_proj = s.take(a + "out_proj.weight", {h, t.gdn_value_dim()});
+      L.linear_attn = g;
+    } else {
+      const std::string a = q + "self_attn.";
+      const std::int64_t nh = t.num_attention_heads, nkv = t.num_key_value_heads, hd = t.head_dim;
+      FullAttentionWeights f;
+      f.q_proj = s.take(a + "q_proj.weight", {2 * nh * hd, h});
+      f.k_proj = s.take(a + "k_proj.weight", {nkv * hd, h});
+      f.v_proj = s.take(a + "v_proj.weight", {nkv * hd, h});
+      f.o_proj = s.take(a + "o_proj.weight", {h, nh * hd});
+      f.q_norm = s.take(a + "q_norm.weight", {hd});
+      f.k_norm = s.take(a + "k_norm.weight", {hd});
+      L.self_attn = f;
+    }
+    w.layers.push_back(std::move(L));
+  }
+  w.norm = s.take(p + "norm.weight", {h});
+  w.tied = cfg.tie_word_embeddings;
+  if (w.tied) {
+    w.lm_head = w.embed_tokens;
+    // Some exporters still write the tied copy; it must then be identical in shape.
+    if (s.contains("lm_head.weight")) (void)s.take("lm_head.weight", {t.vocab_size, h});
+  } else {
+    if (!s.contains("lm_head.weight")) {
+      throw ModelLoadError("missing tensor lm_head.weight (expected shape [" + std::to_string(t.vocab_size) + ", " +
+                           std::to_string(h) + "]); config.json says tie_word_embeddings is false");
+    }
+    w.lm_head = s.take("lm_head.weight", {t.vocab_size, h});
+  }
+  if (cfg.vision) mw.vision = bind_vision(s, *cfg.vision);
+  mw.ignored_tensors = s.ignore_prefix("mtp.");
+  s.require_all_consumed("qwen3_5");
+  return mw;
+}
+
+}  // namespace clef::qwen35

@@ -1,0 +1,96 @@
+// Qwen3.5 checkpoint layout: which tensor names fill which fields, with the shape each must have
+// (architecture.md §8.1). Binding is strict: a missing or mis-shaped tensor is named with the
+// expected and actual shape, and a tensor nobody uses is an error, except the MTP block
+// (`mtp.*`) which clef deliberately ignores.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/hf_config.h"
+#include "io/weight_store.h"
+
+namespace clef::qwen35 {
+
+/// Gated DeltaNet mixer of one layer (`linear_attn.*`, architecture.md §4.1).
+struct LinearAttentionWeights {
+  WeightView in_proj_qkv;  ///< [conv_dim, H]
+  WeightView in_proj_z;    ///< [Hv*dv, H]
+  WeightView in_proj_b;    ///< [Hv, H]
+  WeightView in_proj_a;    ///< [Hv, H]
+  WeightView conv1d;       ///< [conv_dim, 1, K]
+  WeightView dt_bias;      ///< [Hv]
+  WeightView a_log;        ///< [Hv] (A_log)
+  WeightView norm;         ///< [dv] gated RMSNorm weight, used directly (no +1)
+  WeightView out_proj;     ///< [H, Hv*dv]
+};
+
+/// Gated full attention of one layer (`self_attn.*`, architecture.md §3).
+struct FullAttentionWeights {
+  WeightView q_proj;  ///< [2*nh*hd, H], per head [q | gate]
+  WeightView k_proj;  ///< [nkv*hd, H]
+  WeightView v_proj;  ///< [nkv*hd, H]
+  WeightView o_proj;  ///< [H, nh*hd]
+  WeightView q_norm;  ///< [hd] offset RMSNorm (1 + w)
+  WeightView k_norm;  ///< [hd] offset RMSNorm (1 + w)
+};
+
+/// One decoder layer.
+struct DecoderLayerWeights {
+  LayerType type = LayerType::kLinearAttention;
+  WeightView input_layernorm;           ///< [H] offset RMSNorm
+  WeightView post_attention_layernorm;  ///< [H] offset RMSNorm
+  WeightView gate_proj, up_proj;        ///< [I, H]
+  WeightView down_proj;                 ///< [H, I]
+  std::optional<LinearAttentionWeights> linear_attn;
+  std::optional<FullAttentionWeights> self_attn;
+};
+
+/// The text backbone.
+struct TextWeights {
+  WeightView embed_tokens;  ///< [V, H]
+  std::vector<DecoderLayerWeights> layers;
+  WeightView norm;          ///< [H] final offset RMSNorm
+  WeightView lm_head;       ///< [V, H]: lm_head.weight, or embed_tokens when tied
+  bool tied = false;
+  std::string prefix;       ///< "model.language_model." or "model."
+};
+
+struct VisionBlockWeights {
+  WeightView norm1_weight, norm1_bias, norm2_weight, norm2_bias;  ///< [D]
+  WeightView qkv_weight;   ///< [3D, D]
+  WeightView qkv_bias;     ///< [3D]
+  WeightView proj_weight;  ///< [D, D]
+  WeightView proj_bias;    ///< [D]
+  WeightView fc1_weight;   ///< [Iv, D]
+  WeightView fc1_bias;     ///< [Iv]
+  WeightView fc2_weight;   ///< [D, Iv]
+  WeightView fc2_bias;     ///< [D]
+};
+
+/// The vision tower (`model.visual.*`, architecture.md §6).
+struct VisionWeights {
+  WeightView patch_embed_weight;  ///< [D, C, T, P, P]
+  WeightView patch_embed_bias;    ///< [D]
+  WeightView pos_embed;           ///< [num_position_embeddings, D]
+  std::vector<VisionBlockWeights> blocks;
+  WeightView merger_norm_weight, merger_norm_bias;  ///< [D]
+  WeightView merger_fc1_weight;   ///< [4D, 4D]
+  WeightView merger_fc1_bias;     ///< [4D]
+  WeightView merger_fc2_weight;   ///< [out_hidden, 4D]
+  WeightView merger_fc2_bias;     ///< [out_hidden]
+};
+
+/// All backbone weights of a Qwen3.5 checkpoint.
+struct ModelWeights {
+  TextWeights text;
+  std::optional<VisionWeights> vision;
+  std::size_t ignored_tensors = 0;  ///< e.g. the MTP block
+};
+
+/// Binds every tensor of `store` to the fields above, checking shapes against `cfg`, then
+/// requires that nothing is left over (mtp.* is ignored). Throws ModelLoadError.
+ModelWeights bind_model_weights(WeightStore& store, const ModelConfig& cfg);
+
+}  // namespace clef::qwen35

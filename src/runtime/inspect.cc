@@ -1,0 +1,271 @@
+#include "runtime/inspect.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace clef {
+namespace {
+
+std::int64_t n(const WeightView& w) { return w.valid() ? static_cast<std::int64_t>(w.numel()) : 0; }
+
+std::string human_count(std::int64_t v) {
+  char buf[64];
+  const double d = static_cast<double>(v);
+  if (v >= 1'000'000'000) std::snprintf(buf, sizeof buf, "%.3fB", d / 1e9);
+  else if (v >= 1'000'000) std::snprintf(buf, sizeof buf, "%.2fM", d / 1e6);
+  else if (v >= 1'000) std::snprintf(buf, sizeof buf, "%.1fK", d / 1e3);
+  else std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+  return buf;
+}
+
+std::string human_bytes(std::uint64_t b) {
+  char buf[64];
+  const double d = static_cast<double>(b);
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", d / static_cast<double>(1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", d / static_cast<double>(1ull << 20));
+  else if (b >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.1f KiB", d / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+std::int64_t layer_params(const qwen35::DecoderLayerWeights& L) {
+  std::int64_t p = n(L.input_layernorm) + n(L.post_attention_layernorm) + n(L.gate_proj) + n(L.up_proj) +
+                   n(L.down_proj);
+  if (L.linear_attn) {
+    const auto& g = *L.linear_attn;
+    p += n(g.in_proj_qkv) + n(g.in_proj_z) + n(g.in_proj_b) + n(g.in_proj_a) + n(g.conv1d) + n(g.dt_bias) +
+         n(g.a_log) + n(g.norm) + n(g.out_proj);
+  }
+  if (L.self_attn) {
+    const auto& a = *L.self_attn;
+    p += n(a.q_proj) + n(a.k_proj) + n(a.v_proj) + n(a.o_proj) + n(a.q_norm) + n(a.k_norm);
+  }
+  return p;
+}
+
+std::int64_t mha_params(const MultiheadAttentionWeights& m) {
+  return n(m.in_proj_weight) + n(m.in_proj_bias) + n(m.out_proj_weight) + n(m.out_proj_bias);
+}
+std::int64_t ln_params(const LayerNormWeights& l) { return n(l.weight) + n(l.bias); }
+
+std::string dtype_mix(const std::map<std::string, std::uint64_t>& by) {
+  std::string s;
+  for (const auto& [k, v] : by) {
+    if (!s.empty()) s += ", ";
+    s += k + " " + human_bytes(v);
+  }
+  return s;
+}
+
+}  // namespace
+
+ModelSummary summarize(const ReleaseFolder& r) {
+  ModelSummary s;
+  const auto& t = r.model.text;
+  const auto& tc = r.config.text;
+  std::int64_t gdn = 0, attn = 0, mlp = 0, norms = 0;
+  for (const auto& L : t.layers) {
+    const std::int64_t lp = layer_params(L);
+    const std::int64_t lmlp = n(L.gate_proj) + n(L.up_proj) + n(L.down_proj);
+    const std::int64_t lnorm = n(L.input_layernorm) + n(L.post_attention_layernorm);
+    mlp += lmlp;
+    norms += lnorm;
+    if (L.type == LayerType::kLinearAttention) {
+      gdn += lp - lmlp - lnorm;
+      if (s.linear_layer_params == 0) s.linear_layer_params = lp;
+    } else {
+      attn += lp - lmlp - lnorm;
+      if (s.full_layer_params == 0) s.full_layer_params = lp;
+    }
+  }
+  s.text_blocks = {{"embed_tokens", n(t.embed_tokens)},
+                   {"gated_deltanet mixers (" + std::to_string(tc.count(LayerType::kLinearAttention)) + " layers)", gdn},
+                   {"full_attention mixers (" + std::to_string(tc.count(LayerType::kFullAttention)) + " layers)", attn},
+                   {"mlp (" + std::to_string(t.layers.size()) + " layers)", mlp},
+                   {"layer norms", norms},
+                   {"final norm", n(t.norm)}};
+  if (!t.tied) s.text_blocks.emplace_back("lm_head (untied)", n(t.lm_head));
+  for (const auto& [k, v] : s.text_blocks) s.text_params += v;
+
+  if (r.model.vision) {
+    const auto& v = *r.model.vision;
+    std::int64_t blocks = 0;
+    for (const auto& b : v.blocks) {
+      blocks += n(b.norm1_weight) + n(b.norm1_bias) + n(b.norm2_weight) + n(b.norm2_bias) + n(b.qkv_weight) +
+                n(b.qkv_bias) + n(b.proj_weight) + n(b.proj_bias) + n(b.fc1_weight) + n(b.fc1_bias) +
+                n(b.fc2_weight) + n(b.fc2_bias);
+    }
+    s.vision_blocks = {{"patch_embed", n(v.patch_embed_weight) + n(v.patch_embed_bias)},
+                       {"pos_embed", n(v.pos_embed)},
+                       {"blocks (" + std::to_string(v.blocks.size()) + ")", blocks},
+                       {"merger", n(v.merger_norm_weight) + n(v.merger_norm_bias) + n(v.merger_fc1_weight) +
+                                      n(v.merger_fc1_bias) + n(v.merger_fc2_weight) + n(v.merger_fc2_bias)}};
+    for (const auto& [k, x] : s.vision_blocks) s.vision_params += x;
+  }
+
+  const auto& h = r.head;
+  std::int64_t routing = 0, field = 0;
+  for (const auto& L : h.routing) {
+    routing += ln_params(L.query_norm) + ln_params(L.memory_norm) + ln_params(L.feedforward_norm) +
+               mha_params(L.attention) + n(L.ff1_weight) + n(L.ff1_bias) + n(L.ff2_weight) + n(L.ff2_bias);
+  }
+  for (const auto& L : h.field_layers) {
+    field += mha_params(L.self_attn) + mha_params(L.cross_attn) + n(L.linear1_weight) + n(L.linear1_bias) +
+             n(L.linear2_weight) + n(L.linear2_bias) + ln_params(L.norm1) + ln_params(L.norm2) + ln_params(L.norm3);
+  }
+  s.head_blocks = {
+      {"hidden_norm", ln_params(h.hidden_norm)},
+      {"projections (6)", n(h.memory_projection) + n(h.question_projection) + n(h.option_question_projection) +
+                              n(h.global_projection) + n(h.option_context_projection) + n(h.option_lexical_projection)},
+      {"type_embedding", n(h.type_embedding)},
+      {"evidence routing (" + std::to_string(h.routing.size()) + " layers)", routing},
+      {"field decoder (" + std::to_string(h.field_layers.size()) + " layers)", field},
+      {"norms (summary, field, option)", ln_params(h.option_summary_norm) + ln_params(h.field_norm) + ln_params(h.option_norm)},
+      {"residual scorer", n(h.scorer1_weight) + n(h.scorer1_bias) + n(h.scorer2_weight) + n(h.scorer2_bias)},
+      {"scalars", n(h.prior_logit_scale) + n(h.joint_logit_scale) + n(h.residual_gate)}};
+  for (const auto& [k, v] : s.head_blocks) s.head_params += v;
+
+  for (const auto& [name, bytes] : r.weights->files()) s.weight_file_bytes += bytes;
+  for (const auto& [name, bytes] : r.head_weights->files()) s.head_file_bytes += bytes;
+
+  const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
+  const std::uint64_t n_gdn = u(tc.count(LayerType::kLinearAttention));
+  const std::uint64_t n_full = u(tc.count(LayerType::kFullAttention));
+  s.state_fixed_bytes = 4 * n_gdn *
+                        (u(tc.linear_num_value_heads * tc.linear_key_head_dim * tc.linear_value_head_dim) +
+                         u((tc.linear_conv_kernel_dim - 1) * tc.gdn_conv_dim()));
+  // KV cache (rotated K and V of every full-attention layer) + the final hidden row and the
+  // head's projected memory row that the joint head reads for every position.
+  s.state_bytes_per_token = 4 * (n_full * 2 * u(tc.num_key_value_heads * tc.head_dim) + u(tc.hidden_size) +
+                                 u(r.head_config.width));
+  // Largest simultaneous fp32 activations per chunk token: the residual stream, the widest
+  // projection output (q+gate, GDN qkv+z, or SwiGLU gate+up) and its input.
+  const std::int64_t widest =
+      std::max({2 * tc.num_attention_heads * tc.head_dim + 2 * tc.num_key_value_heads * tc.head_dim,
+                tc.gdn_conv_dim() + tc.gdn_value_dim() + 2 * tc.linear_num_value_heads, 2 * tc.intermediate_size});
+  s.activation_bytes_per_chunk_token = 4 * u(3 * tc.hidden_size + widest);
+  return s;
+}
+
+std::string format_inspect_report(const ReleaseFolder& r, const ModelSummary& s, std::int64_t chunk,
+                                  std::int64_t context) {
+  const auto& c = r.config;
+  const auto& t = c.text;
+  std::ostringstream o;
+  o << "model        " << r.model_name << (r.random_weights ? "  (RANDOM WEIGHTS: answers are meaningless)" : "")
+    << "\nfolder       " << r.dir << "\narchitecture " << (c.architectures.empty() ? "?" : c.architectures[0])
+    << " (model_type " << c.model_type << ", " << (c.composite ? "composite text+vision config" : "text-only config")
+    << ")\n\n";
+  o << "backbone     Qwen3.5: hidden " << t.hidden_size << ", " << t.num_hidden_layers << " layers, MLP "
+    << t.intermediate_size << ", vocab " << t.vocab_size << (r.model.text.tied ? " (tied lm_head)" : " (untied lm_head)")
+    << "\n  full attention   " << t.num_attention_heads << " q heads / " << t.num_key_value_heads << " kv heads x "
+    << t.head_dim << ", output gate, rotary " << t.rotary_dim() << " dims, theta " << t.rope_theta
+    << ", M-RoPE [" << t.mrope_section[0] << "," << t.mrope_section[1] << "," << t.mrope_section[2]
+    << "] interleaved\n  gated deltanet   " << t.linear_num_key_heads << " k heads / " << t.linear_num_value_heads
+    << " v heads, dk " << t.linear_key_head_dim << ", dv " << t.linear_value_head_dim << ", conv " << t.linear_conv_kernel_dim
+    << "\n  layer pattern    ";
+  for (std::size_t i = 0; i < t.layer_types.size(); ++i) o << (t.layer_types[i] == LayerType::kFullAttention ? 'F' : 'L');
+  o << "   (L = Gated DeltaNet x" << t.count(LayerType::kLinearAttention) << ", F = full attention x"
+    << t.count(LayerType::kFullAttention) << ": layers";
+  for (std::size_t i = 0; i < t.layer_types.size(); ++i) {
+    if (t.layer_types[i] == LayerType::kFullAttention) o << ' ' << i;
+  }
+  o << ")\n  per layer        Gated DeltaNet " << human_count(s.linear_layer_params) << ", full attention "
+    << human_count(s.full_layer_params) << " params\n";
+  for (const auto& [k, v] : s.text_blocks) o << "    " << k << ": " << human_count(v) << "\n";
+  o << "  text params      " << human_count(s.text_params) << " (" << s.text_params << ", including embeddings)\n";
+  if (c.vision) {
+    const auto& v = *c.vision;
+    o << "\nvision tower  depth " << v.depth << ", hidden " << v.hidden_size << ", " << v.num_heads << " heads, MLP "
+      << v.intermediate_size << ", patch " << v.patch_size << ", merge " << v.spatial_merge_size << ", out "
+      << v.out_hidden_size << "\n";
+    for (const auto& [k, x] : s.vision_blocks) o << "    " << k << ": " << human_count(x) << "\n";
+    o << "  vision params    " << human_count(s.vision_params) << " (" << s.vision_params << ")\n";
+  }
+  const auto& h = r.head_config;
+  o << "\njoint head   hidden " << h.hidden_size << ", width " << h.width << ", " << h.routing_layers
+    << " routing + " << h.layers << " field layers, " << h.heads << " heads, feed-forward " << h.feedforward << "\n";
+  for (const auto& [k, v] : s.head_blocks) o << "    " << k << ": " << human_count(v) << "\n";
+  o << "  head params      " << human_count(s.head_params) << " (" << s.head_params << ")\n";
+  o << "\ntotal params     " << human_count(s.text_params + s.vision_params + s.head_params)
+    << " (backbone " << human_count(s.text_params) << " + vision " << human_count(s.vision_params) << " + head "
+    << human_count(s.head_params) << ")\n";
+  o << "dtypes       backbone: " << dtype_mix(r.weights->bytes_by_dtype())
+    << "\n             head: " << dtype_mix(r.head_weights->bytes_by_dtype()) << "\n";
+  if (r.model.ignored_tensors) o << "ignored      " << r.model.ignored_tensors << " tensors (mtp.* multi-token prediction)\n";
+  const auto& k = r.tokenizer;
+  o << "\ntokenizer    " << k.model_type << ", " << k.vocab_entries << " vocab entries, " << k.merges << " merges ("
+    << k.merges_form << "), normalizer " << k.normalizer << ", " << k.added.size() << " added tokens ("
+    << k.added_in_tokenizer_json << " in tokenizer.json + " << k.added_in_config_only << " config-only)"
+    << (k.ignore_merges ? ", ignore_merges" : "") << "\n  split regex      " << (k.split_regex.empty() ? "(none)" : k.split_regex)
+    << "\n";
+  if (r.random_weights && !r.random_weights->tokenizer.empty()) o << "  provenance       " << r.random_weights->tokenizer << "\n";
+  if (r.preprocessor) {
+    const auto& p = *r.preprocessor;
+    o << "preprocessor " << (p.image_processor_type.empty() ? "?" : p.image_processor_type) << ": pixels ["
+      << p.min_pixels << ", " << p.max_pixels << "], patch " << p.patch_size << ", merge " << p.merge_size << "\n";
+  }
+  const auto ctx = static_cast<std::uint64_t>(context);
+  o << "\nmemory       weights (mmapped, shared page cache): " << human_bytes(s.weight_file_bytes) << " backbone+vision, "
+    << human_bytes(s.head_file_bytes) << " head\n"
+    << "             per sequence (fp32): " << human_bytes(s.state_fixed_bytes) << " recurrent+conv state + "
+    << human_bytes(s.state_bytes_per_token) << "/token (KV cache, hidden and head memory rows)\n"
+    << "             activations: " << human_bytes(s.activation_bytes_per_chunk_token * static_cast<std::uint64_t>(chunk))
+    << " per " << chunk << "-token prefill chunk\n"
+    << "             at " << context << " tokens: about "
+    << human_bytes(s.weight_file_bytes + s.head_file_bytes + s.state_fixed_bytes + s.state_bytes_per_token * ctx +
+                   s.activation_bytes_per_chunk_token * static_cast<std::uint64_t>(chunk))
+    << " in total\n";
+  if (!r.verified_files.empty()) o << "verified     sha256 of " << r.verified_files.size() << " files match the manifest\n";
+  return o.str();
+}
+
+nlohmann::ordered_json inspect_json(const ReleaseFolder& r, const ModelSummary& s, std::int64_t chunk,
+                                    std::int64_t context) {
+  nlohmann::ordered_json j;
+  const auto& t = r.config.text;
+  j["model"] = r.model_name;
+  j["random_weights"] = r.random_weights.has_value();
+  j["model_type"] = r.config.model_type;
+  j["composite"] = r.config.composite;
+  std::string pattern;
+  for (auto lt : t.layer_types) pattern.push_back(lt == LayerType::kFullAttention ? 'F' : 'L');
+  j["layer_pattern"] = pattern;
+  j["hidden_size"] = t.hidden_size;
+  j["num_hidden_layers"] = t.num_hidden_layers;
+  j["tied_lm_head"] = r.model.text.tied;
+  auto blocks = [](const std::vector<std::pair<std::string, std::int64_t>>& b) {
+    nlohmann::ordered_json o = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : b) o[k] = v;
+    return o;
+  };
+  j["params"] = {{"text", s.text_params},
+                 {"vision", s.vision_params},
+                 {"head", s.head_params},
+                 {"linear_attention_layer", s.linear_layer_params},
+                 {"full_attention_layer", s.full_layer_params},
+                 {"text_blocks", blocks(s.text_blocks)},
+                 {"vision_blocks", blocks(s.vision_blocks)},
+                 {"head_blocks", blocks(s.head_blocks)}};
+  j["head_config"] = {{"hidden_size", r.head_config.hidden_size}, {"width", r.head_config.width},
+                      {"routing_layers", r.head_config.routing_layers}, {"layers", r.head_config.layers},
+                      {"heads", r.head_config.heads}, {"feedforward", r.head_config.feedforward}};
+  j["dtypes"] = {{"backbone", r.weights->bytes_by_dtype()}, {"head", r.head_weights->bytes_by_dtype()}};
+  j["ignored_tensors"] = r.model.ignored_tensors;
+  const auto& k = r.tokenizer;
+  j["tokenizer"] = {{"model", k.model_type}, {"vocab_entries", k.vocab_entries}, {"merges", k.merges},
+                    {"added_tokens", k.added.size()}, {"config_only_added_tokens", k.added_in_config_only},
+                    {"normalizer", k.normalizer}, {"split_regex", k.split_regex}};
+  j["memory"] = {{"weight_file_bytes", s.weight_file_bytes},
+                 {"head_file_bytes", s.head_file_bytes},
+                 {"state_fixed_bytes", s.state_fixed_bytes},
+                 {"state_bytes_per_token", s.state_bytes_per_token},
+                 {"activation_bytes_per_chunk_token", s.activation_bytes_per_chunk_token},
+                 {"chunk", chunk},
+                 {"context", context}};
+  j["verified_files"] = r.verified_files;
+  return j;
+}
+
+}  // namespace clef

@@ -1,0 +1,40 @@
+"""Shared fixtures for the reference-toolkit tests (tiny preset generated once per session)."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+TOOLS = REPO_ROOT / "tools" / "reference"
+SHARED = (REPO_ROOT / ".." / "shared").resolve()
+CORPUS = SHARED / "requests" / "corpus.jsonl"
+sys.path.insert(0, str(TOOLS))
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> pathlib.Path:
+    """A tiny random release folder (seed 0), generated once per session."""
+    import make_model
+
+    out = tmp_path_factory.mktemp("clef-tiny")
+    make_model.make_model("tiny", out, seed=0, dtype="bf16", verbose=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_dir):
+    """tokenizers.Tokenizer loaded from the tiny folder's tokenizer.json."""
+    from clef_ref.record import load_tokenizer
+
+    return load_tokenizer(tiny_dir)
+
+
+@pytest.fixture(scope="session")
+def ref(tiny_dir):
+    """A loaded ClefReference (fp32) on the tiny folder."""
+    import reference
+
+    return reference.ClefReference(tiny_dir, "f32")
