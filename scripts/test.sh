@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# README command 2 (and what CI runs): the whole test suite.
+#   1. Release build with -Werror, all GoogleTest unit tests (ctest);
+#   2. live comparisons against the Python reference toolkit (pytest tests/reference);
+#   3. ASan + UBSan build of the unit tests, run;
+#   4. the libFuzzer target for the safetensors header parser, briefly (clang).
+# Exits non-zero on the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FUZZ_SECONDS=${CLEF_FUZZ_SECONDS:-30}
+
+bash scripts/setup.sh
+
+echo "== release build (-Werror) + unit tests"
+cmake --preset release -DCLEF_WERROR=ON >/dev/null
+cmake --build --preset release
+ctest --preset release -j2
+
+echo "== live comparisons against the reference toolkit"
+export CLEF_BIN="$PWD/build/release/bin/clef"
+python3 -m pytest -q tests/reference
+
+echo "== ASan + UBSan unit tests"
+cmake --preset asan -DCLEF_WERROR=ON >/dev/null
+cmake --build --preset asan --target clef_unit_tests clef
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --preset asan -j2
+
+echo "== fuzz: safetensors header parser (${FUZZ_SECONDS}s)"
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz --target fuzz_safetensors_header
+corpus=build/fuzz/corpus
+mkdir -p "$corpus"
+python3 tests/fuzz/make_seeds.py "$corpus"
+./build/fuzz/tests/fuzz/fuzz_safetensors_header -max_total_time="$FUZZ_SECONDS" -max_len=4096 \
+  -print_final_stats=1 "$corpus" 2>&1 | tail -n 12
+echo "test.sh: all stages passed"
