@@ -56,13 +56,15 @@ WeightStore WeightStore::open_model_dir(const std::string& dir) {
       by_file[shard].push_back(it.key());
     }
     if (by_file.empty()) r.fail("weight_map", "names no tensors");
-    WeightStore s;
-    for (const auto& [shard, names] : by_file) {
-      const fs::path p = fs::path(dir) / shard;
-      if (!fs::exists(p)) {
+    for (const auto& [shard, names] : by_file) {  // every shard present before any is opened
+      if (!fs::exists(fs::path(dir) / shard)) {
         throw ModelLoadError(label + ": shard " + shard + " (named for " + std::to_string(names.size()) +
                              " tensors, e.g. " + names.front() + ") is missing from " + dir);
       }
+    }
+    WeightStore s;
+    for (const auto& [shard, names] : by_file) {
+      const fs::path p = fs::path(dir) / shard;
       s.add_file(std::make_unique<SafetensorsFile>(p.string(), shard));
       const SafetensorsFile& f = *s.files_.back();
       std::set<std::string> listed(names.begin(), names.end());
