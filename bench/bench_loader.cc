@@ -40,33 +40,25 @@ void BM_ParseHeader(benchmark::State& state) {
 }
 BENCHMARK(BM_ParseHeader)->Arg(300)->Arg(3000);
 
-void BM_ConvertBf16(benchmark::State& state) {
+// 16-bit -> f32 conversion throughput for BF16 and F16 weights.
+template <clef::DType kType>
+void BM_Convert16(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   std::vector<std::uint16_t> src(n);
   std::mt19937 rng(1);
-  for (auto& v : src) v = clef::f32_to_bf16(std::normal_distribution<float>()(rng));
+  for (auto& v : src) {
+    const float f = std::normal_distribution<float>()(rng);
+    v = kType == clef::DType::kBF16 ? clef::f32_to_bf16(f) : clef::f32_to_f16(f);
+  }
   std::vector<float> dst(n);
   for (auto _ : state) {
-    clef::convert_to_f32(clef::DType::kBF16, reinterpret_cast<const std::byte*>(src.data()), n, dst.data());
+    clef::convert_to_f32(kType, reinterpret_cast<const std::byte*>(src.data()), n, dst.data());
     benchmark::DoNotOptimize(dst.data());
   }
   state.SetBytesProcessed(state.iterations() * state.range(0) * 2);
 }
-BENCHMARK(BM_ConvertBf16)->Arg(1 << 20);
-
-void BM_ConvertF16(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0));
-  std::vector<std::uint16_t> src(n);
-  std::mt19937 rng(1);
-  for (auto& v : src) v = clef::f32_to_f16(std::normal_distribution<float>()(rng));
-  std::vector<float> dst(n);
-  for (auto _ : state) {
-    clef::convert_to_f32(clef::DType::kF16, reinterpret_cast<const std::byte*>(src.data()), n, dst.data());
-    benchmark::DoNotOptimize(dst.data());
-  }
-  state.SetBytesProcessed(state.iterations() * state.range(0) * 2);
-}
-BENCHMARK(BM_ConvertF16)->Arg(1 << 20);
+BENCHMARK(BM_Convert16<clef::DType::kBF16>)->Arg(1 << 20);
+BENCHMARK(BM_Convert16<clef::DType::kF16>)->Arg(1 << 20);
 
 }  // namespace
 

@@ -18,7 +18,9 @@ ctest --preset release -j2
 
 echo "== live comparisons against the reference toolkit"
 export CLEF_BIN="$PWD/build/release/bin/clef"
-python3 -m pytest -q tests/reference tests/cli
+# Separate processes: each folder's conftest.py is imported as the module "conftest".
+python3 -m pytest -q tests/reference
+python3 -m pytest -q tests/cli
 
 echo "== ASan + UBSan unit tests"
 cmake --preset asan -DCLEF_WERROR=ON >/dev/null

@@ -92,19 +92,15 @@ void convert_to_f32(DType src_type, const std::byte* src, std::size_t n, float* 
       std::memcpy(dst, src, n * sizeof(float));
       return;
     case DType::kBF16:
+    case DType::kF16: {
+      const bool bf16 = src_type == DType::kBF16;
       for (std::size_t i = 0; i < n; ++i) {
         std::uint16_t b;
         std::memcpy(&b, src + 2 * i, 2);
-        dst[i] = bf16_to_f32(b);
+        dst[i] = bf16 ? bf16_to_f32(b) : f16_to_f32(b);
       }
       return;
-    case DType::kF16:
-      for (std::size_t i = 0; i < n; ++i) {
-        std::uint16_t b;
-        std::memcpy(&b, src + 2 * i, 2);
-        dst[i] = f16_to_f32(b);
-      }
-      return;
+    }
     default:
       throw Unsupported("cannot convert dtype " + std::string(dtype_name(src_type)) + " to F32");
   }
