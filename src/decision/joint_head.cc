@@ -1,0 +1,385 @@
+#include "decision/joint_head.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+
+namespace clef {
+namespace {
+
+using Linear = JointHead::Linear;
+using Norm = JointHead::Norm;
+using Mha = JointHead::Mha;
+
+constexpr float kLayerNormEps = 1e-5f;
+
+std::vector<float> f32(const WeightView& w) { return w.to_f32(); }
+
+Linear make_linear(const WeightView& w, const WeightView* b) {
+  Linear l;
+  l.w = f32(w);
+  l.out = w.shape()[0];
+  l.in = w.shape()[1];
+  if (b != nullptr) l.b = f32(*b);
+  return l;
+}
+
+Norm make_norm(const LayerNormWeights& n) { return {f32(n.weight), f32(n.bias)}; }
+
+/// Splits PyTorch's packed in_proj [3W, W] (rows Wq | Wk | Wv) into three linears.
+Mha make_mha(const MultiheadAttentionWeights& m) {
+  const std::vector<float> w = f32(m.in_proj_weight), b = f32(m.in_proj_bias);
+  const std::int64_t width = m.out_proj_weight.shape()[0];
+  const auto W = static_cast<std::size_t>(width);
+  Mha out;
+  Linear* parts[3] = {&out.q, &out.k, &out.v};
+  for (std::size_t i = 0; i < 3; ++i) {
+    parts[i]->w.assign(w.begin() + static_cast<std::ptrdiff_t>(i * W * W), w.begin() + static_cast<std::ptrdiff_t>((i + 1) * W * W));
+    parts[i]->b.assign(b.begin() + static_cast<std::ptrdiff_t>(i * W), b.begin() + static_cast<std::ptrdiff_t>((i + 1) * W));
+    parts[i]->out = parts[i]->in = width;
+  }
+  out.o = make_linear(m.out_proj_weight, &m.out_proj_bias);
+  return out;
+}
+
+/// dot product with 16 independent partial sums (vectorizable without reassociation flags).
+float dot(const float* a, const float* b, std::int64_t n) {
+  float acc[16] = {};
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  float s = 0.0f;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (int j = 0; j < 16; ++j) s += acc[j];
+  return s;
+}
+
+/// y[n, out] = x[n, in] · Wᵀ (+ b).
+std::vector<float> linear_rows(const Linear& l, const float* x, std::int64_t n) {
+  std::vector<float> y(static_cast<std::size_t>(n * l.out));
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * l.in;
+    float* yr = y.data() + r * l.out;
+    for (std::int64_t o = 0; o < l.out; ++o) {
+      yr[o] = dot(xr, l.w.data() + o * l.in, l.in) + (l.b.empty() ? 0.0f : l.b[static_cast<std::size_t>(o)]);
+    }
+  }
+  return y;
+}
+std::vector<float> linear_rows(const Linear& l, const std::vector<float>& x) {
+  return linear_rows(l, x.data(), static_cast<std::int64_t>(x.size()) / l.in);
+}
+
+/// LayerNorm over rows of width `w` (biased variance, eps 1e-5, affine).
+std::vector<float> layer_norm(const Norm& n, const float* x, std::int64_t rows, std::int64_t width) {
+  std::vector<float> y(static_cast<std::size_t>(rows * width));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * width;
+    double mean = 0.0;
+    for (std::int64_t i = 0; i < width; ++i) mean += static_cast<double>(xr[i]);
+    mean /= static_cast<double>(width);
+    double var = 0.0;
+    for (std::int64_t i = 0; i < width; ++i) {
+      const double dv = static_cast<double>(xr[i]) - mean;
+      var += dv * dv;
+    }
+    var /= static_cast<double>(width);
+    const auto inv = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(kLayerNormEps)));
+    const auto m = static_cast<float>(mean);
+    for (std::int64_t i = 0; i < width; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      y[static_cast<std::size_t>(r * width + i)] = (xr[i] - m) * inv * n.w[k] + n.b[k];
+    }
+  }
+  return y;
+}
+std::vector<float> layer_norm(const Norm& n, const std::vector<float>& x) {
+  const auto width = static_cast<std::int64_t>(n.w.size());
+  return layer_norm(n, x.data(), static_cast<std::int64_t>(x.size()) / width, width);
+}
+
+float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * static_cast<float>(std::numbers::sqrt2 / 2.0))); }
+
+void add_into(std::vector<float>& a, const std::vector<float>& b) {
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+}
+
+/// nn.MultiheadAttention (batch_first, no mask): queries [nq, W], keys/values from kv [nk, W].
+std::vector<float> mha(const Mha& m, std::int64_t heads, const std::vector<float>& q_in, const std::vector<float>& kv_in) {
+  const std::int64_t W = m.q.in, d = W / heads;
+  const std::int64_t nq = static_cast<std::int64_t>(q_in.size()) / W, nk = static_cast<std::int64_t>(kv_in.size()) / W;
+  const std::vector<float> q = linear_rows(m.q, q_in), k = linear_rows(m.k, kv_in), v = linear_rows(m.v, kv_in);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> ctx(static_cast<std::size_t>(nq * W), 0.0f);
+  std::vector<float> p(static_cast<std::size_t>(nk));
+  for (std::int64_t h = 0; h < heads; ++h) {
+    for (std::int64_t i = 0; i < nq; ++i) {
+      const float* qi = q.data() + i * W + h * d;
+      float mx = -INFINITY;
+      for (std::int64_t j = 0; j < nk; ++j) {
+        p[static_cast<std::size_t>(j)] = dot(qi, k.data() + j * W + h * d, d) * scale;
+        mx = std::max(mx, p[static_cast<std::size_t>(j)]);
+      }
+      double sum = 0.0;
+      for (auto& x : p) {
+        x = std::exp(x - mx);
+        sum += static_cast<double>(x);
+      }
+      float* out = ctx.data() + i * W + h * d;
+      for (std::int64_t j = 0; j < nk; ++j) {
+        const float w = static_cast<float>(static_cast<double>(p[static_cast<std::size_t>(j)]) / sum);
+        const float* vj = v.data() + j * W + h * d;
+        for (std::int64_t e = 0; e < d; ++e) out[e] += w * vj[e];
+      }
+    }
+  }
+  return linear_rows(m.o, ctx);
+}
+
+std::vector<float> feed_forward(const Linear& l1, const Linear& l2, const std::vector<float>& x) {
+  std::vector<float> h = linear_rows(l1, x);
+  for (auto& e : h) e = gelu(e);
+  return linear_rows(l2, h);
+}
+
+std::vector<float> l2_normalize(const float* x, std::int64_t n) {
+  double s = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  const double inv = 1.0 / std::max(std::sqrt(s), 1e-12);
+  std::vector<float> y(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = static_cast<float>(static_cast<double>(x[i]) * inv);
+  return y;
+}
+
+}  // namespace
+
+JointHead::JointHead(const JointHeadWeights& w, const JointHeadConfig& cfg, const WeightView& output_embeddings)
+    : cfg_(cfg), output_embeddings_(&output_embeddings) {
+  if (output_embeddings.shape().size() != 2 || output_embeddings.shape()[1] != cfg.hidden_size) {
+    throw ModelLoadError("output embedding table " + shape_to_string(output_embeddings.shape()) +
+                         " does not match the head's hidden_size " + std::to_string(cfg.hidden_size));
+  }
+  hidden_norm_ = make_norm(w.hidden_norm);
+  memory_ = make_linear(w.memory_projection, nullptr);
+  question_ = make_linear(w.question_projection, nullptr);
+  option_question_ = make_linear(w.option_question_projection, nullptr);
+  global_ = make_linear(w.global_projection, nullptr);
+  option_context_ = make_linear(w.option_context_projection, nullptr);
+  option_lexical_ = make_linear(w.option_lexical_projection, nullptr);
+  type_embedding_ = f32(w.type_embedding);
+  for (const auto& r : w.routing) {
+    routing_.push_back({make_norm(r.query_norm), make_norm(r.memory_norm), make_norm(r.feedforward_norm),
+                        make_mha(r.attention), make_linear(r.ff1_weight, &r.ff1_bias),
+                        make_linear(r.ff2_weight, &r.ff2_bias)});
+  }
+  option_summary_norm_ = make_norm(w.option_summary_norm);
+  for (const auto& l : w.field_layers) {
+    field_.push_back({make_mha(l.self_attn), make_mha(l.cross_attn), make_linear(l.linear1_weight, &l.linear1_bias),
+                      make_linear(l.linear2_weight, &l.linear2_bias), make_norm(l.norm1), make_norm(l.norm2),
+                      make_norm(l.norm3)});
+  }
+  field_norm_ = make_norm(w.field_norm);
+  option_norm_ = make_norm(w.option_norm);
+  scorer1_ = make_linear(w.scorer1_weight, &w.scorer1_bias);
+  scorer2_ = make_linear(w.scorer2_weight, &w.scorer2_bias);
+  const float ln100 = std::log(100.0f);
+  prior_scale_ = std::exp(std::min(f32(w.prior_logit_scale)[0], ln100));
+  joint_scale_ = std::exp(std::min(f32(w.joint_logit_scale)[0], ln100));
+  gate_ = 1.0f / (1.0f + std::exp(-f32(w.residual_gate)[0]));
+}
+
+JointHeadRecord::JointHeadRecord(const JointHead& head, std::vector<HeadQuestion> questions,
+                                 std::span<const std::int32_t> input_ids)
+    : head_(head), questions_(std::move(questions)), total_(static_cast<std::int64_t>(input_ids.size())) {
+  const JointHeadConfig& c = head.cfg_;
+  const auto H = static_cast<std::size_t>(c.hidden_size);
+  if (questions_.empty()) throw InvalidArgument("joint head: a record needs at least one question");
+  std::size_t n_options = 0;
+  auto check = [&](const TokenSpan& s, const std::string& what) {
+    if (s.begin < 0 || s.end > total_ || s.size() <= 0) {
+      throw InvalidArgument("joint head: " + what + " span [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
+                            ") is empty or outside the record's " + std::to_string(total_) + " tokens");
+    }
+  };
+  for (std::size_t q = 0; q < questions_.size(); ++q) {
+    check(questions_[q].span, "question " + std::to_string(q));
+    if (questions_[q].type_id < 0 || questions_[q].type_id > 2) throw InvalidArgument("joint head: bad question type");
+    if (questions_[q].options.empty()) throw InvalidArgument("joint head: question without options");
+    for (const auto& o : questions_[q].options) check(o, "option of question " + std::to_string(q));
+    n_options += questions_[q].options.size();
+  }
+  memory_.assign(static_cast<std::size_t>(total_ * c.width), 0.0f);
+  question_sum_.assign(questions_.size() * H, 0.0);
+  option_sum_.assign(n_options * H, 0.0);
+  last_row_.assign(H, 0.0f);
+
+  // Lexical vectors: the mean of the raw output-embedding rows of each option span's ids (§4.4 step 5).
+  const WeightView& table = *head.output_embeddings_;
+  const std::int64_t vocab = table.shape()[0];
+  const std::size_t row_bytes = H * dtype_size(table.dtype());
+  lexical_.assign(n_options * H, 0.0f);
+  std::vector<float> row(H);
+  std::vector<double> acc(H);
+  std::size_t o = 0;
+  for (const auto& q : questions_) {
+    for (const auto& s : q.options) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (std::int64_t t = s.begin; t < s.end; ++t) {
+        const std::int32_t id = input_ids[static_cast<std::size_t>(t)];
+        if (id < 0 || id >= vocab) throw InvalidArgument("joint head: token id " + std::to_string(id) + " outside the output table");
+        convert_to_f32(table.dtype(), table.bytes.data() + static_cast<std::size_t>(id) * row_bytes, H, row.data());
+        for (std::size_t i = 0; i < H; ++i) acc[i] += static_cast<double>(row[i]);
+      }
+      for (std::size_t i = 0; i < H; ++i) lexical_[o * H + i] = static_cast<float>(acc[i] / static_cast<double>(s.size()));
+      ++o;
+    }
+  }
+}
+
+void JointHeadRecord::feed(std::span<const float> hidden) {
+  const JointHeadConfig& c = head_.cfg_;
+  const std::int64_t H = c.hidden_size;
+  if (static_cast<std::int64_t>(hidden.size()) % H != 0) throw InvalidArgument("joint head: feed() needs whole rows");
+  const std::int64_t n = static_cast<std::int64_t>(hidden.size()) / H;
+  if (fed_ + n > total_) throw InvalidArgument("joint head: fed more rows than the record has");
+  // §4.4 steps 1-2: X = LN_hidden(rows); M = X · Wmemᵀ.
+  const std::vector<float> x = layer_norm(head_.hidden_norm_, hidden.data(), n, H);
+  const std::vector<float> m = linear_rows(head_.memory_, x.data(), n);
+  std::copy(m.begin(), m.end(), memory_.begin() + fed_ * c.width);
+  // Running span sums (step 4) over the rows of this chunk.
+  const std::int64_t r0 = fed_, r1 = fed_ + n;
+  auto add_span = [&](const TokenSpan& s, double* sum) {
+    for (std::int64_t t = std::max(s.begin, r0); t < std::min(s.end, r1); ++t) {
+      const float* xr = x.data() + (t - r0) * H;
+      for (std::int64_t i = 0; i < H; ++i) sum[i] += static_cast<double>(xr[i]);
+    }
+  };
+  std::size_t o = 0;
+  for (std::size_t q = 0; q < questions_.size(); ++q) {
+    add_span(questions_[q].span, question_sum_.data() + q * static_cast<std::size_t>(H));
+    for (const auto& s : questions_[q].options) add_span(s, option_sum_.data() + (o++) * static_cast<std::size_t>(H));
+  }
+  if (r1 == total_) std::copy(x.end() - H, x.end(), last_row_.begin());  // step 3: g = X[T-1]
+  fed_ = r1;
+}
+
+std::vector<float> JointHeadRecord::logits() const {
+  if (fed_ != total_) {
+    throw InternalError("joint head: logits() after " + std::to_string(fed_) + " of " + std::to_string(total_) + " rows");
+  }
+  const JointHead& hd = head_;
+  const JointHeadConfig& c = hd.cfg_;
+  const std::int64_t H = c.hidden_size, W = c.width;
+  const auto Hs = static_cast<std::size_t>(H), Ws = static_cast<std::size_t>(W);
+  const std::size_t Q = questions_.size();
+  std::vector<std::size_t> owner;
+  for (std::size_t q = 0; q < Q; ++q) owner.insert(owner.end(), questions_[q].options.size(), q);
+  const std::size_t N = owner.size();
+
+  // Step 4: span means.
+  std::vector<float> u(Q * Hs), cvec(N * Hs);
+  std::size_t o = 0;
+  for (std::size_t q = 0; q < Q; ++q) {
+    const double inv = 1.0 / static_cast<double>(questions_[q].span.size());
+    for (std::size_t i = 0; i < Hs; ++i) u[q * Hs + i] = static_cast<float>(question_sum_[q * Hs + i] * inv);
+    for (const auto& s : questions_[q].options) {
+      const double iv = 1.0 / static_cast<double>(s.size());
+      for (std::size_t i = 0; i < Hs; ++i) cvec[o * Hs + i] = static_cast<float>(option_sum_[o * Hs + i] * iv);
+      ++o;
+    }
+  }
+  // Step 6: option queries Z = Wctx c + Wlex ℓ + Woq u_owner.
+  std::vector<float> z = linear_rows(hd.option_context_, cvec);
+  add_into(z, linear_rows(hd.option_lexical_, lexical_));
+  const std::vector<float> uq = linear_rows(hd.option_question_, u);
+  for (std::size_t k = 0; k < N; ++k) {
+    for (std::size_t i = 0; i < Ws; ++i) z[k * Ws + i] += uq[owner[k] * Ws + i];
+  }
+  // Step 7: evidence routing (pre-norm cross-attention over the normed memory, then feed-forward).
+  for (const auto& r : hd.routing_) {
+    const std::vector<float> mn = layer_norm(r.memory_norm, memory_);
+    add_into(z, mha(r.attn, c.heads, layer_norm(r.query_norm, z), mn));
+    add_into(z, feed_forward(r.ff1, r.ff2, layer_norm(r.ff_norm, z)));
+  }
+  // Step 8-9: base fields and the per-question option summary (softmax scaled by sqrt(W)).
+  const std::vector<float> f0 = linear_rows(hd.question_, u);
+  std::vector<float> s(Q * Ws, 0.0f);
+  const float inv_sqrt_w = 1.0f / std::sqrt(static_cast<float>(W));
+  for (std::size_t q = 0; q < Q; ++q) {
+    std::vector<float> a;
+    std::vector<std::size_t> members;
+    for (std::size_t k = 0; k < N; ++k) {
+      if (owner[k] != q) continue;
+      members.push_back(k);
+      a.push_back(dot(z.data() + k * Ws, f0.data() + q * Ws, W) * inv_sqrt_w);
+    }
+    const float mx = *std::max_element(a.begin(), a.end());
+    double sum = 0.0;
+    for (auto& e : a) {
+      e = std::exp(e - mx);
+      sum += static_cast<double>(e);
+    }
+    for (std::size_t j = 0; j < members.size(); ++j) {
+      const auto w = static_cast<float>(static_cast<double>(a[j]) / sum);
+      for (std::size_t i = 0; i < Ws; ++i) s[q * Ws + i] += w * z[members[j] * Ws + i];
+    }
+  }
+  // Step 10: F = f0 + LN_summary(s) + Wglob g + type_embedding[t].
+  std::vector<float> f = f0;
+  add_into(f, layer_norm(hd.option_summary_norm_, s));
+  const std::vector<float> gw = linear_rows(hd.global_, last_row_);
+  for (std::size_t q = 0; q < Q; ++q) {
+    const auto t = static_cast<std::size_t>(questions_[q].type_id);
+    for (std::size_t i = 0; i < Ws; ++i) f[q * Ws + i] += gw[i] + hd.type_embedding_[t * Ws + i];
+  }
+  // Step 11: field decoder (norm_first TransformerDecoderLayer; cross-attention to the raw memory).
+  for (const auto& l : hd.field_) {
+    const std::vector<float> n1 = layer_norm(l.norm1, f);
+    add_into(f, mha(l.self_attn, c.heads, n1, n1));
+    add_into(f, mha(l.cross_attn, c.heads, layer_norm(l.norm2, f), memory_));
+    add_into(f, feed_forward(l.linear1, l.linear2, layer_norm(l.norm3, f)));
+  }
+  // Step 12.
+  const std::vector<float> fq = layer_norm(hd.field_norm_, f);
+  const std::vector<float> on = layer_norm(hd.option_norm_, z);
+  // Step 13: prior = P · <normalize(ℓ_o), normalize(u_q + g)>.
+  std::vector<float> anchor(Q * Hs);
+  for (std::size_t q = 0; q < Q; ++q) {
+    std::vector<float> ug(Hs);
+    for (std::size_t i = 0; i < Hs; ++i) ug[i] = u[q * Hs + i] + last_row_[i];
+    const auto nrm = l2_normalize(ug.data(), H);
+    std::copy(nrm.begin(), nrm.end(), anchor.begin() + static_cast<std::ptrdiff_t>(q * Hs));
+  }
+  // Steps 14-15: joint = J·cos(F_q, O_o) + residual scorer; logit = prior + sigmoid(gate)·joint.
+  std::vector<float> pair(N * 4 * Ws);
+  for (std::size_t k = 0; k < N; ++k) {
+    const float* fk = fq.data() + owner[k] * Ws;
+    const float* ok = on.data() + k * Ws;
+    float* p = pair.data() + k * 4 * Ws;
+    for (std::size_t i = 0; i < Ws; ++i) {
+      p[i] = fk[i];
+      p[Ws + i] = ok[i];
+      p[2 * Ws + i] = fk[i] * ok[i];
+      p[3 * Ws + i] = std::fabs(fk[i] - ok[i]);
+    }
+  }
+  std::vector<float> hidden = linear_rows(hd.scorer1_, pair);
+  for (auto& e : hidden) e = gelu(e);
+  const std::vector<float> r = linear_rows(hd.scorer2_, hidden);
+  std::vector<float> out(N);
+  for (std::size_t k = 0; k < N; ++k) {
+    const float* fk = fq.data() + owner[k] * Ws;
+    const float* ok = on.data() + k * Ws;
+    const double ff = dot(fk, fk, W), oo = dot(ok, ok, W), fo = dot(fk, ok, W);
+    const auto cosv = static_cast<float>(fo / std::max(std::sqrt(ff * oo), 1e-8));
+    const std::vector<float> lex = l2_normalize(lexical_.data() + k * Hs, H);
+    const float prior = hd.prior_scale_ * dot(lex.data(), anchor.data() + owner[k] * Hs, H);
+    out[k] = prior + hd.gate_ * (hd.joint_scale_ * cosv + r[k]);
+  }
+  return out;
+}
+
+}  // namespace clef
