@@ -34,6 +34,7 @@ cmake --build --preset fuzz --target fuzz_safetensors_header
 corpus=build/fuzz/corpus
 mkdir -p "$corpus"
 python3 tests/fuzz/make_seeds.py "$corpus"
-./build/fuzz/tests/fuzz/fuzz_safetensors_header -max_total_time="$FUZZ_SECONDS" -max_len=4096 \
-  -print_final_stats=1 "$corpus" 2>&1 | tail -n 12
+./build/fuzz/tests/fuzz/fuzz_safetensors_header -max_total_time="$FUZZ_SECONDS" -max_len=65536 \
+  -print_final_stats=1 "$corpus" > build/fuzz/fuzz.log 2>&1 || { tail -n 40 build/fuzz/fuzz.log; exit 1; }
+grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz.log
 echo "test.sh: all stages passed"

@@ -1,6 +1,9 @@
 // The `clef` command-line program. Subcommands map one-to-one onto library calls; errors are
 // translated to one line on stderr and a documented exit code here, and nowhere else.
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <new>
 #include <string>
@@ -8,8 +11,10 @@
 #include <CLI/CLI.hpp>
 
 #include "core/error.h"
+#include "core/json_reader.h"
 #include "runtime/inspect.h"
 #include "runtime/release.h"
+#include "tokenizer/tokenize_command.h"
 #include "tools/make_model.h"
 
 namespace {
@@ -18,18 +23,47 @@ constexpr const char* kExitCodes =
     "Exit codes: 0 success; 2 invalid argument or usage; 3 model folder or file malformed, missing or\n"
     "inconsistent; 4 valid but unsupported model option; 5 I/O error; 70 internal error (a bug).";
 
-std::string model_dir_or_default(const std::string& dir) {
-  if (!dir.empty()) return dir;
+/// The folder a command works on: the one given, else the embedded default model (made on first use).
+/// An explicitly empty path is an error, not a request for the default.
+std::string model_dir_or_default(const std::string& dir, bool given, bool* is_default) {
+  *is_default = false;
+  if (given) {
+    if (dir.empty()) throw clef::InvalidArgument("the model folder path is empty");
+    return dir;
+  }
   const std::string d = clef::ensure_default_model();
-  std::cerr << "clef: no --model given; using the embedded default model at " << d
+  *is_default = true;
+  std::cerr << "clef: no --model given; using the embedded default model at " << clef::printable(d)
             << " (tiny, RANDOM WEIGHTS: its answers are meaningless)\n";
   return d;
+}
+
+/// A decimal integer in [0, 2^64), exactly (no sign, no spaces, no overflow).
+std::uint64_t parse_seed(const std::string& text) {
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    throw clef::InvalidArgument("--seed: \"" + clef::printable(text) + "\" is not an integer in [0, 2^64)");
+  }
+  return v;
+}
+
+/// Opens a release; a damaged embedded default model gets a hint on how to regenerate it.
+clef::ReleaseFolder open_model(const std::string& dir, bool is_default, const clef::OpenReleaseOptions& opt) {
+  try {
+    return clef::open_release(dir, opt);
+  } catch (const clef::Error& e) {
+    if (!is_default) throw;
+    throw clef::ModelLoadError(std::string(e.what()) + " (the embedded default model is damaged; delete " +
+                               clef::printable(dir) + " and run again to regenerate it)");
+  }
 }
 
 int run(int argc, char** argv) {
   CLI::App app{"clef: run Clef decision models (Qwen3.5 backbone + joint schema head) locally.", "clef"};
   app.footer(kExitCodes);
   app.require_subcommand(1);
+  app.allow_extras(false);
   app.set_version_flag("--version", "clef 0.1.0");
 
   std::string inspect_dir, manifest;
@@ -38,15 +72,17 @@ int run(int argc, char** argv) {
   auto* inspect = app.add_subcommand(
       "inspect", "Validate a Clef release folder and print its architecture, layer pattern, parameter counts, "
                  "dtypes, head and tokenizer summary, and memory needs.");
-  inspect->add_option("DIR", inspect_dir, "Release folder (default: the embedded tiny random-weight model)");
-  inspect->add_option("--model,-m", inspect_dir, "Same as DIR");
+  auto* dir_pos = inspect->add_option("DIR", inspect_dir, "Release folder (default: the embedded tiny random-weight model)");
+  auto* dir_opt = inspect->add_option("--model,-m", inspect_dir, "Same as DIR");
   inspect->add_flag("--verify", verify, "Check the sha256 of every file against the manifest first");
-  inspect->add_option("--manifest", manifest, "sha256 manifest for --verify (default DIR/SHA256SUMS)");
+  inspect->add_option("--manifest", manifest, "sha256 manifest to verify against (implies --verify; default DIR/SHA256SUMS)");
   inspect->add_flag("--json", as_json, "Print the report as JSON");
   inspect->add_option("--chunk", chunk, "Prefill chunk size used for the activation estimate")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   inspect->add_option("--context", context, "Context length used for the memory estimate")
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
 
   clef::MakeModelOptions mm;
   auto* make = app.add_subcommand("make-model",
@@ -54,30 +90,65 @@ int run(int argc, char** argv) {
                                   "Only --preset tiny is generated in C++; tools/reference/make_model.py makes 0.8b and flash.");
   make->add_option("--preset", mm.preset, "Model size preset")->check(CLI::IsMember({"tiny"}));
   make->add_option("--out,-o", mm.out_dir, "Output folder")->required();
-  make->add_option("--seed", mm.seed, "Random seed (same seed, same bytes)");
-  make->add_flag("--force", mm.overwrite, "Overwrite the files of an existing folder");
+  std::string seed_text = "0";
+  make->add_option("--seed", seed_text, "Random seed, an integer in [0, 2^64) (same seed, same bytes)")
+      ->capture_default_str();
+  make->add_flag("--force", mm.overwrite, "Replace an existing release folder (never a folder that is not one)");
 
+  clef::TokenizeCommandOptions tk;
+  auto* tokenize = app.add_subcommand("tokenize", "Print the token ids of TEXT (exactly as Hugging Face tokenizers), "
+                                                  "its pieces, or decode ids. Invalid UTF-8 is rejected (exit 2).");
+  tokenize->add_option("TEXT", tk.text, "Text to encode, ids to --decode, or - to read standard input")->required();
+  auto* tk_model = tokenize->add_option("--model,-m", tk.model_dir, "Folder with tokenizer.json (default: the embedded tiny model)");
+  tokenize->add_flag("--pieces", tk.pieces, "One line per token: id, TAB, token string");
+  tokenize->add_flag("--decode", tk.decode, "TEXT holds token ids: print the decoded text");
+  tokenize->add_flag("--skip-special", tk.skip_special, "With --decode: drop special added tokens");
+
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const auto* sub : app.get_subcommands({})) known = known || sub->get_name() == argv[1];
+    if (!known) throw clef::InvalidArgument("unknown command \"" + clef::printable(argv[1]) + "\" (see clef --help)");
+  }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    // One line, like every other error; usage errors exit 2.
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    std::cerr << "clef: error: " << clef::printable(what) << " (see clef --help)\n";
+    return 2;
   }
 
   if (*inspect) {
     clef::OpenReleaseOptions opt;
-    opt.verify = verify;
+    opt.verify = verify || !manifest.empty();
     opt.manifest = manifest;
-    const clef::ReleaseFolder r = clef::open_release(model_dir_or_default(inspect_dir), opt);
+    bool is_default = false;
+    const std::string dir = model_dir_or_default(inspect_dir, dir_pos->count() + dir_opt->count() > 0, &is_default);
+    const clef::ReleaseFolder r = open_model(dir, is_default, opt);
     const clef::ModelSummary s = clef::summarize(r);
     if (as_json) {
-      std::cout << clef::inspect_json(r, s, chunk, context).dump(2) << "\n";
+      std::cout << clef::inspect_json(r, s, chunk, context).dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+                << "\n";
     } else {
       std::cout << clef::format_inspect_report(r, s, chunk, context);
     }
     return 0;
   }
+  if (*tokenize) {
+    bool tk_default = false;
+    tk.model_dir = model_dir_or_default(tk.model_dir, tk_model->count() > 0, &tk_default);
+    clef::run_tokenize_command(tk, std::cin, std::cout);
+    return 0;
+  }
   if (*make) {
+    mm.seed = parse_seed(seed_text);
     clef::make_model(mm);
     std::cerr << "clef: wrote a random-weight " << mm.preset << " model to " << mm.out_dir << "\n";
     return 0;
@@ -91,8 +162,11 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const clef::Error& e) {
-    std::cerr << "clef: error: " << e.what() << "\n";
+    std::cerr << "clef: error: " << clef::printable(e.what()) << "\n";
     return clef::exit_code_for(e.kind());
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::cerr << "clef: error: " << clef::printable(e.what()) << "\n";
+    return clef::exit_code_for(clef::ErrorKind::kIo);
   } catch (const std::bad_alloc&) {
     std::cerr << "clef: error: out of memory\n";
     return clef::exit_code_for(clef::ErrorKind::kIo);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <cstddef>
 #include <set>
 #include <string>
 #include <string_view>
@@ -14,9 +15,38 @@
 
 namespace clef {
 
-/// Parses a whole JSON file (the text is read, not mmapped). Throws IoError when it cannot be
-/// read and ModelLoadError("<label>: malformed JSON: ...") when it does not parse.
-nlohmann::json read_json_file(const std::string& path, const std::string& label);
+/// What parse_json_text does with a key that appears twice in one object.
+enum class DuplicateKeys : std::uint8_t {
+  kLastWins,  ///< Python's json.loads behaviour (config files)
+  kReject,    ///< the safetensors library's behaviour (headers)
+};
+
+/// Limits of parse_json_text.
+struct JsonTextLimits {
+  std::size_t max_depth = 128;  ///< nested arrays/objects (the top-level container is depth 1)
+  DuplicateKeys duplicates = DuplicateKeys::kLastWins;
+};
+
+/// Parses a complete JSON text without recursion (nlohmann's SAX parser building the DOM on an
+/// explicit stack), so hostile nesting cannot overflow the stack. Throws ModelLoadError
+/// "<label>: malformed JSON: ..." for syntax errors, trailing data, a NUL byte, nesting deeper
+/// than `limits.max_depth` or (kReject) a repeated key, naming the key.
+nlohmann::json parse_json_text(std::string_view text, const std::string& label, const JsonTextLimits& limits = {});
+
+/// Checks that `path` names a regular file (following symlinks), without opening it, so a FIFO or
+/// device never blocks. Throws ModelLoadError "<label>: not a regular file (...)" or
+/// "<label>: missing" / "<label>: cannot stat: <reason>" (symlink loops included).
+void require_regular_file(const std::string& path, const std::string& label);
+
+/// True when something (file, directory, dangling or looping symlink) exists at `path`; never throws.
+bool path_exists(const std::string& path) noexcept;
+
+/// Parses a whole JSON file with parse_json_text. Throws ModelLoadError when it is not a regular
+/// file or does not parse, IoError when it cannot be read.
+nlohmann::json read_json_file(const std::string& path, const std::string& label, const JsonTextLimits& limits = {});
+
+/// `s` with control characters, DEL and invalid UTF-8 bytes shown as \xNN, for one-line messages.
+std::string printable(std::string_view s);
 
 /// Reads fields of one JSON object. Errors are ModelLoadError with "<file>: <path>.<key>: ...".
 /// Records the keys it was asked for, so callers may reject unknown keys.
@@ -26,6 +56,10 @@ class JsonObjectReader {
   JsonObjectReader(const nlohmann::json& obj, std::string file, std::string path);
 
   bool has(std::string_view key) const;  ///< present and not null
+  /// By default an explicit `null` for a scalar field with a default is an error ("must not be
+  /// null"), not the default: a config that says hidden_size: null is broken. Readers of files
+  /// where null means "unset" (preprocessor_config.json) turn this on.
+  void set_null_is_absent(bool v) noexcept { null_is_absent_ = v; }
   std::string path_of(std::string_view key) const;
   [[noreturn]] void fail(std::string_view key, const std::string& message) const;
 
@@ -57,6 +91,9 @@ class JsonObjectReader {
   std::string file_;
   std::string path_;
   mutable std::set<std::string, std::less<>> seen_;
+  bool null_is_absent_ = false;
+  /// True when the field is absent (or null and null_is_absent_): the caller uses its default.
+  bool use_default(std::string_view key) const;
 };
 
 /// Short human description of a JSON value for error messages (type and truncated text).

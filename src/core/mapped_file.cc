@@ -13,7 +13,8 @@
 namespace clef {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat below refuses it anyway.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw IoError(path + ": cannot open: " + errno_message(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

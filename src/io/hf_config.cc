@@ -47,7 +47,7 @@ void parse_rope(const JsonObjectReader& r, TextConfig& t) {
     auto sec = rp->get_int_list("mrope_section", {t.mrope_section[0], t.mrope_section[1], t.mrope_section[2]});
     if (sec.size() != 3) rp->fail("mrope_section", "expected 3 entries (t, h, w), got " + std::to_string(sec.size()));
     for (std::size_t i = 0; i < 3; ++i) {
-      if (sec[i] < 0) rp->fail("mrope_section", "entries must be non-negative");
+      if (sec[i] < 0 || sec[i] > 4096) rp->fail("mrope_section", "entries must be in [0, 4096]");
       t.mrope_section[i] = sec[i];
     }
     t.mrope_interleaved = rp->get_bool("mrope_interleaved", t.mrope_interleaved);
@@ -218,6 +218,7 @@ JointHeadConfig parse_joint_head_config(const nlohmann::json& j, const std::stri
   h.heads = r.get_int_in("heads", 1, 4096);
   h.feedforward = r.get_int_in("feedforward", 1, kMaxDim);
   h.dropout = r.get_number("dropout", 0.0);
+  if (h.dropout < 0.0 || h.dropout >= 1.0) r.fail("dropout", "must be in [0, 1)");
   r.reject_unknown_keys();
   if (h.width % h.heads != 0) r.fail("heads", "width (" + std::to_string(h.width) + ") must be a multiple of heads");
   return h;
@@ -225,6 +226,7 @@ JointHeadConfig parse_joint_head_config(const nlohmann::json& j, const std::stri
 
 PreprocessorConfig parse_preprocessor_config(const nlohmann::json& j, const std::string& label) {
   JsonObjectReader r(j, label, "");
+  r.set_null_is_absent(true);  // processor configs write unset options as null
   PreprocessorConfig p;
   p.image_processor_type = r.get_string("image_processor_type", "");
   p.do_convert_rgb = r.get_bool("do_convert_rgb", p.do_convert_rgb);
@@ -244,6 +246,7 @@ PreprocessorConfig parse_preprocessor_config(const nlohmann::json& j, const std:
     if (!(s > 0.0)) r.fail("image_std", "must be positive");
   }
   if (auto size = r.get_object("size")) {
+    size->set_null_is_absent(true);
     p.min_pixels = size->get_int_in("shortest_edge", p.min_pixels, 1, std::int64_t{1} << 40);
     p.max_pixels = size->get_int_in("longest_edge", p.max_pixels, 1, std::int64_t{1} << 40);
   }

@@ -42,12 +42,12 @@ bool mul_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
 
 TensorInfo parse_entry(const std::string& label, const std::string& name, const nlohmann::json& e,
                        std::uint64_t data_bytes) {
-  const std::string where = "tensor \"" + name + "\"";
+  const std::string where = "tensor \"" + printable(name) + "\"";
   if (name.empty()) bad(label, "header has a tensor with an empty name");
   if (!e.is_object()) bad(label, where + ": expected an object, got " + describe_json(e));
   for (auto it = e.begin(); it != e.end(); ++it) {
     if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets") {
-      bad(label, where + ": unknown field \"" + it.key() + "\"");
+      bad(label, where + ": unknown field \"" + printable(it.key()) + "\"");
     }
   }
   TensorInfo t;
@@ -55,7 +55,7 @@ TensorInfo parse_entry(const std::string& label, const std::string& name, const 
   auto dt = e.find("dtype");
   if (dt == e.end() || !dt->is_string()) bad(label, where + ": missing or non-string \"dtype\"");
   auto parsed = dtype_from_name(dt->get<std::string>());
-  if (!parsed) bad(label, where + ": unknown dtype \"" + dt->get<std::string>() + "\"");
+  if (!parsed) bad(label, where + ": unknown dtype \"" + printable(dt->get<std::string>()) + "\"");
   t.dtype = *parsed;
 
   auto sh = e.find("shape");
@@ -118,33 +118,19 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file, cons
   h.data_bytes = file.size() - h.data_offset;
 
   const char* begin = reinterpret_cast<const char*>(file.data() + 8);
-  const char* end = begin + n;
   if (n == 0 || *begin != '{') bad(label, "malformed header JSON: it must start with '{'");
 
-  std::set<std::string> names;
-  std::string duplicate;
-  nlohmann::json::parser_callback_t cb = [&](int depth, nlohmann::json::parse_event_t ev,
-                                             nlohmann::json& parsed) {
-    if (ev == nlohmann::json::parse_event_t::key && depth == 1) {
-      auto k = parsed.get<std::string>();
-      if (!names.insert(k).second && duplicate.empty()) duplicate = k;
-    }
-    return true;
-  };
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(begin, end, cb);
-  } catch (const nlohmann::json::exception& e) {
-    bad(label, std::string("malformed header JSON: ") + e.what());
-  }
-  if (!duplicate.empty()) bad(label, "header names tensor \"" + duplicate + "\" more than once");
+  // Duplicate keys are rejected at every depth (a repeated tensor name or a repeated "dtype"), as the
+  // safetensors library does; nesting is bounded (a header is at most 3 levels deep).
+  const nlohmann::json j = parse_json_text(std::string_view(begin, static_cast<std::size_t>(n)), label + ": header",
+                                           JsonTextLimits{8, DuplicateKeys::kReject});
   if (!j.is_object()) bad(label, "malformed header: expected a JSON object, got " + describe_json(j));
 
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "__metadata__") {
       if (!it->is_object()) bad(label, "__metadata__ must be an object of strings");
       for (auto m = it->begin(); m != it->end(); ++m) {
-        if (!m->is_string()) bad(label, "__metadata__." + m.key() + ": expected a string");
+        if (!m->is_string()) bad(label, "__metadata__." + printable(m.key()) + ": expected a string");
         h.metadata[m.key()] = m->get<std::string>();
       }
       continue;
@@ -158,8 +144,8 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file, cons
   const TensorInfo* prev = nullptr;
   for (const auto& t : h.tensors) {
     if (t.begin < cursor) {
-      bad(label, "tensors \"" + prev->name + "\" [" + std::to_string(prev->begin) + ", " +
-                     std::to_string(prev->end) + ") and \"" + t.name + "\" [" + std::to_string(t.begin) +
+      bad(label, "tensors \"" + printable(prev->name) + "\" [" + std::to_string(prev->begin) + ", " +
+                     std::to_string(prev->end) + ") and \"" + printable(t.name) + "\" [" + std::to_string(t.begin) +
                      ", " + std::to_string(t.end) + ") overlap");
     }
     if (t.begin > cursor) {

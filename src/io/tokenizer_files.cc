@@ -13,9 +13,26 @@ namespace {
 
 [[noreturn]] void bad(const std::string& file, const std::string& msg) { throw ModelLoadError(file + ": " + msg); }
 
+/// obj[key] as a string: "" when absent or null; an error naming `where` for any other type.
+std::string string_field(const nlohmann::json& obj, const char* key, const std::string& file, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return "";
+  if (!it->is_string()) bad(file, where + "." + key + ": expected a string, got " + describe_json(*it));
+  return it->get<std::string>();
+}
+
+/// A token id: a non-negative integer that fits int32.
+std::int64_t token_id(const nlohmann::json& v, const std::string& file, const std::string& where) {
+  if (!v.is_number_unsigned() || v.get<std::uint64_t>() > 0x7fffffffu) {
+    bad(file, where + ": token id must be an integer in [0, 2147483647], got " + describe_json(v));
+  }
+  return v.get<std::int64_t>();
+}
+
 std::string find_split_regex(const nlohmann::json& pre) {
   if (!pre.is_object()) return "";
-  const auto type = pre.value("type", std::string());
+  const auto t = pre.find("type");
+  const std::string type = (t != pre.end() && t->is_string()) ? t->get<std::string>() : "";
   if (type == "Split") {
     auto pat = pre.find("pattern");
     if (pat != pre.end() && pat->is_object()) {
@@ -40,24 +57,27 @@ std::string find_split_regex(const nlohmann::json& pre) {
 
 TokenizerSummary read_tokenizer_summary(const std::string& dir, const ModelConfig& config) {
   const std::string tj = "tokenizer.json", tc = "tokenizer_config.json";
-  if (!fs::exists(fs::path(dir) / tj)) bad(tj, "missing from " + dir);
-  if (!fs::exists(fs::path(dir) / tc)) bad(tc, "missing from " + dir);
+  if (!path_exists((fs::path(dir) / tj).string())) bad(tj, "missing from " + printable(dir));
+  if (!path_exists((fs::path(dir) / tc).string())) bad(tc, "missing from " + printable(dir));
+  std::string max_id_file;
   TokenizerSummary s;
   {
     nlohmann::json j = read_json_file((fs::path(dir) / tj).string(), tj);
     if (!j.is_object()) bad(tj, "expected a JSON object");
     auto model = j.find("model");
     if (model == j.end() || !model->is_object()) bad(tj, "model: missing or not an object");
-    s.model_type = model->value("type", std::string());
-    if (s.model_type != "BPE") bad(tj, "model.type: \"" + s.model_type + "\" is not supported (expected BPE)");
+    s.model_type = string_field(*model, "type", tj, "model");
+    if (s.model_type != "BPE") bad(tj, "model.type: \"" + printable(s.model_type) + "\" is not supported (expected BPE)");
     auto vocab = model->find("vocab");
     if (vocab == model->end() || !vocab->is_object()) bad(tj, "model.vocab: missing or not an object");
     std::unordered_set<std::int64_t> ids;
     for (auto it = vocab->begin(); it != vocab->end(); ++it) {
-      if (!it->is_number_unsigned()) bad(tj, "model.vocab[\"" + it.key() + "\"]: id must be a non-negative integer");
-      const auto id = it->get<std::int64_t>();
+      const auto id = token_id(*it, tj, "model.vocab[\"" + printable(it.key()) + "\"]");
       if (!ids.insert(id).second) bad(tj, "model.vocab: id " + std::to_string(id) + " is used twice");
-      s.max_id = std::max(s.max_id, id);
+      if (id > s.max_id) {
+        s.max_id = id;
+        max_id_file = tj;
+      }
     }
     s.vocab_entries = static_cast<std::int64_t>(vocab->size());
     auto merges = model->find("merges");
@@ -70,22 +90,32 @@ TokenizerSummary read_tokenizer_summary(const std::string& dir, const ModelConfi
                                                  : (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string());
       if (!ok) bad(tj, "model.merges[" + std::to_string(i) + "]: mixed or malformed merge entry");
     }
-    s.ignore_merges = model->value("ignore_merges", false);
+    if (auto im = model->find("ignore_merges"); im != model->end() && !im->is_null()) {
+      if (!im->is_boolean()) bad(tj, "model.ignore_merges: expected true or false, got " + describe_json(*im));
+      s.ignore_merges = im->get<bool>();
+    }
     auto norm = j.find("normalizer");
-    s.normalizer = (norm == j.end() || norm->is_null()) ? "none" : norm->value("type", std::string("?"));
+    if (norm == j.end() || norm->is_null()) {
+      s.normalizer = "none";
+    } else {
+      if (!norm->is_object()) bad(tj, "normalizer: expected an object or null, got " + describe_json(*norm));
+      s.normalizer = string_field(*norm, "type", tj, "normalizer");
+    }
     if (auto pre = j.find("pre_tokenizer"); pre != j.end()) s.split_regex = find_split_regex(*pre);
     auto added = j.find("added_tokens");
     if (added != j.end() && !added->is_null()) {
       if (!added->is_array()) bad(tj, "added_tokens: expected an array");
       for (std::size_t i = 0; i < added->size(); ++i) {
         const auto& a = (*added)[i];
-        if (!a.is_object() || !a.contains("id") || !a["id"].is_number_unsigned() || !a.contains("content") ||
-            !a["content"].is_string()) {
+        if (!a.is_object() || !a.contains("id") || !a.contains("content") || !a["content"].is_string()) {
           bad(tj, "added_tokens[" + std::to_string(i) + "]: needs an integer id and a string content");
         }
-        const auto id = a["id"].get<std::int64_t>();
+        const auto id = token_id(a["id"], tj, "added_tokens[" + std::to_string(i) + "].id");
         s.added[id] = a["content"].get<std::string>();
-        s.max_id = std::max(s.max_id, id);
+        if (id > s.max_id) {
+          s.max_id = id;
+          max_id_file = tj;
+        }
       }
       s.added_in_tokenizer_json = static_cast<std::int64_t>(added->size());
     }
@@ -105,9 +135,9 @@ TokenizerSummary read_tokenizer_summary(const std::string& dir, const ModelConfi
         } catch (const std::exception&) {
           id = -1;
         }
-        if (id < 0) bad(tc, "added_tokens_decoder: key \"" + it.key() + "\" is not a token id");
+        if (id < 0 || id > 0x7fffffff) bad(tc, "added_tokens_decoder: key \"" + printable(it.key()) + "\" is not a token id");
         if (!it->is_object() || !it->contains("content") || !(*it)["content"].is_string()) {
-          bad(tc, "added_tokens_decoder." + it.key() + ": needs a string content");
+          bad(tc, "added_tokens_decoder." + printable(it.key()) + ": needs a string content");
         }
         const std::string content = (*it)["content"].get<std::string>();
         auto found = s.added.find(id);
@@ -115,15 +145,18 @@ TokenizerSummary read_tokenizer_summary(const std::string& dir, const ModelConfi
           s.added[id] = content;
           ++s.added_in_config_only;
         } else if (found->second != content) {
-          bad(tc, "added_tokens_decoder." + it.key() + " is \"" + content + "\" but tokenizer.json says \"" +
-                      found->second + "\"");
+          bad(tc, "added_tokens_decoder." + it.key() + " is \"" + printable(content) + "\" but tokenizer.json says \"" +
+                      printable(found->second) + "\"");
         }
-        s.max_id = std::max(s.max_id, id);
+        if (id > s.max_id) {
+          s.max_id = id;
+          max_id_file = tc;
+        }
       }
     }
   }
   if (s.max_id >= config.text.vocab_size) {
-    bad(tj, "token id " + std::to_string(s.max_id) + " is outside the model's embedding table (vocab_size " +
+    bad(max_id_file, "token id " + std::to_string(s.max_id) + " is outside the model's embedding table (vocab_size " +
                 std::to_string(config.text.vocab_size) + ")");
   }
   if (config.composite) {
@@ -137,7 +170,7 @@ TokenizerSummary read_tokenizer_summary(const std::string& dir, const ModelConfi
       auto it = s.added.find(id);
       if (it == s.added.end() || it->second != content) {
         bad(tj, "config.json names token " + std::to_string(id) + " as " + content + " but the tokenizer has " +
-                    (it == s.added.end() ? std::string("no added token there") : "\"" + it->second + "\""));
+                    (it == s.added.end() ? std::string("no added token there") : "\"" + printable(it->second) + "\""));
       }
     }
   }

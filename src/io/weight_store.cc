@@ -21,7 +21,7 @@ void WeightStore::add_file(std::unique_ptr<SafetensorsFile> f) {
   for (const auto& t : f->header().tensors) {
     auto [it, inserted] = entries_.emplace(t.name, Entry{idx, &t, Use::kUnused});
     if (!inserted) {
-      throw ModelLoadError(f->label() + ": tensor \"" + t.name + "\" is also stored in " +
+      throw ModelLoadError(f->label() + ": tensor \"" + printable(t.name) + "\" is also stored in " +
                            files_[it->second.file]->label());
     }
     order_.push_back(t.name);
@@ -30,7 +30,9 @@ void WeightStore::add_file(std::unique_ptr<SafetensorsFile> f) {
 }
 
 WeightStore WeightStore::open_file(const std::string& path, const std::string& label) {
+  require_regular_file(path, label);
   WeightStore s;
+  s.label_ = label;
   s.add_file(std::make_unique<SafetensorsFile>(path, label));
   return s;
 }
@@ -38,7 +40,12 @@ WeightStore WeightStore::open_file(const std::string& path, const std::string& l
 WeightStore WeightStore::open_model_dir(const std::string& dir) {
   const fs::path single = fs::path(dir) / "model.safetensors";
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
-  if (fs::exists(index)) {
+  const bool has_index = path_exists(index.string()), has_single = path_exists(single.string());
+  if (has_index && has_single) {
+    throw ModelLoadError(printable(dir) + ": both model.safetensors and model.safetensors.index.json exist; it is "
+                         "ambiguous which weights to load (remove one)");
+  }
+  if (has_index) {
     const std::string label = "model.safetensors.index.json";
     nlohmann::json j = read_json_file(index.string(), label);
     JsonObjectReader r(j, label, "");
@@ -51,38 +58,41 @@ WeightStore WeightStore::open_model_dir(const std::string& dir) {
       const std::string shard = it->get<std::string>();
       if (shard.empty() || shard.find('/') != std::string::npos || shard.find('\\') != std::string::npos ||
           shard == "." || shard == "..") {
-        wm->fail(it.key(), "shard name \"" + shard + "\" must be a plain file name inside the folder");
+        wm->fail(it.key(), "shard name \"" + printable(shard) + "\" must be a plain file name inside the folder");
       }
       by_file[shard].push_back(it.key());
     }
     if (by_file.empty()) r.fail("weight_map", "names no tensors");
     for (const auto& [shard, names] : by_file) {  // every shard present before any is opened
-      if (!fs::exists(fs::path(dir) / shard)) {
-        throw ModelLoadError(label + ": shard " + shard + " (named for " + std::to_string(names.size()) +
-                             " tensors, e.g. " + names.front() + ") is missing from " + dir);
+      if (!path_exists((fs::path(dir) / shard).string())) {
+        throw ModelLoadError(label + ": shard " + printable(shard) + " (named for " + std::to_string(names.size()) +
+                             " tensors, e.g. " + printable(names.front()) + ") is missing from " + printable(dir));
       }
     }
     WeightStore s;
+    s.label_ = label;
     for (const auto& [shard, names] : by_file) {
       const fs::path p = fs::path(dir) / shard;
+      require_regular_file(p.string(), shard);
       s.add_file(std::make_unique<SafetensorsFile>(p.string(), shard));
       const SafetensorsFile& f = *s.files_.back();
       std::set<std::string> listed(names.begin(), names.end());
       for (const auto& n : names) {
         if (f.find(n) == nullptr) {
-          throw ModelLoadError(label + ": tensor \"" + n + "\" is mapped to " + shard + ", which does not contain it");
+          throw ModelLoadError(label + ": tensor \"" + printable(n) + "\" is mapped to " + printable(shard) +
+                               ", which does not contain it");
         }
       }
       for (const auto& t : f.header().tensors) {
         if (listed.count(t.name) == 0) {
-          throw ModelLoadError(shard + ": tensor \"" + t.name + "\" is not listed in " + label);
+          throw ModelLoadError(shard + ": tensor \"" + printable(t.name) + "\" is not listed in " + label);
         }
       }
     }
     return s;
   }
-  if (fs::exists(single)) return open_file(single.string(), "model.safetensors");
-  throw ModelLoadError(dir + ": no model.safetensors or model.safetensors.index.json");
+  if (has_single) return open_file(single.string(), "model.safetensors");
+  throw ModelLoadError(printable(dir) + ": no model.safetensors or model.safetensors.index.json");
 }
 
 const TensorInfo* WeightStore::find(const std::string& name) const {
@@ -93,7 +103,7 @@ const TensorInfo* WeightStore::find(const std::string& name) const {
 WeightView WeightStore::take(const std::string& name, const std::vector<std::int64_t>& expected_shape) {
   auto it = entries_.find(name);
   if (it == entries_.end()) {
-    throw ModelLoadError("missing tensor " + name + " (expected shape " + shape_to_string(expected_shape) + ")");
+    throw ModelLoadError(label_ + ": missing tensor " + name + " (expected shape " + shape_to_string(expected_shape) + ")");
   }
   Entry& e = it->second;
   const SafetensorsFile& f = *files_[e.file];
@@ -137,7 +147,7 @@ void WeightStore::require_all_consumed(const std::string& loader_name) const {
   }
   if (first != nullptr) {
     const Entry& e = entries_.at(*first);
-    throw ModelLoadError(files_[e.file]->label() + ": unexpected tensor " + *first + " " +
+    throw ModelLoadError(files_[e.file]->label() + ": unexpected tensor " + printable(*first) + " " +
                          shape_to_string(e.info->shape) + " is not used by the " + loader_name + " loader" +
                          (count > 1 ? " (and " + std::to_string(count - 1) + " more)" : ""));
   }

@@ -58,6 +58,7 @@ class WeightStore {
   void require_all_consumed(const std::string& loader_name) const;
 
   std::size_t tensor_count() const noexcept { return entries_.size(); }
+  const std::string& label() const noexcept { return label_; }
   std::size_t ignored_count() const noexcept;
   /// (label, file bytes) of every file in the store.
   std::vector<std::pair<std::string, std::uint64_t>> files() const;
@@ -72,6 +73,7 @@ class WeightStore {
     Use use = Use::kUnused;
   };
   void add_file(std::unique_ptr<SafetensorsFile> f);
+  std::string label_;  ///< names the store in "missing tensor" errors (the file or the index)
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::vector<std::string> order_;  ///< names in file order, for deterministic reports
   std::unordered_map<std::string, Entry> entries_;

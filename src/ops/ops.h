@@ -1,20 +1,21 @@
 // Device-agnostic op functions of the Qwen3.5 backbone (architecture.md §2-§7).
 //
-// Every op exists twice with the same signature:
+// Every op exists twice with the same signature and contract:
 //   clef::ops::ref::NAME   plain scalar reference, written as the formula reads; the test oracle,
 //                          kept forever (src/ops/ref/*.cc);
 //   clef::ops::NAME        the optimized CPU implementation (src/ops/cpu/*.cc), vectorized and
 //                          parallelized over the engine's one OpenMP pool (ops/parallel.h).
 // tests/unit/test_ops.cc compares the two on random inputs with odd shapes.
 //
-// Conventions: all activations are float32, row-major, contiguous unless a stride is given;
-// shapes are written [rows, cols]. Sizes are std::int64_t. The ops do not allocate on the hot
-// path except for small per-thread scratch. Invalid sizes throw InvalidArgument.
-// The GEMM lives in ops/gemm.h.
+// Conventions: activations are float32, row-major; shapes are written [rows, cols]; sizes are
+// std::int64_t. The GEMM (linear layers) lives in ops/gemm.h. Docs are on the optimized
+// declarations; the ref declarations at the bottom share them.
 #pragma once
 
 #include <cstdint>
 #include <span>
+
+#include "core/dtype.h"
 
 namespace clef::ops {
 
@@ -29,84 +30,125 @@ struct GdnDims {
 /// Shapes of the gated full-attention core (architecture.md §3).
 struct AttentionDims {
   std::int64_t nh = 0;   ///< query heads
-  std::int64_t nkv = 0;  ///< key/value heads (nh multiple of nkv, contiguous groups)
+  std::int64_t nkv = 0;  ///< key/value heads (nh a multiple of nkv, contiguous groups)
   std::int64_t hd = 0;   ///< head dim
 };
 
 /// Multimodal rotary configuration (architecture.md §7.2).
 struct RopeDims {
-  std::int64_t rotary_dim = 0;       ///< rotated dims per head (even); rotary_dim/2 frequencies
-  double theta = 1e7;                ///< rope_theta
+  std::int64_t rotary_dim = 0;          ///< rotated dims per head (even); rotary_dim/2 frequencies
+  double theta = 1e7;                   ///< rope_theta
   std::int64_t section[3] = {0, 0, 0};  ///< mrope_section (t, h, w), sums to rotary_dim/2
-  bool interleaved = true;           ///< interleaved (stride-3) vs sectioned layout
+  bool interleaved = true;              ///< interleaved (stride-3) vs sectioned (Qwen2-VL) layout
 };
 
-#define CLEF_OPS_DECLARE_ALL                                                                       \
-  /** Offset RMSNorm (§2.2a): y = x * rsqrt(mean(x^2) + eps) * (1 + w). x, y [rows, n] (may     \
-      alias), w [n] is the stored offset weight. */                                              \
-  void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w,       \
-                       float eps, float* y);                                                     \
-  /** Gated RMSNorm (§2.2b), per head: y = (w * (o * rsqrt(mean(o^2) + eps))) * silu(z).         \
-      o, z, y [rows, n] (y may alias o), w [n] used directly (no +1). */                         \
-  void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int64_t n,        \
-                      const float* w, float eps, float* y);                                      \
-  /** SwiGLU (§5): out = silu(gate) * up, elementwise over n (out may alias either). */          \
-  void silu_mul(const float* gate, const float* up, std::int64_t n, float* out);                 \
-  /** Residual add: h += x over n elements. */                                                   \
-  void add_inplace(float* h, const float* x, std::int64_t n);                                    \
-  /** FLA L2 norm (§4.4) on each row of x [rows, n], in place:                                  \
-      x = x * rsqrt(sum(x^2) + eps) * scale. Rows are `stride` floats apart. */                  \
-  void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps,  \
-                   float scale);                                                                 \
-  /** Causal depthwise conv1d + SiLU with carried state (§4.2). x [T, C] pre-conv input, w [C, K] \
-      taps (tap K-1 multiplies the current row), state [K-1, C] = the previous K-1 input rows     \
-      (oldest first; zeros at sequence start), updated to the last K-1 rows of (state ++ x).       \
-      y [T, C] = silu(conv). y must not alias x. */                                              \
-  void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w,       \
-                          std::int64_t k, float* state, float* y);                               \
-  /** GDN gates (§4.3): beta = sigmoid(b), g = -exp(a_log) * softplus(a + dt_bias). b, a, beta,  \
-      g [T, Hv]; a_log, dt_bias [Hv]. */                                                         \
-  void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv,               \
-                 const float* a_log, const float* dt_bias, float* beta, float* g);               \
-  /** Gated delta rule (§4.5/§4.6) over T tokens with carried state. q, k [T, Hk, dk] already   \
-      L2-normalized (q also scaled by dk^-0.5), rows `qk_stride` floats apart; v [T, Hv, dv] rows \
-      `v_stride` apart; g, beta [T, Hv]; state [Hv, dk, dv] fp32 (zero at sequence start),       \
-      updated in place; o [T, Hv, dv] contiguous. ref: exact per-token recurrence; cpu: chunked  \
-      form with chunk 64 (same math up to fp32 rounding). */                                     \
-  void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k,       \
-                        std::int64_t qk_stride, const float* v, std::int64_t v_stride,           \
-                        const float* g, const float* beta, float* state, float* o);              \
-  /** M-RoPE tables (§7.2): pos [3, T] (t, h, w streams), cos/sin [T, rotary_dim/2] computed from \
-      the fp32 angle pos * inv_freq, evaluated in double and rounded. */                         \
-  void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, float* cos,      \
-                   float* sin);                                                                  \
-  /** NeoX half rotation of the first rotary_dim dims of every head (§7.3), in place.            \
-      x [T, heads, head_dim] with rows `row_stride` floats apart and heads `head_dim` apart.      \
-      cos/sin [T, rotary_dim/2]. */                                                              \
-  void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim,          \
-                  std::int64_t row_stride, std::int64_t rotary_dim, const float* cos,            \
-                  const float* sin);                                                             \
-  /** Causal GQA attention (§3.5) of T new queries against a cache of `tk` keys whose last T     \
-      rows are the new tokens (query i sits at sequence index tk - T + i and sees keys 0..that).  \
-      q [T, nh, hd]; kc, vc [tk, nkv, hd]; o [T, nh, hd]. Softmax scale hd^-0.5, fp32.          \
-      Blocked, no [T, tk] matrix. */                                                            \
-  void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,       \
-                 const float* kc, const float* vc, float* o);                                    \
-  /** Output gate (§3.6): o *= sigmoid(gate) over n elements. */                                 \
-  void sigmoid_mul(float* o, const float* gate, std::int64_t n);
-
-namespace ref {
-CLEF_OPS_DECLARE_ALL
-}  // namespace ref
-
-CLEF_OPS_DECLARE_ALL
-
-#undef CLEF_OPS_DECLARE_ALL
-
-/// Embedding gather (§2.3), dtype-generic table: out [n, H] = table[ids[i]] as float.
-/// `table` holds `rows` x `h` elements of `dtype` (F32/BF16/F16). Throws InvalidArgument for an
-/// id outside [0, rows).
-void embedding_gather(int dtype, const void* table, std::int64_t rows, std::int64_t h,
+/// Embedding gather (§2.3): out [n, h] = float(table[ids[i], :]). `table` holds rows x h
+/// elements of `dtype` (F32, BF16 or F16). Throws InvalidArgument for an id outside [0, rows),
+/// Unsupported for another dtype.
+void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::int64_t h,
                       std::span<const std::int32_t> ids, float* out);
+
+/// Offset RMSNorm (§2.2a), per row: y = (x * rsqrt(mean(x^2) + eps)) * (1 + w).
+/// x, y [rows, n] (y may alias x); w [n] is the stored offset weight as float.
+void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps,
+                     float* y);
+
+/// Gated RMSNorm (§2.2b, §4.7), per row (one GDN value head):
+/// y = (w * (o * rsqrt(mean(o^2) + eps))) * silu(z). o, z, y [rows, n] (y may alias o);
+/// w [n] used directly (no +1).
+void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int64_t n,
+                    const float* w, float eps, float* y);
+
+/// SwiGLU (§5): out = silu(gate) * up over n elements (out may alias gate or up).
+void silu_mul(const float* gate, const float* up, std::int64_t n, float* out);
+
+/// Residual add: h += x over n elements.
+void add_inplace(float* h, const float* x, std::int64_t n);
+
+/// Output gate (§3.6): o *= sigmoid(gate) over n elements.
+void sigmoid_mul(float* o, const float* gate, std::int64_t n);
+
+/// FLA L2 norm (§4.4), in place on each of `rows` rows of n floats, rows `stride` floats apart:
+/// x = x * rsqrt(sum(x^2) + eps) * scale (eps added to the SUM; scale = dk^-0.5 for q, 1 for k).
+void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps,
+                 float scale);
+
+/// Causal depthwise conv1d + SiLU with carried state (§4.2).
+/// x [t, c] pre-conv input; w [c, k] taps (tap k-1 multiplies the current row, not flipped);
+/// state [k-1, c] = the k-1 input rows before x (oldest first; zeros at sequence start), replaced
+/// by the last k-1 rows of (state ++ x). y [t, c] = silu(conv); y must not alias x.
+void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w,
+                        std::int64_t k, float* state, float* y);
+
+/// GDN gates (§4.3): beta = sigmoid(b); g = -exp(a_log) * softplus(a + dt_bias) with PyTorch's
+/// softplus (threshold 20). b, a, beta, g [t, hv]; a_log, dt_bias [hv].
+void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* a_log,
+               const float* dt_bias, float* beta, float* g);
+
+/// Gated delta rule (§4.5 / §4.6) over t tokens with carried state.
+/// q, k [t, hk, dk], rows `qk_stride` floats apart, already L2-normalized (q also scaled by
+/// dk^-0.5); v [t, hv, dv], rows `v_stride` apart; g, beta [t, hv]; state [hv, dk, dv] fp32
+/// (zero at sequence start), updated in place; o [t, hv, dv] contiguous.
+/// ref: the exact per-token recurrence; optimized: the chunked form with chunk 64 (same math,
+/// fp32 rounding differs).
+void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k,
+                      std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,
+                      const float* beta, float* state, float* o);
+
+/// M-RoPE tables (§7.2): pos [3, t] (temporal, height, width streams; equal for text);
+/// cos, sin [t, rotary_dim/2] of the fp32 angle pos * inv_freq, evaluated in double, rounded.
+void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, float* cos,
+                 float* sin);
+
+/// NeoX half rotation of the first rotary_dim dims of every head (§7.3), in place:
+/// x'_i = x_i cos - x_{i+r/2} sin, x'_{i+r/2} = x_{i+r/2} cos + x_i sin; other dims unchanged.
+/// x [t, heads, head_dim] with rows `row_stride` floats apart; cos, sin [t, rotary_dim/2].
+void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim,
+                std::int64_t row_stride, std::int64_t rotary_dim, const float* cos,
+                const float* sin);
+
+/// Causal GQA attention (§3.5) of t new queries against a cache of tk >= t keys whose last t rows
+/// belong to the new tokens: query i sits at sequence index tk - t + i and sees keys 0..that
+/// (causal by index). Query head h reads kv head h / (nh / nkv). Scale hd^-0.5, fp32 softmax.
+/// q [t, nh, hd]; kc, vc [tk, nkv, hd]; o [t, nh, hd]. The optimized form is blocked with an
+/// online softmax and never holds a [t, tk] matrix.
+void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
+               const float* kc, const float* vc, float* o);
+
+/// Scalar reference implementations (the test oracle): same signatures and contracts as above;
+/// ref::gated_delta_rule is the exact per-token recurrence of §4.5.
+namespace ref {
+void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::int64_t h,
+                      std::span<const std::int32_t> ids, float* out);
+void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps,
+                     float* y);
+void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int64_t n,
+                    const float* w, float eps, float* y);
+void silu_mul(const float* gate, const float* up, std::int64_t n, float* out);
+void add_inplace(float* h, const float* x, std::int64_t n);
+void sigmoid_mul(float* o, const float* gate, std::int64_t n);
+void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps,
+                 float scale);
+void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w,
+                        std::int64_t k, float* state, float* y);
+void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* a_log,
+               const float* dt_bias, float* beta, float* g);
+void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k,
+                      std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,
+                      const float* beta, float* state, float* o);
+/// The chunked form of §4.6 written literally (explicit (I + A)^-1 by forward substitution),
+/// chunk size `chunk`: a second oracle proving the chunked algebra against the recurrence.
+void gated_delta_rule_chunked(const GdnDims& d, std::int64_t t, std::int64_t chunk,
+                              const float* q, const float* k, std::int64_t qk_stride,
+                              const float* v, std::int64_t v_stride, const float* g,
+                              const float* beta, float* state, float* o);
+void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, float* cos,
+                 float* sin);
+void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim,
+                std::int64_t row_stride, std::int64_t rotary_dim, const float* cos,
+                const float* sin);
+void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
+               const float* kc, const float* vc, float* o);
+}  // namespace ref
 
 }  // namespace clef::ops

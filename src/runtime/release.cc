@@ -22,19 +22,24 @@ bool is_hex64(const std::string& s) {
   return true;
 }
 
-/// The files the loader reads from `dir` (those that exist).
+/// The files the loader reads from `dir` (those that exist), including every shard the index names.
 std::vector<std::string> loaded_files(const std::string& dir) {
   std::vector<std::string> out;
   for (const char* f : {"config.json", "joint_head.safetensors", "joint_head_config.json", "tokenizer.json",
                         "tokenizer_config.json", "preprocessor_config.json", "model.safetensors",
                         "model.safetensors.index.json", "random_weights.json"}) {
-    if (fs::exists(fs::path(dir) / f)) out.emplace_back(f);
+    if (path_exists((fs::path(dir) / f).string())) out.emplace_back(f);
   }
-  if (fs::exists(fs::path(dir) / "model.safetensors.index.json")) {
-    for (const auto& e : fs::directory_iterator(dir)) {
-      const std::string n = e.path().filename().string();
-      if (n.rfind("model-", 0) == 0 && e.path().extension() == ".safetensors") out.push_back(n);
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  if (path_exists(index.string())) {
+    const nlohmann::json j = read_json_file(index.string(), "model.safetensors.index.json");
+    std::set<std::string> shards;
+    if (j.is_object() && j.contains("weight_map") && j["weight_map"].is_object()) {
+      for (const auto& [name, file] : j["weight_map"].items()) {
+        if (file.is_string()) shards.insert(file.get<std::string>());
+      }
     }
+    out.insert(out.end(), shards.begin(), shards.end());
   }
   return out;
 }
@@ -42,6 +47,7 @@ std::vector<std::string> loaded_files(const std::string& dir) {
 }  // namespace
 
 std::vector<std::string> verify_manifest(const std::string& dir, const std::string& manifest_path) {
+  require_regular_file(manifest_path, "sha256 manifest");
   std::ifstream in(manifest_path);
   if (!in) throw ModelLoadError(manifest_path + ": cannot open the sha256 manifest");
   std::map<std::string, std::string> want;
@@ -49,6 +55,7 @@ std::vector<std::string> verify_manifest(const std::string& dir, const std::stri
   int lineno = 0;
   while (std::getline(in, line)) {
     ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF manifests, as sha256sum -c accepts
     if (line.empty()) continue;
     // coreutils format: 64 hex digits, a space, then ' ' (text) or '*' (binary), then the name.
     if (line.size() < 67 || !is_hex64(line.substr(0, 64)) || line[64] != ' ' || (line[65] != ' ' && line[65] != '*')) {
@@ -57,12 +64,16 @@ std::vector<std::string> verify_manifest(const std::string& dir, const std::stri
     }
     std::string name = line.substr(66);
     if (name.find('/') != std::string::npos || name == ".." || name == ".") {
-      throw ModelLoadError(manifest_path + ": line " + std::to_string(lineno) + ": \"" + name +
+      throw ModelLoadError(manifest_path + ": line " + std::to_string(lineno) + ": \"" + printable(name) +
                            "\" is not a plain file name inside the folder");
     }
     std::string hex = line.substr(0, 64);
     for (auto& c : hex) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    want[name] = hex;
+    auto [it, inserted] = want.emplace(name, hex);
+    if (!inserted && it->second != hex) {
+      throw ModelLoadError(manifest_path + ": line " + std::to_string(lineno) + ": " + printable(name) +
+                           " is listed twice with different hashes");
+    }
   }
   if (want.empty()) throw ModelLoadError(manifest_path + ": the manifest lists no files");
   for (const auto& f : loaded_files(dir)) {
@@ -71,7 +82,7 @@ std::vector<std::string> verify_manifest(const std::string& dir, const std::stri
   std::vector<std::string> checked;
   for (const auto& [name, hex] : want) {
     const fs::path p = fs::path(dir) / name;
-    if (!fs::exists(p)) throw ModelLoadError(name + ": listed in the manifest but missing from " + dir);
+    require_regular_file(p.string(), printable(name));
     const std::string got = sha256_file_hex(p.string());
     if (got != hex) throw ModelLoadError(name + ": sha256 mismatch: manifest says " + hex + ", file has " + got);
     checked.push_back(name);
@@ -80,7 +91,9 @@ std::vector<std::string> verify_manifest(const std::string& dir, const std::stri
 }
 
 ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& options) {
-  if (!fs::is_directory(dir)) throw ModelLoadError(dir + ": not a directory");
+  std::error_code ec;
+  if (dir.empty()) throw InvalidArgument("empty model folder path");
+  if (!fs::is_directory(dir, ec)) throw ModelLoadError(printable(dir) + ": not a directory");
   ReleaseFolder r;
   r.dir = dir;
   if (options.verify) {
@@ -88,10 +101,10 @@ ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& opt
                                                                       : options.manifest);
   }
   const fs::path d(dir);
-  if (!fs::exists(d / "config.json")) throw ModelLoadError(dir + ": config.json is missing");
+  if (!path_exists((d / "config.json").string())) throw ModelLoadError(printable(dir) + ": config.json is missing");
   r.config = parse_model_config(read_json_file((d / "config.json").string(), "config.json"));
-  const bool has_head = fs::exists(d / "joint_head.safetensors");
-  const bool has_head_cfg = fs::exists(d / "joint_head_config.json");
+  const bool has_head = path_exists((d / "joint_head.safetensors").string());
+  const bool has_head_cfg = path_exists((d / "joint_head_config.json").string());
   if (!has_head || !has_head_cfg) {
     throw ModelLoadError(dir + ": " + (has_head ? "joint_head_config.json" : has_head_cfg ? "joint_head.safetensors"
                                                                                           : "joint_head.safetensors and joint_head_config.json") +
@@ -103,7 +116,7 @@ ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& opt
     throw ModelLoadError("joint_head_config.json: hidden_size: " + std::to_string(r.head_config.hidden_size) +
                          " does not match the backbone's hidden_size " + std::to_string(r.config.text.hidden_size));
   }
-  if (fs::exists(d / "preprocessor_config.json")) {
+  if (path_exists((d / "preprocessor_config.json").string())) {
     r.preprocessor = parse_preprocessor_config(
         read_json_file((d / "preprocessor_config.json").string(), "preprocessor_config.json"));
     if (r.config.vision) {
@@ -118,11 +131,11 @@ ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& opt
     }
   }
   r.tokenizer = read_tokenizer_summary(dir, r.config);
-  if (fs::exists(d / "random_weights.json")) {
+  if (path_exists((d / "random_weights.json").string())) {
     const auto j = read_json_file((d / "random_weights.json").string(), "random_weights.json");
     JsonObjectReader rr(j, "random_weights.json", "");
     RandomWeightsInfo info;
-    info.model_name = rr.get_string("model_name");
+    info.model_name = printable(rr.get_string("model_name"));
     info.preset = rr.get_string("preset", "");
     info.generator = rr.get_string("generator", "");
     info.tokenizer = rr.get_string("tokenizer", "");
@@ -134,8 +147,10 @@ ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& opt
     r.random_weights = info;
     r.model_name = info.model_name;
   } else {
-    r.model_name = fs::path(dir).lexically_normal().filename().string();
-    if (r.model_name.empty()) r.model_name = fs::path(dir).lexically_normal().parent_path().filename().string();
+    // The folder's own name ("." and trailing slashes resolved), made printable.
+    const fs::path canon = fs::weakly_canonical(fs::path(dir), ec);
+    r.model_name = printable((ec ? fs::path(dir).lexically_normal() : canon).filename().string());
+    if (r.model_name.empty()) r.model_name = "model";
   }
   r.weights = std::make_unique<WeightStore>(WeightStore::open_model_dir(dir));
   r.model = qwen35::bind_model_weights(*r.weights, r.config);

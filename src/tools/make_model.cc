@@ -11,10 +11,16 @@
 #include <string_view>
 #include <vector>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/json_reader.h"
 #include "core/sha256.h"
 #include "io/safetensors.h"
 
@@ -415,21 +421,10 @@ std::vector<Spec> head_specs(const TinyDims& d) {
 
 }  // namespace
 
-void make_model(const MakeModelOptions& o) {
-  if (o.preset != "tiny") {
-    throw InvalidArgument("make-model: unknown preset \"" + o.preset +
-                          "\" (the C++ generator makes \"tiny\"; use tools/reference/make_model.py for 0.8b and flash)");
-  }
-  if (o.out_dir.empty()) throw InvalidArgument("make-model: --out is required");
-  const fs::path dir(o.out_dir);
-  if (fs::exists(dir) && !fs::is_directory(dir)) throw InvalidArgument("make-model: " + o.out_dir + " is not a directory");
-  if (fs::exists(dir) && !fs::is_empty(dir) && !o.overwrite) {
-    throw InvalidArgument("make-model: " + o.out_dir + " exists and is not empty (pass --force to overwrite)");
-  }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw IoError(o.out_dir + ": cannot create: " + ec.message());
+namespace {
 
+/// Writes every file of the tiny release into the existing, empty folder `dir`.
+void write_release_files(const fs::path& dir, const MakeModelOptions& o) {
   const TinyDims d;
   const StandInTokenizer tok = train_stand_in(700);
   const auto first_added = static_cast<std::int64_t>(tok.vocab.size());
@@ -592,6 +587,87 @@ void make_model(const MakeModelOptions& o) {
   write_text(dir / "SHA256SUMS", sums);
 }
 
+bool looks_like_release(const fs::path& dir) {
+  for (const char* f : {"config.json", "random_weights.json", "SHA256SUMS", "joint_head_config.json"}) {
+    if (path_exists((dir / f).string())) return true;
+  }
+  return false;
+}
+
+bool is_empty_dir(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_empty(dir, ec) && !ec;
+}
+
+std::string unique_suffix();
+
+/// parent / ".<name>.<tag>-<unique>" (built by appending: GCC 12 warns falsely on literal + string chains).
+fs::path sibling(const fs::path& parent, const fs::path& dir, const char* tag) {
+  std::string n(".");
+  n += dir.filename().string();
+  n += tag;
+  n += unique_suffix();
+  return parent / n;
+}
+
+std::string unique_suffix() {
+  static std::atomic<unsigned> counter{0};
+  return std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
+         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+}  // namespace
+
+void make_model(const MakeModelOptions& o) {
+  if (o.preset != "tiny") {
+    throw InvalidArgument("make-model: unknown preset \"" + o.preset +
+                          "\" (the C++ generator makes \"tiny\"; use tools/reference/make_model.py for 0.8b and flash)");
+  }
+  if (o.out_dir.empty()) throw InvalidArgument("make-model: --out must not be empty");
+  fs::path dir = fs::path(o.out_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "out/" -> "out"
+  const std::string shown = printable(dir.string());
+  std::error_code ec;
+  const auto st = fs::status(dir, ec);
+  const bool exists = st.type() != fs::file_type::not_found && path_exists(dir.string());
+  if (exists && st.type() != fs::file_type::directory) throw InvalidArgument("make-model: " + shown + " is not a directory");
+  if (exists && !is_empty_dir(dir)) {
+    if (!o.overwrite) throw InvalidArgument("make-model: " + shown + " exists and is not empty (pass --force to replace it)");
+    if (!looks_like_release(dir)) {
+      throw InvalidArgument("make-model: " + shown + " is not a release folder; refusing to replace its contents");
+    }
+  }
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  fs::create_directories(parent, ec);
+  if (ec) throw IoError("make-model: cannot create " + printable(parent.string()) + ": " + ec.message());
+
+  // Write everything into a private staging folder, then publish it with one rename, so readers
+  // and concurrent writers only ever see a complete folder.
+  const fs::path staging = sibling(parent, dir, ".tmp-");
+  if (!fs::create_directory(staging, ec) || ec) {
+    throw IoError("make-model: cannot create " + printable(staging.string()) + ": " + ec.message());
+  }
+  try {
+    write_release_files(staging, o);
+    fs::rename(staging, dir, ec);  // succeeds when `dir` is absent or an empty directory
+    if (ec) {
+      if (!o.overwrite) {
+        throw InvalidArgument("make-model: " + shown + " exists and is not empty (pass --force to replace it)");
+      }
+      // Replace the old folder: move it aside, move ours in, delete the old one.
+      const fs::path old = sibling(parent, dir, ".old-");
+      fs::rename(dir, old, ec);
+      if (ec && path_exists(dir.string())) throw IoError("make-model: cannot move " + shown + " aside: " + ec.message());
+      fs::rename(staging, dir, ec);
+      if (ec) throw IoError("make-model: cannot publish " + shown + ": " + ec.message());
+      fs::remove_all(old, ec);
+    }
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
+}
+
 std::string default_model_dir() {
   if (const char* h = std::getenv("CLEF_HOME"); h && *h) return (fs::path(h) / "default-model").string();
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return (fs::path(x) / "clef" / "default-model").string();
@@ -603,10 +679,10 @@ std::string default_model_dir() {
 
 std::string ensure_default_model() {
   const std::string dir = default_model_dir();
-  if (!fs::exists(fs::path(dir) / "SHA256SUMS")) {
+  if (!path_exists((fs::path(dir) / "SHA256SUMS").string())) {
     MakeModelOptions o;
     o.out_dir = dir;
-    o.overwrite = true;
+    o.overwrite = true;  // an incomplete earlier folder is replaced; concurrent first uses each publish a complete one
     make_model(o);
   }
   return dir;

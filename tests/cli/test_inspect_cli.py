@@ -172,7 +172,7 @@ BAD_CASES = {
     # case: (exit code, substrings the single error line must contain)
     "truncated_file": (3, ["model.safetensors", "run past the end of the data section"]),
     "header_past_eof": (3, ["model.safetensors", "header length", "runs past the end of the file"]),
-    "malformed_header_json": (3, ["model.safetensors", "malformed header JSON"]),
+    "malformed_header_json": (3, ["model.safetensors", "header: malformed JSON"]),
     "offsets_out_of_range": (3, ["model.safetensors", "data_offsets", "run past the end"]),
     "overlapping_offsets": (3, ["model.safetensors", "overlap"]),
     "dtype_shape_mismatch": (3, ["model.safetensors", "needs", "bytes but data_offsets"]),
@@ -203,3 +203,151 @@ def test_usage_errors_exit_2(tmp_path):
     assert run_clef("frobnicate").returncode == 2
     r = run_clef("inspect", str(tmp_path / "nope"))
     assert r.returncode == 3 and "not a directory" in r.stderr
+
+
+# --- regressions from the fresh-user attack on issue 2 (each was a crash, hang or silent accept) ---
+
+def _one_error_line(r, code=3):
+    assert r.returncode == code, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("clef: error: "), r.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("file", ["config.json", "joint_head_config.json", "model.safetensors.index.json"])
+def test_deeply_nested_json_is_an_error_not_a_stack_overflow(broken, file):
+    if file == "model.safetensors.index.json":
+        (broken / "model.safetensors").rename(broken / "model-00001-of-00001.safetensors")
+    (broken / file).write_text("[" * 100000 + "]" * 100000)
+    line = _one_error_line(run_clef("inspect", str(broken)))
+    assert file in line and "nesting deeper than" in line
+
+
+def test_deep_value_inside_a_config_field(broken):
+    cfg = json.loads((broken / "config.json").read_text())
+    text = json.dumps(cfg).replace('"hidden_size": 64', '"hidden_size": ' + "[" * 90000 + "]" * 90000, 1)
+    (broken / "config.json").write_text(text)
+    assert "nesting deeper than" in _one_error_line(run_clef("inspect", str(broken)))
+
+
+def test_fifo_instead_of_weights_does_not_hang(broken):
+    import os
+
+    (broken / "model.safetensors").unlink()
+    os.mkfifo(broken / "model.safetensors")
+    line = _one_error_line(run_clef("inspect", str(broken)))
+    assert "model.safetensors: not a regular file" in line
+
+
+def test_symlink_loop_is_a_clean_error(broken):
+    import os
+
+    (broken / "config.json").unlink()
+    os.symlink(broken / "config.json", broken / "config.json")
+    line = _one_error_line(run_clef("inspect", str(broken)))
+    assert "config.json" in line
+
+
+def test_directory_instead_of_file(broken):
+    (broken / "config.json").unlink()
+    (broken / "config.json").mkdir()
+    assert "config.json: not a regular file" in _one_error_line(run_clef("inspect", str(broken)))
+
+
+def test_both_weight_forms_are_ambiguous(broken):
+    (broken / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"x": "model.safetensors"}}))
+    assert "ambiguous" in _one_error_line(run_clef("inspect", str(broken)))
+
+
+def test_null_config_value_is_not_the_default(broken):
+    cfg = json.loads((broken / "config.json").read_text())
+    cfg["text_config"]["hidden_size"] = None
+    (broken / "config.json").write_text(json.dumps(cfg))
+    assert "text_config.hidden_size: must not be null" in _one_error_line(run_clef("inspect", str(broken)))
+
+
+def test_huge_token_ids_are_refused(broken):
+    tj = json.loads((broken / "tokenizer.json").read_text())
+    tj["model"]["vocab"]["zzz"] = 18446744073709551615
+    (broken / "tokenizer.json").write_text(json.dumps(tj))
+    assert "token id must be an integer in [0, 2147483647]" in _one_error_line(run_clef("inspect", str(broken)))
+
+
+def test_wrong_types_in_tokenizer_json_name_the_field(broken):
+    tj = json.loads((broken / "tokenizer.json").read_text())
+    tj["normalizer"] = "NFC"
+    (broken / "tokenizer.json").write_text(json.dumps(tj))
+    assert "tokenizer.json: normalizer: expected an object" in _one_error_line(run_clef("inspect", str(broken)))
+
+
+def test_verify_covers_every_shard_the_index_names(broken):
+    st = broken / "model.safetensors"
+    st.rename(broken / "weights-a.safetensors")
+    raw = (broken / "weights-a.safetensors").read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    names = [k for k in json.loads(raw[8:8 + n]) if k != "__metadata__"]
+    (broken / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {k: "weights-a.safetensors" for k in names}}))
+    import hashlib
+
+    sums = [ln for ln in (broken / "SHA256SUMS").read_text().splitlines() if not ln.endswith("model.safetensors")]
+    idx = hashlib.sha256((broken / "model.safetensors.index.json").read_bytes()).hexdigest()
+    sums.append(idx + "  model.safetensors.index.json")  # the index is covered, its oddly named shard is not
+    (broken / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    line = _one_error_line(run_clef("inspect", "--verify", str(broken)))
+    assert "weights-a.safetensors is not covered by the manifest" in line
+
+
+def test_crlf_manifest_and_conflicting_lines(broken):
+    sums = (broken / "SHA256SUMS").read_text().splitlines()
+    (broken / "SHA256SUMS").write_text("\r\n".join(sums) + "\r\n")
+    assert run_clef("inspect", "--verify", str(broken)).returncode == 0
+    (broken / "SHA256SUMS").write_text("\n".join(sums + [("0" * 64) + "  config.json"]) + "\n")
+    assert "listed twice with different hashes" in _one_error_line(run_clef("inspect", "--verify", str(broken)))
+
+
+def test_control_characters_in_names_stay_on_one_line(broken):
+    def f(h):
+        h["evil\nname\x1b[31m"] = {"dtype": "F32", "shape": [1], "data_offsets": [0, 999999999]}
+        return h
+    _rewrite_header(broken / "model.safetensors", f)
+    line = _one_error_line(run_clef("inspect", str(broken)))
+    assert "\\x0a" in line and "\x1b" not in line
+
+
+def test_concurrent_make_model_gives_one_complete_folder(tmp_path):
+    import subprocess
+    from conftest import clef_bin
+
+    out = tmp_path / "race"
+    procs = [subprocess.Popen([clef_bin(), "make-model", "--out", str(out), "--seed", str(s)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for s in (1, 2, 3)]
+    codes = [p.wait(timeout=120) for p in procs]
+    assert codes.count(0) == 1 and all(c in (0, 2) for c in codes), codes
+    r = run_clef("inspect", "--verify", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    seed = json.loads((out / "random_weights.json").read_text())["seed"]
+    assert seed == (1, 2, 3)[codes.index(0)]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".race")]  # no staging left behind
+
+
+def test_force_replaces_only_release_folders(tmp_path):
+    d = tmp_path / "notes"
+    d.mkdir()
+    (d / "mine.txt").write_text("keep me")
+    r = run_clef("make-model", "--force", "--out", str(d))
+    assert r.returncode == 2 and "not a release folder" in r.stderr
+    assert (d / "mine.txt").read_text() == "keep me"
+    m = tmp_path / "m"
+    run_clef("make-model", "--out", str(m), "--seed", "1", check=True)
+    run_clef("make-model", "--force", "--out", str(m), "--seed", "2", check=True)
+    assert json.loads((m / "random_weights.json").read_text())["seed"] == 2
+
+
+@pytest.mark.parametrize("args", [["make-model", "--seed", "-1"], ["make-model", "--seed", ""],
+                                  ["make-model", "--seed", "99999999999999999999"], ["bogus"],
+                                  ["inspect", ""], ["inspect", "--chunk", "abc"]])
+def test_bad_flags_are_one_line_exit_2(args, tmp_path):
+    if args[0] == "make-model":
+        args = args + ["--out", str(tmp_path / "x")]
+    _one_error_line(run_clef(*args), code=2)

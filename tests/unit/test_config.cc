@@ -117,6 +117,9 @@ TEST(Config, MalformedValuesNameThePath) {
   j["text_config"]["num_key_value_heads"] = 3;
   EXPECT_NE(error_of<ModelLoadError>([&] { parse_model_config(j); }).find("num_key_value_heads"), std::string::npos);
   j = composite();
+  j["text_config"]["rope_parameters"]["mrope_section"] = {INT64_MAX, INT64_MAX, 10};  // must not wrap to a "valid" sum
+  EXPECT_NE(error_of<ModelLoadError>([&] { parse_model_config(j); }).find("entries must be in [0, 4096]"),
+            std::string::npos);
   j["text_config"]["rope_parameters"]["mrope_section"] = {10, 10, 10};
   EXPECT_NE(error_of<ModelLoadError>([&] { parse_model_config(j); }).find("must sum to rotary_dim / 2 = 32"),
             std::string::npos);

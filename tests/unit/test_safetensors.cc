@@ -99,10 +99,13 @@ TEST(Safetensors, HeaderLengthOverLimit) {
 }
 
 TEST(Safetensors, MalformedJson) {
-  EXPECT_NE(parse_error(file_with(R"({"a":{"dtype":"F32",)", 0)).find("malformed header JSON"), std::string::npos);
+  EXPECT_NE(parse_error(file_with(R"({"a":{"dtype":"F32",)", 0)).find("header: malformed JSON"), std::string::npos);
   EXPECT_NE(parse_error(file_with("[1,2]", 0)).find("must start with '{'"), std::string::npos);
   EXPECT_NE(parse_error(file_with("", 0)).find("malformed header JSON"), std::string::npos);
-  EXPECT_NE(parse_error(file_with("{\"a\xff\":{}}", 0)).find("malformed header JSON"), std::string::npos);
+  EXPECT_NE(parse_error(file_with("{\"a\xff\":{}}", 0)).find("header: malformed JSON"), std::string::npos);
+  // Anything after a NUL byte used to be ignored; the safetensors library calls it trailing data.
+  EXPECT_NE(parse_error(file_with(std::string("{}\0 {not json}", 14), 0)).find("NUL byte"), std::string::npos);
+  EXPECT_NE(parse_error(file_with("{} x", 0)).find("header: malformed JSON"), std::string::npos);
 }
 
 TEST(Safetensors, OffsetsOutOfRange) {
@@ -161,7 +164,30 @@ TEST(Safetensors, DuplicateNames) {
   const auto f = file_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                            R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                            8);
-  EXPECT_NE(parse_error(f).find("names tensor \"a\" more than once"), std::string::npos);
+  EXPECT_NE(parse_error(f).find("key \"a\" appears twice"), std::string::npos);
+  // A repeated field inside one entry, too.
+  const auto g = file_with(R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4],"dtype":"BF16"}})", 4);
+  EXPECT_NE(parse_error(g).find("key \"dtype\" appears twice"), std::string::npos);
+}
+
+TEST(Safetensors, DeepNestingIsRefusedWithoutRecursion) {
+  const std::string deep = "{\"a\":" + std::string(200000, '[') + std::string(200000, ']') + "}";
+  EXPECT_NE(parse_error(file_with(deep, 0)).find("nesting deeper than"), std::string::npos);
+  const std::string shape = R"({"a":{"dtype":"F32","shape":)" + std::string(100000, '[') + std::string(100000, ']') + "}}";
+  EXPECT_NE(parse_error(file_with(shape, 0)).find("nesting deeper than"), std::string::npos);
+}
+
+// Many entries (a hostile but legal header) parse in time linear in the header size.
+TEST(Safetensors, ManyTensorsParse) {
+  std::string json = "{";
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    if (i) json += ",";
+    json += "\"t" + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+  }
+  json += "}";
+  const auto h = parse_safetensors_header(file_with(json, 0), "w");
+  EXPECT_EQ(h.tensors.size(), static_cast<std::size_t>(n));
 }
 
 TEST(Safetensors, TruncatedFileOnDisk) {

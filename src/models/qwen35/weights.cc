@@ -50,7 +50,9 @@ ModelWeights bind_model_weights(WeightStore& s, const ModelConfig& cfg) {
   TextWeights& w = mw.text;
   // Composite checkpoints (Qwen3_5ForConditionalGeneration) use model.language_model.; text-only
   // ones (Qwen3_5ForCausalLM) use model.. Decide by where the embedding table is.
-  w.prefix = s.contains("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+  // Composite configs always use the composite prefix; a flat config may come with either.
+  w.prefix = (cfg.composite || s.contains("model.language_model.embed_tokens.weight")) ? "model.language_model."
+                                                                                        : "model.";
   const std::string& p = w.prefix;
   const std::int64_t h = t.hidden_size, inter = t.intermediate_size;
   w.embed_tokens = s.take(p + "embed_tokens.weight", {t.vocab_size, h});
@@ -99,7 +101,7 @@ ModelWeights bind_model_weights(WeightStore& s, const ModelConfig& cfg) {
     if (s.contains("lm_head.weight")) (void)s.take("lm_head.weight", {t.vocab_size, h});
   } else {
     if (!s.contains("lm_head.weight")) {
-      throw ModelLoadError("missing tensor lm_head.weight (expected shape [" + std::to_string(t.vocab_size) + ", " +
+      throw ModelLoadError(s.label() + ": missing tensor lm_head.weight (expected shape [" + std::to_string(t.vocab_size) + ", " +
                            std::to_string(h) + "]); config.json says tie_word_embeddings is false");
     }
     w.lm_head = s.take("lm_head.weight", {t.vocab_size, h});

@@ -1,0 +1,217 @@
+// Op micro-benchmarks (issue 5): the measured machine peak (fp32 FMA and bf16 vdpbf16ps
+// kernels), the GEMM libraries on the 0.8b / flash linear-layer shapes (oneDNN fp32, oneDNN bf16,
+// OpenBLAS sgemm; all in the same run so the ratios are comparable on a noisy machine), and the
+// chunked gated delta rule and blocked attention kernels. Prints a table; not a timed test.
+//
+//   clef_bench_ops [--threads N] [--m 1024] [--reps 5] [--quick]
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "core/dtype.h"
+#include "ops/gemm.h"
+#include "ops/ops.h"
+#include "ops/parallel.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double best_seconds(int reps, const std::function<void()>& fn) {
+  fn();  // warm-up (JIT, page faults)
+  double best = 1e300;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = clock_type::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  return best;
+}
+
+std::vector<float> randv(std::size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+/// Peak fp32 GFLOP/s: 12 independent FMA chains per thread on all threads.
+double peak_fp32(int threads) {
+#if defined(__AVX512F__)
+  const long iters = 20'000'000;
+  const auto t0 = clock_type::now();
+  float sink = 0.0f;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+  {
+    __m512 acc[12];
+    for (auto& a : acc) a = _mm512_set1_ps(0.0f);
+    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
+    for (long i = 0; i < iters; ++i) {
+      for (auto& a : acc) a = _mm512_fmadd_ps(a, x, y);
+    }
+    alignas(64) float lanes[16];
+    for (auto& a : acc) {
+      _mm512_store_ps(lanes, a);
+      for (float l : lanes) sink += l;
+    }
+  }
+  const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  if (sink == 12345.0f) std::puts("");
+  return 12.0 * 16 * 2 * static_cast<double>(iters) * threads / s / 1e9;
+#else
+  (void)threads;
+  return 0.0;
+#endif
+}
+
+/// Peak bf16 GFLOP/s: 12 independent vdpbf16ps chains (32 bf16 products = 64 FLOP each).
+double peak_bf16(int threads) {
+#if defined(__AVX512BF16__)
+  const long iters = 20'000'000;
+  const auto t0 = clock_type::now();
+  float sink = 0.0f;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+  {
+    __m512 acc[12];
+    for (auto& a : acc) a = _mm512_set1_ps(0.0f);
+    const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+    for (long i = 0; i < iters; ++i) {
+      for (auto& a : acc) a = _mm512_dpbf16_ps(a, x, x);
+    }
+    alignas(64) float lanes[16];
+    for (auto& a : acc) {
+      _mm512_store_ps(lanes, a);
+      for (float l : lanes) sink += l;
+    }
+  }
+  const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  if (sink == 12345.0f) std::puts("");
+  return 12.0 * 64 * static_cast<double>(iters) * threads / s / 1e9;
+#else
+  (void)threads;
+  return 0.0;
+#endif
+}
+
+struct Shape {
+  const char* name;
+  std::int64_t n, k;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 0, reps = 5;
+  std::int64_t m = 1024;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    if (f == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (f == "--m" && i + 1 < argc) m = std::atoll(argv[++i]);
+    else if (f == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (f == "--quick") quick = true;
+  }
+  threads = clef::ops::set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  std::printf("threads %d, GEMM backend %s\n\n", threads, clef::ops::gemm_backend_name().c_str());
+
+  double pf = 0, pb = 0;
+  for (int r = 0; r < 3; ++r) {  // best of 3: the machine may be shared
+    pf = std::max(pf, peak_fp32(threads));
+    pb = std::max(pb, peak_bf16(threads));
+  }
+  std::printf("measured peak: fp32 FMA %.1f GFLOP/s, bf16 vdpbf16ps %.1f GFLOP/s\n\n", pf, pb);
+
+  // Linear-layer shapes of the 0.8b preset (and one flash MLP shape), y [m, n] = x [m, k] W^T.
+  std::vector<Shape> shapes = {
+      {"0.8b gdn in_proj_qkv", 6144, 1024}, {"0.8b gdn in_proj_z", 2048, 1024},
+      {"0.8b gdn out_proj", 1024, 2048},    {"0.8b attn q_proj", 4096, 1024},
+      {"0.8b attn k_proj", 512, 1024},      {"0.8b mlp gate/up", 3584, 1024},
+      {"0.8b mlp down", 1024, 3584},        {"flash mlp gate/up", 12288, 4096},
+  };
+  if (quick) shapes.resize(3);
+  std::printf("GEMM, m = %lld rows, best of %d (GFLOP/s; %% of the matching measured peak)\n", static_cast<long long>(m), reps);
+  std::printf("%-22s %6s %6s | %15s %15s %15s | %s\n", "shape", "n", "k", "oneDNN fp32", "oneDNN bf16", "OpenBLAS sgemm",
+              "bf16 / best fp32");
+  double tot_flop = 0, tot_f32 = 0, tot_b16 = 0, tot_blas = 0;
+  for (const Shape& s : shapes) {
+    const std::vector<float> x = randv(static_cast<std::size_t>(m * s.k), 1);
+    const std::vector<float> wf = randv(static_cast<std::size_t>(s.n * s.k), 2);
+    std::vector<std::uint16_t> wb(wf.size());
+    for (std::size_t i = 0; i < wf.size(); ++i) wb[i] = clef::f32_to_bf16(wf[i]);
+    std::vector<float> y(static_cast<std::size_t>(m * s.n));
+    const clef::ops::GemmWeight g32(clef::DType::kF32, wf.data(), s.n, s.k, clef::ops::Precision::kF32);
+    const clef::ops::GemmWeight g16(clef::DType::kBF16, wb.data(), s.n, s.k, clef::ops::Precision::kBF16);
+    const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+    const double t32 = best_seconds(reps, [&] { clef::ops::linear(x.data(), m, g32, y.data()); });
+    const double t16 = best_seconds(reps, [&] { clef::ops::linear(x.data(), m, g16, y.data()); });
+    const double tbl = best_seconds(reps, [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(s.n),
+                  static_cast<int>(s.k), 1.0f, x.data(), static_cast<int>(s.k), wf.data(), static_cast<int>(s.k), 0.0f,
+                  y.data(), static_cast<int>(s.n));
+    });
+    tot_flop += flop;
+    tot_f32 += t32;
+    tot_b16 += t16;
+    tot_blas += tbl;
+    auto cell = [&](double t, double peak) {
+      static char buf[64];
+      std::snprintf(buf, sizeof buf, "%7.1f (%3.0f%%)", flop / t / 1e9, peak > 0 ? 100.0 * flop / t / 1e9 / peak : 0.0);
+      return std::string(buf);
+    };
+    std::printf("%-22s %6lld %6lld | %15s %15s %15s | %.2fx\n", s.name, static_cast<long long>(s.n),
+                static_cast<long long>(s.k), cell(t32, pf).c_str(), cell(t16, pb).c_str(), cell(tbl, pf).c_str(),
+                std::min(t32, tbl) / t16);
+  }
+  std::printf("%-22s %13s | %15.1f %15.1f %15.1f | %.2fx\n\n", "all shapes (time-weighted)", "", tot_flop / tot_f32 / 1e9,
+              tot_flop / tot_b16 / 1e9, tot_flop / tot_blas / 1e9, std::min(tot_f32, tot_blas) / tot_b16);
+
+  // Chunked gated delta rule, 0.8b dims, one layer.
+  {
+    const clef::ops::GdnDims d{16, 16, 128, 128};
+    const std::int64_t t = quick ? 256 : m, st = d.hk * d.dk;
+    std::vector<float> q = randv(static_cast<std::size_t>(t * st), 3), k = randv(q.size(), 4);
+    clef::ops::l2norm_rows(q.data(), t * d.hk, d.dk, d.dk, 1e-6f, 1.0f / std::sqrt(128.0f));
+    clef::ops::l2norm_rows(k.data(), t * d.hk, d.dk, d.dk, 1e-6f, 1.0f);
+    const std::vector<float> v = randv(static_cast<std::size_t>(t * d.hv * d.dv), 5);
+    std::vector<float> g(static_cast<std::size_t>(t * d.hv), -0.1f), beta(g.size(), 0.5f);
+    std::vector<float> s(static_cast<std::size_t>(d.hv * d.dk * d.dv)), o(v.size());
+    const double sec = best_seconds(reps, [&] {
+      std::fill(s.begin(), s.end(), 0.0f);
+      clef::ops::gated_delta_rule(d, t, q.data(), k.data(), st, v.data(), d.hv * d.dv, g.data(), beta.data(),
+                                  s.data(), o.data());
+    });
+    const double flop = 47.2e6 / 18.0 * static_cast<double>(t);  // architecture.md §9, per layer
+    std::printf("gated_delta_rule (0.8b layer, T=%lld): %.2f ms, %.0f tokens/s/layer, ~%.1f GFLOP/s\n",
+                static_cast<long long>(t), sec * 1e3, static_cast<double>(t) / sec, flop / sec / 1e9);
+  }
+  // Blocked causal attention, 0.8b dims, one layer.
+  {
+    const clef::ops::AttentionDims d{8, 2, 256};
+    const std::int64_t t = quick ? 256 : m;
+    const std::vector<float> q = randv(static_cast<std::size_t>(t * d.nh * d.hd), 6);
+    const std::vector<float> kc = randv(static_cast<std::size_t>(t * d.nkv * d.hd), 7), vc = randv(kc.size(), 8);
+    std::vector<float> o(q.size());
+    const double sec = best_seconds(reps, [&] { clef::ops::attention(d, t, t, q.data(), kc.data(), vc.data(), o.data()); });
+    const double flop = 4.0 * static_cast<double>(d.nh * d.hd) * static_cast<double>(t) * static_cast<double>(t + 1) / 2.0;
+    std::printf("attention (0.8b layer, T=%lld causal): %.2f ms, %.1f GFLOP/s (%.0f%% of fp32 peak)\n",
+                static_cast<long long>(t), sec * 1e3, flop / sec / 1e9, pf > 0 ? 100.0 * flop / sec / 1e9 / pf : 0.0);
+  }
+  return 0;
+}

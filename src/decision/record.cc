@@ -1,0 +1,104 @@
+#include "decision/record.h"
+
+#include "decision/render.h"
+#include "decision/request_error.h"
+
+namespace clef {
+
+std::string record_prefix() {
+  return std::string("<|im_start|>system\n") + kSystemPrompt + "<|im_end|>\n<|im_start|>user\nSTATE:\n";
+}
+
+namespace {
+
+std::string field_head(std::size_t k, const RequestQuestion& q) {
+  return "\nFIELD " + std::to_string(k) + "\nID: " + q.id + "\nTYPE: " + question_type_name(q.type) + "\nINSTRUCTION: ";
+}
+
+}  // namespace
+
+EncodedRecord encode_record(const SystemOneRequest& request, const Tokenizer& tok, const RecordOptions& options) {
+  TokenizerWorkspace ws;
+  EncodedRecord r;
+  std::vector<std::int32_t> schema;
+  auto append = [&](std::vector<std::int32_t>& dst, std::string_view text) {
+    std::vector<std::int32_t> ids;
+    tok.encode(text, ids, ws);
+    dst.insert(dst.end(), ids.begin(), ids.end());
+  };
+  auto span_of = [&](std::string_view text, const JsonPath& where, const std::string& what) {
+    const auto begin = static_cast<std::int64_t>(schema.size());
+    append(schema, text);
+    const auto end = static_cast<std::int64_t>(schema.size());
+    if (end == begin) {
+      throw RequestError(RequestErrorCode::kEmptySpan, where,
+                         what + " renders to no tokens; the head would average zero rows");
+    }
+    return TokenSpan{begin, end};
+  };
+
+  // Step 1: the schema, with spans relative to its start.
+  append(schema, kSchemaHead);
+  for (std::size_t k = 0; k < request.questions.size(); ++k) {
+    const RequestQuestion& q = request.questions[k];
+    const JsonPath qpath = JsonPath().key("questions").key(q.id);
+    HeadQuestion hq;
+    hq.type_id = static_cast<int>(q.type);
+    append(schema, field_head(k + 1, q));
+    hq.span = span_of(render(q.instructions), qpath.key("instructions"), "the instruction");
+    append(schema, kAllowedOptions);
+    for (std::size_t j = 0; j < q.options.size(); ++j) {
+      append(schema, "OPTION " + std::to_string(j + 1) + ": ");
+      hq.options.push_back(span_of(render(option_semantics(q.options[j])), qpath.key("criteria"), "an option"));
+      append(schema, "\n");
+    }
+    append(schema, kEndField);
+    r.questions.push_back(std::move(hq));
+  }
+  // Steps 2-4: prefix, suffix, state.
+  std::vector<std::int32_t> prefix, suffix, state;
+  append(prefix, record_prefix());
+  append(suffix, kSuffix);
+  append(state, render(request.state));
+  r.prefix_len = static_cast<std::int64_t>(prefix.size());
+  r.schema_len = static_cast<std::int64_t>(schema.size());
+  r.suffix_len = static_cast<std::int64_t>(suffix.size());
+  r.state_len_full = static_cast<std::int64_t>(state.size());
+  // Steps 5-6: the budget.
+  const std::int64_t fixed = r.prefix_len + r.schema_len + r.suffix_len;
+  if (fixed > options.max_length) {
+    throw RequestError(RequestErrorCode::kInputTooLong, JsonPath().key("questions"),
+                       "schema requires " + std::to_string(fixed) + " tokens before state; maximum is " +
+                           std::to_string(options.max_length));
+  }
+  const std::int64_t room = options.max_length - fixed;
+  if (r.state_len_full > room) {
+    if (options.overflow == OverflowPolicy::kRefuse) {
+      throw RequestError(RequestErrorCode::kInputTooLong, JsonPath().key("state"),
+                         "the record needs " + std::to_string(fixed + r.state_len_full) + " tokens (state " +
+                             std::to_string(r.state_len_full) + " + prompt and schema " + std::to_string(fixed) +
+                             "), more than the maximum of " + std::to_string(options.max_length) +
+                             "; shorten the state or allow truncation");
+    }
+    state.resize(static_cast<std::size_t>(room));  // keep the beginning, as the reference does
+  }
+  r.state_len = static_cast<std::int64_t>(state.size());
+  // Step 7: concatenate and shift the spans.
+  r.input_ids.reserve(static_cast<std::size_t>(fixed + r.state_len));
+  r.input_ids.insert(r.input_ids.end(), prefix.begin(), prefix.end());
+  r.input_ids.insert(r.input_ids.end(), state.begin(), state.end());
+  r.input_ids.insert(r.input_ids.end(), schema.begin(), schema.end());
+  r.input_ids.insert(r.input_ids.end(), suffix.begin(), suffix.end());
+  const std::int64_t shift = r.prefix_len + r.state_len;
+  for (auto& q : r.questions) {
+    q.span.begin += shift;
+    q.span.end += shift;
+    for (auto& o : q.options) {
+      o.begin += shift;
+      o.end += shift;
+    }
+  }
+  return r;
+}
+
+}  // namespace clef

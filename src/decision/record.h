@@ -1,0 +1,61 @@
+// encode_record (protocol.md §3): a validated SystemOne request -> the exact prompt token ids and
+// the question/option spans the joint head reads. Every piece is tokenized on its own (no
+// special-token insertion; added tokens inside any piece are still recognised) and the id lists
+// are concatenated: prefix ‖ state ‖ schema ‖ suffix.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "decision/joint_head.h"
+#include "decision/request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace clef {
+
+/// The fixed prompt strings (protocol.md §3.1, seed 000).
+inline constexpr const char* kSystemPrompt =
+    "Read the complete state and schema. Decide every field jointly. Each answer must be exactly one of that "
+    "field's allowed options.";
+inline constexpr const char* kSchemaHead = "\n\nSCHEMA FIELDS:\n";
+inline constexpr const char* kAllowedOptions = "\nALLOWED OPTIONS:\n";
+inline constexpr const char* kEndField = "END FIELD\n";
+inline constexpr const char* kSuffix =
+    "\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:";
+/// PREFIX = "<|im_start|>system\n" + SYSTEM_PROMPT + "<|im_end|>\n<|im_start|>user\nSTATE:\n".
+std::string record_prefix();
+
+/// What to do with a record longer than the budget.
+enum class OverflowPolicy : std::uint8_t {
+  kRefuse,         ///< default: a RequestError (code input_too_long) giving the token counts
+  kTruncateState,  ///< the reference's behaviour: keep the first state tokens that fit, report how many were dropped
+};
+
+struct RecordOptions {
+  std::int64_t max_length = 16384;  ///< token budget of the whole record (the training length)
+  OverflowPolicy overflow = OverflowPolicy::kRefuse;
+};
+
+/// One encoded record.
+struct EncodedRecord {
+  std::vector<std::int32_t> input_ids;  ///< [T]
+  std::vector<HeadQuestion> questions;  ///< request order; spans absolute in input_ids
+  std::int64_t prefix_len = 0;          ///< prefix tokens (36 with the Qwen3.5 tokenizer)
+  std::int64_t state_len = 0;           ///< state tokens kept
+  std::int64_t state_len_full = 0;      ///< state tokens before truncation
+  std::int64_t schema_len = 0;
+  std::int64_t suffix_len = 0;          ///< 18 with the Qwen3.5 tokenizer
+  std::int64_t state_tokens_dropped() const noexcept { return state_len_full - state_len; }
+  /// Tokens [0, state_end()) depend only on the state: the boundary for state reuse.
+  std::int64_t state_end() const noexcept { return prefix_len + state_len; }
+};
+
+/// Encodes `request` (protocol.md §3.2 steps 1-8, text only). Throws RequestError:
+/// input_too_long (path `state`) when prefix + state + schema + suffix exceeds max_length under
+/// kRefuse, or when the fixed part alone does ("schema requires N tokens before state; maximum is
+/// M", path `questions`), and empty_span (path `questions.<id>`) when an instruction or option
+/// renders to zero tokens (the reference would average zero rows: NaN).
+EncodedRecord encode_record(const SystemOneRequest& request, const Tokenizer& tokenizer, const RecordOptions& options);
+
+}  // namespace clef

@@ -1,0 +1,39 @@
+// render(): the text of a JSON value inside a Clef prompt (protocol.md §3.3), byte-identical to the
+// reference's Python: a string is used as-is, any other value is
+//   json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+// of the value json.loads produced from the request.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "decision/json_value.h"
+
+namespace clef {
+
+/// Prompt text of a value (protocol.md §3.3): the string itself for a JSON string, else
+/// dump_json(value). Returns UTF-8. Never throws for a JsonValue (its invariants exclude NaN,
+/// infinities, invalid UTF-8 and lone surrogates).
+std::string render(const JsonValue& value);
+
+/// Python json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")) of any
+/// value, strings included (quoted). Object keys are sorted by code point (= UTF-8 byte order for
+/// valid UTF-8), nested objects too; integers print their exact digits; floats print as Python's
+/// repr (python_float_repr). Returns UTF-8.
+std::string dump_json(const JsonValue& value);
+
+/// Appends dump_json(value) to `out`.
+void append_dump_json(std::string& out, const JsonValue& value);
+
+/// Appends `s` (valid UTF-8) as a JSON string literal the way Python's json.dumps does with
+/// ensure_ascii=False: `"` and `\` escaped, \n \r \t \b \f as two-character escapes, every other
+/// byte below 0x20 as \u00xx (lower-case hex), everything else (DEL, U+2028, non-ASCII) raw.
+void append_json_string(std::string& out, std::string_view s);
+
+/// Python repr() of a finite double (protocol.md §3.3): the shortest digits that round-trip;
+/// positional when the decimal exponent of the leading digit is in [-4, 15] ("1.0", "0.0001",
+/// "-0.0", "1e+16" is the first exponent form), else "d[.ddd]e±XX" with at least two exponent
+/// digits ("1e-05", "1.2345e+20", "5e-324"). Throws InternalError for NaN and infinities.
+std::string python_float_repr(double v);
+
+}  // namespace clef

@@ -1,0 +1,299 @@
+#include "decision/request.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "decision/render.h"
+
+namespace clef {
+
+namespace {
+
+constexpr std::string_view kDefaultTrue = "The proposition is true or the answer is yes.";
+constexpr std::string_view kDefaultFalse = "The proposition is false or the answer is no.";
+constexpr std::string_view kJevAlias = "jev-latest";
+constexpr std::string_view kCloudflarePrefix = "@cf/cloudflare/";  // Workers AI model path
+constexpr std::string_view kOpenRouterPrefix = "cloudflare/";      // OpenRouter model slug
+
+[[noreturn]] void reject(RequestErrorCode code, const JsonPath& path, const std::string& message) {
+  throw RequestError(code, path, message);
+}
+
+bool names_served_model(std::string_view model, const ServedModel& served) {
+  if (served.accept_any || model == kJevAlias) return true;
+  if (model.substr(0, kCloudflarePrefix.size()) == kCloudflarePrefix) {
+    model.remove_prefix(kCloudflarePrefix.size());
+  } else if (model.substr(0, kOpenRouterPrefix.size()) == kOpenRouterPrefix) {
+    model.remove_prefix(kOpenRouterPrefix.size());
+  }
+  if (model == served.name) return true;
+  return std::find(served.aliases.begin(), served.aliases.end(), model) != served.aliases.end();
+}
+
+std::string accepted_models(const ServedModel& served) {
+  std::string s;
+  append_json_string(s, kJevAlias);
+  if (!served.name.empty()) {
+    s += ", ";
+    append_json_string(s, served.name);
+  }
+  for (const auto& a : served.aliases) {
+    s += ", ";
+    append_json_string(s, a);
+  }
+  return s;
+}
+
+std::string count_text(std::size_t n, const char* what) {
+  return std::to_string(n) + " " + what;
+}
+
+// OpenRouter image part: {"type": "image_url", "image_url": {...}} (protocol.md §1.5).
+bool is_image_part(const JsonValue& item) {
+  if (!item.is_object()) return false;
+  const JsonValue* t = item.find("type");
+  return (t != nullptr && t->is_string() && (t->as_string() == "image_url" || t->as_string() == "image")) ||
+         item.find("image_url") != nullptr;
+}
+
+void check_model(const JsonValue& body, const ServedModel& served, SystemOneRequest& req) {
+  const JsonPath path = JsonPath().key("model");
+  const JsonValue* m = body.find("model");
+  if (m == nullptr) {
+    req.model = served.name;
+    req.model_given = false;
+    return;
+  }
+  if (!m->is_string()) reject(RequestErrorCode::kInvalidType, path, "model must be a string, got " + m->describe());
+  if (!names_served_model(m->as_string(), served)) {
+    reject(RequestErrorCode::kUnknownModel, path,
+           "this server does not serve " + m->describe() + "; accepted: " + accepted_models(served) +
+               " (or omit model)");
+  }
+  req.model = m->as_string();
+  req.model_given = true;
+}
+
+void check_state(const JsonValue& body, Dialect dialect, SystemOneRequest& req) {
+  const JsonValue* s = body.find("state");
+  if (s == nullptr) reject(RequestErrorCode::kMissingField, JsonPath().key("state"), "state is required (it may be null)");
+  if (dialect == Dialect::kOpenRouter && s->is_array()) {
+    for (std::size_t i = 0; i < s->items().size(); ++i) {
+      if (is_image_part(s->items()[i])) {
+        reject(RequestErrorCode::kImagesUnsupported, JsonPath().key("state").index(i),
+               "image parts are not supported by this build (text-only)");
+      }
+    }
+  }
+  req.state = *s;
+}
+
+void check_media(const JsonValue& body, Dialect dialect) {
+  const JsonValue* images = body.find("images");
+  if (images != nullptr && !images->is_null() && !(images->is_array() && images->size() == 0)) {
+    reject(RequestErrorCode::kImagesUnsupported, JsonPath().key("images"),
+           dialect == Dialect::kOpenRouter
+               ? "OpenRouter requests carry images inside the state array, and this build is text-only"
+               : "images are not supported by this build (text-only)");
+  }
+  const JsonValue* videos = body.find("videos");
+  if (videos != nullptr && !videos->is_null() && !(videos->is_array() && videos->size() == 0)) {
+    reject(RequestErrorCode::kVideosUnsupported, JsonPath().key("videos"), "videos are not supported");
+  }
+}
+
+std::optional<JsonValue> description_of(const JsonValue& v) {
+  if (v.is_null()) return std::nullopt;
+  return v;
+}
+
+void build_noul(const JsonValue* criteria, const JsonPath& path, RequestQuestion& q) {
+  std::optional<JsonValue> d_true = JsonValue::string(std::string(kDefaultTrue));
+  std::optional<JsonValue> d_false = JsonValue::string(std::string(kDefaultFalse));
+  if (criteria != nullptr && !criteria->is_null()) {
+    if (!criteria->is_object()) {
+      reject(RequestErrorCode::kInvalidType, path,
+             "noul criteria must be an object {\"true\": ..., \"false\": ...}, got " + criteria->describe());
+    }
+    // The reference merges the criteria over the defaults (dict.update): other keys are ignored,
+    // and a side given as null has no description.
+    if (const JsonValue* t = criteria->find("true")) d_true = description_of(*t);
+    if (const JsonValue* f = criteria->find("false")) d_false = description_of(*f);
+  }
+  q.options.push_back(RequestOption{"true", std::move(d_true)});
+  q.options.push_back(RequestOption{"false", std::move(d_false)});
+  q.request_order = {0, 1};
+}
+
+bool is_empty_criteria(const JsonValue* c) {
+  return c == nullptr || c->is_null() || ((c->is_object() || c->is_array()) && c->size() == 0);
+}
+
+void build_choice(const JsonValue* criteria, const JsonPath& path, const RequestLimits& limits, RequestQuestion& q) {
+  if (is_empty_criteria(criteria)) {
+    reject(RequestErrorCode::kEmptyCriteria, path, "choice criteria must not be empty (an object of option ids)");
+  }
+  if (!criteria->is_object()) {
+    reject(RequestErrorCode::kInvalidType, path,
+           "choice criteria must be an object mapping option ids to descriptions, got " + criteria->describe());
+  }
+  const std::size_t n = criteria->size();
+  if (n < limits.min_choice_options) {
+    reject(RequestErrorCode::kTooFewOptions, path,
+           "choice needs at least " + count_text(limits.min_choice_options, "options") + ", got " + std::to_string(n));
+  }
+  if (n > limits.max_choice_options) {
+    reject(RequestErrorCode::kTooManyOptions, path,
+           "choice allows at most " + count_text(limits.max_choice_options, "options") + ", got " + std::to_string(n));
+  }
+  // Model order: sorted by option id in code point order (= UTF-8 byte order) (§3.4).
+  const auto& members = criteria->members();
+  std::vector<std::size_t> by_id(n);
+  std::iota(by_id.begin(), by_id.end(), std::size_t{0});
+  std::sort(by_id.begin(), by_id.end(), [&](std::size_t a, std::size_t b) {
+    return std::string_view(members[a].first) < std::string_view(members[b].first);
+  });
+  q.options.reserve(n);
+  q.request_order.assign(n, 0);
+  for (std::size_t m = 0; m < n; ++m) {
+    const auto& member = members[by_id[m]];
+    q.options.push_back(RequestOption{member.first, description_of(member.second)});
+    q.request_order[by_id[m]] = m;
+  }
+}
+
+void build_score(const JsonValue* criteria, const JsonPath& path, const RequestLimits& limits, RequestQuestion& q) {
+  if (is_empty_criteria(criteria)) {
+    reject(RequestErrorCode::kEmptyCriteria, path, "score criteria must not be empty (an array of level descriptions)");
+  }
+  if (!criteria->is_array()) {
+    std::string why;
+    if (criteria->is_object()) why = " (the reference would silently use the object's keys as levels)";
+    if (criteria->is_string()) why = " (the reference would silently use each character as a level)";
+    reject(RequestErrorCode::kInvalidType, path,
+           "score criteria must be an array of level descriptions, lowest first, got " + criteria->describe() + why);
+  }
+  const std::size_t n = criteria->size();
+  if (n < limits.min_score_levels) {
+    reject(RequestErrorCode::kTooFewLevels, path,
+           "score needs at least " + count_text(limits.min_score_levels, "levels") + ", got " + std::to_string(n));
+  }
+  if (n > limits.max_score_levels) {
+    reject(RequestErrorCode::kTooManyLevels, path,
+           "score allows at most " + count_text(limits.max_score_levels, "levels") + ", got " + std::to_string(n));
+  }
+  q.options.reserve(n);
+  q.request_order.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    q.options.push_back(RequestOption{std::to_string(i), description_of(criteria->items()[i])});
+    q.request_order[i] = i;
+  }
+}
+
+RequestQuestion build_question(const std::string& id, const JsonValue& value, const RequestLimits& limits) {
+  const JsonPath path = JsonPath().key("questions").key(id);
+  if (id.empty()) {
+    reject(RequestErrorCode::kEmptyQuestionId, path,
+           "question ids must not be empty (the reference computes NaN for an empty id without instructions)");
+  }
+  if (id.size() > limits.max_question_id_bytes) {
+    reject(RequestErrorCode::kQuestionIdTooLong, JsonPath().key("questions"),
+           "question id of " + std::to_string(id.size()) + " bytes exceeds the limit of " +
+               std::to_string(limits.max_question_id_bytes) + " bytes");
+  }
+  if (!value.is_object()) {
+    reject(RequestErrorCode::kInvalidType, path,
+           "a question must be an object {\"type\", \"instructions\", \"criteria\"}, got " + value.describe());
+  }
+  RequestQuestion q;
+  q.id = id;
+  const JsonValue* type = value.find("type");
+  if (type == nullptr) reject(RequestErrorCode::kMissingField, path.key("type"), "type is required (noul, choice or score)");
+  const std::string_view t = type->is_string() ? std::string_view(type->as_string()) : std::string_view();
+  if (type->is_string() && t == "noul") {
+    q.type = QuestionType::kNoul;
+  } else if (type->is_string() && t == "choice") {
+    q.type = QuestionType::kChoice;
+  } else if (type->is_string() && t == "score") {
+    q.type = QuestionType::kScore;
+  } else {
+    reject(RequestErrorCode::kInvalidQuestionType, path.key("type"),
+           "type must be noul, choice, or score, got " + type->describe());
+  }
+  const JsonValue* criteria = value.find("criteria");
+  const JsonPath cpath = path.key("criteria");
+  switch (q.type) {
+    case QuestionType::kNoul: build_noul(criteria, cpath, q); break;
+    case QuestionType::kChoice: build_choice(criteria, cpath, limits, q); break;
+    case QuestionType::kScore: build_score(criteria, cpath, limits, q); break;
+  }
+  if (criteria != nullptr) q.criteria = *criteria;
+  // §1.2: missing, null or "" instructions fall back to the question id (non-empty here, so the
+  // question span is never empty).
+  const JsonValue* instr = value.find("instructions");
+  if (instr == nullptr || instr->is_null() || (instr->is_string() && instr->as_string().empty())) {
+    q.instructions = JsonValue::string(id);
+    q.instructions_from_id = true;
+  } else {
+    q.instructions = *instr;
+  }
+  return q;
+}
+
+}  // namespace
+
+const char* question_type_name(QuestionType type) noexcept {
+  switch (type) {
+    case QuestionType::kNoul: return "noul";
+    case QuestionType::kChoice: return "choice";
+    case QuestionType::kScore: return "score";
+  }
+  return "?";
+}
+
+JsonValue option_semantics(const RequestOption& option) {
+  JsonValue::Object members;
+  members.emplace_back("option_id", JsonValue::string(option.id));
+  if (option.description) members.emplace_back("description", *option.description);
+  return JsonValue::object(std::move(members));
+}
+
+SystemOneRequest validate_request(const JsonValue& body, const RequestLimits& limits, Dialect dialect,
+                                  const ServedModel& served) {
+  if (!body.is_object()) {
+    reject(RequestErrorCode::kInvalidType, JsonPath(), "the request body must be a JSON object, got " + body.describe());
+  }
+  SystemOneRequest req;
+  check_model(body, served, req);
+  check_state(body, dialect, req);
+
+  const JsonPath qpath = JsonPath().key("questions");
+  const JsonValue* questions = body.find("questions");
+  if (questions == nullptr) reject(RequestErrorCode::kMissingField, qpath, "questions is required");
+  if (!questions->is_object()) {
+    reject(RequestErrorCode::kInvalidType, qpath,
+           "questions must be an object mapping question ids to questions, got " + questions->describe());
+  }
+  const std::size_t n = questions->size();
+  if (n == 0) reject(RequestErrorCode::kEmptyQuestions, qpath, "at least one question is required");
+  if (n < limits.min_questions) {
+    reject(RequestErrorCode::kTooFewQuestions, qpath,
+           "at least " + count_text(limits.min_questions, "questions") + " are required, got " + std::to_string(n));
+  }
+  if (n > limits.max_questions) {
+    reject(RequestErrorCode::kTooManyQuestions, qpath,
+           "at most " + count_text(limits.max_questions, "questions") + " are allowed, got " + std::to_string(n));
+  }
+  req.questions.reserve(n);
+  for (const auto& [id, value] : questions->members()) req.questions.push_back(build_question(id, value, limits));
+
+  check_media(body, dialect);
+  return req;
+}
+
+SystemOneRequest parse_request(std::string_view body, const RequestLimits& limits, Dialect dialect,
+                               const ServedModel& served) {
+  return validate_request(parse_json(body, limits.json), limits, dialect, served);
+}
+
+}  // namespace clef

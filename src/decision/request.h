@@ -1,0 +1,123 @@
+// The SystemOne request model and its validation (protocol.md §1, §5.3, §8).
+//
+// parse_request() turns a request body into typed questions with their options in model order
+// (§3.4), or throws a RequestError naming a machine-readable code and the JSON path of the
+// offending value. It accepts what the reference accepts except where the reference crashes or
+// silently computes garbage (§5.3 items 5-6, §8 #7-9), which become RequestErrors; see
+// docs/DIFFERENCES.md for each deliberate difference.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "decision/json_value.h"
+#include "decision/request_error.h"
+
+namespace clef {
+
+/// Question type; the value is the reference's type id, the row of `type_embedding` (§1.2).
+enum class QuestionType : std::uint8_t { kNoul = 0, kChoice = 1, kScore = 2 };
+
+/// "noul", "choice" or "score".
+const char* question_type_name(QuestionType type) noexcept;
+
+/// Wire dialect the body arrived in (protocol.md §2.4). All share the SystemOne body; the
+/// OpenRouter form may also carry image parts inside a `state` array (§1.5).
+enum class Dialect : std::uint8_t {
+  kSystemOne,   ///< TypeSafe / Jev `POST /v1/systemone`
+  kCloudflare,  ///< Workers AI `/ai/run/@cf/cloudflare/<model>` (the envelope is the server's job)
+  kOpenRouter,  ///< OpenRouter `POST /api/alpha/decisions`
+};
+
+/// Limits applied by validation (protocol.md §1.3); every count is inclusive.
+struct RequestLimits {
+  std::size_t min_questions = 1;
+  std::size_t max_questions = 64;
+  std::size_t min_choice_options = 2;
+  std::size_t max_choice_options = 255;
+  std::size_t min_score_levels = 2;
+  std::size_t max_score_levels = 10;
+  std::size_t max_question_id_bytes = 1024;  ///< UTF-8 bytes of one question id
+  JsonParseOptions json;                     ///< nesting depth, integer digits
+};
+
+/// Which `model` values a request may name (protocol.md §1.1, §2.4). A request may omit `model`, or
+/// name "jev-latest" (the TypeSafe SDK default), `name`, one of `aliases`, or either of those as a
+/// Workers AI path "@cf/cloudflare/<name>" or an OpenRouter slug "cloudflare/<name>" (any dialect).
+struct ServedModel {
+  std::string name;                  ///< the served model's name, echoed when the request has none
+  std::vector<std::string> aliases;  ///< further accepted names (e.g. "clef-flash")
+  bool accept_any = false;           ///< reference behaviour: any string is accepted and echoed
+};
+
+/// One option of a question, in model order.
+struct RequestOption {
+  std::string id;  ///< "true"/"false" (noul), the criteria key (choice), "0".."n-1" (score)
+  /// The description as sent (any JSON value); nullopt when it was `null`, in which case the option
+  /// semantics carry no "description" key (reference behaviour, §3.4).
+  std::optional<JsonValue> description;
+};
+
+/// The option semantics object of §3.4: {"option_id": id} plus "description" when there is one.
+/// render() of it is the option span text.
+JsonValue option_semantics(const RequestOption& option);
+
+/// One validated question.
+struct RequestQuestion {
+  std::string id;                       ///< non-empty UTF-8, at most max_question_id_bytes
+  QuestionType type = QuestionType::kNoul;
+  /// The value whose render() is the question span text: `instructions` as sent, or the question
+  /// id (a string) when `instructions` is missing, null or "" (§1.2).
+  JsonValue instructions;
+  bool instructions_from_id = false;    ///< true when the id fallback applied
+  std::vector<RequestOption> options;   ///< model order (§3.4): noul true,false; choice sorted; score 0..n-1
+  /// request_order[k] = index into `options` of the k-th option in request order (choice: criteria
+  /// key order; noul and score: identity). Answers list choice probabilities in this order (§2.1).
+  std::vector<std::size_t> request_order;
+  JsonValue criteria;                   ///< criteria exactly as sent (null when absent); score legend
+};
+
+/// A validated SystemOne request.
+struct SystemOneRequest {
+  std::string model;          ///< `model` as sent, or ServedModel::name when absent
+  bool model_given = false;   ///< the request named a model
+  JsonValue state;            ///< any JSON value (null included)
+  std::vector<RequestQuestion> questions;  ///< request order
+};
+
+/// Parses and validates a request body (UTF-8 JSON text).
+///
+/// Args: `body` the HTTP body; `limits` the counts of §1.3; `dialect` the route's wire form;
+/// `served` the model names this server answers to.
+/// Returns the typed request. Throws RequestError (code + JSON path) for every rejection:
+///   parse_json's codes (invalid_json, lone_surrogate, non_finite_number, number_out_of_range,
+///   nesting_too_deep), then validate_request's.
+SystemOneRequest parse_request(std::string_view body, const RequestLimits& limits, Dialect dialect,
+                               const ServedModel& served);
+
+/// Validates an already parsed body (protocol.md §1, §5.3). Rules, in order:
+///  * body an object (invalid_type at the root);
+///  * `model` absent or a string (invalid_type `model`) naming a served model (unknown_model `model`);
+///  * `state` present, any value (missing_field `state`); OpenRouter: image parts inside a state
+///    array are refused (images_unsupported `state.<i>`);
+///  * `questions` present (missing_field), an object (invalid_type), non-empty (empty_questions),
+///    within [min_questions, max_questions] (too_few_questions / too_many_questions);
+///  * per question, in request order: id non-empty (empty_question_id `questions[""]`) and at most
+///    max_question_id_bytes (question_id_too_long); the question an object (invalid_type
+///    `questions.<id>`); `type` present (missing_field `questions.<id>.type`) and one of noul,
+///    choice, score (invalid_question_type); criteria (`questions.<id>.criteria`): noul absent,
+///    null or an object (invalid_type); choice a non-empty object (empty_criteria when missing,
+///    null, {} or []; invalid_type otherwise) with [min,max] options (too_few_options /
+///    too_many_options); score a non-empty array (empty_criteria / invalid_type) with [min,max]
+///    levels (too_few_levels / too_many_levels);
+///  * `images` / `videos` absent, null or [] (images_unsupported `images`, videos_unsupported
+///    `videos`): this build is text-only.
+/// Unknown fields anywhere are ignored.
+SystemOneRequest validate_request(const JsonValue& body, const RequestLimits& limits, Dialect dialect,
+                                  const ServedModel& served);
+
+}  // namespace clef

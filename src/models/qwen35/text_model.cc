@@ -1,0 +1,137 @@
+#include "models/qwen35/text_model.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "nn/linear.h"
+#include "ops/ops.h"
+
+namespace clef::qwen35 {
+namespace {
+
+// Scratch slots used here (the blocks use 0..5, 10..14, 20..21).
+constexpr std::size_t kSlotHidden = 30;  // [n, H] residual stream
+constexpr std::size_t kSlotNormed = 31;  // [n, H] normalized input of the current block
+constexpr std::size_t kSlotRope = 32;    // cos, sin [n, rotary/2] each
+
+}  // namespace
+
+TextModel::TextModel(const TextConfig& cfg, const TextWeights& w, const TextModelOptions& opt)
+    : cfg_(cfg), opt_(opt), embed_(w.embed_tokens) {
+  if (static_cast<std::int64_t>(w.layers.size()) != cfg.num_hidden_layers) {
+    throw ModelLoadError("text model: " + std::to_string(w.layers.size()) + " bound layers, config says " +
+                         std::to_string(cfg.num_hidden_layers));
+  }
+  const float eps = static_cast<float>(cfg.rms_norm_eps);
+  rope_.rotary_dim = cfg.rotary_dim();
+  rope_.theta = cfg.rope_theta;
+  for (int i = 0; i < 3; ++i) rope_.section[i] = cfg.mrope_section[static_cast<std::size_t>(i)];
+  rope_.interleaved = cfg.mrope_interleaved;
+
+  nn::GdnConfig gc;
+  gc.hidden = cfg.hidden_size;
+  gc.dims = {cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
+             cfg.linear_value_head_dim};
+  gc.conv_k = cfg.linear_conv_kernel_dim;
+  gc.eps = eps;
+  nn::AttentionConfig ac;
+  ac.hidden = cfg.hidden_size;
+  ac.dims = {cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim};
+  ac.rotary_dim = cfg.rotary_dim();
+  ac.eps = eps;
+
+  layers_.resize(w.layers.size());
+  for (std::size_t i = 0; i < w.layers.size(); ++i) {
+    const DecoderLayerWeights& lw = w.layers[i];
+    Layer& L = layers_[i];
+    const std::string name = w.prefix + "layers." + std::to_string(i);
+    L.type = lw.type;
+    L.input_norm = nn::small_f32(lw.input_layernorm, name + ".input_layernorm");
+    L.post_norm = nn::small_f32(lw.post_attention_layernorm, name + ".post_attention_layernorm");
+    if (lw.type == LayerType::kLinearAttention) {
+      if (!lw.linear_attn) throw ModelLoadError(name + ": linear_attn weights missing");
+      const LinearAttentionWeights& g = *lw.linear_attn;
+      const nn::GdnWeights gw{g.in_proj_qkv, g.in_proj_z, g.in_proj_b, g.in_proj_a, g.conv1d,
+                              g.dt_bias,     g.a_log,     g.norm,      g.out_proj};
+      L.gdn = nn::GatedDeltaNet(gc, gw, opt.precision, name + ".linear_attn");
+    } else {
+      if (!lw.self_attn) throw ModelLoadError(name + ": self_attn weights missing");
+      const FullAttentionWeights& a = *lw.self_attn;
+      const nn::AttentionWeights aw{a.q_proj, a.k_proj, a.v_proj, a.o_proj, a.q_norm, a.k_norm};
+      L.attn = nn::GatedAttention(ac, aw, opt.precision, name + ".self_attn");
+    }
+    L.mlp = nn::SwiGluMlp(lw.gate_proj, lw.up_proj, lw.down_proj, opt.precision, name + ".mlp");
+  }
+  final_norm_ = nn::small_f32(w.norm, w.prefix + "norm");
+}
+
+nn::ModelState TextModel::new_state() const {
+  nn::ModelState st;
+  st.layers.resize(layers_.size());
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i].type == LayerType::kLinearAttention) {
+      st.layers[i].gdn = layers_[i].gdn.new_state();
+    } else {
+      st.layers[i].kv = layers_[i].attn.new_cache();
+    }
+  }
+  return st;
+}
+
+void TextModel::forward_chunk(std::span<const std::int32_t> ids, std::span<const std::int32_t> positions,
+                              nn::ModelState& st, float* out, nn::Scratch& s) const {
+  const auto n = static_cast<std::int64_t>(ids.size());
+  if (n == 0) return;
+  if (st.layers.size() != layers_.size()) throw InvalidArgument("forward_chunk: state belongs to another model");
+  if (!positions.empty() && static_cast<std::int64_t>(positions.size()) != 3 * n) {
+    throw InvalidArgument("forward_chunk: positions must be [3, " + std::to_string(n) + "], got " +
+                          std::to_string(positions.size()) + " values");
+  }
+  const std::int64_t H = cfg_.hidden_size;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  float* h = s.get(kSlotHidden, n * H);
+  float* a = s.get(kSlotNormed, n * H);
+
+  // Rotary tables for the n new tokens (shared by every full-attention layer).
+  const std::int64_t half = rope_.rotary_dim / 2;
+  float* cos = s.get(kSlotRope, 2 * n * half);
+  float* sin = cos + n * half;
+  std::vector<std::int32_t> pos;
+  const std::int32_t* pp = positions.data();
+  if (positions.empty()) {
+    pos.resize(static_cast<std::size_t>(3 * n));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto p = static_cast<std::int32_t>(st.next_position + i);
+      for (std::int64_t r = 0; r < 3; ++r) pos[static_cast<std::size_t>(r * n + i)] = p;
+    }
+    pp = pos.data();
+  }
+  ops::rope_tables(rope_, pp, n, cos, sin);
+
+  ops::embedding_gather(embed_.dtype(), embed_.bytes.data(), embed_.shape()[0], H, ids, h);
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    const Layer& L = layers_[li];
+    nn::LayerState& ls = st.layers[li];
+    ops::rms_norm_offset(h, n, H, L.input_norm.data(), eps, a);
+    if (L.type == LayerType::kLinearAttention) {
+      L.gdn.forward(a, n, ls.gdn, h, s);
+    } else {
+      L.attn.forward(a, n, cos, sin, ls.kv, h, s);
+    }
+    ops::rms_norm_offset(h, n, H, L.post_norm.data(), eps, a);
+    L.mlp.forward(a, n, h, s);
+  }
+  ops::rms_norm_offset(h, n, H, final_norm_.data(), eps, out);
+
+  st.n_tokens += n;
+  if (positions.empty()) {
+    st.next_position += n;
+  } else {
+    std::int32_t mx = 0;
+    for (std::int32_t p : positions) mx = std::max(mx, p);
+    st.next_position = std::max<std::int64_t>(st.next_position, static_cast<std::int64_t>(mx) + 1);
+  }
+}
+
+}  // namespace clef::qwen35

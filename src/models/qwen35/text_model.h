@@ -1,0 +1,63 @@
+// The Qwen3.5 text backbone (architecture.md §2.1): embedding, L decoder layers (Gated DeltaNet
+// or gated full attention, each followed by a SwiGLU MLP, pre-norm with offset RMSNorm), final
+// norm. forward_chunk() runs one chunk of tokens against a carried ModelState and writes the
+// final-norm hidden rows of that chunk.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "io/hf_config.h"
+#include "models/qwen35/weights.h"
+#include "nn/attention.h"
+#include "nn/gated_deltanet.h"
+#include "nn/mlp.h"
+#include "nn/scratch.h"
+#include "nn/state.h"
+#include "ops/gemm.h"
+
+namespace clef::qwen35 {
+
+struct TextModelOptions {
+  ops::Precision precision = ops::Precision::kF32;
+};
+
+class TextModel {
+ public:
+  /// Binds the layers to `w` (views into the release's mmapped files, which must outlive this
+  /// object). Throws ModelLoadError / Unsupported for inconsistent configs or tensors.
+  TextModel(const TextConfig& cfg, const TextWeights& w, const TextModelOptions& opt);
+
+  /// A fresh state (zero conv/recurrent states, empty KV caches, position 0).
+  nn::ModelState new_state() const;
+
+  /// Runs n = ids.size() >= 1 tokens that follow the tokens already in `st`, updating it.
+  /// positions: optional [3, n] M-RoPE positions (t, h, w streams); when empty, text positions
+  /// st.next_position + i on all three streams. out [n, H]: final-norm hidden rows (fp32).
+  /// Throws InvalidArgument for an id outside the vocabulary or a bad positions size.
+  void forward_chunk(std::span<const std::int32_t> ids, std::span<const std::int32_t> positions,
+                     nn::ModelState& st, float* out, nn::Scratch& s) const;
+
+  const TextConfig& config() const noexcept { return cfg_; }
+  std::int64_t hidden_size() const noexcept { return cfg_.hidden_size; }
+  ops::Precision precision() const noexcept { return opt_.precision; }
+
+ private:
+  struct Layer {
+    LayerType type = LayerType::kLinearAttention;
+    std::vector<float> input_norm, post_norm;  ///< offset weights [H]
+    nn::GatedDeltaNet gdn;
+    nn::GatedAttention attn;
+    nn::SwiGluMlp mlp;
+  };
+  TextConfig cfg_;
+  TextModelOptions opt_;
+  WeightView embed_;
+  std::vector<Layer> layers_;
+  std::vector<float> final_norm_;
+  ops::RopeDims rope_;
+};
+
+}  // namespace clef::qwen35

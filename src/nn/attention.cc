@@ -1,0 +1,65 @@
+#include "nn/attention.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "nn/linear.h"
+
+namespace clef::nn {
+
+GatedAttention::GatedAttention(const AttentionConfig& cfg, const AttentionWeights& w,
+                               ops::Precision p, const std::string& name)
+    : cfg_(cfg),
+      q_(linear_weight(w.q_proj, p, name + ".q_proj")),
+      k_(linear_weight(w.k_proj, p, name + ".k_proj")),
+      v_(linear_weight(w.v_proj, p, name + ".v_proj")),
+      o_(linear_weight(w.o_proj, p, name + ".o_proj")),
+      q_norm_(small_f32(w.q_norm, name + ".q_norm")),
+      k_norm_(small_f32(w.k_norm, name + ".k_norm")) {
+  const ops::AttentionDims& d = cfg.dims;
+  if (q_.n() != 2 * d.nh * d.hd || k_.n() != d.nkv * d.hd || o_.k() != d.nh * d.hd ||
+      cfg.rotary_dim > d.hd || cfg.rotary_dim % 2 != 0) {
+    throw ModelLoadError(name + ": tensor shapes disagree with the attention config");
+  }
+}
+
+KvCache GatedAttention::new_cache() const {
+  KvCache c;
+  c.width = cfg_.dims.nkv * cfg_.dims.hd;
+  return c;
+}
+
+void GatedAttention::forward(const float* x, std::int64_t n, const float* cos, const float* sin,
+                             KvCache& kv, float* h, Scratch& s) const {
+  const ops::AttentionDims& d = cfg_.dims;
+  const std::int64_t qw = d.nh * d.hd, kvw = d.nkv * d.hd;
+  float* qg = s.get(kSlotBase + 0, n * 2 * qw);  // [n, nh, 2*hd]: per head [q | gate]
+  float* q = s.get(kSlotBase + 1, n * qw);       // [n, nh, hd]
+  float* gate = s.get(kSlotBase + 2, n * qw);    // [n, nh*hd]
+  float* kvn = s.get(kSlotBase + 3, 2 * n * kvw);  // k, v [n, nkv, hd]
+  float* k = kvn;
+  float* v = kvn + n * kvw;
+  float* o = s.get(kSlotBase + 4, n * qw);       // [n, nh, hd]
+
+  ops::linear(x, n, q_, qg);
+  ops::linear(x, n, k_, k);
+  ops::linear(x, n, v_, v);
+  // Per-head interleaved split (pitfall 2): head j = qg[:, j, 0:hd] query, [hd:2hd] gate.
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t j = 0; j < d.nh; ++j) {
+      const float* src = qg + (i * d.nh + j) * 2 * d.hd;
+      std::copy(src, src + d.hd, q + (i * d.nh + j) * d.hd);
+      std::copy(src + d.hd, src + 2 * d.hd, gate + (i * d.nh + j) * d.hd);
+    }
+  }
+  ops::rms_norm_offset(q, n * d.nh, d.hd, q_norm_.data(), cfg_.eps, q);
+  ops::rms_norm_offset(k, n * d.nkv, d.hd, k_norm_.data(), cfg_.eps, k);
+  ops::apply_rope(q, n, d.nh, d.hd, qw, cfg_.rotary_dim, cos, sin);
+  ops::apply_rope(k, n, d.nkv, d.hd, kvw, cfg_.rotary_dim, cos, sin);
+  kv.append(k, v, n);
+  ops::attention(d, n, kv.length, q, kv.k.data(), kv.v.data(), o);
+  ops::sigmoid_mul(o, gate, n * qw);
+  ops::linear(o, n, o_, h, /*accumulate=*/true);
+}
+
+}  // namespace clef::nn

@@ -1,0 +1,52 @@
+// Gated full attention (architecture.md §3): q/gate projection (per-head interleaved), k/v
+// projections, per-head offset q/k RMSNorm, partial M-RoPE, KV-cache append, causal GQA
+// attention, sigmoid output gate, output projection.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/weight_store.h"
+#include "nn/scratch.h"
+#include "nn/state.h"
+#include "ops/gemm.h"
+#include "ops/ops.h"
+
+namespace clef::nn {
+
+struct AttentionConfig {
+  std::int64_t hidden = 0;      ///< H
+  ops::AttentionDims dims;      ///< nh, nkv, hd
+  std::int64_t rotary_dim = 0;  ///< rotated dims per head
+  float eps = 1e-6f;            ///< q/k RMSNorm epsilon
+};
+
+struct AttentionWeights {
+  WeightView q_proj, k_proj, v_proj, o_proj, q_norm, k_norm;
+};
+
+class GatedAttention {
+ public:
+  GatedAttention() = default;
+  GatedAttention(const AttentionConfig& cfg, const AttentionWeights& w, ops::Precision p,
+                 const std::string& name);
+
+  /// An empty cache for a new sequence.
+  KvCache new_cache() const;
+
+  /// x [n, H] normalized input; cos/sin [n, rotary_dim/2] rotary tables of the n new tokens;
+  /// the n new tokens are appended to `kv`; h [n, H] residual, h += attention(x).
+  /// Uses scratch slots kSlotBase..kSlotBase+4.
+  void forward(const float* x, std::int64_t n, const float* cos, const float* sin, KvCache& kv,
+               float* h, Scratch& s) const;
+
+  static constexpr std::size_t kSlotBase = 10;
+
+ private:
+  AttentionConfig cfg_;
+  ops::GemmWeight q_, k_, v_, o_;
+  std::vector<float> q_norm_, k_norm_;
+};
+
+}  // namespace clef::nn

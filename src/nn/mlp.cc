@@ -1,0 +1,24 @@
+#include "nn/mlp.h"
+
+#include "nn/linear.h"
+#include "ops/ops.h"
+
+namespace clef::nn {
+
+SwiGluMlp::SwiGluMlp(const WeightView& gate, const WeightView& up, const WeightView& down,
+                     ops::Precision p, const std::string& name)
+    : gate_(linear_weight(gate, p, name + ".gate_proj")),
+      up_(linear_weight(up, p, name + ".up_proj")),
+      down_(linear_weight(down, p, name + ".down_proj")),
+      inter_(gate_.n()) {}
+
+void SwiGluMlp::forward(const float* x, std::int64_t n, float* h, Scratch& s) const {
+  float* g = s.get(kSlotBase, n * inter_);      // [n, I]
+  float* u = s.get(kSlotBase + 1, n * inter_);  // [n, I]
+  ops::linear(x, n, gate_, g);
+  ops::linear(x, n, up_, u);
+  ops::silu_mul(g, u, n * inter_, g);
+  ops::linear(g, n, down_, h, /*accumulate=*/true);  // h += down(...)
+}
+
+}  // namespace clef::nn

@@ -1,0 +1,44 @@
+// Per-sequence state of a hybrid (Gated DeltaNet + full attention) decoder, carried between
+// prefill chunks (architecture.md §13, issue 5 §4). Plain values: copying a ModelState is a deep
+// copy, which is exactly "fork"; assigning one back is "restore".
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace clef::nn {
+
+/// Gated DeltaNet layer state.
+struct GdnState {
+  std::vector<float> conv;  ///< [K-1, conv_dim]: the last K-1 pre-conv input rows, oldest first
+  std::vector<float> rec;   ///< [Hv, dk, dv]: the recurrent state S of every value head, fp32
+};
+
+/// Key/value cache of one full-attention layer: rotated K and V of every past token.
+struct KvCache {
+  std::int64_t width = 0;   ///< floats per token row: nkv * head_dim
+  std::int64_t length = 0;  ///< tokens held
+  std::vector<float> k;     ///< [length, nkv, head_dim] (rotated keys)
+  std::vector<float> v;     ///< [length, nkv, head_dim]
+
+  /// Appends n rows of k and v ([n, width] each). Storage grows geometrically.
+  void append(const float* k_rows, const float* v_rows, std::int64_t n);
+};
+
+/// State of one decoder layer (only the member matching the layer type is used).
+struct LayerState {
+  GdnState gdn;
+  KvCache kv;
+};
+
+/// State of the whole decoder for one sequence.
+struct ModelState {
+  std::vector<LayerState> layers;
+  std::int64_t n_tokens = 0;       ///< tokens consumed so far (sequence index of the next one)
+  std::int64_t next_position = 0;  ///< rotary position of the next text token (== n_tokens for text)
+
+  /// Bytes held by the caches (conv + recurrent states, KV rows in use).
+  std::size_t bytes() const noexcept;
+};
+
+}  // namespace clef::nn

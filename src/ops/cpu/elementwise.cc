@@ -1,0 +1,150 @@
+// Optimized CPU elementwise, norm, gate and rotary ops (contracts in ops/ops.h).
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/cpu/vmath.h"
+#include "ops/ops.h"
+#include "ops/rope_freq.h"
+
+namespace clef::ops {
+namespace {
+
+// Below this many elements a loop stays on one thread (fork/join costs a few microseconds).
+constexpr std::int64_t kParallelMin = 1 << 15;
+
+}  // namespace
+
+void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::int64_t h,
+                      std::span<const std::int32_t> ids, float* out) {
+  const auto n = static_cast<std::int64_t>(ids.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t id = ids[static_cast<std::size_t>(i)];
+    if (id < 0 || id >= rows) {
+      throw InvalidArgument("embedding_gather: token id " + std::to_string(id) + " outside [0, " +
+                            std::to_string(rows) + ")");
+    }
+  }
+  const auto* bytes = static_cast<const std::byte*>(table);
+  const std::size_t es = dtype_size(dtype);
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    throw Unsupported("embedding_gather: table dtype " + std::string(dtype_name(dtype)));
+  }
+#pragma omp parallel for schedule(static) if (n * h >= kParallelMin)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t id = ids[static_cast<std::size_t>(i)];
+    convert_to_f32(dtype, bytes + static_cast<std::size_t>(id * h) * es, static_cast<std::size_t>(h),
+                   out + i * h);
+  }
+}
+
+void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps,
+                     float* y) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    const float inv = 1.0f / std::sqrt(cpu::sum_squares(xr, n) / static_cast<float>(n) + eps);
+    for (std::int64_t j = 0; j < n; ++j) yr[j] = (xr[j] * inv) * (1.0f + w[j]);
+  }
+}
+
+void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int64_t n,
+                    const float* w, float eps, float* y) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* orow = o + r * n;
+    float* yr = y + r * n;
+    const float inv = 1.0f / std::sqrt(cpu::sum_squares(orow, n) / static_cast<float>(n) + eps);
+    for (std::int64_t j = 0; j < n; ++j) yr[j] = w[j] * (orow[j] * inv);
+    cpu::silu_times(z + r * n, yr, yr, n);  // y = silu(z) * y
+  }
+}
+
+void silu_mul(const float* gate, const float* up, std::int64_t n, float* out) {
+  constexpr std::int64_t kBlock = 4096;
+  const std::int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t s = b * kBlock, e = std::min(n, s + kBlock);
+    cpu::silu_times(gate + s, up + s, out + s, e - s);
+  }
+}
+
+void add_inplace(float* h, const float* x, std::int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMin)
+  for (std::int64_t i = 0; i < n; ++i) h[i] += x[i];
+}
+
+void sigmoid_mul(float* o, const float* gate, std::int64_t n) {
+  constexpr std::int64_t kBlock = 4096;
+  const std::int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t s = b * kBlock, e = std::min(n, s + kBlock);
+    cpu::sigmoid_times(gate + s, o + s, o + s, e - s);
+  }
+}
+
+void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps,
+                 float scale) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* xr = x + r * stride;
+    const float inv = 1.0f / std::sqrt(cpu::sum_squares(xr, n) + eps);
+    for (std::int64_t j = 0; j < n; ++j) xr[j] = (xr[j] * inv) * scale;
+  }
+}
+
+void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* a_log,
+               const float* dt_bias, float* beta, float* g) {
+  std::vector<float> neg_a(static_cast<std::size_t>(hv));
+  for (std::int64_t h = 0; h < hv; ++h) neg_a[static_cast<std::size_t>(h)] = -std::exp(a_log[h]);
+  cpu::sigmoid_times(b, nullptr, beta, t * hv);
+  for (std::int64_t i = 0; i < t; ++i) {
+    for (std::int64_t h = 0; h < hv; ++h) {
+      const float xs = a[i * hv + h] + dt_bias[h];
+      const float sp = xs > 20.0f ? xs : std::log1p(std::exp(xs));
+      g[i * hv + h] = neg_a[static_cast<std::size_t>(h)] * sp;
+    }
+  }
+}
+
+void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, float* cos,
+                 float* sin) {
+  const std::int64_t half = r.rotary_dim / 2;
+  const std::vector<float> inv = rope_inv_freq(r);
+  const std::vector<int> stream = rope_streams(r);
+#pragma omp parallel for schedule(static) if (t * half >= 4096)
+  for (std::int64_t i = 0; i < t; ++i) {
+    for (std::int64_t f = 0; f < half; ++f) {
+      const float p = static_cast<float>(pos[stream[static_cast<std::size_t>(f)] * t + i]);
+      const double angle = static_cast<double>(p * inv[static_cast<std::size_t>(f)]);
+      cos[i * half + f] = static_cast<float>(std::cos(angle));
+      sin[i * half + f] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim,
+                std::int64_t row_stride, std::int64_t rotary_dim, const float* cos,
+                const float* sin) {
+  const std::int64_t half = rotary_dim / 2;
+#pragma omp parallel for schedule(static) if (t * heads * rotary_dim >= kParallelMin)
+  for (std::int64_t i = 0; i < t; ++i) {
+    const float* c = cos + i * half;
+    const float* s = sin + i * half;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      float* __restrict lo = x + i * row_stride + h * head_dim;
+      float* __restrict hi = lo + half;
+      for (std::int64_t f = 0; f < half; ++f) {
+        const float a = lo[f], b = hi[f];
+        lo[f] = a * c[f] - b * s[f];
+        hi[f] = b * c[f] + a * s[f];
+      }
+    }
+  }
+}
+
+}  // namespace clef::ops

@@ -1,0 +1,166 @@
+// GEMM backend: oneDNN matmul (Debian libdnnl 2.6, OpenMP runtime shared with our loops).
+//
+// The weight W [n, k] row-major is handed to oneDNN as the matrix B = Wᵀ [k, n] with strides
+// (1, k) ("ba"), so the mmapped checkpoint bytes are used in place. Primitives are created once
+// per (m, n, k, precision, accumulate) and cached here (oneDNN also caches internally).
+#include <omp.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "core/error.h"
+#include "ops/gemm.h"
+
+namespace clef::ops {
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+struct Backend {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::mutex mu;
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int, bool>, dnnl::matmul> cache;
+};
+
+Backend& backend() {
+  static Backend b;
+  return b;
+}
+
+dnnl::matmul get_primitive(std::int64_t m, std::int64_t n, std::int64_t k, bool bf16, bool acc) {
+  Backend& b = backend();
+  std::lock_guard<std::mutex> lock(b.mu);
+  const auto key = std::make_tuple(m, n, k, bf16 ? 1 : 0, acc);
+  auto it = b.cache.find(key);
+  if (it != b.cache.end()) return it->second;
+  const dt in_t = bf16 ? dt::bf16 : dt::f32;
+  const dnnl::memory::desc src_md({m, k}, in_t, dnnl::memory::dims{k, 1});
+  const dnnl::memory::desc wei_md({k, n}, in_t, dnnl::memory::dims{1, k});
+  const dnnl::memory::desc dst_md({m, n}, dt::f32, dnnl::memory::dims{n, 1});
+  dnnl::primitive_attr attr;
+  if (acc) {
+    dnnl::post_ops po;
+    po.append_sum(1.0f);
+    attr.set_post_ops(po);
+  }
+  const dnnl::matmul::desc desc(src_md, wei_md, dst_md);
+  const dnnl::matmul::primitive_desc pd(desc, attr, b.engine);
+  dnnl::matmul prim(pd);
+  if (b.cache.size() > 4096) b.cache.clear();  // bound the cache; recreation is cheap-ish
+  b.cache.emplace(key, prim);
+  return prim;
+}
+
+/// Grows a thread-local scratch buffer to `n` elements and returns it.
+template <typename T>
+T* scratch(std::vector<T>& buf, std::size_t n) {
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+void widen_to_f32(DType dtype, const void* src, std::int64_t rows, std::int64_t cols, float* dst) {
+  const auto* bytes = static_cast<const std::byte*>(src);
+  const std::size_t es = dtype_size(dtype);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::size_t off = static_cast<std::size_t>(r * cols);
+    convert_to_f32(dtype, bytes + off * es, static_cast<std::size_t>(cols), dst + off);
+  }
+}
+
+}  // namespace
+
+const char* precision_name(Precision p) noexcept {
+  return p == Precision::kBF16 ? "bf16" : "fp32";
+}
+
+std::optional<Precision> precision_from_name(std::string_view s) noexcept {
+  if (s == "fp32" || s == "f32" || s == "float32") return Precision::kF32;
+  if (s == "bf16" || s == "bfloat16") return Precision::kBF16;
+  return std::nullopt;
+}
+
+GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64_t k, Precision p)
+    : dtype_(dtype), data_(data), n_(n), k_(k), precision_(p) {
+  if (n <= 0 || k <= 0 || data == nullptr) {
+    throw InvalidArgument("GemmWeight: bad shape [" + std::to_string(n) + ", " + std::to_string(k) + "]");
+  }
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    throw Unsupported(std::string("GemmWeight: weights of dtype ") + std::string(dtype_name(dtype)) +
+                      " are not supported (F32, BF16, F16)");
+  }
+  const auto addr = reinterpret_cast<std::uintptr_t>(data);
+  if (p == Precision::kBF16) {
+    if (dtype == DType::kBF16 && addr % alignof(std::uint16_t) == 0) {
+      operand_ = data;
+    } else {
+      const std::size_t count = static_cast<std::size_t>(n * k);
+      owned_.resize(count);
+      std::vector<float> row(static_cast<std::size_t>(k));
+      const auto* bytes = static_cast<const std::byte*>(data);
+      const std::size_t es = dtype_size(dtype);
+      for (std::int64_t r = 0; r < n; ++r) {
+        const std::size_t off = static_cast<std::size_t>(r * k);
+        convert_to_f32(dtype, bytes + off * es, row.size(), row.data());
+        for (std::size_t c = 0; c < row.size(); ++c) owned_[off + c] = f32_to_bf16(row[c]);
+      }
+      operand_ = owned_.data();
+    }
+  } else if (dtype == DType::kF32 && addr % alignof(float) == 0) {
+    operand_ = data;
+  }
+}
+
+void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate) {
+  if (!w.valid() || m <= 0) throw InvalidArgument("linear: empty weight or m <= 0");
+  const std::int64_t n = w.n(), k = w.k();
+  thread_local std::vector<float> wide;
+  thread_local std::vector<std::uint16_t> xb;
+  const bool bf16 = w.precision() == Precision::kBF16;
+  const void* wptr = w.operand();
+  if (wptr == nullptr) {  // kF32 with BF16/F16 (or misaligned F32) storage: widen per call
+    float* buf = scratch(wide, static_cast<std::size_t>(n * k));
+    widen_to_f32(w.stored_dtype(), w.stored_data(), n, k, buf);
+    wptr = buf;
+  }
+  const void* xptr = x;
+  if (bf16) {
+    std::uint16_t* buf = scratch(xb, static_cast<std::size_t>(m * k));
+    const std::int64_t total = m * k;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < total; ++i) buf[i] = f32_to_bf16(x[i]);
+    xptr = buf;
+  }
+  Backend& b = backend();
+  dnnl::matmul prim = get_primitive(m, n, k, bf16, accumulate);
+  const dt in_t = bf16 ? dt::bf16 : dt::f32;
+  dnnl::memory src({{m, k}, in_t, dnnl::memory::dims{k, 1}}, b.engine, const_cast<void*>(xptr));
+  dnnl::memory wei({{k, n}, in_t, dnnl::memory::dims{1, k}}, b.engine, const_cast<void*>(wptr));
+  dnnl::memory dst({{m, n}, dt::f32, dnnl::memory::dims{n, 1}}, b.engine, y);
+  prim.execute(b.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+  b.stream.wait();
+}
+
+std::string gemm_backend_name() {
+  const dnnl_version_t* v = dnnl_version();
+  std::string isa;
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx: isa = "avx512_core_amx"; break;
+    case dnnl::cpu_isa::avx512_core_bf16: isa = "avx512_core_bf16"; break;
+    case dnnl::cpu_isa::avx512_core_vnni: isa = "avx512_core_vnni"; break;
+    case dnnl::cpu_isa::avx512_core: isa = "avx512_core"; break;
+    case dnnl::cpu_isa::avx2: isa = "avx2"; break;
+    default: isa = "other"; break;
+  }
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + " (OpenMP, " + isa + ", " + std::to_string(omp_get_max_threads()) +
+         " threads)";
+}
+
+}  // namespace clef::ops

@@ -1,0 +1,86 @@
+// Linear layers (GEMM) behind one interface, so a CUDA backend can slot in later.
+//
+// y [m, n] = x [m, k] · Wᵀ with W [n, k] row-major (PyTorch Linear.weight), fp32 accumulation.
+// The CPU backend is oneDNN's matmul (chosen by measurement over OpenBLAS, see docs/NUMERICS.md
+// and bench/bench_ops.cc); it runs on the engine's OpenMP pool (ops/parallel.h).
+//
+// Precision (issue 5 §3):
+//   kF32  parity mode: fp32 activations times exact fp32 weights (bf16/f16 weights are widened,
+//         which is exact), fp32 accumulation;
+//   kBF16 fast mode: activations rounded to bf16, bf16 weights used in place (mmapped, zero
+//         copy), products summed in fp32, fp32 output.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace clef::ops {
+
+/// Numeric mode of the backbone's linear layers.
+enum class Precision : std::uint8_t { kF32, kBF16 };
+
+/// "fp32" / "bf16".
+const char* precision_name(Precision p) noexcept;
+/// Parses "fp32"/"f32" or "bf16"; nullopt otherwise.
+std::optional<Precision> precision_from_name(std::string_view s) noexcept;
+
+/// The weight of one linear layer, W [n, k], prepared for one precision. Zero-copy when the
+/// stored dtype is what the precision consumes (BF16 for kBF16, F32 for kF32) and the data is
+/// suitably aligned; otherwise converted once here (F32/F16 -> bf16 for kBF16) or widened per
+/// call into scratch (BF16/F16 -> fp32 for kF32, so fp32 mode does not double resident memory).
+/// A zero-copy GemmWeight points into `data`, which must outlive it. Movable, not copyable.
+class GemmWeight {
+ public:
+  GemmWeight() = default;
+  /// `data` holds n x k little-endian elements of `dtype` (F32, BF16 or F16), any alignment.
+  /// Throws Unsupported for another dtype, InvalidArgument for non-positive sizes.
+  GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64_t k, Precision p);
+  GemmWeight(GemmWeight&&) noexcept = default;
+  GemmWeight& operator=(GemmWeight&&) noexcept = default;
+  GemmWeight(const GemmWeight&) = delete;
+  GemmWeight& operator=(const GemmWeight&) = delete;
+
+  std::int64_t n() const noexcept { return n_; }  ///< output features
+  std::int64_t k() const noexcept { return k_; }  ///< input features
+  Precision precision() const noexcept { return precision_; }
+  DType stored_dtype() const noexcept { return dtype_; }
+  const void* stored_data() const noexcept { return data_; }
+  /// Bytes this object allocated (0 when zero-copy).
+  std::size_t owned_bytes() const noexcept { return owned_.size() * sizeof(std::uint16_t); }
+  bool valid() const noexcept { return data_ != nullptr; }
+
+  /// Pointer to the operand the backend multiplies with (bf16 bits for kBF16; fp32 when the
+  /// stored weight is aligned F32 in kF32), or nullptr when it must be widened per call.
+  const void* operand() const noexcept { return operand_; }
+
+ private:
+  DType dtype_ = DType::kF32;
+  const void* data_ = nullptr;
+  const void* operand_ = nullptr;
+  std::int64_t n_ = 0, k_ = 0;
+  Precision precision_ = Precision::kF32;
+  std::vector<std::uint16_t> owned_;  ///< bf16 copy when the stored dtype is not BF16
+};
+
+/// y [m, n] = x [m, k] · Wᵀ, or y += x · Wᵀ when `accumulate` (fused residual add).
+/// x and y are contiguous fp32 and must not alias. m >= 1. Throws InvalidArgument on a bad size.
+void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate = false);
+
+/// Name and version of the GEMM library in use, e.g. "oneDNN 2.6.3 (OpenMP, avx512_core_bf16)".
+std::string gemm_backend_name();
+
+namespace ref {
+/// Scalar oracle of linear(): double accumulation of float(x) * float(W) products; in kBF16 the
+/// x values are first rounded to bf16 (W as stored, rounded to bf16 if not BF16).
+void linear(const float* x, std::int64_t m, DType dtype, const void* w, std::int64_t n,
+            std::int64_t k, float* y, bool accumulate, Precision p);
+}  // namespace ref
+
+}  // namespace clef::ops

@@ -1,0 +1,27 @@
+#include "ops/parallel.h"
+
+#include <omp.h>
+#include <sched.h>
+
+namespace clef::ops {
+
+int hardware_threads() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const int n = omp_get_num_procs();
+  return n > 0 ? n : 1;
+}
+
+int set_num_threads(int n) {
+  if (n <= 0) n = hardware_threads();
+  omp_set_num_threads(n);
+  return n;
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+}  // namespace clef::ops

@@ -1,0 +1,72 @@
+#include "runtime/backbone.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "ops/parallel.h"
+
+namespace clef {
+namespace {
+
+qwen35::TextModelOptions model_options(const BackboneOptions& o) {
+  if (o.chunk_size < 1) {
+    throw InvalidArgument("backbone: chunk size must be >= 1, got " + std::to_string(o.chunk_size));
+  }
+  qwen35::TextModelOptions m;
+  m.precision = o.precision;
+  return m;
+}
+
+}  // namespace
+
+Backbone::Backbone(const ReleaseFolder& release, const BackboneOptions& options)
+    : options_(options), model_(release.config.text, release.model.text, model_options(options)) {
+  ops::set_num_threads(options.threads);
+  if (options.pad_id >= 0) {
+    pad_id_ = options.pad_id;
+  } else {
+    for (const auto& [id, content] : release.tokenizer.added) {
+      if (content == "<|endoftext|>") pad_id_ = static_cast<std::int32_t>(id);
+    }
+  }
+}
+
+void Backbone::prefill(std::span<const std::int32_t> ids, SequenceState& st, const HiddenConsumer& consumer) {
+  const auto total = static_cast<std::int64_t>(ids.size());
+  const std::int64_t H = model_.hidden_size();
+  if (options_.padded_readout) {
+    std::vector<std::int32_t> call(static_cast<std::size_t>(kStaticReadoutRows));
+    out_.resize(static_cast<std::size_t>(kStaticReadoutRows * H));
+    for (std::int64_t c0 = 0; c0 < total; c0 += kStaticReadoutRows) {
+      const std::int64_t real = std::min(kStaticReadoutRows, total - c0);
+      std::copy(ids.begin() + c0, ids.begin() + c0 + real, call.begin());
+      std::fill(call.begin() + real, call.end(), pad_id_);
+      const std::int64_t first = st.n_tokens;
+      model_.forward_chunk(call, {}, st, out_.data(), scratch_);
+      if (consumer) consumer(first, out_.data(), real, H);  // padded rows discarded
+    }
+    return;
+  }
+  const std::int64_t chunk = options_.chunk_size;
+  out_.resize(static_cast<std::size_t>(std::min(chunk, std::max<std::int64_t>(total, 1)) * H));
+  for (std::int64_t c0 = 0; c0 < total; c0 += chunk) {
+    const std::int64_t n = std::min(chunk, total - c0);
+    const std::int64_t first = st.n_tokens;
+    model_.forward_chunk(ids.subspan(static_cast<std::size_t>(c0), static_cast<std::size_t>(n)), {}, st,
+                         out_.data(), scratch_);
+    if (consumer) consumer(first, out_.data(), n, H);
+  }
+}
+
+std::vector<float> Backbone::hidden_states(std::span<const std::int32_t> ids) {
+  const std::int64_t H = model_.hidden_size();
+  std::vector<float> all(ids.size() * static_cast<std::size_t>(H));
+  SequenceState st = new_state();
+  prefill(ids, st, [&](std::int64_t first, const float* rows, std::int64_t count, std::int64_t) {
+    std::copy(rows, rows + count * H, all.begin() + first * H);
+  });
+  return all;
+}
+
+}  // namespace clef

@@ -1,0 +1,86 @@
+// The backbone runtime (issue 5): a Qwen3.5 text model bound to a release folder, run as a
+// chunked prefill over a per-sequence state, delivering final-norm hidden rows chunk by chunk.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "models/qwen35/text_model.h"
+#include "nn/scratch.h"
+#include "ops/gemm.h"
+#include "runtime/release.h"
+#include "runtime/state.h"
+
+namespace clef {
+
+/// `<|endoftext|>`, the pad id of the seed's static-shape readout.
+inline constexpr std::int32_t kEndOfTextId = 248044;
+/// Rows per call of the seed's static-shape readout (seed 000, decision.readout).
+inline constexpr std::int64_t kStaticReadoutRows = 64;
+
+struct BackboneOptions {
+  /// Numeric mode: kF32 (parity) or kBF16 (bf16 weights and GEMM inputs, fp32 accumulation,
+  /// fp32 norms / states / residual stream).
+  ops::Precision precision = ops::Precision::kF32;
+  /// Tokens per prefill chunk (>= 1). Activation memory is O(chunk_size).
+  std::int64_t chunk_size = 512;
+  /// Seed-000 static-shape readout: run ceil(T/64) calls of exactly 64 positions, the last one
+  /// padded with <|endoftext|>, discarding padded rows. Overrides chunk_size. The pads stay in
+  /// the state afterwards (as in the Apple export); fork before if the state is reused.
+  bool padded_readout = false;
+  /// Pad id of the static-shape readout; -1 = the release tokenizer's `<|endoftext|>` id, else
+  /// kEndOfTextId (248044).
+  std::int32_t pad_id = -1;
+  /// Threads of the one engine pool (OpenMP, shared with oneDNN); <= 0 = all available CPUs.
+  int threads = 0;
+};
+
+/// Receives hidden rows as they are produced: rows [count, hidden] for sequence indices
+/// first_row .. first_row + count - 1 (indices count from the start of the state's sequence).
+/// `rows` is only valid during the call.
+using HiddenConsumer =
+    std::function<void(std::int64_t first_row, const float* rows, std::int64_t count, std::int64_t hidden)>;
+
+class Backbone {
+ public:
+  /// Binds the release's text weights (zero-copy views; `release` must outlive this object) and
+  /// sizes the thread pool. Throws InvalidArgument for bad options, ModelLoadError/Unsupported
+  /// for a model this engine cannot run.
+  Backbone(const ReleaseFolder& release, const BackboneOptions& options);
+
+  /// A fresh state for a new sequence.
+  SequenceState new_state() const { return model_.new_state(); }
+
+  /// Appends `ids` to the sequence in `st` (chunked prefill) and hands the final-norm hidden row
+  /// of every new token to `consumer`, chunk by chunk. Throws InvalidArgument for a bad id.
+  void prefill(std::span<const std::int32_t> ids, SequenceState& st, const HiddenConsumer& consumer);
+
+  /// Convenience: all hidden rows [T, H] of `ids` from a fresh state.
+  std::vector<float> hidden_states(std::span<const std::int32_t> ids);
+
+  const BackboneOptions& options() const noexcept { return options_; }
+  /// The pad id the static-shape readout uses.
+  std::int32_t pad_id() const noexcept { return pad_id_; }
+  std::int64_t hidden_size() const noexcept { return model_.hidden_size(); }
+  const qwen35::TextModel& model() const noexcept { return model_; }
+  /// Floats held by the activation scratch (O(chunk)).
+  std::size_t scratch_floats() const noexcept { return scratch_.floats(); }
+
+ private:
+  BackboneOptions options_;
+  qwen35::TextModel model_;
+  std::int32_t pad_id_ = kEndOfTextId;
+  nn::Scratch scratch_;
+  std::vector<float> out_;
+};
+
+/// `clef_backbone_dump` entry point (also meant for a `clef hidden` CLI subcommand): writes the
+/// hidden states of given ids as .npy files; see backbone_dump.cc for the flags. Returns the
+/// process exit code.
+int backbone_dump_main(int argc, char** argv);
+
+}  // namespace clef

@@ -1,0 +1,55 @@
+// libFuzzer target: parse_request (JSON parser + SystemOne validation, protocol.md §1, §3.3, §5.3)
+// must accept or reject any byte string with a RequestError, never crash, hang, read out of bounds
+// (ASan/UBSan watch) or throw anything else. Accepted requests must satisfy the validator's
+// promises, and render() must be a fixed point: parse_json(dump_json(v)) dumps to the same bytes.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "decision/json_value.h"
+#include "decision/render.h"
+#include "decision/request.h"
+
+namespace {
+
+void check_round_trip(const clef::JsonValue& v) {
+  const std::string once = clef::dump_json(v);
+  const std::string twice = clef::dump_json(clef::parse_json(once));
+  if (once != twice) __builtin_trap();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  clef::RequestLimits limits;
+  limits.json.max_depth = 64;  // keeps each input fast; depth handling is the same code
+  const clef::ServedModel served{"clef-flash", {"clef"}, false};
+  try {
+    check_round_trip(clef::parse_json(body, limits.json));
+  } catch (const clef::RequestError&) {
+  }
+  for (const clef::Dialect dialect : {clef::Dialect::kSystemOne, clef::Dialect::kOpenRouter}) {
+    try {
+      const clef::SystemOneRequest r = clef::parse_request(body, limits, dialect, served);
+      if (r.questions.empty() || r.questions.size() > limits.max_questions) __builtin_trap();
+      check_round_trip(r.state);
+      for (const auto& q : r.questions) {
+        if (q.id.empty() || q.id.size() > limits.max_question_id_bytes) __builtin_trap();
+        if (clef::render(q.instructions).empty()) __builtin_trap();  // never an empty question span
+        if (q.request_order.size() != q.options.size()) __builtin_trap();
+        for (std::size_t k = 0; k < q.options.size(); ++k) {
+          if (q.request_order[k] >= q.options.size()) __builtin_trap();
+          if (k > 0 && q.type == clef::QuestionType::kChoice && !(q.options[k - 1].id < q.options[k].id)) {
+            __builtin_trap();
+          }
+          check_round_trip(clef::option_semantics(q.options[k]));
+        }
+        check_round_trip(q.instructions);
+      }
+    } catch (const clef::RequestError&) {
+    }
+  }
+  return 0;
+}

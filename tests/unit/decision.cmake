@@ -1,0 +1,9 @@
+# Issue 4 (request model, validation, render()): unit tests and the batch driver that the live
+# parity tests (tests/reference/test_render_parity.py, test_request_parity.py) pipe JSON through.
+target_sources(clef_unit_tests PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/test_render.cc
+  ${CMAKE_CURRENT_LIST_DIR}/test_request.cc
+)
+add_executable(clef_decision_driver ${PROJECT_SOURCE_DIR}/tests/tools/decision_driver.cc)
+target_link_libraries(clef_decision_driver PRIVATE clef_engine clef_warnings)
+set_target_properties(clef_decision_driver PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)

@@ -1,0 +1,170 @@
+// Backbone runtime tests on the embedded tiny random model: chunk-size independence, the seed's
+// padded 64-call readout, chunk-by-chunk delivery to the consumer, state fork/restore, errors.
+// (Parity against transformers is tests/reference/test_backbone.py.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/parallel.h"
+#include "runtime/backbone.h"
+#include "runtime/release.h"
+#include "test_util.h"
+#include "tools/make_model.h"
+
+namespace clef {
+namespace {
+
+class BackboneTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    MakeModelOptions mo;
+    mo.out_dir = (dir_->path() / "tiny").string();
+    make_model(mo);
+    release_ = new ReleaseFolder(open_release(mo.out_dir));
+  }
+  static void TearDownTestSuite() {
+    delete release_;
+    delete dir_;
+  }
+  static std::vector<std::int32_t> ids(std::int64_t t, unsigned seed) {
+    std::mt19937 g(seed);
+    std::uniform_int_distribution<std::int32_t> d(0, static_cast<std::int32_t>(release_->config.text.vocab_size - 1));
+    std::vector<std::int32_t> v(static_cast<std::size_t>(t));
+    for (auto& x : v) x = d(g);
+    return v;
+  }
+  static BackboneOptions opts(std::int64_t chunk) {
+    BackboneOptions o;
+    o.chunk_size = chunk;
+    o.threads = 1;
+    return o;
+  }
+  /// max_i |a_i - b_i| / max_i |b_i|
+  static double rel(const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0.0, den = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      num = std::max(num, static_cast<double>(std::fabs(a[i] - b[i])));
+      den = std::max(den, static_cast<double>(std::fabs(b[i])));
+    }
+    return num / den;
+  }
+  static test::TempDir* dir_;
+  static ReleaseFolder* release_;
+};
+
+test::TempDir* BackboneTest::dir_ = nullptr;
+ReleaseFolder* BackboneTest::release_ = nullptr;
+
+TEST_F(BackboneTest, ChunkSizeDoesNotChangeHiddenRows) {
+  const auto x = ids(150, 1);
+  Backbone whole(*release_, opts(4096));
+  const std::vector<float> ref = whole.hidden_states(x);
+  ASSERT_EQ(ref.size(), x.size() * static_cast<std::size_t>(whole.hidden_size()));
+  for (std::int64_t c : {1, 7, 16, 64, 65}) {
+    Backbone bb(*release_, opts(c));
+    EXPECT_LE(rel(bb.hidden_states(x), ref), 1e-5) << "chunk " << c;
+  }
+}
+
+TEST_F(BackboneTest, PaddedReadoutEqualsUnpadded) {
+  for (std::int64_t t : {1, 63, 64, 65, 130}) {
+    const auto x = ids(t, 2);
+    Backbone plain(*release_, opts(64));
+    BackboneOptions po = opts(64);
+    po.padded_readout = true;
+    Backbone padded(*release_, po);
+    EXPECT_EQ(padded.pad_id(), 436);  // the tiny tokenizer's <|endoftext|>
+    EXPECT_LE(rel(padded.hidden_states(x), plain.hidden_states(x)), 1e-6) << "T=" << t;
+    // Every call is exactly 64 positions: the state holds ceil(T/64)*64 tokens afterwards.
+    SequenceState st = padded.new_state();
+    padded.prefill(x, st, {});
+    EXPECT_EQ(st.n_tokens, (t + 63) / 64 * 64);
+  }
+}
+
+TEST_F(BackboneTest, ConsumerGetsRowsChunkByChunk) {
+  const auto x = ids(100, 3);
+  Backbone bb(*release_, opts(32));
+  SequenceState st = bb.new_state();
+  std::vector<std::pair<std::int64_t, std::int64_t>> calls;
+  bb.prefill(x, st, [&](std::int64_t first, const float* rows, std::int64_t count, std::int64_t h) {
+    EXPECT_EQ(h, bb.hidden_size());
+    EXPECT_NE(rows, nullptr);
+    calls.emplace_back(first, count);
+  });
+  const std::vector<std::pair<std::int64_t, std::int64_t>> want = {{0, 32}, {32, 32}, {64, 32}, {96, 4}};
+  EXPECT_EQ(calls, want);
+  EXPECT_EQ(st.n_tokens, 100);
+  EXPECT_EQ(st.next_position, 100);
+  // Activation scratch is O(chunk): far below T * H * layers.
+  EXPECT_LT(bb.scratch_floats(), static_cast<std::size_t>(32 * 4096));
+}
+
+TEST_F(BackboneTest, ForkAndRestoreState) {
+  const auto x = ids(120, 4);
+  const std::int64_t H = release_->config.text.hidden_size;
+  Backbone bb(*release_, opts(16));
+  const std::vector<float> ref = bb.hidden_states(x);
+  const std::span<const std::int32_t> all(x);
+  // The split point is a multiple of the chunk size, so every chunk boundary matches the
+  // one-shot run and the rows must be bit-identical.
+  SequenceState st = bb.new_state();
+  bb.prefill(all.first(48), st, {});
+  const SequenceState snap = fork_state(st);
+  EXPECT_GT(snap.bytes(), 0u);
+
+  auto collect = [&](SequenceState& s, std::span<const std::int32_t> part) {
+    std::vector<float> out;
+    bb.prefill(part, s, [&](std::int64_t first, const float* rows, std::int64_t count, std::int64_t) {
+      EXPECT_EQ(first, 48 + static_cast<std::int64_t>(out.size()) / H);
+      out.insert(out.end(), rows, rows + count * H);
+    });
+    return out;
+  };
+  const std::vector<float> tail(ref.begin() + 48 * H, ref.end());
+  SequenceState branch = fork_state(snap);
+  EXPECT_EQ(collect(branch, all.subspan(48)), tail);  // the fork continues exactly
+  // A different continuation on the original does not disturb the snapshot.
+  const auto other = ids(30, 5);
+  collect(st, other);
+  EXPECT_EQ(st.n_tokens, 78);
+  restore_state(st, snap);
+  EXPECT_EQ(st.n_tokens, 48);
+  EXPECT_EQ(collect(st, all.subspan(48)), tail);
+}
+
+TEST_F(BackboneTest, Bf16ModeIsCloseToFp32) {
+  const auto x = ids(64, 6);
+  Backbone f32(*release_, opts(64));
+  BackboneOptions bo = opts(64);
+  bo.precision = ops::Precision::kBF16;
+  Backbone b16(*release_, bo);
+  EXPECT_LE(rel(b16.hidden_states(x), f32.hidden_states(x)), 0.1);
+}
+
+TEST_F(BackboneTest, RejectsBadInput) {
+  Backbone bb(*release_, opts(8));
+  SequenceState st = bb.new_state();
+  const std::vector<std::int32_t> bad = {1, static_cast<std::int32_t>(release_->config.text.vocab_size)};
+  EXPECT_THROW(bb.prefill(bad, st, {}), InvalidArgument);
+  EXPECT_THROW(Backbone(*release_, opts(0)), InvalidArgument);
+  SequenceState empty;
+  const std::vector<std::int32_t> one = {1};
+  EXPECT_THROW(bb.prefill(one, empty, {}), InvalidArgument);  // state of another model
+}
+
+TEST_F(BackboneTest, ThreadsOptionSizesThePool) {
+  BackboneOptions o = opts(8);
+  o.threads = 1;
+  Backbone bb(*release_, o);
+  EXPECT_EQ(ops::num_threads(), 1);
+  EXPECT_GE(ops::hardware_threads(), 1);
+}
+
+}  // namespace
+}  // namespace clef

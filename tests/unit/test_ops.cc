@@ -1,0 +1,479 @@
+// Op harness: every optimized CPU op against its scalar reference (src/ops/ref) on random inputs
+// with odd shapes (1, 17, non-multiples of 16), per-op tolerances. A failure names the op, the
+// shapes, the first bad index with both values, and how many elements are off.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "ops/gemm.h"
+#include "ops/ops.h"
+#include "ops/rope_freq.h"
+
+namespace clef {
+namespace {
+
+using Vec = std::vector<float>;
+using ops::AttentionDims;
+using ops::GdnDims;
+using ops::Precision;
+using ops::RopeDims;
+
+/// Tolerance: |got - want| <= atol + rtol * |want| elementwise.
+struct Tol {
+  double atol;
+  double rtol;
+};
+
+::testing::AssertionResult close(const std::string& op, const std::string& shapes, const Vec& want,
+                                 const Vec& got, Tol tol) {
+  if (want.size() != got.size()) {
+    return ::testing::AssertionFailure() << op << " " << shapes << ": size " << got.size()
+                                         << " != " << want.size();
+  }
+  std::size_t bad = 0, first = want.size();
+  double worst = 0.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double w = want[i], g = got[i];
+    const double err = std::fabs(g - w);
+    const bool ok = (std::isnan(w) && std::isnan(g)) || err <= tol.atol + tol.rtol * std::fabs(w);
+    worst = std::max(worst, std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
+    if (!ok) {
+      if (first == want.size()) first = i;
+      ++bad;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "op " << op << " shapes " << shapes << ": " << bad << "/" << want.size()
+         << " elements off; first bad index " << first << " want " << want[first] << " got "
+         << got[first] << " (atol " << tol.atol << ", rtol " << tol.rtol << ", max err " << worst << ")";
+}
+
+class Rng {
+ public:
+  explicit Rng(std::uint32_t seed) : gen_(seed) {}
+  Vec uniform(std::int64_t n, float lo = -1.0f, float hi = 1.0f) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    Vec v(static_cast<std::size_t>(n));
+    for (float& x : v) x = d(gen_);
+    return v;
+  }
+  std::int32_t integer(std::int32_t lo, std::int32_t hi) {
+    return std::uniform_int_distribution<std::int32_t>(lo, hi)(gen_);
+  }
+
+ private:
+  std::mt19937 gen_;
+};
+
+std::string dims(std::initializer_list<std::int64_t> d) {
+  std::ostringstream s;
+  s << "[";
+  bool first = true;
+  for (auto x : d) {
+    s << (first ? "" : ", ") << x;
+    first = false;
+  }
+  s << "]";
+  return s.str();
+}
+
+const std::int64_t kOdd[] = {1, 17, 64, 100};
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(Ops, EmbeddingGatherAllDtypes) {
+  Rng rng(1);
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (std::int64_t h : {1, 17, 64}) {
+      const std::int64_t rows = 37;
+      const Vec src = rng.uniform(rows * h, -4.0f, 4.0f);
+      std::vector<std::byte> table(static_cast<std::size_t>(rows * h) * dtype_size(dt));
+      for (std::size_t i = 0; i < src.size(); ++i) {
+        if (dt == DType::kF32) std::memcpy(table.data() + 4 * i, &src[i], 4);
+        if (dt == DType::kBF16) {
+          const std::uint16_t b = f32_to_bf16(src[i]);
+          std::memcpy(table.data() + 2 * i, &b, 2);
+        }
+        if (dt == DType::kF16) {
+          const std::uint16_t b = f32_to_f16(src[i]);
+          std::memcpy(table.data() + 2 * i, &b, 2);
+        }
+      }
+      std::vector<std::int32_t> ids = {0, 36, 5, 5, 17};
+      Vec want(ids.size() * static_cast<std::size_t>(h)), got(want.size());
+      ops::ref::embedding_gather(dt, table.data(), rows, h, ids, want.data());
+      ops::embedding_gather(dt, table.data(), rows, h, ids, got.data());
+      EXPECT_TRUE(close("embedding_gather", std::string(dtype_name(dt)) + " " + dims({rows, h}), want, got, {0, 0}));
+      std::vector<std::int32_t> badid = {int(rows)};
+      EXPECT_THROW(ops::embedding_gather(dt, table.data(), rows, h, badid, got.data()), InvalidArgument);
+      std::vector<std::int32_t> neg = {-1};
+      EXPECT_THROW(ops::embedding_gather(dt, table.data(), rows, h, neg, got.data()), InvalidArgument);
+    }
+  }
+}
+
+TEST(Ops, RmsNormOffset) {
+  Rng rng(2);
+  for (std::int64_t rows : {1, 3, 17}) {
+    for (std::int64_t n : kOdd) {
+      const Vec x = rng.uniform(rows * n, -3.0f, 3.0f), w = rng.uniform(n, -0.5f, 0.5f);
+      Vec want(x.size()), got(x.size());
+      ops::ref::rms_norm_offset(x.data(), rows, n, w.data(), 1e-6f, want.data());
+      ops::rms_norm_offset(x.data(), rows, n, w.data(), 1e-6f, got.data());
+      EXPECT_TRUE(close("rms_norm_offset", dims({rows, n}), want, got, {1e-6, 2e-6}));
+      // in place
+      Vec inplace = x;
+      ops::rms_norm_offset(inplace.data(), rows, n, w.data(), 1e-6f, inplace.data());
+      EXPECT_TRUE(close("rms_norm_offset(in place)", dims({rows, n}), want, inplace, {1e-6, 2e-6}));
+    }
+  }
+  // The weight is an offset: w = 0 means scale 1 (pitfall 1).
+  const Vec x = {3.0f, 4.0f}, w = {0.0f, 0.0f};
+  Vec y(2);
+  ops::rms_norm_offset(x.data(), 1, 2, w.data(), 0.0f, y.data());
+  EXPECT_NEAR(y[0], 3.0f / std::sqrt(12.5f), 1e-6);
+}
+
+TEST(Ops, GatedRmsNorm) {
+  Rng rng(3);
+  for (std::int64_t rows : {1, 4, 17}) {
+    for (std::int64_t n : kOdd) {
+      const Vec o = rng.uniform(rows * n, -2.0f, 2.0f), z = rng.uniform(rows * n, -12.0f, 12.0f);
+      const Vec w = rng.uniform(n, 0.5f, 1.5f);
+      Vec want(o.size()), got(o.size());
+      ops::ref::gated_rms_norm(o.data(), z.data(), rows, n, w.data(), 1e-6f, want.data());
+      ops::gated_rms_norm(o.data(), z.data(), rows, n, w.data(), 1e-6f, got.data());
+      EXPECT_TRUE(close("gated_rms_norm", dims({rows, n}), want, got, {1e-6, 4e-6}));
+    }
+  }
+}
+
+TEST(Ops, ElementwiseSiluSigmoidAdd) {
+  Rng rng(4);
+  for (std::int64_t n : {1, 17, 100, 4097, 40000}) {
+    const Vec a = rng.uniform(n, -30.0f, 30.0f), b = rng.uniform(n, -2.0f, 2.0f);
+    Vec want(a.size()), got(a.size());
+    ops::ref::silu_mul(a.data(), b.data(), n, want.data());
+    ops::silu_mul(a.data(), b.data(), n, got.data());
+    EXPECT_TRUE(close("silu_mul", dims({n}), want, got, {1e-7, 4e-6}));
+    want = b;
+    got = b;
+    ops::ref::sigmoid_mul(want.data(), a.data(), n);
+    ops::sigmoid_mul(got.data(), a.data(), n);
+    EXPECT_TRUE(close("sigmoid_mul", dims({n}), want, got, {1e-7, 4e-6}));
+    want = b;
+    got = b;
+    ops::ref::add_inplace(want.data(), a.data(), n);
+    ops::add_inplace(got.data(), a.data(), n);
+    EXPECT_TRUE(close("add_inplace", dims({n}), want, got, {0, 0}));
+  }
+  // Extremes: no NaN from exp overflow/underflow.
+  const Vec ext = {-1000.0f, -100.0f, -88.0f, 0.0f, 88.0f, 100.0f, 1000.0f};
+  const Vec one(ext.size(), 1.0f);
+  Vec want(ext.size()), got(ext.size());
+  ops::ref::silu_mul(ext.data(), one.data(), 7, want.data());
+  ops::silu_mul(ext.data(), one.data(), 7, got.data());
+  EXPECT_TRUE(close("silu_mul(extremes)", dims({7}), want, got, {1e-30, 4e-6}));
+}
+
+TEST(Ops, L2NormRowsStrided) {
+  Rng rng(5);
+  for (std::int64_t rows : {1, 6, 17}) {
+    for (std::int64_t n : {1, 17, 32, 128}) {
+      const std::int64_t stride = n + 3;
+      const Vec x = rng.uniform(rows * stride, -2.0f, 2.0f);
+      Vec want = x, got = x;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(n));
+      ops::ref::l2norm_rows(want.data(), rows, n, stride, 1e-6f, scale);
+      ops::l2norm_rows(got.data(), rows, n, stride, 1e-6f, scale);
+      EXPECT_TRUE(close("l2norm_rows", dims({rows, n, stride}), want, got, {1e-7, 2e-6}));
+      // untouched padding columns
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = n; c < stride; ++c) EXPECT_EQ(got[static_cast<std::size_t>(r * stride + c)], x[static_cast<std::size_t>(r * stride + c)]);
+      }
+    }
+  }
+  // FLA form: eps is added to the SUM (pitfall 7): a zero row stays zero, a tiny row is damped.
+  Vec z = {1e-4f, 0.0f};
+  ops::l2norm_rows(z.data(), 1, 2, 2, 1e-6f, 1.0f);
+  EXPECT_NEAR(z[0], 1e-4 / std::sqrt(1e-8 + 1e-6), 1e-6);
+}
+
+TEST(Ops, CausalConv1dWithState) {
+  Rng rng(6);
+  for (std::int64_t k : {1, 2, 4}) {
+    for (std::int64_t c : {1, 17, 300}) {
+      for (std::int64_t t : {1, 2, 5, 17}) {
+        const Vec x = rng.uniform(t * c, -2.0f, 2.0f), w = rng.uniform(c * k, -1.0f, 1.0f);
+        const Vec st0 = rng.uniform((k - 1) * c, -1.0f, 1.0f);
+        Vec sw = st0, sg = st0, want(x.size()), got(x.size());
+        ops::ref::causal_conv1d_silu(x.data(), t, c, w.data(), k, sw.data(), want.data());
+        ops::causal_conv1d_silu(x.data(), t, c, w.data(), k, sg.data(), got.data());
+        const std::string sh = "T,C,K=" + dims({t, c, k});
+        EXPECT_TRUE(close("causal_conv1d_silu", sh, want, got, {1e-6, 4e-6}));
+        EXPECT_TRUE(close("causal_conv1d_silu(state)", sh, sw, sg, {0, 0}));
+        // Split into two calls == one call.
+        if (t >= 2) {
+          const std::int64_t t1 = t / 2;
+          Vec s2 = st0, split(x.size());
+          ops::causal_conv1d_silu(x.data(), t1, c, w.data(), k, s2.data(), split.data());
+          ops::causal_conv1d_silu(x.data() + t1 * c, t - t1, c, w.data(), k, s2.data(), split.data() + t1 * c);
+          EXPECT_TRUE(close("causal_conv1d_silu(split)", sh, got, split, {0, 0}));
+          EXPECT_TRUE(close("causal_conv1d_silu(split state)", sh, sg, s2, {0, 0}));
+        }
+      }
+    }
+  }
+}
+
+TEST(Ops, GdnGates) {
+  Rng rng(7);
+  for (std::int64_t t : {1, 17}) {
+    for (std::int64_t hv : {1, 4, 17}) {
+      const Vec b = rng.uniform(t * hv, -8.0f, 8.0f), a = rng.uniform(t * hv, -25.0f, 25.0f);
+      const Vec alog = rng.uniform(hv, -1.0f, 2.0f), dtb = rng.uniform(hv, -1.0f, 1.0f);
+      Vec bw(b.size()), gw(b.size()), bg(b.size()), gg(b.size());
+      ops::ref::gdn_gates(b.data(), a.data(), t, hv, alog.data(), dtb.data(), bw.data(), gw.data());
+      ops::gdn_gates(b.data(), a.data(), t, hv, alog.data(), dtb.data(), bg.data(), gg.data());
+      EXPECT_TRUE(close("gdn_gates(beta)", dims({t, hv}), bw, bg, {1e-7, 4e-6}));
+      EXPECT_TRUE(close("gdn_gates(g)", dims({t, hv}), gw, gg, {1e-7, 4e-6}));
+      for (float g : gg) EXPECT_LE(g, 0.0f);
+    }
+  }
+}
+
+struct GdnCase {
+  GdnDims d;
+  std::int64_t t;
+};
+
+void gdn_inputs(Rng& rng, const GdnDims& d, std::int64_t t, std::int64_t qk_stride, Vec& q, Vec& k,
+                Vec& v, Vec& g, Vec& beta, Vec& s0) {
+  q = rng.uniform(t * qk_stride);
+  k = rng.uniform(t * qk_stride);
+  ops::ref::l2norm_rows(q.data(), t * d.hk, d.dk, d.dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(d.dk)));
+  ops::ref::l2norm_rows(k.data(), t * d.hk, d.dk, d.dk, 1e-6f, 1.0f);
+  v = rng.uniform(t * d.hv * d.dv, -2.0f, 2.0f);
+  g = rng.uniform(t * d.hv, -3.0f, 0.0f);
+  beta = rng.uniform(t * d.hv, 0.0f, 1.0f);
+  s0 = rng.uniform(d.hv * d.dk * d.dv, -0.5f, 0.5f);
+}
+
+TEST(Ops, GatedDeltaRuleChunkedVsRecurrent) {
+  Rng rng(8);
+  const GdnCase cases[] = {
+      {{2, 4, 32, 32}, 1},  {{2, 4, 32, 32}, 17}, {{2, 4, 32, 32}, 64}, {{2, 4, 32, 32}, 65},
+      {{1, 1, 17, 5}, 150}, {{2, 2, 16, 48}, 130}, {{1, 2, 128, 128}, 70},
+  };
+  for (const GdnCase& c : cases) {
+    const GdnDims& d = c.d;
+    const std::int64_t t = c.t, qk_stride = d.hk * d.dk;
+    Vec q, k, v, g, beta, s0;
+    gdn_inputs(rng, d, t, qk_stride, q, k, v, g, beta, s0);
+    Vec sw = s0, sg = s0, sc = s0;
+    Vec want(static_cast<std::size_t>(t * d.hv * d.dv)), got(want.size()), chk(want.size());
+    ops::ref::gated_delta_rule(d, t, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv, g.data(),
+                               beta.data(), sw.data(), want.data());
+    ops::gated_delta_rule(d, t, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv, g.data(),
+                          beta.data(), sg.data(), got.data());
+    ops::ref::gated_delta_rule_chunked(d, t, 64, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv,
+                                       g.data(), beta.data(), sc.data(), chk.data());
+    const std::string sh = "Hk,Hv,dk,dv,T=" + dims({d.hk, d.hv, d.dk, d.dv, t});
+    EXPECT_TRUE(close("gated_delta_rule(o)", sh, want, got, {2e-5, 1e-4}));
+    EXPECT_TRUE(close("gated_delta_rule(state)", sh, sw, sg, {2e-5, 1e-4}));
+    EXPECT_TRUE(close("ref::gated_delta_rule_chunked(o)", sh, want, chk, {2e-5, 1e-4}));
+    EXPECT_TRUE(close("ref::gated_delta_rule_chunked(state)", sh, sw, sc, {2e-5, 1e-4}));
+    // Split calls (carried state) equal one call.
+    if (t >= 3) {
+      const std::int64_t t1 = t / 3;
+      Vec s2 = s0, split(want.size());
+      ops::gated_delta_rule(d, t1, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv, g.data(),
+                            beta.data(), s2.data(), split.data());
+      ops::gated_delta_rule(d, t - t1, q.data() + t1 * qk_stride, k.data() + t1 * qk_stride, qk_stride,
+                            v.data() + t1 * d.hv * d.dv, d.hv * d.dv, g.data() + t1 * d.hv,
+                            beta.data() + t1 * d.hv, s2.data(), split.data() + t1 * d.hv * d.dv);
+      EXPECT_TRUE(close("gated_delta_rule(split)", sh, want, split, {2e-5, 1e-4}));
+    }
+  }
+}
+
+TEST(Ops, GatedDeltaRuleGroupedHeadMapping) {
+  // Value head h must read k-head h / (Hv/Hk) (grouped, pitfall 9): with Hk = 2, Hv = 4, zeroing
+  // k-head 1 must leave v-heads 0,1 untouched and change only v-heads 2,3.
+  const GdnDims d{2, 4, 8, 8};
+  Rng rng(9);
+  const std::int64_t t = 5, st = d.hk * d.dk;
+  Vec q, k, v, g, beta, s0;
+  gdn_inputs(rng, d, t, st, q, k, v, g, beta, s0);
+  Vec a(static_cast<std::size_t>(t * d.hv * d.dv)), b(a.size());
+  Vec sa(s0.size(), 0.0f), sb(s0.size(), 0.0f);
+  ops::gated_delta_rule(d, t, q.data(), k.data(), st, v.data(), d.hv * d.dv, g.data(), beta.data(), sa.data(), a.data());
+  Vec k2 = k;
+  for (std::int64_t i = 0; i < t; ++i) {
+    for (std::int64_t e = 0; e < d.dk; ++e) k2[static_cast<std::size_t>(i * st + d.dk + e)] *= -1.0f;
+  }
+  ops::gated_delta_rule(d, t, q.data(), k2.data(), st, v.data(), d.hv * d.dv, g.data(), beta.data(), sb.data(), b.data());
+  for (std::int64_t i = 0; i < t; ++i) {
+    for (std::int64_t h = 0; h < d.hv; ++h) {
+      for (std::int64_t e = 0; e < d.dv; ++e) {
+        const std::size_t j = static_cast<std::size_t>((i * d.hv + h) * d.dv + e);
+        if (h < 2) {
+          EXPECT_EQ(a[j], b[j]) << "v-head " << h;
+        }
+      }
+    }
+  }
+  EXPECT_NE(a[static_cast<std::size_t>((1 * d.hv + 2) * d.dv)], b[static_cast<std::size_t>((1 * d.hv + 2) * d.dv)]);
+}
+
+TEST(Ops, RopeTablesAndRotation) {
+  // Interleaved section map of the real models (§7.2): H at 1,4,..,31, W at 2,5,..,29.
+  RopeDims big;
+  big.rotary_dim = 64;
+  big.section[0] = 11;
+  big.section[1] = 11;
+  big.section[2] = 10;
+  const std::vector<int> s = ops::rope_streams(big);
+  for (int i = 0; i < 32; ++i) {
+    const int want = (i % 3 == 1) ? 1 : (i % 3 == 2 && i < 30) ? 2 : 0;
+    EXPECT_EQ(s[static_cast<std::size_t>(i)], want) << "frequency " << i;
+  }
+  RopeDims tiny;
+  tiny.rotary_dim = 16;
+  tiny.section[0] = 3;
+  tiny.section[1] = 3;
+  tiny.section[2] = 2;
+  Rng rng(10);
+  for (const RopeDims& r : {tiny, big}) {
+    for (std::int64_t t : {1, 17, 70}) {
+      std::vector<std::int32_t> pos(static_cast<std::size_t>(3 * t));
+      for (auto& p : pos) p = rng.integer(0, 70000);
+      const std::int64_t half = r.rotary_dim / 2;
+      Vec cw(static_cast<std::size_t>(t * half)), sw(cw.size()), cg(cw.size()), sg(cw.size());
+      ops::ref::rope_tables(r, pos.data(), t, cw.data(), sw.data());
+      ops::rope_tables(r, pos.data(), t, cg.data(), sg.data());
+      EXPECT_TRUE(close("rope_tables(cos)", dims({t, r.rotary_dim}), cw, cg, {0, 0}));
+      EXPECT_TRUE(close("rope_tables(sin)", dims({t, r.rotary_dim}), sw, sg, {0, 0}));
+      for (std::int64_t heads : {1, 3}) {
+        for (std::int64_t hd : {r.rotary_dim, r.rotary_dim + 17}) {
+          const std::int64_t stride = heads * hd + 5;
+          const Vec x = rng.uniform(t * stride);
+          Vec want = x, got = x;
+          ops::ref::apply_rope(want.data(), t, heads, hd, stride, r.rotary_dim, cw.data(), sw.data());
+          ops::apply_rope(got.data(), t, heads, hd, stride, r.rotary_dim, cw.data(), sw.data());
+          EXPECT_TRUE(close("apply_rope", dims({t, heads, hd, r.rotary_dim}), want, got, {1e-7, 1e-6}));
+        }
+      }
+    }
+  }
+  // Position 0 is the identity.
+  std::vector<std::int32_t> zero(3, 0);
+  Vec c(8), sn(8);
+  ops::rope_tables(tiny, zero.data(), 1, c.data(), sn.data());
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(c[static_cast<std::size_t>(i)], 1.0f);
+    EXPECT_EQ(sn[static_cast<std::size_t>(i)], 0.0f);
+  }
+}
+
+TEST(Ops, AttentionBlockedVsReference) {
+  Rng rng(11);
+  for (const AttentionDims& d : {AttentionDims{4, 2, 64}, AttentionDims{2, 1, 17}, AttentionDims{3, 3, 40}}) {
+    for (std::int64_t t : {1, 7, 33, 70}) {
+      for (std::int64_t past : {0, 5, 64}) {
+        const std::int64_t tk = t + past;
+        const Vec q = rng.uniform(t * d.nh * d.hd, -2.0f, 2.0f);
+        const Vec kc = rng.uniform(tk * d.nkv * d.hd, -2.0f, 2.0f);
+        const Vec vc = rng.uniform(tk * d.nkv * d.hd, -2.0f, 2.0f);
+        Vec want(q.size()), got(q.size());
+        ops::ref::attention(d, t, tk, q.data(), kc.data(), vc.data(), want.data());
+        ops::attention(d, t, tk, q.data(), kc.data(), vc.data(), got.data());
+        EXPECT_TRUE(close("attention", "nh,nkv,hd,T,Tk=" + dims({d.nh, d.nkv, d.hd, t, tk}), want, got, {2e-6, 2e-5}));
+      }
+    }
+  }
+}
+
+TEST(Ops, AttentionIsCausalByIndex) {
+  // Changing a future key/value must not change earlier outputs.
+  const AttentionDims d{2, 1, 16};
+  Rng rng(12);
+  const std::int64_t t = 40;
+  const Vec q = rng.uniform(t * d.nh * d.hd);
+  Vec kc = rng.uniform(t * d.hd), vc = rng.uniform(t * d.hd);
+  Vec a(q.size()), b(q.size());
+  ops::attention(d, t, t, q.data(), kc.data(), vc.data(), a.data());
+  for (std::int64_t e = 0; e < d.hd; ++e) {
+    kc[static_cast<std::size_t>(30 * d.hd + e)] = 9.0f;
+    vc[static_cast<std::size_t>(30 * d.hd + e)] = -9.0f;
+  }
+  ops::attention(d, t, t, q.data(), kc.data(), vc.data(), b.data());
+  for (std::size_t i = 0; i < static_cast<std::size_t>(30 * d.nh * d.hd); ++i) ASSERT_EQ(a[i], b[i]) << i;
+  EXPECT_NE(a[static_cast<std::size_t>(35 * d.nh * d.hd)], b[static_cast<std::size_t>(35 * d.nh * d.hd)]);
+}
+
+std::vector<std::byte> encode(DType dt, const Vec& v) {
+  std::vector<std::byte> out(v.size() * dtype_size(dt));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (dt == DType::kF32) std::memcpy(out.data() + 4 * i, &v[i], 4);
+    if (dt == DType::kBF16) {
+      const std::uint16_t b = f32_to_bf16(v[i]);
+      std::memcpy(out.data() + 2 * i, &b, 2);
+    }
+    if (dt == DType::kF16) {
+      const std::uint16_t b = f32_to_f16(v[i]);
+      std::memcpy(out.data() + 2 * i, &b, 2);
+    }
+  }
+  return out;
+}
+
+TEST(Ops, LinearAllDtypesAndPrecisions) {
+  Rng rng(13);
+  for (Precision p : {Precision::kF32, Precision::kBF16}) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (std::int64_t m : {1, 17, 64}) {
+        for (std::int64_t n : {1, 17, 48}) {
+          for (std::int64_t k : {1, 17, 100}) {
+            const Vec x = rng.uniform(m * k), wf = rng.uniform(n * k);
+            const std::vector<std::byte> w = encode(dt, wf);
+            const ops::GemmWeight gw(dt, w.data(), n, k, p);
+            for (bool acc : {false, true}) {
+              Vec want = rng.uniform(m * n), got = want;
+              ops::ref::linear(x.data(), m, dt, w.data(), n, k, want.data(), acc, p);
+              ops::linear(x.data(), m, gw, got.data(), acc);
+              const double tol = 2e-6 * std::sqrt(static_cast<double>(k));
+              EXPECT_TRUE(close(std::string("linear ") + ops::precision_name(p) + " W=" + std::string(dtype_name(dt)) +
+                                    (acc ? " accumulate" : ""),
+                                "m,n,k=" + dims({m, n, k}), want, got, {tol, 1e-5}));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Ops, LinearZeroCopyBf16AndRejects) {
+  Vec wf(6, 0.5f);
+  const std::vector<std::byte> w = encode(DType::kBF16, wf);
+  const ops::GemmWeight bf(DType::kBF16, w.data(), 2, 3, Precision::kBF16);
+  EXPECT_EQ(bf.owned_bytes(), 0u);
+  EXPECT_EQ(bf.operand(), static_cast<const void*>(w.data()));
+  EXPECT_THROW(ops::GemmWeight(DType::kI32, w.data(), 2, 3, Precision::kF32), Unsupported);
+  EXPECT_THROW(ops::GemmWeight(DType::kBF16, w.data(), 0, 3, Precision::kF32), InvalidArgument);
+  EXPECT_FALSE(ops::gemm_backend_name().empty());
+}
+
+}  // namespace
+}  // namespace clef
