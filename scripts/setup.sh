@@ -9,7 +9,7 @@ DEBIAN_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev libcli11-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev libomp-14-dev
   libdnnl-dev libopenblas-dev
   python3 python3-pip
 )

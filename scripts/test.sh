@@ -28,13 +28,19 @@ cmake --build --preset asan --target clef_unit_tests clef
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --preset asan -j2
 
-echo "== fuzz: safetensors header parser (${FUZZ_SECONDS}s)"
+echo "== fuzz: safetensors header parser, request parser + validator (${FUZZ_SECONDS}s each)"
 cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz --target fuzz_safetensors_header
+cmake --build --preset fuzz --target fuzz_safetensors_header fuzz_request
 corpus=build/fuzz/corpus
 mkdir -p "$corpus"
 python3 tests/fuzz/make_seeds.py "$corpus"
 ./build/fuzz/tests/fuzz/fuzz_safetensors_header -max_total_time="$FUZZ_SECONDS" -max_len=65536 \
   -print_final_stats=1 "$corpus" > build/fuzz/fuzz.log 2>&1 || { tail -n 40 build/fuzz/fuzz.log; exit 1; }
 grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz.log
+rcorpus=build/fuzz/request_corpus
+mkdir -p "$rcorpus"
+python3 tests/fuzz/make_request_seeds.py ../shared/requests "$rcorpus"
+./build/fuzz/tests/fuzz/fuzz_request -max_total_time="$FUZZ_SECONDS" -max_len=65536 \
+  -print_final_stats=1 "$rcorpus" > build/fuzz/fuzz_request.log 2>&1 || { tail -n 40 build/fuzz/fuzz_request.log; exit 1; }
+grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz_request.log
 echo "test.sh: all stages passed"

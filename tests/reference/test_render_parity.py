@@ -2,8 +2,8 @@
 
 The oracle is Python itself: ``json.dumps(json.loads(text), ensure_ascii=False, sort_keys=True,
 separators=(",", ":"))`` for every value, and the toolkit's ``clef_ref.render.render`` (strings
-verbatim) for prompt text. Every input text is piped through ``build/<preset>/bin/clef_decision_driver``
-(tests/tools/decision_driver.cc) and compared byte for byte; zero differences allowed.
+verbatim) for prompt text. Every input text is piped through ``build/<preset>/bin/clef_render_driver``
+(tests/tools/render_driver.cc) and compared byte for byte; zero differences allowed.
 
 Coverage: >= 100,000 generated values (random nesting, every float class: random bit patterns,
 subnormals, powers of ten and their neighbours, integral floats, signed zeros, huge/tiny, long and
@@ -40,16 +40,16 @@ MAX_DEPTH = 512  # JsonParseOptions::max_depth default
 # driver
 
 def driver_binary() -> pathlib.Path:
-    """clef_decision_driver: $CLEF_DECISION_DRIVER, else next to $CLEF_BIN, else build/release/bin."""
-    env = os.environ.get("CLEF_DECISION_DRIVER")
+    """clef_render_driver: $CLEF_RENDER_DRIVER, else next to $CLEF_BIN, else build/release/bin."""
+    env = os.environ.get("CLEF_RENDER_DRIVER")
     if env:
         return pathlib.Path(env)
     clef_bin = os.environ.get("CLEF_BIN")
     if clef_bin:
-        cand = pathlib.Path(clef_bin).parent / "clef_decision_driver"
+        cand = pathlib.Path(clef_bin).parent / "clef_render_driver"
         if cand.exists():
             return cand
-    return REPO_ROOT / "build" / "release" / "bin" / "clef_decision_driver"
+    return REPO_ROOT / "build" / "release" / "bin" / "clef_render_driver"
 
 
 Result = Union[Tuple[str, bytes], Tuple[str, str, str, str]]
@@ -70,7 +70,7 @@ def run_driver(mode: str, lines: Sequence[Union[str, bytes]], args: Sequence[str
     proc = subprocess.run([str(binary), mode, *args], input=b"".join(chunks), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, check=False)
     if proc.returncode != 0:
-        raise AssertionError(f"clef_decision_driver failed ({proc.returncode}): {proc.stderr.decode(errors='replace')}")
+        raise AssertionError(f"clef_render_driver failed ({proc.returncode}): {proc.stderr.decode(errors='replace')}")
     out, pos, results = proc.stdout, 0, []
     for _ in lines:
         nl = out.index(b"\n", pos)

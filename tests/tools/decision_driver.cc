@@ -1,131 +1,97 @@
-// Batch driver for the live parity tests of issue 4 (tests/reference/test_render_parity.py,
-// test_request_parity.py). Reads one JSON text per stdin line and answers each line with
-//   "OK <n>\n<n bytes>\n"           on success, or
-//   "ERR <code>\t<path>\t<message>\n" on a RequestError (message without newlines).
-// Modes:
-//   dump     <n bytes> = dump_json(parse_json(line))   (Python json.dumps, sort_keys, compact)
-//   render   <n bytes> = render(parse_json(line))      (strings verbatim)
-//   request  [--model NAME] [--alias NAME]... [--accept-any-model] [--dialect systemone|cloudflare|openrouter]
-//            [--max-questions N] ...: <n bytes> = a JSON summary of parse_request(line):
-//            {"model","model_given","state": render(state), "questions": [{"id","type","type_id",
-//             "instruction": render(instructions), "instructions_from_id",
-//             "options": [{"id", "semantics": render(option_semantics)}], "request_order": [...]}]}
-#include <cstdio>
-#include <cstdlib>
+// Test driver for the live comparisons of the decision chain against the Python toolkit
+// (tests/reference/test_record_parity.py):
+//   clef_decision_driver encode MODEL_DIR [MAX_LENGTH [truncate]] < requests.jsonl
+//       one JSON line per request: {"input_ids": [...], "prefix_len", "state_len", "state_len_full",
+//       "schema_len", "suffix_len", "questions": [{"type_id", "span": [a, b], "options": [[s, e], ...]}]}
+//       or {"error": "<code>", "path": "<json path>", "message": "..."} for a refused request.
+//   clef_decision_driver respond MODEL_NAME REQUEST.json LOGITS.npy INPUT_TOKENS [jev]
+//       prints the SystemOne response body for the given option logits (model order).
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
-#include <string_view>
 
-#include "decision/json_value.h"
-#include "decision/render.h"
+#include <nlohmann/json.hpp>
+
+#include "decision/answers.h"
+#include "decision/record.h"
 #include "decision/request.h"
+#include "decision/request_error.h"
+#include "io/npy.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 
-using clef::JsonValue;
+clef::ServedModel any_model() {
+  clef::ServedModel m;
+  m.name = "clef";
+  m.accept_any = true;  // the reference echoes any model string
+  return m;
+}
 
-JsonValue str(std::string s) { return JsonValue::string(std::move(s)); }
-
-JsonValue summary(const clef::SystemOneRequest& r) {
-  JsonValue::Array questions;
-  for (const auto& q : r.questions) {
-    JsonValue::Array options;
-    for (const auto& o : q.options) {
-      options.push_back(JsonValue::object({{"id", str(o.id)}, {"semantics", str(clef::render(clef::option_semantics(o)))}}));
+int encode(int argc, char** argv) {
+  const clef::Tokenizer tok = clef::Tokenizer::load(argv[2]);
+  clef::RecordOptions opt;
+  if (argc > 3) opt.max_length = std::stoll(argv[3]);
+  if (argc > 4 && std::string(argv[4]) == "truncate") opt.overflow = clef::OverflowPolicy::kTruncateState;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    nlohmann::ordered_json out;
+    try {
+      const clef::SystemOneRequest req =
+          clef::parse_request(line, clef::RequestLimits{}, clef::Dialect::kSystemOne, any_model());
+      const clef::EncodedRecord r = clef::encode_record(req, tok, opt);
+      out["input_ids"] = r.input_ids;
+      out["prefix_len"] = r.prefix_len;
+      out["state_len"] = r.state_len;
+      out["state_len_full"] = r.state_len_full;
+      out["schema_len"] = r.schema_len;
+      out["suffix_len"] = r.suffix_len;
+      out["questions"] = nlohmann::ordered_json::array();
+      for (const auto& q : r.questions) {
+        nlohmann::ordered_json jq;
+        jq["type_id"] = q.type_id;
+        jq["span"] = {q.span.begin, q.span.end};
+        jq["options"] = nlohmann::ordered_json::array();
+        for (const auto& o : q.options) jq["options"].push_back({o.begin, o.end});
+        out["questions"].push_back(jq);
+      }
+    } catch (const clef::RequestError& e) {
+      out = {{"error", e.code_name()}, {"path", e.path().str()}, {"message", e.message()}};
     }
-    JsonValue::Array order;
-    for (std::size_t k : q.request_order) order.push_back(JsonValue::integer(static_cast<std::int64_t>(k)));
-    questions.push_back(JsonValue::object({
-        {"id", str(q.id)},
-        {"type", str(clef::question_type_name(q.type))},
-        {"type_id", JsonValue::integer(static_cast<std::int64_t>(q.type))},
-        {"instruction", str(clef::render(q.instructions))},
-        {"instructions_from_id", JsonValue::boolean(q.instructions_from_id)},
-        {"options", JsonValue::array(std::move(options))},
-        {"request_order", JsonValue::array(std::move(order))},
-    }));
+    std::cout << out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   }
-  return JsonValue::object({
-      {"model", str(r.model)},
-      {"model_given", JsonValue::boolean(r.model_given)},
-      {"state", str(clef::render(r.state))},
-      {"questions", JsonValue::array(std::move(questions))},
-  });
+  return 0;
 }
 
-std::string one_line(std::string s) {
-  for (char& c : s) {
-    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+int respond(char** argv) {
+  std::ifstream in(argv[3], std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const clef::SystemOneRequest req =
+      clef::parse_request(ss.str(), clef::RequestLimits{}, clef::Dialect::kSystemOne, any_model());
+  const clef::NpyArray logits = clef::read_npy(argv[4]);
+  clef::AnswerOptions opt;
+  if (argv[6] != nullptr && std::string(argv[6]) == "jev") {
+    opt.confidence = clef::ConfidenceMode::kJev;
+    opt.jev_legend = true;
   }
-  return s;
+  std::cout << clef::build_response_json(req, argv[2], logits.f32, std::stoll(argv[5]), opt) << "\n";
+  return 0;
 }
-
-[[noreturn]] void usage() {
-  std::fprintf(stderr, "usage: clef_decision_driver dump|render|request [options] < lines\n");
-  std::exit(2);
-}
-
-std::size_t to_size(const char* s) { return static_cast<std::size_t>(std::strtoull(s, nullptr, 10)); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) usage();
-  const std::string_view mode = argv[1];
-  if (mode != "dump" && mode != "render" && mode != "request") usage();
-  clef::RequestLimits limits;
-  clef::ServedModel served{"clef-flash", {}, false};
-  clef::Dialect dialect = clef::Dialect::kSystemOne;
-  for (int i = 2; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    auto next = [&]() -> const char* {
-      if (i + 1 >= argc) usage();
-      return argv[++i];
-    };
-    if (a == "--model") {
-      served.name = next();
-    } else if (a == "--alias") {
-      served.aliases.emplace_back(next());
-    } else if (a == "--accept-any-model") {
-      served.accept_any = true;
-    } else if (a == "--dialect") {
-      const std::string_view d = next();
-      if (d == "systemone") dialect = clef::Dialect::kSystemOne;
-      else if (d == "cloudflare") dialect = clef::Dialect::kCloudflare;
-      else if (d == "openrouter") dialect = clef::Dialect::kOpenRouter;
-      else usage();
-    } else if (a == "--max-questions") {
-      limits.max_questions = to_size(next());
-    } else if (a == "--max-depth") {
-      limits.json.max_depth = to_size(next());
-    } else {
-      usage();
-    }
+  try {
+    if (argc >= 3 && std::string(argv[1]) == "encode") return encode(argc, argv);
+    if (argc >= 6 && std::string(argv[1]) == "respond") return respond(argv);
+    std::cerr << "usage: clef_decision_driver encode MODEL_DIR [MAX_LENGTH [truncate]] < requests.jsonl\n"
+                 "       clef_decision_driver respond MODEL_NAME REQUEST.json LOGITS.npy INPUT_TOKENS [jev]\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "clef_decision_driver: " << e.what() << "\n";
+    return 1;
   }
-  std::ios::sync_with_stdio(false);
-  std::string line;
-  std::string out;
-  while (std::getline(std::cin, line)) {
-    try {
-      std::string text;
-      if (mode == "request") {
-        text = clef::dump_json(summary(clef::parse_request(line, limits, dialect, served)));
-      } else {
-        const JsonValue v = clef::parse_json(line, limits.json);
-        text = mode == "dump" ? clef::dump_json(v) : clef::render(v);
-      }
-      out += "OK " + std::to_string(text.size()) + "\n";
-      out += text;
-      out += "\n";
-    } catch (const clef::RequestError& e) {
-      out += std::string("ERR ") + e.code_name() + "\t" + one_line(e.path().str()) + "\t" + one_line(e.what()) + "\n";
-    }
-    if (out.size() > (1u << 20)) {
-      std::cout << out;
-      out.clear();
-    }
-  }
-  std::cout << out;
-  std::cout.flush();
-  return 0;
 }
