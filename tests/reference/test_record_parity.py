@@ -174,3 +174,17 @@ def test_response_body_matches_reference(ref, tmp_path, index):
     assert r.returncode == 0, r.stderr
     want = json.dumps(a["response"], ensure_ascii=False, separators=(",", ":"))
     assert r.stdout.strip() == want
+
+
+def test_round4_and_repr_match_python():
+    """python_round4 + python_float_repr vs Python's repr(round(x, 4)) on ties and random doubles."""
+    rng = random.Random(1)
+    xs = [k / 2**n for n in range(1, 20) for k in range(0, 2**min(n, 8))]  # exact binary values, many ties
+    xs += [rng.random() for _ in range(100000)] + [rng.uniform(-10, 10) for _ in range(20000)]
+    xs += [0.99995, 0.00005, 0.00015, 1e-05, 5e-05, 0.12345, 0.5, 1.0, 0.0, -0.0, 123.45675]
+    r = subprocess.run([driver(), "round4"], input="".join(repr(x) + "\n" for x in xs), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = r.stdout.splitlines()
+    bad = [(x, g, repr(round(x, 4))) for x, g in zip(xs, got) if g != repr(round(x, 4))]
+    assert len(got) == len(xs) and not bad, bad[:5]

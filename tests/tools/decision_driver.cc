@@ -6,6 +6,9 @@
 //       or {"error": "<code>", "path": "<json path>", "message": "..."} for a refused request.
 //   clef_decision_driver respond MODEL_NAME REQUEST.json LOGITS.npy INPUT_TOKENS [jev]
 //       prints the SystemOne response body for the given option logits (model order).
+//   clef_decision_driver round4 < doubles.txt
+//       for each line (a double in Python repr), prints python_float_repr(python_round4(x)).
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -14,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "decision/answers.h"
+#include "decision/render.h"
 #include "decision/record.h"
 #include "decision/request.h"
 #include "decision/request_error.h"
@@ -83,8 +87,17 @@ int respond(char** argv) {
 
 }  // namespace
 
+int round4() {
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::cout << clef::python_float_repr(clef::python_round4(std::strtod(line.c_str(), nullptr))) << "\n";
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   try {
+    if (argc >= 2 && std::string(argv[1]) == "round4") return round4();
     if (argc >= 3 && std::string(argv[1]) == "encode") return encode(argc, argv);
     if (argc >= 6 && std::string(argv[1]) == "respond") return respond(argv);
     std::cerr << "usage: clef_decision_driver encode MODEL_DIR [MAX_LENGTH [truncate]] < requests.jsonl\n"

@@ -1,0 +1,37 @@
+// The three wire dialects of a decision (protocol.md §2.4, §2.5): how a SystemOne response body
+// is wrapped, and how a refused request is reported (HTTP status + body in the dialect's shape).
+// Pure string building: the HTTP server picks the dialect from the route and sends what this
+// returns; nothing here knows about sockets or tensors.
+#pragma once
+
+#include <string>
+
+#include "decision/request.h"
+#include "decision/request_error.h"
+
+namespace clef {
+
+/// An HTTP status and a JSON body.
+struct WireReply {
+  int status = 200;
+  std::string body;
+};
+
+/// A success reply: SystemOne and OpenRouter send the body as is; Cloudflare wraps it in
+/// {"result": body, "success": true, "errors": [], "messages": []}.
+WireReply wire_success(const std::string& response_body, Dialect dialect);
+
+/// A refused request in the dialect's error shape (never a 5xx):
+///  * SystemOne (TypeSafe/Jev, FastAPI shape): 422 {"detail": [{"loc": ["body", ...path], "msg",
+///    "type": code}]}; unknown_model is 400 {"detail": {"error_type": "api_usage_error", "message"}}.
+///  * Cloudflare: {"result": null, "success": false, "errors": [{"code", "message"}], "messages": []}
+///    with 400/6003 (not JSON), 400/5006 (no questions, unknown question type), 400/7000 (unknown
+///    model), 413/5021 (input too long), 422/5012 (every other validation error).
+///  * OpenRouter: {"error": {"code": status, "message", "metadata": {"type": code, "path"}}} with 400
+///    for bodies that are not JSON, 413 for input too long, 422 otherwise.
+WireReply wire_error(const RequestError& error, Dialect dialect);
+
+/// HTTP status of a refused request in a dialect (what wire_error() uses).
+int wire_error_status(RequestErrorCode code, Dialect dialect) noexcept;
+
+}  // namespace clef
