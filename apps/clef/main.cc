@@ -4,6 +4,9 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
 #include <iostream>
 #include <new>
 #include <string>
@@ -12,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "runtime/engine.h"
 #include "runtime/inspect.h"
 #include "runtime/release.h"
 #include "tokenizer/tokenize_command.h"
@@ -104,6 +108,37 @@ int run(int argc, char** argv) {
   tokenize->add_flag("--decode", tk.decode, "TEXT holds token ids: print the decoded text");
   tokenize->add_flag("--skip-special", tk.skip_special, "With --decode: drop special added tokens");
 
+  // decide: REQUEST.json (or - for standard input) -> the SystemOne response on stdout.
+  std::string decide_dir, request_path = "-", precision = "f32", confidence = "reference", overflow = "refuse";
+  std::int64_t decide_threads = 0, decide_chunk = 512, max_tokens = 16384;
+  bool jev_legend = false, timings = false;
+  auto* decide = app.add_subcommand(
+      "decide", "Answer one SystemOne request (JSON file or - for stdin) and print the SystemOne response.");
+  decide->add_option("REQUEST", request_path, "Request JSON file, or - for standard input")->capture_default_str();
+  auto* decide_model = decide->add_option("--model,-m", decide_dir, "Release folder (default: the embedded tiny random-weight model)");
+  decide->add_option("--precision", precision, "Backbone precision: f32 (parity) or bf16 (bf16 weights, fp32 accumulation)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  decide->add_option("--threads", decide_threads, "Threads of the engine pool (0: all CPUs)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  decide->add_option("--chunk", decide_chunk, "Prefill chunk size in tokens (activation memory is O(chunk))")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  decide->add_option("--max-tokens", max_tokens, "Token budget of the whole record")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  decide->add_option("--overflow", overflow,
+                     "Over-long records: refuse (error with the token counts) or truncate (cut the state's end, as the "
+                     "reference does, and report usage.state_tokens_dropped)")
+      ->check(CLI::IsMember({"refuse", "truncate"}))
+      ->capture_default_str();
+  decide->add_option("--confidence", confidence, "Confidence: reference (top probability) or jev (TypeSafe's formula)")
+      ->check(CLI::IsMember({"reference", "jev"}))
+      ->capture_default_str();
+  decide->add_flag("--jev-legend", jev_legend, "Write null score levels as \"\" (the TypeSafe SDK rejects null)");
+  decide->add_flag("--timings", timings, "Print per-stage timings to stderr");
+
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const auto* sub : app.get_subcommands({})) known = known || sub->get_name() == argv[1];
@@ -147,6 +182,48 @@ int run(int argc, char** argv) {
     clef::run_tokenize_command(tk, std::cin, std::cout);
     return 0;
   }
+  if (*decide) {
+    bool is_default = false;
+    const std::string dir = model_dir_or_default(decide_dir, decide_model->count() > 0, &is_default);
+    std::string body;
+    if (request_path == "-") {
+      std::ostringstream ss;
+      ss << std::cin.rdbuf();
+      body = ss.str();
+    } else {
+      std::ifstream in(request_path, std::ios::binary);
+      if (!in) throw clef::InvalidArgument("cannot read the request file " + clef::printable(request_path));
+      std::ostringstream ss;
+      ss << in.rdbuf();
+      body = ss.str();
+    }
+    clef::EngineOptions eo;
+    eo.backbone.precision = precision == "bf16" ? clef::ops::Precision::kBF16 : clef::ops::Precision::kF32;
+    eo.backbone.threads = static_cast<int>(decide_threads);
+    eo.backbone.chunk_size = decide_chunk;
+    eo.record.max_length = max_tokens;
+    eo.record.overflow = overflow == "truncate" ? clef::OverflowPolicy::kTruncateState : clef::OverflowPolicy::kRefuse;
+    eo.answers.confidence = confidence == "jev" ? clef::ConfidenceMode::kJev : clef::ConfidenceMode::kReference;
+    eo.answers.jev_legend = jev_legend;
+    eo.accept_any_model = true;  // the folder chooses the model; echo the request's name like the reference
+    std::unique_ptr<clef::Engine> engine;
+    try {
+      engine = std::make_unique<clef::Engine>(dir, eo);
+    } catch (const clef::Error& e) {
+      if (!is_default) throw;
+      throw clef::ModelLoadError(std::string(e.what()) + " (the embedded default model is damaged; delete " +
+                                 clef::printable(dir) + " and run again to regenerate it)");
+    }
+    const clef::Decision d = engine->decide(body);
+    std::cout << d.body << "\n";
+    if (timings) {
+      std::fprintf(stderr, "clef: %lld tokens: tokenize %.3f s, prefill %.3f s (%.1f tokens/s), head %.3f s, total %.3f s\n",
+                   static_cast<long long>(d.input_tokens), d.timings.tokenize, d.timings.prefill,
+                   d.timings.prefill > 0 ? static_cast<double>(d.input_tokens) / d.timings.prefill : 0.0, d.timings.head,
+                   d.timings.total);
+    }
+    return 0;
+  }
   if (*make) {
     mm.seed = parse_seed(seed_text);
     clef::make_model(mm);
@@ -160,6 +237,9 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   try {
+    // `clef hidden`: the backbone's final-norm hidden states for given ids, as .npy (debugging and
+    // parity work; flags in src/runtime/backbone_dump.cc).
+    if (argc > 1 && std::string(argv[1]) == "hidden") return clef::backbone_dump_main(argc - 1, argv + 1);
     return run(argc, argv);
   } catch (const clef::Error& e) {
     std::cerr << "clef: error: " << clef::printable(e.what()) << "\n";
