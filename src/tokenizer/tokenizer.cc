@@ -222,6 +222,9 @@ void prepare(const Tokenizer::Impl& t, TokenizerWorkspace::State& ws) {
 }
 
 void check_utf8(std::string_view text) {
+  if (text.size() >= std::numeric_limits<std::uint32_t>::max()) {
+    throw InvalidArgument("tokenizer input: " + std::to_string(text.size()) + " bytes is too long (limit 4 GiB)");
+  }
   const std::size_t bad = unicode::find_invalid_utf8(text);
   if (bad != std::string_view::npos) {
     char hex[8];

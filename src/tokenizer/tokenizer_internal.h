@@ -75,6 +75,8 @@ class PairMap {
     ++size_;
     return true;
   }
+  /// Hints the cache about the first slot of pair (a, b).
+  void prefetch(std::int32_t a, std::int32_t b) const noexcept { __builtin_prefetch(&slots_[mix64(make_key(a, b)) & mask_]); }
   /// Rank and id of the merge of (a, b); nullptr when the pair does not merge.
   const Value* find(std::int32_t a, std::int32_t b) const noexcept {
     const std::uint64_t key = make_key(a, b);
@@ -114,8 +116,11 @@ class StringIdMap {
   /// Inserts base[off, off+len) -> id. If the key is present: keeps the old id when `overwrite`
   /// is false, else replaces it. Returns the id stored before the call, or -1 if the key was new.
   std::int32_t insert(std::uint32_t off, std::uint32_t len, std::int32_t id, bool overwrite = false) {
+    return insert(off, len, id, hash_bytes(base_ + off, len), overwrite);
+  }
+  /// insert() with the key's precomputed hash_bytes().
+  std::int32_t insert(std::uint32_t off, std::uint32_t len, std::int32_t id, std::uint64_t h, bool overwrite) {
     const std::string_view key(base_ + off, len);
-    const std::uint64_t h = hash_bytes(key.data(), key.size());
     const auto h32 = static_cast<std::uint32_t>(h >> 32);
     std::size_t i = h & mask_;
     while (slots_[i].id >= 0) {

@@ -2,6 +2,7 @@
 // with nlohmann's SAX interface: model.vocab and model.merges (the bulk of a 12.8 MB file) stream
 // straight into flat arrays, everything else becomes a small DOM that is then validated.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <limits>
 #include <string>
@@ -472,6 +473,9 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
       bad(cfile, std::string("malformed JSON: ") + e.what());
     }
     if (!cfg.is_object()) bad(cfile, "expected a JSON object at the top level");
+    if (auto sst = cfg.find("split_special_tokens"); sst != cfg.end() && sst->is_boolean() && sst->get<bool>()) {
+      unsupported(cfile, "split_special_tokens: true is not supported (special tokens are always recognized)");
+    }
     auto dec = cfg.find("added_tokens_decoder");
     if (dec != cfg.end() && !dec->is_null()) {
       if (!dec->is_object()) bad(cfile, "added_tokens_decoder: expected an object");
@@ -528,15 +532,27 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
   impl->str_off.assign(limit, 0);
   impl->str_len.assign(limit, 0);
   impl->by_string.reserve(nv + added.size(), impl->strings.data());
-  for (std::size_t i = 0; i < nv; ++i) {
-    const auto id = static_cast<std::size_t>(sax.vocab_ids[i]);
-    const Span k = sax.vocab_keys[i];
-    if (impl->kind[id] != IdKind::kUnknown) bad(file, "model.vocab: id " + std::to_string(id) + " is used twice");
-    impl->kind[id] = IdKind::kVocab;
-    impl->str_off[id] = k.off;
-    impl->str_len[id] = k.len;
-    if (impl->by_string.insert(k.off, k.len, static_cast<std::int32_t>(id)) >= 0) {
-      bad(file, "model.vocab: token \"" + std::string(arena.substr(k.off, k.len)) + "\" appears twice");
+  {
+    constexpr std::size_t kBlock = 32;  // hash and prefetch a block of keys, then insert them
+    std::uint64_t h[kBlock];
+    for (std::size_t first = 0; first < nv; first += kBlock) {
+      const std::size_t n = std::min(kBlock, nv - first);
+      for (std::size_t k = 0; k < n; ++k) {
+        const Span key = sax.vocab_keys[first + k];
+        h[k] = tokenizer_detail::hash_bytes(arena.data() + key.off, key.len);
+        impl->by_string.prefetch(h[k]);
+      }
+      for (std::size_t k = 0; k < n; ++k) {
+        const auto id = static_cast<std::size_t>(sax.vocab_ids[first + k]);
+        const Span key = sax.vocab_keys[first + k];
+        if (impl->kind[id] != IdKind::kUnknown) bad(file, "model.vocab: id " + std::to_string(id) + " is used twice");
+        impl->kind[id] = IdKind::kVocab;
+        impl->str_off[id] = key.off;
+        impl->str_len[id] = key.len;
+        if (impl->by_string.insert(key.off, key.len, static_cast<std::int32_t>(id), h[k], false) >= 0) {
+          bad(file, "model.vocab: token \"" + std::string(arena.substr(key.off, key.len)) + "\" appears twice");
+        }
+      }
     }
   }
   // merges are resolved against the model vocabulary only (added tokens are inserted below)
@@ -548,6 +564,7 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
     std::string concat;
     std::vector<std::uint32_t> cat_off(kBlock + 1);
     std::uint64_t ha[kBlock], hb[kBlock], hc[kBlock];
+    std::array<std::int32_t, 3> ids[kBlock];
     for (std::size_t first = 0; first < sax.merges.size(); first += kBlock) {
       const std::size_t n = std::min(kBlock, sax.merges.size() - first);
       concat.clear();
@@ -575,7 +592,11 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
           bad(file, "model.merges[" + std::to_string(i) + "]: \"" + std::string(a) + " " + std::string(b) +
                         "\": token \"" + missing + "\" is not in the vocabulary");
         }
-        impl->merges.put(ia, ib, {static_cast<std::uint32_t>(i), iab});
+        ids[k] = {ia, ib, iab};
+        impl->merges.prefetch(ia, ib);
+      }
+      for (std::size_t k = 0; k < n; ++k) {
+        impl->merges.put(ids[k][0], ids[k][1], {static_cast<std::uint32_t>(first + k), ids[k][2]});
       }
     }
   }

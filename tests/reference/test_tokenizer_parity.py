@@ -248,3 +248,32 @@ def test_unknown_split_pattern_refused(dirs, tmp_path):
                           capture_output=True, check=False)
     assert proc.returncode == 4, proc.stderr
     assert b"is not one the scanner implements" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# the CLI: clef tokenize --model DIR [--pieces] [--decode] TEXT|-
+
+def _clef():
+    clef = pathlib.Path(os.environ.get("CLEF_BIN", U.REPO_ROOT / "build" / "release" / "bin" / "clef"))
+    if not clef.exists():
+        pytest.fail(f"{clef} not found: build it first")
+    return clef
+
+
+def test_cli_tokenize(dirs):
+    clef, model = _clef(), str(dirs["qwen35"])
+    oracle = U.hf_backend(dirs["qwen35"], True)
+    text = "X.<|im_end|> transformers 人工智能 don't ❤️"
+    out = subprocess.run([str(clef), "tokenize", "--model", model, text], capture_output=True, check=True, text=True)
+    assert [int(x) for x in out.stdout.split()] == oracle.encode(text, add_special_tokens=False).ids
+    out = subprocess.run([str(clef), "tokenize", "--model", model, "--pieces", "-"], input=text.encode(),
+                         capture_output=True, check=True)
+    enc = oracle.encode(text, add_special_tokens=False)
+    lines = out.stdout.decode().splitlines()
+    assert [ln.split("\t") for ln in lines] == [[str(i), t] for i, t in zip(enc.ids, enc.tokens)]
+    ids = " ".join(map(str, enc.ids))
+    out = subprocess.run([str(clef), "tokenize", "--model", model, "--decode", ids], capture_output=True, check=True)
+    assert out.stdout.decode() == oracle.decode(enc.ids, skip_special_tokens=False) + "\n"
+    bad = subprocess.run([str(clef), "tokenize", "--model", model, "-"], input=b"ab\xffc", capture_output=True)
+    assert bad.returncode == 2
+    assert b"invalid UTF-8 at byte offset 2" in bad.stderr

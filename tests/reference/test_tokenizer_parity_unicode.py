@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import struct
 
 import numpy as np
 import pytest
@@ -51,6 +50,22 @@ def test_unicode_versions_recorded():
     inc = (U.REPO_ROOT / "src" / "tokenizer" / "unicode_data.inc").read_text()
     assert 'kGeneratedPropsUnicodeVersion = "16.0.0"' in inc
     assert 'kGeneratedNfcUnicodeVersion = "9.0"' in inc
+
+
+def test_generated_tables_match_generator(tmp_path):
+    """unicode_data.inc is what tools/unicode/gen_unicode_tables.py writes (needs unicodedataplus 16.0.0,
+    a developer-only dependency: skipped where it is not installed)."""
+    import subprocess
+    import sys
+
+    try:
+        import unicodedataplus  # noqa: F401
+    except ImportError:
+        pytest.skip("unicodedataplus not installed (see tools/unicode/NOTES.md)")
+    out = tmp_path / "unicode_data.inc"
+    subprocess.run([sys.executable, str(U.REPO_ROOT / "tools" / "unicode" / "gen_unicode_tables.py"), str(out)],
+                   check=True, capture_output=True)
+    assert out.read_bytes() == (U.REPO_ROOT / "src" / "tokenizer" / "unicode_data.inc").read_bytes()
 
 
 def test_character_classes_every_code_point():

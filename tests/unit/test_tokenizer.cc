@@ -4,6 +4,7 @@
 // tests/reference/test_tokenizer_parity*.py.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -321,6 +322,9 @@ TEST(TokenizerAdded, ConfigUnion) {
   json bad = config;
   bad["added_tokens_decoder"]["300"]["content"] = "<|other|>";
   EXPECT_THROW(load(make_json({}, {}, qwen_like_added()), bad), ModelLoadError);
+  json split = config;
+  split["split_special_tokens"] = true;
+  EXPECT_THROW(load(make_json({}, {}, qwen_like_added()), split), Unsupported);
 }
 
 TEST(TokenizerDecode, RulesOfTheByteLevelDecoder) {
@@ -396,6 +400,30 @@ TEST(TokenizerPolicy, LegacyMergeStringsAndFiles) {
   EXPECT_EQ(t.encode("ab<|im_end|>"), (Ids{256, 301}));
   test::TempDir empty;
   EXPECT_THROW(Tokenizer::load(empty.str()), ModelLoadError);
+}
+
+TEST(TokenizerPolicy, RandomInputsRoundTripOrAreRejected) {
+  // decode(encode(x)) == NFC(x) for valid x; random bytes either encode or throw InvalidArgument.
+  const Tokenizer t = load(make_json({"ab", "abc", "  "}, {{"a", "b"}, {"ab", "c"}, {" ", " "}}, qwen_like_added()));
+  std::mt19937 rng(42);
+  const std::uint32_t pool[] = {'a', 'b', 'c', ' ', '\n', '\r', '\'', 's', 'S', '1', '!', '<', '|', '>', 0xE9, 0x301, 0x323,
+                                0x17F, 0x3000, 0x4E2D, 0xE31, 0x94D, 0xFE0F, 0x200D, 0x1F600, 0xAC00, 0x11A8, 0x0};
+  for (int i = 0; i < 3000; ++i) {
+    std::string s;
+    const int n = static_cast<int>(rng() % 24);
+    for (int k = 0; k < n; ++k) unicode::append_utf8(pool[rng() % std::size(pool)], s);
+    if (rng() % 5 == 0) s += "<|im_end|>";
+    EXPECT_EQ(t.decode(t.encode(s)), unicode::nfc(s));
+    std::string bytes;
+    for (int k = 0; k < n; ++k) bytes.push_back(static_cast<char>(rng() % 256));
+    try {
+      EXPECT_EQ(t.decode(t.encode(bytes)), unicode::nfc(bytes));
+    } catch (const InvalidArgument&) {
+      EXPECT_NE(unicode::find_invalid_utf8(bytes), std::string_view::npos);
+    }
+  }
+  std::string big(1 << 20, ' ');  // a megabyte of spaces: one piece, heap BPE
+  EXPECT_EQ(t.decode(t.encode(big)), big);
 }
 
 TEST(TokenizerPolicy, ConcurrentEncodeMatchesSerial) {
