@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <thread>
 #include <iostream>
 #include <new>
 #include <string>
@@ -119,8 +120,10 @@ int run(int argc, char** argv) {
   decide->add_option("--precision", precision, "Backbone precision: f32 (parity) or bf16 (bf16 weights, fp32 accumulation)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
-  decide->add_option("--threads", decide_threads, "Threads of the engine pool (0: all CPUs)")
-      ->check(CLI::Range(0, 4096))
+  // More threads than CPUs only makes OpenMP threads spin against each other (never faster).
+  const auto cpus = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  decide->add_option("--threads", decide_threads, "Threads of the engine pool (0: all CPUs; at most the CPU count)")
+      ->check(CLI::Range(std::int64_t{0}, cpus))
       ->capture_default_str();
   decide->add_option("--chunk", decide_chunk, "Prefill chunk size in tokens (activation memory is O(chunk))")
       ->check(CLI::Range(1, 1 << 20))
