@@ -24,7 +24,7 @@ python3 -m pytest -q tests/cli
 
 echo "== ASan + UBSan unit tests"
 cmake --preset asan -DCLEF_WERROR=ON >/dev/null
-cmake --build --preset asan --target clef_unit_tests clef
+cmake --build --preset asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --preset asan -j2
 
