@@ -3,7 +3,7 @@
 // OpenBLAS sgemm; all in the same run so the ratios are comparable on a noisy machine), and the
 // chunked gated delta rule and blocked attention kernels. Prints a table; not a timed test.
 //
-//   clef_bench_ops [--threads N] [--m 1024] [--reps 5] [--quick]
+//   clef_bench_ops [--threads N] [--m 1024] [--reps 5] [--quick] [--peak-only]
 #include <cblas.h>
 #include <omp.h>
 
@@ -119,13 +119,14 @@ struct Shape {
 int main(int argc, char** argv) {
   int threads = 0, reps = 5;
   std::int64_t m = 1024;
-  bool quick = false;
+  bool quick = false, peak_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     if (f == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (f == "--m" && i + 1 < argc) m = std::atoll(argv[++i]);
     else if (f == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (f == "--quick") quick = true;
+    else if (f == "--peak-only") peak_only = true;
   }
   threads = clef::ops::set_num_threads(threads);
   openblas_set_num_threads(threads);
@@ -137,6 +138,7 @@ int main(int argc, char** argv) {
     pb = std::max(pb, peak_bf16(threads));
   }
   std::printf("measured peak: fp32 FMA %.1f GFLOP/s, bf16 vdpbf16ps %.1f GFLOP/s\n\n", pf, pb);
+  if (peak_only) return 0;
 
   // Linear-layer shapes of the 0.8b preset (and one flash MLP shape), y [m, n] = x [m, k] W^T.
   std::vector<Shape> shapes = {

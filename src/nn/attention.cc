@@ -4,12 +4,14 @@
 
 #include "core/error.h"
 #include "nn/linear.h"
+#include "ops/profile.h"
 
 namespace clef::nn {
 
 GatedAttention::GatedAttention(const AttentionConfig& cfg, const AttentionWeights& w,
                                ops::Precision p, const std::string& name)
     : cfg_(cfg),
+      precision_(p),
       q_(linear_weight(w.q_proj, p, name + ".q_proj")),
       k_(linear_weight(w.k_proj, p, name + ".k_proj")),
       v_(linear_weight(w.v_proj, p, name + ".v_proj")),
@@ -41,9 +43,14 @@ void GatedAttention::forward(const float* x, std::int64_t n, const float* cos, c
   float* v = kvn + n * kvw;
   float* o = s.get(kSlotBase + 4, n * qw);       // [n, nh, hd]
 
-  ops::linear(x, n, q_, qg);
-  ops::linear(x, n, k_, k);
-  ops::linear(x, n, v_, v);
+  {
+    CLEF_PROF_SCOPE("attn.qkv_proj");
+    ops::linear(x, n, q_, qg);
+    ops::linear(x, n, k_, k);
+    ops::linear(x, n, v_, v);
+  }
+  {
+  CLEF_PROF_SCOPE("attn.split+norm+rope+cache");
   // Per-head interleaved split (pitfall 2): head j = qg[:, j, 0:hd] query, [hd:2hd] gate.
   for (std::int64_t i = 0; i < n; ++i) {
     for (std::int64_t j = 0; j < d.nh; ++j) {
@@ -57,8 +64,20 @@ void GatedAttention::forward(const float* x, std::int64_t n, const float* cos, c
   ops::apply_rope(q, n, d.nh, d.hd, qw, cfg_.rotary_dim, cos, sin);
   ops::apply_rope(k, n, d.nkv, d.hd, kvw, cfg_.rotary_dim, cos, sin);
   kv.append(k, v, n);
-  ops::attention(d, n, kv.length, q, kv.k.data(), kv.v.data(), o);
-  ops::sigmoid_mul(o, gate, n * qw);
+  }
+  {
+    CLEF_PROF_SCOPE("attn.core");
+    if (precision_ == ops::Precision::kBF16) {
+      ops::attention_bf16(d, n, kv.length, q, kv.k.data(), kv.v.data(), o);
+    } else {
+      ops::attention(d, n, kv.length, q, kv.k.data(), kv.v.data(), o);
+    }
+  }
+  {
+    CLEF_PROF_SCOPE("attn.gate");
+    ops::sigmoid_mul(o, gate, n * qw);
+  }
+  CLEF_PROF_SCOPE("attn.o_proj");
   ops::linear(o, n, o_, h, /*accumulate=*/true);
 }
 

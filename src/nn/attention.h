@@ -36,7 +36,8 @@ class GatedAttention {
   KvCache new_cache() const;
 
   /// x [n, H] normalized input; cos/sin [n, rotary_dim/2] rotary tables of the n new tokens;
-  /// the n new tokens are appended to `kv`; h [n, H] residual, h += attention(x).
+  /// the n new tokens are appended to `kv`; h [n, H] residual, h += attention(x). In kBF16 the
+  /// attention core multiplies bf16-rounded q/k/v/probabilities (ops::attention_bf16).
   /// Uses scratch slots kSlotBase..kSlotBase+4.
   void forward(const float* x, std::int64_t n, const float* cos, const float* sin, KvCache& kv,
                float* h, Scratch& s) const;
@@ -45,6 +46,7 @@ class GatedAttention {
 
  private:
   AttentionConfig cfg_;
+  ops::Precision precision_ = ops::Precision::kF32;  ///< kBF16: core runs ops::attention_bf16
   ops::GemmWeight q_, k_, v_, o_;
   std::vector<float> q_norm_, k_norm_;
 };

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "nn/linear.h"
+#include "ops/profile.h"
 
 namespace clef::nn {
 
@@ -45,20 +46,35 @@ void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float*
   float* beta = bg + 2 * n * d.hv;
   float* g = bg + 3 * n * d.hv;
 
-  ops::linear(x, n, qkv_, mixed);
-  ops::linear(x, n, z_, z);
-  ops::linear(x, n, b_, b);
-  ops::linear(x, n, a_, a);
-  ops::causal_conv1d_silu(mixed, n, cd, conv_w_.data(), cfg_.conv_k, st.conv.data(), u);
-  // q, k L2 norm per (token, k-head); q also scaled by dk^-0.5 (after the norm, pitfall 8).
-  const float qscale = 1.0f / std::sqrt(static_cast<float>(d.dk));
-  for (std::int64_t kh = 0; kh < d.hk; ++kh) {
-    ops::l2norm_rows(u + kh * d.dk, n, d.dk, cd, 1e-6f, qscale);
-    ops::l2norm_rows(u + kd + kh * d.dk, n, d.dk, cd, 1e-6f, 1.0f);
+  {
+    CLEF_PROF_SCOPE("gdn.in_proj(qkv,z,b,a)");
+    ops::linear(x, n, qkv_, mixed);
+    ops::linear(x, n, z_, z);
+    ops::linear(x, n, b_, b);
+    ops::linear(x, n, a_, a);
   }
-  ops::gdn_gates(b, a, n, d.hv, a_log_.data(), dt_bias_.data(), beta, g);
-  ops::gated_delta_rule(d, n, u, u + kd, cd, u + 2 * kd, cd, g, beta, st.rec.data(), o);
-  ops::gated_rms_norm(o, z, n * d.hv, d.dv, norm_w_.data(), cfg_.eps, o);  // per head
+  {
+    CLEF_PROF_SCOPE("gdn.conv+l2norm+gates");
+    ops::causal_conv1d_silu(mixed, n, cd, conv_w_.data(), cfg_.conv_k, st.conv.data(), u);
+    // q, k L2 norm per (token, k-head); q also scaled by dk^-0.5 (after the norm, pitfall 8).
+    const float qscale = 1.0f / std::sqrt(static_cast<float>(d.dk));
+    // Token by token (the heads of one token are contiguous): each call is below the ops'
+    // parallel threshold, so this is one cache-friendly pass instead of 2·Hk strided parallel loops.
+    for (std::int64_t i = 0; i < n; ++i) {
+      ops::l2norm_rows(u + i * cd, d.hk, d.dk, d.dk, 1e-6f, qscale);
+      ops::l2norm_rows(u + i * cd + kd, d.hk, d.dk, d.dk, 1e-6f, 1.0f);
+    }
+    ops::gdn_gates(b, a, n, d.hv, a_log_.data(), dt_bias_.data(), beta, g);
+  }
+  {
+    CLEF_PROF_SCOPE("gdn.delta_rule");
+    ops::gated_delta_rule(d, n, u, u + kd, cd, u + 2 * kd, cd, g, beta, st.rec.data(), o);
+  }
+  {
+    CLEF_PROF_SCOPE("gdn.gated_norm");
+    ops::gated_rms_norm(o, z, n * d.hv, d.dv, norm_w_.data(), cfg_.eps, o);  // per head
+  }
+  CLEF_PROF_SCOPE("gdn.out_proj");
   ops::linear(o, n, out_, h, /*accumulate=*/true);
 }
 

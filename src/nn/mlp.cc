@@ -2,6 +2,7 @@
 
 #include "nn/linear.h"
 #include "ops/ops.h"
+#include "ops/profile.h"
 
 namespace clef::nn {
 
@@ -15,9 +16,16 @@ SwiGluMlp::SwiGluMlp(const WeightView& gate, const WeightView& up, const WeightV
 void SwiGluMlp::forward(const float* x, std::int64_t n, float* h, Scratch& s) const {
   float* g = s.get(kSlotBase, n * inter_);      // [n, I]
   float* u = s.get(kSlotBase + 1, n * inter_);  // [n, I]
-  ops::linear(x, n, gate_, g);
-  ops::linear(x, n, up_, u);
-  ops::silu_mul(g, u, n * inter_, g);
+  {
+    CLEF_PROF_SCOPE("mlp.gate_up");
+    ops::linear(x, n, gate_, g);
+    ops::linear(x, n, up_, u);
+  }
+  {
+    CLEF_PROF_SCOPE("mlp.silu_mul");
+    ops::silu_mul(g, u, n * inter_, g);
+  }
+  CLEF_PROF_SCOPE("mlp.down");
   ops::linear(g, n, down_, h, /*accumulate=*/true);  // h += down(...)
 }
 

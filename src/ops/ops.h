@@ -115,6 +115,14 @@ void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_
 void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
                const float* kc, const float* vc, float* o);
 
+/// attention() for the bf16 precision mode: q (pre-scaled by hd^-0.5), k, v and the softmax
+/// probabilities are rounded to bf16 and multiplied with vdpbf16ps, fp32 accumulation; the online
+/// softmax (max, exp, sums) stays fp32. About twice the fp32 throughput; error ~ bf16 rounding of
+/// the operands (tested against ref::attention). Falls back to attention() where AVX512-BF16 is
+/// not compiled in or hd is odd.
+void attention_bf16(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
+                    const float* kc, const float* vc, float* o);
+
 /// Scalar reference implementations (the test oracle): same signatures and contracts as above;
 /// ref::gated_delta_rule is the exact per-token recurrence of §4.5.
 namespace ref {

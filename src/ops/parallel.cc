@@ -17,7 +17,10 @@ int hardware_threads() {
 }
 
 int set_num_threads(int n) {
-  if (n <= 0) n = hardware_threads();
+  // More OpenMP threads than CPUs never helps these compute-bound kernels and, with spinning
+  // barriers, can stall the whole machine (e.g. --threads 4096): cap at the CPUs we may run on.
+  const int hw = hardware_threads();
+  if (n <= 0 || n > hw) n = hw;
   omp_set_num_threads(n);
   return n;
 }

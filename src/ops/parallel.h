@@ -7,7 +7,8 @@ namespace clef::ops {
 
 /// Sets the number of threads used by every op and by the GEMM library (OpenMP's
 /// omp_set_num_threads on the calling thread, which runs the engine). n <= 0 selects
-/// hardware_threads(). Returns the number in effect.
+/// hardware_threads(); n above hardware_threads() is capped to it (oversubscribing a spinning
+/// OpenMP pool only stalls). Returns the number in effect.
 int set_num_threads(int n);
 
 /// Threads the next parallel region will use.

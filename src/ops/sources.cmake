@@ -5,6 +5,7 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 
 target_sources(clef_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/parallel.cc
+  ${CMAKE_CURRENT_LIST_DIR}/profile.cc
   ${CMAKE_CURRENT_LIST_DIR}/rope_freq.cc
   ${CMAKE_CURRENT_LIST_DIR}/ref/ref_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/ref/gdn.cc

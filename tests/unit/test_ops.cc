@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "ops/gemm.h"
 #include "ops/ops.h"
+#include "ops/parallel.h"
 #include "ops/rope_freq.h"
 
 namespace clef {
@@ -399,6 +400,41 @@ TEST(Ops, AttentionBlockedVsReference) {
         ops::ref::attention(d, t, tk, q.data(), kc.data(), vc.data(), want.data());
         ops::attention(d, t, tk, q.data(), kc.data(), vc.data(), got.data());
         EXPECT_TRUE(close("attention", "nh,nkv,hd,T,Tk=" + dims({d.nh, d.nkv, d.hd, t, tk}), want, got, {2e-6, 2e-5}));
+      }
+    }
+  }
+}
+
+TEST(Ops, ThreadCountIsCappedAtTheMachine) {
+  // An oversized --threads must not oversubscribe the spinning OpenMP pool.
+  const int before = ops::num_threads();
+  EXPECT_EQ(ops::set_num_threads(1 << 20), ops::hardware_threads());
+  EXPECT_EQ(ops::num_threads(), ops::hardware_threads());
+  EXPECT_EQ(ops::set_num_threads(1), 1);
+  ops::set_num_threads(before);
+}
+
+TEST(Ops, AttentionBf16VsReference) {
+  // bf16 path: q, k, v and the probabilities are rounded to bf16 (fp32 accumulation), so compare
+  // with the reference on bf16-rounded q/k/v at a bf16-sized tolerance; odd hd falls back to fp32.
+  Rng rng(13);
+  auto round_bf16 = [](Vec v) {
+    for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+    return v;
+  };
+  for (const AttentionDims& d : {AttentionDims{8, 2, 256}, AttentionDims{4, 2, 64}, AttentionDims{2, 1, 17},
+                                 AttentionDims{3, 3, 40}}) {
+    for (std::int64_t t : {1, 7, 33, 70, 129}) {
+      for (std::int64_t past : {0, 5, 64}) {
+        const std::int64_t tk = t + past;
+        const Vec q = round_bf16(rng.uniform(t * d.nh * d.hd, -2.0f, 2.0f));
+        const Vec kc = round_bf16(rng.uniform(tk * d.nkv * d.hd, -2.0f, 2.0f));
+        const Vec vc = rng.uniform(tk * d.nkv * d.hd);
+        Vec want(q.size()), got(q.size());
+        ops::ref::attention(d, t, tk, q.data(), kc.data(), vc.data(), want.data());
+        ops::attention_bf16(d, t, tk, q.data(), kc.data(), vc.data(), got.data());
+        EXPECT_TRUE(close("attention_bf16", "nh,nkv,hd,T,Tk=" + dims({d.nh, d.nkv, d.hd, t, tk}), want, got,
+                          {1.5e-2, 1e-2}));
       }
     }
   }

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "nn/linear.h"
 #include "ops/ops.h"
+#include "ops/profile.h"
 
 namespace clef::qwen35 {
 namespace {
@@ -113,13 +114,19 @@ void TextModel::forward_chunk(std::span<const std::int32_t> ids, std::span<const
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = layers_[li];
     nn::LayerState& ls = st.layers[li];
-    ops::rms_norm_offset(h, n, H, L.input_norm.data(), eps, a);
+    {
+      CLEF_PROF_SCOPE("rms_norm");
+      ops::rms_norm_offset(h, n, H, L.input_norm.data(), eps, a);
+    }
     if (L.type == LayerType::kLinearAttention) {
       L.gdn.forward(a, n, ls.gdn, h, s);
     } else {
       L.attn.forward(a, n, cos, sin, ls.kv, h, s);
     }
-    ops::rms_norm_offset(h, n, H, L.post_norm.data(), eps, a);
+    {
+      CLEF_PROF_SCOPE("rms_norm");
+      ops::rms_norm_offset(h, n, H, L.post_norm.data(), eps, a);
+    }
     L.mlp.forward(a, n, h, s);
   }
   ops::rms_norm_offset(h, n, H, final_norm_.data(), eps, out);

@@ -1,36 +1,97 @@
 // Optimized causal GQA attention (architecture.md §3.5): flash-style blocks with an online
-// softmax. Work items are (query head, block of up to 32 queries); each walks key blocks of 64
-// up to its causal limit, so memory is O(block), never [t, tk].
-//   S = (Q Kᵀ) · hd^-0.5 (masked above the diagonal by sequence index)
-//   m' = max(m, rowmax S);  l' = l e^{m-m'} + Σ e^{S-m'};  O' = O e^{m-m'} + e^{S-m'} V
-//   out = O / l
+// softmax, fp32 throughout. A work item is (kv head j, block of nq queries); it serves all
+// `group` query heads that read kv head j at once, so each key/value block is loaded once for
+// group x nq query columns. The item works in the transposed ("key rows, query columns") layout,
+// which needs no per-block transposes of the cache:
+//   Qt  [hd, ncol]   the item's queries, transposed once, pre-multiplied by hd^-0.5
+//   St  [nk, ncol] = K_blk · Qt                 (K rows straight from the cache)
+//   online softmax per column:  m' = max(m, colmax St);  Pt = e^{St - m'} (masked by index);
+//                               l' = l e^{m - m'} + colsum Pt;  Ot = Ot e^{m - m'} + V_blkᵀ Pt
+//   out = Otᵀ / l
+// Column c = hh * nq + i is query i of head j * group + hh. Memory is O(block), never [t, tk].
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/dtype.h"
 #include "ops/cpu/microgemm.h"
+#include "ops/cpu/microgemm_bf16.h"
 #include "ops/cpu/vmath.h"
 #include "ops/ops.h"
 
 namespace clef::ops {
 namespace {
 
-constexpr std::int64_t kQBlock = 32;
 constexpr std::int64_t kKBlock = 64;
+constexpr std::int64_t kCols = 128;  // target query columns per item (group x nq)
 
 struct AttnScratch {
-  std::vector<float> kt, s, acc, m, l, corr;
-  void ensure(std::int64_t hd) {
-    kt.resize(static_cast<std::size_t>(hd * kKBlock));
-    s.resize(static_cast<std::size_t>(kQBlock * kKBlock));
-    acc.resize(static_cast<std::size_t>(kQBlock * hd));
-    m.resize(static_cast<std::size_t>(kQBlock));
-    l.resize(static_cast<std::size_t>(kQBlock));
-    corr.resize(static_cast<std::size_t>(kQBlock));
+  std::vector<float> qt, st, ot, m, l, corr;
+  void ensure(std::int64_t hd, std::int64_t ncol) {
+    auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
+    qt.resize(sz(hd * ncol));
+    st.resize(sz(kKBlock * ncol));
+    ot.resize(sz(hd * ncol));
+    m.resize(sz(ncol));
+    l.resize(sz(ncol));
+    corr.resize(sz(ncol));
   }
 };
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+/// Online-softmax step for one key block: St [nk, ncol] holds scaled scores; key row p (sequence
+/// index p0 + p) is visible to column c when p0 + p <= first_pos + c % nq. Updates m and l, writes
+/// corr = e^{m_old - m_new} and turns St into the masked probabilities (exact zeros where masked).
+/// Vectorized over columns. Block 0 is always processed first and every query sees key 0, so m is
+/// finite after it (no -inf - -inf).
+void softmax_block(float* St, std::int64_t nk, std::int64_t ncol, std::int64_t nq, std::int64_t p0,
+                   std::int64_t first_pos, float* m, float* l, float* corr) {
+  const std::int64_t group = ncol / nq;
+  const bool diagonal = p0 + nk - 1 > first_pos;  // some rows are hidden from some columns
+  if (diagonal) {
+    for (std::int64_t p = 0; p < nk; ++p) {
+      const std::int64_t hidden = std::min(nq, p0 + p - first_pos);  // columns i < hidden
+      for (std::int64_t hh = 0; hh < group && hidden > 0; ++hh) {
+        float* sp = St + p * ncol + hh * nq;
+        for (std::int64_t i = 0; i < hidden; ++i) sp[i] = kNegInf;
+      }
+    }
+  }
+  for (std::int64_t c = 0; c < ncol; ++c) corr[c] = m[c];  // corr = m_new for now
+  for (std::int64_t p = 0; p < nk; ++p) {
+    const float* sp = St + p * ncol;
+    for (std::int64_t c = 0; c < ncol; ++c) corr[c] = std::max(corr[c], sp[c]);
+  }
+  for (std::int64_t p = 0; p < nk; ++p) {
+    float* sp = St + p * ncol;
+    for (std::int64_t c = 0; c < ncol; ++c) sp[c] -= corr[c];
+    cpu::exp_n(sp, sp, ncol);
+  }
+  if (diagonal) {
+    for (std::int64_t p = 0; p < nk; ++p) {
+      const std::int64_t hidden = std::min(nq, p0 + p - first_pos);
+      for (std::int64_t hh = 0; hh < group && hidden > 0; ++hh) {
+        float* sp = St + p * ncol + hh * nq;
+        for (std::int64_t i = 0; i < hidden; ++i) sp[i] = 0.0f;
+      }
+    }
+  }
+  for (std::int64_t c = 0; c < ncol; ++c) {
+    const float mn = corr[c];
+    const float cr = m[c] == kNegInf ? 0.0f : std::exp(m[c] - mn);
+    l[c] *= cr;
+    m[c] = mn;
+    corr[c] = cr;
+  }
+  for (std::int64_t p = 0; p < nk; ++p) {
+    const float* sp = St + p * ncol;
+    for (std::int64_t c = 0; c < ncol; ++c) l[c] += sp[c];
+  }
+}
 
 }  // namespace
 
@@ -44,66 +105,185 @@ void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const fl
   const std::int64_t hd = d.hd, group = d.nh / d.nkv;
   const std::int64_t ldq = d.nh * hd, ldk = d.nkv * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const std::int64_t qblocks = (t + kQBlock - 1) / kQBlock;
-  const std::int64_t items = d.nh * qblocks;
+  const std::int64_t qblock = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, 64));
+  const std::int64_t qblocks = (t + qblock - 1) / qblock;
+  const std::int64_t items = d.nkv * qblocks;
   const std::int64_t offset = tk - t;  // sequence index of query 0
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel
   {
     thread_local AttnScratch sc;
-    sc.ensure(hd);
+    sc.ensure(hd, group * qblock);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < items; ++item) {
       // Later query blocks have more keys: hand them out first.
-      const std::int64_t qb = qblocks - 1 - item / d.nh;
-      const std::int64_t h = item % d.nh;
-      const std::int64_t j = h / group;
-      const std::int64_t i0 = qb * kQBlock;
-      const std::int64_t nq = std::min(kQBlock, t - i0);
-      const float* Q = q + i0 * ldq + h * hd;
-      float* acc = sc.acc.data();
+      const std::int64_t qb = qblocks - 1 - item / d.nkv;
+      const std::int64_t j = item % d.nkv;
+      const std::int64_t i0 = qb * qblock;
+      const std::int64_t nq = std::min(qblock, t - i0);
+      const std::int64_t ncol = group * nq;
+      float* Qt = sc.qt.data();
+      float* St = sc.st.data();
+      float* Ot = sc.ot.data();
       float* m = sc.m.data();
       float* l = sc.l.data();
-      for (std::int64_t i = 0; i < nq; ++i) {
-        m[i] = kNegInf;
-        l[i] = 0.0f;
+      float* corr = sc.corr.data();
+      // Qt [hd, ncol], column hh * nq + i = query i of head j * group + hh, scaled.
+      for (std::int64_t hh = 0; hh < group; ++hh) {
+        const float* qh = q + i0 * ldq + (j * group + hh) * hd;
+        for (std::int64_t i = 0; i < nq; ++i) {
+          const float* qi = qh + i * ldq;
+          for (std::int64_t e = 0; e < hd; ++e) Qt[e * ncol + hh * nq + i] = qi[e] * scale;
+        }
       }
-      for (std::int64_t e = 0; e < nq * hd; ++e) acc[e] = 0.0f;
-      const std::int64_t kend = offset + i0 + nq;  // keys [0, kend) are visible to some row
+      for (std::int64_t c = 0; c < ncol; ++c) {
+        m[c] = kNegInf;
+        l[c] = 0.0f;
+      }
+      const std::int64_t first_pos = offset + i0;      // sequence index of query i0
+      const std::int64_t kend = first_pos + nq;        // keys [0, kend) are visible to some query
       for (std::int64_t p0 = 0; p0 < kend; p0 += kKBlock) {
         const std::int64_t nk = std::min(kKBlock, kend - p0);
-        // Kt [hd, nk] for this key block and kv head
-        cpu::transpose(nk, hd, kc + p0 * ldk + j * hd, ldk, sc.kt.data(), nk);
-        float* S = sc.s.data();
-        cpu::small_gemm(nq, nk, hd, Q, ldq, sc.kt.data(), nk, S, nk, scale);
-        for (std::int64_t i = 0; i < nq; ++i) {
-          float* si = S + i * nk;
-          const std::int64_t last = offset + i0 + i;  // last visible key index of row i
-          const std::int64_t valid = std::max<std::int64_t>(0, std::min(nk, last - p0 + 1));
-          float mx = m[i];
-          for (std::int64_t c = 0; c < valid; ++c) mx = std::max(mx, si[c]);
-          for (std::int64_t c = 0; c < valid; ++c) si[c] -= mx;
-          cpu::exp_n(si, si, valid);
-          for (std::int64_t c = valid; c < nk; ++c) si[c] = 0.0f;
-          float sum = 0.0f;
-          for (std::int64_t c = 0; c < valid; ++c) sum += si[c];
-          const float corr = m[i] == kNegInf ? 0.0f : std::exp(m[i] - mx);
-          l[i] = l[i] * corr + sum;
-          m[i] = mx;
-          if (corr != 1.0f) {
-            float* ai = acc + i * hd;
-            for (std::int64_t e = 0; e < hd; ++e) ai[e] *= corr;
+        const float* Kb = kc + p0 * ldk + j * hd;
+        const float* Vb = vc + p0 * ldk + j * hd;
+        cpu::small_gemm(nk, ncol, hd, Kb, ldk, Qt, ncol, St, ncol);
+        softmax_block(St, nk, ncol, nq, p0, first_pos, m, l, corr);
+        if (p0 == 0) {
+          cpu::small_gemm_at(hd, ncol, nk, Vb, ldk, St, ncol, Ot, ncol);
+        } else {
+          for (std::int64_t e = 0; e < hd; ++e) {
+            float* oe = Ot + e * ncol;
+            for (std::int64_t c = 0; c < ncol; ++c) oe[c] *= corr[c];
           }
+          cpu::small_gemm_at(hd, ncol, nk, Vb, ldk, St, ncol, Ot, ncol, 1.0f, true);
         }
-        cpu::small_gemm(nq, hd, nk, S, nk, vc + p0 * ldk + j * hd, ldk, acc, hd, 1.0f, true);
       }
-      for (std::int64_t i = 0; i < nq; ++i) {
-        float* oi = o + (i0 + i) * ldq + h * hd;
-        const float inv = 1.0f / l[i];
-        for (std::int64_t e = 0; e < hd; ++e) oi[e] = acc[i * hd + e] * inv;
+      for (std::int64_t c = 0; c < ncol; ++c) corr[c] = 1.0f / l[c];
+      for (std::int64_t hh = 0; hh < group; ++hh) {
+        float* oh = o + i0 * ldq + (j * group + hh) * hd;
+        for (std::int64_t i = 0; i < nq; ++i) {
+          float* oi = oh + i * ldq;
+          const std::int64_t c = hh * nq + i;
+          const float inv = corr[c];
+          for (std::int64_t e = 0; e < hd; ++e) oi[e] = Ot[e * ncol + c] * inv;
+        }
       }
     }
   }
+}
+
+void attention_bf16(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
+                    const float* kc, const float* vc, float* o) {
+#if !defined(CLEF_HAVE_BF16_GEMM)
+  attention(d, t, tk, q, kc, vc, o);
+#else
+  if (d.nh <= 0 || d.nkv <= 0 || d.hd <= 0 || d.nh % d.nkv != 0 || tk < t) {
+    throw InvalidArgument("attention_bf16: bad shapes nh=" + std::to_string(d.nh) + " nkv=" +
+                          std::to_string(d.nkv) + " t=" + std::to_string(t) + " tk=" + std::to_string(tk));
+  }
+  if (t <= 0) return;
+  if (d.hd % 2 != 0) {  // pairs along hd: odd head dims take the fp32 path
+    attention(d, t, tk, q, kc, vc, o);
+    return;
+  }
+  const std::int64_t hd = d.hd, hd2 = hd / 2, group = d.nh / d.nkv;
+  const std::int64_t ldq = d.nh * hd, ldk = d.nkv * hd, ldk2 = ldk / 2;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const std::int64_t qblock = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, 64));
+  const std::int64_t qblocks = (t + qblock - 1) / qblock;
+  const std::int64_t items = d.nkv * qblocks;
+  const std::int64_t offset = tk - t;
+  const std::int64_t npair = (tk + 1) / 2;
+  const std::int64_t maxcol = group * qblock;
+  // The cache in bf16: K rows as stored (pairs along hd), V as pair words along the key index,
+  // per kv head: vpk[(j * npair + pp) * hd + e] = (V[2pp, j, e], V[2pp + 1, j, e]).
+  thread_local std::vector<std::uint32_t> kb, vpk;
+  thread_local std::vector<float> zeros;
+  kb.resize(static_cast<std::size_t>(tk * ldk2));
+  vpk.resize(static_cast<std::size_t>(d.nkv * npair * hd));
+  zeros.assign(static_cast<std::size_t>(std::max(hd, maxcol)), 0.0f);
+  std::uint32_t* kbp = kb.data();
+  std::uint32_t* vpp = vpk.data();
+  const float* zf = zeros.data();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < tk; ++r) cpu::to_bf16_n(kc + r * ldk, ldk, kbp + r * ldk2);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t pp = 0; pp < npair; ++pp) {
+    for (std::int64_t j = 0; j < d.nkv; ++j) {
+      const float* lo = vc + 2 * pp * ldk + j * hd;
+      const float* hi = 2 * pp + 1 < tk ? lo + ldk : zf;
+      cpu::pack_pairs(lo, hi, hd, vpp + (j * npair + pp) * hd);
+    }
+  }
+#pragma omp parallel
+  {
+    thread_local AttnScratch sc;
+    thread_local std::vector<std::uint32_t> qp, pp_buf;
+    sc.ensure(hd, maxcol);
+    qp.resize(static_cast<std::size_t>(hd2 * maxcol));
+    pp_buf.resize(static_cast<std::size_t>((kKBlock / 2) * maxcol));
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t item = 0; item < items; ++item) {
+      const std::int64_t qb = qblocks - 1 - item / d.nkv;
+      const std::int64_t j = item % d.nkv;
+      const std::int64_t i0 = qb * qblock;
+      const std::int64_t nq = std::min(qblock, t - i0);
+      const std::int64_t ncol = group * nq;
+      std::uint32_t* Qp = qp.data();
+      std::uint32_t* Pp = pp_buf.data();
+      float* St = sc.st.data();
+      float* Ot = sc.ot.data();
+      float* m = sc.m.data();
+      float* l = sc.l.data();
+      float* corr = sc.corr.data();
+      // Qp [hd/2, ncol]: pair words of the scaled queries, column hh * nq + i.
+      for (std::int64_t hh = 0; hh < group; ++hh) {
+        const float* qh = q + i0 * ldq + (j * group + hh) * hd;
+        for (std::int64_t i = 0; i < nq; ++i) {
+          const float* qi = qh + i * ldq;
+          const std::int64_t c = hh * nq + i;
+          for (std::int64_t p = 0; p < hd2; ++p) {
+            Qp[p * ncol + c] = static_cast<std::uint32_t>(f32_to_bf16(qi[2 * p] * scale)) |
+                               (static_cast<std::uint32_t>(f32_to_bf16(qi[2 * p + 1] * scale)) << 16);
+          }
+        }
+      }
+      for (std::int64_t c = 0; c < ncol; ++c) {
+        m[c] = kNegInf;
+        l[c] = 0.0f;
+      }
+      const std::int64_t first_pos = offset + i0;
+      const std::int64_t kend = first_pos + nq;
+      for (std::int64_t p0 = 0; p0 < kend; p0 += kKBlock) {
+        const std::int64_t nk = std::min(kKBlock, kend - p0);
+        cpu::bf16_gemm(nk, ncol, hd2, kbp + p0 * ldk2 + j * hd2, ldk2, Qp, ncol, St, ncol, false);
+        softmax_block(St, nk, ncol, nq, p0, first_pos, m, l, corr);
+        const std::int64_t npp = (nk + 1) / 2;
+        for (std::int64_t p = 0; p < npp; ++p) {
+          const float* lo = St + 2 * p * ncol;
+          cpu::pack_pairs(lo, 2 * p + 1 < nk ? lo + ncol : zf, ncol, Pp + p * ncol);
+        }
+        if (p0 > 0) {
+          for (std::int64_t e = 0; e < hd; ++e) {
+            float* oe = Ot + e * ncol;
+            for (std::int64_t c = 0; c < ncol; ++c) oe[c] *= corr[c];
+          }
+        }
+        // p0 is a multiple of kKBlock (even), so its pairs start at word p0 / 2.
+        cpu::bf16_gemm_at(hd, ncol, npp, vpp + (j * npair + p0 / 2) * hd, hd, Pp, ncol, Ot, ncol, p0 > 0);
+      }
+      for (std::int64_t c = 0; c < ncol; ++c) corr[c] = 1.0f / l[c];
+      for (std::int64_t hh = 0; hh < group; ++hh) {
+        float* oh = o + i0 * ldq + (j * group + hh) * hd;
+        for (std::int64_t i = 0; i < nq; ++i) {
+          float* oi = oh + i * ldq;
+          const std::int64_t c = hh * nq + i;
+          const float inv = corr[c];
+          for (std::int64_t e = 0; e < hd; ++e) oi[e] = Ot[e * ncol + c] * inv;
+        }
+      }
+    }
+  }
+#endif
 }
 
 }  // namespace clef::ops

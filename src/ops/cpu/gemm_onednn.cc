@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "ops/gemm.h"
+#include "ops/profile.h"
 
 namespace clef::ops {
 namespace {
@@ -125,12 +126,14 @@ void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool 
   const bool bf16 = w.precision() == Precision::kBF16;
   const void* wptr = w.operand();
   if (wptr == nullptr) {  // kF32 with BF16/F16 (or misaligned F32) storage: widen per call
+    CLEF_PROF_SCOPE(">linear.widen_weight");
     float* buf = scratch(wide, static_cast<std::size_t>(n * k));
     widen_to_f32(w.stored_dtype(), w.stored_data(), n, k, buf);
     wptr = buf;
   }
   const void* xptr = x;
   if (bf16) {
+    CLEF_PROF_SCOPE(">linear.x_to_bf16");
     std::uint16_t* buf = scratch(xb, static_cast<std::size_t>(m * k));
     const std::int64_t total = m * k;
 #pragma omp parallel for schedule(static)
