@@ -43,6 +43,41 @@ std::string model_dir_or_default(const std::string& dir, bool given, bool* is_de
   return d;
 }
 
+/// Largest request body `clef decide` reads (a SystemOne body is kilobytes to a few megabytes).
+constexpr std::size_t kMaxRequestBytes = std::size_t{64} << 20;
+
+/// Reads a request body from a file or standard input ("-"), refusing directories, devices that never
+/// end and bodies over kMaxRequestBytes without reading them whole.
+std::string read_request(const std::string& path) {
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (path != "-") {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) {
+      throw clef::InvalidArgument("the request " + clef::printable(path) + " is not a readable regular file");
+    }
+    file.open(path, std::ios::binary);
+    if (!file) throw clef::InvalidArgument("cannot read the request file " + clef::printable(path));
+    in = &file;
+  }
+  std::string body;
+  char buf[1 << 16];
+  while (in->read(buf, sizeof buf) || in->gcount() > 0) {
+    body.append(buf, static_cast<std::size_t>(in->gcount()));
+    if (body.size() > kMaxRequestBytes) {
+      throw clef::InvalidArgument("the request body exceeds " + std::to_string(kMaxRequestBytes >> 20) + " MiB");
+    }
+  }
+  return body;
+}
+
+/// Flushes stdout and turns a failed write (disk full, closed pipe) into an I/O error: an answer
+/// that did not reach its reader must not exit 0.
+void flush_stdout() {
+  std::cout.flush();
+  if (!std::cout) throw clef::IoError("cannot write the output to standard output");
+}
+
 /// A decimal integer in [0, 2^64), exactly (no sign, no spaces, no overflow).
 std::uint64_t parse_seed(const std::string& text) {
   std::uint64_t v = 0;
@@ -177,29 +212,20 @@ int run(int argc, char** argv) {
     } else {
       std::cout << clef::format_inspect_report(r, s, chunk, context);
     }
+    flush_stdout();
     return 0;
   }
   if (*tokenize) {
     bool tk_default = false;
     tk.model_dir = model_dir_or_default(tk.model_dir, tk_model->count() > 0, &tk_default);
     clef::run_tokenize_command(tk, std::cin, std::cout);
+    flush_stdout();
     return 0;
   }
   if (*decide) {
     bool is_default = false;
     const std::string dir = model_dir_or_default(decide_dir, decide_model->count() > 0, &is_default);
-    std::string body;
-    if (request_path == "-") {
-      std::ostringstream ss;
-      ss << std::cin.rdbuf();
-      body = ss.str();
-    } else {
-      std::ifstream in(request_path, std::ios::binary);
-      if (!in) throw clef::InvalidArgument("cannot read the request file " + clef::printable(request_path));
-      std::ostringstream ss;
-      ss << in.rdbuf();
-      body = ss.str();
-    }
+    const std::string body = read_request(request_path);
     clef::EngineOptions eo;
     eo.backbone.precision = precision == "bf16" ? clef::ops::Precision::kBF16 : clef::ops::Precision::kF32;
     eo.backbone.threads = static_cast<int>(decide_threads);
@@ -219,6 +245,7 @@ int run(int argc, char** argv) {
     }
     const clef::Decision d = engine->decide(body);
     std::cout << d.body << "\n";
+    flush_stdout();
     if (timings) {
       std::fprintf(stderr, "clef: %lld tokens: tokenize %.3f s, prefill %.3f s (%.1f tokens/s), head %.3f s, total %.3f s\n",
                    static_cast<long long>(d.input_tokens), d.timings.tokenize, d.timings.prefill,

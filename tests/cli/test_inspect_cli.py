@@ -351,3 +351,38 @@ def test_bad_flags_are_one_line_exit_2(args, tmp_path):
     if args[0] == "make-model":
         args = args + ["--out", str(tmp_path / "x")]
     _one_error_line(run_clef(*args), code=2)
+
+
+# --- regressions from the attack on `clef decide` / `clef tokenize` ---
+
+def _req(tmp_path):
+    p = tmp_path / "req.json"
+    p.write_text(json.dumps({"state": "x", "questions": {"q": {"type": "noul"}}}))
+    return p
+
+
+def test_lost_output_is_an_io_error(cpp_tiny, tmp_path):
+    import subprocess
+    from conftest import clef_bin
+
+    with open("/dev/full", "w") as full:
+        for args in (["decide", "-m", str(cpp_tiny), str(_req(tmp_path))], ["tokenize", "-m", str(cpp_tiny), "hi"]):
+            r = subprocess.run([clef_bin(), *args], stdout=full, stderr=subprocess.PIPE, text=True)
+            assert r.returncode == 5 and "cannot write the output" in r.stderr, (args, r.stderr)
+
+
+def test_decide_refuses_directories_and_huge_bodies(cpp_tiny, tmp_path):
+    import subprocess
+    from conftest import clef_bin
+
+    assert "not a readable regular file" in _one_error_line(run_clef("decide", "-m", str(cpp_tiny), str(tmp_path)), 2)
+    r = subprocess.run([clef_bin(), "decide", "-m", str(cpp_tiny), "-"], input=b" " * (65 << 20),
+                       capture_output=True)
+    assert r.returncode == 2 and b"exceeds 64 MiB" in r.stderr
+
+
+def test_decide_threads_capped_at_cpu_count(cpp_tiny, tmp_path):
+    import os
+
+    r = run_clef("decide", "-m", str(cpp_tiny), "--threads", str((os.cpu_count() or 1) + 1), str(_req(tmp_path)))
+    _one_error_line(r, 2)
