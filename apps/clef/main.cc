@@ -88,10 +88,12 @@ std::uint64_t parse_seed(const std::string& text) {
   return v;
 }
 
-/// Opens a release; a damaged embedded default model gets a hint on how to regenerate it.
-clef::ReleaseFolder open_model(const std::string& dir, bool is_default, const clef::OpenReleaseOptions& opt) {
+/// Runs `load` (which opens the model folder `dir`); when `dir` is the embedded default model, a
+/// load error gets a hint on how to regenerate it.
+template <typename Load>
+auto with_default_hint(const std::string& dir, bool is_default, Load load) {
   try {
-    return clef::open_release(dir, opt);
+    return load();
   } catch (const clef::Error& e) {
     if (!is_default) throw;
     throw clef::ModelLoadError(std::string(e.what()) + " (the embedded default model is damaged; delete " +
@@ -204,7 +206,7 @@ int run(int argc, char** argv) {
     opt.manifest = manifest;
     bool is_default = false;
     const std::string dir = model_dir_or_default(inspect_dir, dir_pos->count() + dir_opt->count() > 0, &is_default);
-    const clef::ReleaseFolder r = open_model(dir, is_default, opt);
+    const clef::ReleaseFolder r = with_default_hint(dir, is_default, [&] { return clef::open_release(dir, opt); });
     const clef::ModelSummary s = clef::summarize(r);
     if (as_json) {
       std::cout << clef::inspect_json(r, s, chunk, context).dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
@@ -235,14 +237,7 @@ int run(int argc, char** argv) {
     eo.answers.confidence = confidence == "jev" ? clef::ConfidenceMode::kJev : clef::ConfidenceMode::kReference;
     eo.answers.jev_legend = jev_legend;
     eo.accept_any_model = true;  // the folder chooses the model; echo the request's name like the reference
-    std::unique_ptr<clef::Engine> engine;
-    try {
-      engine = std::make_unique<clef::Engine>(dir, eo);
-    } catch (const clef::Error& e) {
-      if (!is_default) throw;
-      throw clef::ModelLoadError(std::string(e.what()) + " (the embedded default model is damaged; delete " +
-                                 clef::printable(dir) + " and run again to regenerate it)");
-    }
+    const auto engine = with_default_hint(dir, is_default, [&] { return std::make_unique<clef::Engine>(dir, eo); });
     const clef::Decision d = engine->decide(body);
     std::cout << d.body << "\n";
     flush_stdout();

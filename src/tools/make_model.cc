@@ -277,17 +277,12 @@ ojson byte_level(bool add_prefix_space) {
 
 // ---------------------------------------------------------------------------------------------
 
+/// Writes a file of the staging folder (the folder is published atomically as a whole).
 void write_text(const fs::path& p, const std::string& text) {
-  const fs::path tmp = p.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out) throw IoError(tmp.string() + ": cannot create");
-    out << text;
-    if (!out.flush()) throw IoError(tmp.string() + ": write failed");
-  }
-  std::error_code ec;
-  fs::rename(tmp, p, ec);
-  if (ec) throw IoError(p.string() + ": cannot rename: " + ec.message());
+  std::ofstream out(p, std::ios::binary);
+  if (!out) throw IoError(p.string() + ": cannot create");
+  out << text;
+  if (!out.flush()) throw IoError(p.string() + ": write failed");
 }
 
 struct TinyDims {
