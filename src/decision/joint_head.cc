@@ -239,13 +239,41 @@ JointHeadRecord::JointHeadRecord(const JointHead& head, std::vector<HeadQuestion
   }
 }
 
+std::vector<float> JointHead::project_memory(std::span<const float> hidden) const {
+  const std::int64_t H = cfg_.hidden_size;
+  if (static_cast<std::int64_t>(hidden.size()) % H != 0) throw InvalidArgument("joint head: project_memory() needs whole rows");
+  const std::int64_t n = static_cast<std::int64_t>(hidden.size()) / H;
+  const std::vector<float> x = layer_norm(hidden_norm_, hidden.data(), n, H);
+  return linear_rows(memory_, x.data(), n);
+}
+
+void JointHeadRecord::restore_prefix(std::span<const float> memory) {
+  const std::int64_t W = head_.cfg_.width;
+  if (fed_ != 0) throw InvalidArgument("joint head: restore_prefix() after rows were fed");
+  if (static_cast<std::int64_t>(memory.size()) % W != 0) throw InvalidArgument("joint head: restore_prefix() needs whole rows");
+  const std::int64_t n = static_cast<std::int64_t>(memory.size()) / W;
+  if (n >= total_) {
+    throw InvalidArgument("joint head: a restored prefix of " + std::to_string(n) + " rows must end before the record's last row " +
+                          std::to_string(total_ - 1));
+  }
+  for (const auto& q : questions_) {
+    bool before = q.span.begin < n;
+    for (const auto& o : q.options) before = before || o.begin < n;
+    if (before) {
+      throw InvalidArgument("joint head: a question/option span starts inside the restored prefix of " + std::to_string(n) + " rows");
+    }
+  }
+  std::copy(memory.begin(), memory.end(), memory_.begin());
+  fed_ = n;
+}
+
 void JointHeadRecord::feed(std::span<const float> hidden) {
   const JointHeadConfig& c = head_.cfg_;
   const std::int64_t H = c.hidden_size;
   if (static_cast<std::int64_t>(hidden.size()) % H != 0) throw InvalidArgument("joint head: feed() needs whole rows");
   const std::int64_t n = static_cast<std::int64_t>(hidden.size()) / H;
   if (fed_ + n > total_) throw InvalidArgument("joint head: fed more rows than the record has");
-  // §4.4 steps 1-2: X = LN_hidden(rows); M = X · Wmemᵀ.
+  // §4.4 steps 1-2: X = LN_hidden(rows); M = X · Wmemᵀ (as in JointHead::project_memory).
   const std::vector<float> x = layer_norm(head_.hidden_norm_, hidden.data(), n, H);
   const std::vector<float> m = linear_rows(head_.memory_, x.data(), n);
   std::copy(m.begin(), m.end(), memory_.begin() + fed_ * c.width);
