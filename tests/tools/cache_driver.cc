@@ -1,10 +1,11 @@
 // Test driver of the exact state cache (issue 7; tests/reference/test_state_cache.py): runs many
 // requests through ONE Engine, so later requests can reuse earlier states.
-//   clef_cache_driver MODEL_DIR [--state-cache-mb N] [--threads N] [--chunk N] [--precision f32|bf16]
+//   clef_cache_driver MODEL_DIR [--state-cache-mb N] [--threads N] [--chunk N] [--max-tokens N]
+//                     [--precision f32|bf16]
 //       < requests.jsonl
 // Reads one SystemOne request body per line and prints one JSON line per request:
 //   {"body": <the response, parsed>, "cache": "hit"|"miss"|"off", "reused_tokens": n,
-//    "input_tokens": n, "logits": [...], "option_counts": [options of each question, request order], "stats": {"hits", "misses", "bytes", "entries", "evictions", "budget"}}
+//    "input_tokens": n, "logits": [...], "timings": {seconds per stage}, "option_counts": [options of each question, request order], "stats": {"hits", "misses", "bytes", "entries", "evictions", "budget"}}
 // or {"error": "<code>", "path": "<json path>"} for a refused request. Exit 2 on bad arguments.
 #include <cstdlib>
 #include <iostream>
@@ -22,7 +23,7 @@ namespace {
 
 int usage() {
   std::cerr << "usage: clef_cache_driver MODEL_DIR [--state-cache-mb N] [--threads N] [--chunk N] "
-               "[--precision f32|bf16] < requests.jsonl\n";
+               "[--max-tokens N] [--precision f32|bf16] < requests.jsonl\n";
   return 2;
 }
 
@@ -41,6 +42,8 @@ int main(int argc, char** argv) {
       eo.state_cache_mb = std::stoll(v);
     } else if (a == "--threads") {
       eo.backbone.threads = std::stoi(v);
+    } else if (a == "--max-tokens") {
+      eo.record.max_length = std::stoll(v);
     } else if (a == "--chunk") {
       eo.backbone.chunk_size = std::stoll(v);
     } else if (a == "--precision" && (v == "f32" || v == "bf16")) {
@@ -62,6 +65,8 @@ int main(int argc, char** argv) {
         out["reused_tokens"] = d.reused_tokens;
         out["input_tokens"] = d.input_tokens;
         out["logits"] = d.logits;
+        out["timings"] = {{"tokenize", d.timings.tokenize}, {"prefill", d.timings.prefill}, {"head", d.timings.head},
+                          {"state_restore", d.timings.state_restore}, {"total", d.timings.total}};
         // The per-question grouping of the logits (to compare probabilities), from the same encoder.
         clef::ServedModel any;
         any.accept_any = true;
