@@ -4,7 +4,8 @@
 Not a test. Runs tests/tools/cache_driver.cc (one Engine, many requests) on a release folder
 (default: the 0.8b random-weight preset, generated with tools/reference/make_model.py if missing):
 
-  1. a cold request: a ~16,384-token record (prefix + state filling the budget) with 1 question;
+  1. a cold request: prefix + state of ~16,384 tokens (``--state-tokens``) and 1 question (the
+     record budget is raised above the state so that 10 questions fit too);
   2. ``--rounds`` warm requests of 1 new question each on the same state;
   3. ``--rounds`` warm requests of 10 new questions each.
 
@@ -85,7 +86,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--precision", choices=["f32", "bf16"], default="bf16")
     ap.add_argument("--chunk", type=int, default=512)
-    ap.add_argument("--record-tokens", type=int, default=16384, help="token budget of the record (max_length)")
+    ap.add_argument("--state-tokens", type=int, default=16384,
+                    help="target prefix + state tokens (the part that is cached)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--state-cache-mb", type=int, default=2048)
     ap.add_argument("--json", help="write the raw driver lines and the summary here")
@@ -96,8 +98,8 @@ def main() -> int:
         print(f"making the 0.8b random-weight preset in {model} ...", flush=True)
         subprocess.run([sys.executable, str(REPO / "tools" / "reference" / "make_model.py"), "--preset", "0.8b",
                         "--out", str(model), "--seed", "2"], check=True)
-    # Room for the prefix (36), 10 questions' schema (~45 tokens each) and the suffix (18).
-    state = fit_state(model, a.record_tokens - 36 - 18 - 10 * 60)
+    state = fit_state(model, a.state_tokens - 36)  # the prefix is 36 tokens
+    max_tokens = a.state_tokens + 4096  # room for 10 questions' schema and the suffix
     reqs = [request(state, 0, 1)]
     k = 1
     for _ in range(a.rounds):
@@ -107,7 +109,7 @@ def main() -> int:
         reqs.append(request(state, k, 10))
         k += 10
     cmd = [a.driver, str(model), "--threads", str(a.threads), "--precision", a.precision, "--chunk", str(a.chunk),
-           "--max-tokens", str(a.record_tokens), "--state-cache-mb", str(a.state_cache_mb)]
+           "--max-tokens", str(max_tokens), "--state-cache-mb", str(a.state_cache_mb)]
     print("$ " + " ".join(cmd), flush=True)
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
