@@ -42,6 +42,8 @@ Mha make_mha(const MultiheadAttentionWeights& m) {
     parts[i]->out = parts[i]->in = width;
   }
   out.o = make_linear(m.out_proj_weight, &m.out_proj_bias);
+  out.k_gemm = std::make_unique<ops::GemmWeight>(DType::kF32, out.k.w.data(), width, width, ops::Precision::kF32);
+  out.v_gemm = std::make_unique<ops::GemmWeight>(DType::kF32, out.v.w.data(), width, width, ops::Precision::kF32);
   return out;
 }
 
@@ -141,6 +143,22 @@ std::vector<float> linear_rows(const Linear& l, const std::vector<float>& x) {
   return linear_rows(l, x.data(), static_cast<std::int64_t>(x.size()) / l.in);
 }
 
+/// y[n, out] = x[n, in] · Wᵀ + b through the GEMM library (fp32, ops::linear): for the large
+/// key/value products of logits(); per-element sums are ordered as the library blocks them.
+std::vector<float> linear_gemm(const Linear& l, const ops::GemmWeight& w, const std::vector<float>& x) {
+  const std::int64_t n = static_cast<std::int64_t>(x.size()) / l.in;
+  std::vector<float> y(static_cast<std::size_t>(n * l.out));
+  if (n == 0) return y;
+  ops::linear(x.data(), n, w, y.data());
+  if (!l.b.empty()) {
+    for (std::int64_t r = 0; r < n; ++r) {
+      float* yr = y.data() + r * l.out;
+      for (std::int64_t o = 0; o < l.out; ++o) yr[o] += l.b[static_cast<std::size_t>(o)];
+    }
+  }
+  return y;
+}
+
 /// LayerNorm over rows of width `w` (biased variance, eps 1e-5, affine).
 std::vector<float> layer_norm(const Norm& n, const float* x, std::int64_t rows, std::int64_t width) {
   std::vector<float> y(static_cast<std::size_t>(rows * width));
@@ -179,7 +197,8 @@ void add_into(std::vector<float>& a, const std::vector<float>& b) {
 std::vector<float> mha(const Mha& m, std::int64_t heads, const std::vector<float>& q_in, const std::vector<float>& kv_in) {
   const std::int64_t W = m.q.in, d = W / heads;
   const std::int64_t nq = static_cast<std::int64_t>(q_in.size()) / W, nk = static_cast<std::int64_t>(kv_in.size()) / W;
-  const std::vector<float> q = linear_rows(m.q, q_in), k = linear_rows(m.k, kv_in), v = linear_rows(m.v, kv_in);
+  const std::vector<float> q = linear_rows(m.q, q_in), k = linear_gemm(m.k, *m.k_gemm, kv_in),
+                           v = linear_gemm(m.v, *m.v_gemm, kv_in);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<float> ctx(static_cast<std::size_t>(nq * W), 0.0f);
   std::vector<float> p(static_cast<std::size_t>(nk));

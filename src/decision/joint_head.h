@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "decision/joint_head_weights.h"
 #include "io/hf_config.h"
+#include "ops/gemm.h"
 
 namespace clef {
 
@@ -54,6 +56,10 @@ class JointHead {
   };
   struct Mha {
     Linear q, k, v, o;  ///< in_proj split into Wq | Wk | Wv, then out_proj
+    /// Wk, Wv bound to the GEMM library (pointing into k.w, v.w): the key/value projections run
+    /// over all T memory rows in logits(), the head's one large product. Not used per row, so
+    /// its blocking may depend on T without breaking state reuse (identical T, identical bits).
+    std::unique_ptr<ops::GemmWeight> k_gemm, v_gemm;
   };
   struct Routing {
     Norm query_norm, memory_norm, ff_norm;

@@ -37,6 +37,34 @@ std::string engine_identity(const ReleaseFolder& r, const Backbone& b) {
   return sha256_hex(std::as_bytes(std::span<const char>(text.data(), text.size())));
 }
 
+/// dst = snapshot (a deep copy), with KV capacity for `extra_tokens` more rows reserved up front,
+/// so that continuing the sequence does not reallocate (and copy again) every KV cache.
+void restore_with_room(SequenceState& dst, const SequenceState& snapshot, std::int64_t extra_tokens) {
+  // Field by field: a new member of these structs must be copied here too.
+  static_assert(sizeof(nn::KvCache) == 2 * sizeof(std::int64_t) + 2 * sizeof(std::vector<float>));
+  static_assert(sizeof(nn::GdnState) == 2 * sizeof(std::vector<float>));
+  static_assert(sizeof(nn::ModelState) == sizeof(std::vector<nn::LayerState>) + 2 * sizeof(std::int64_t));
+  dst.layers.resize(snapshot.layers.size());
+  for (std::size_t i = 0; i < snapshot.layers.size(); ++i) {
+    const nn::LayerState& src = snapshot.layers[i];
+    nn::LayerState& l = dst.layers[i];
+    l.gdn = src.gdn;
+    l.kv.width = src.kv.width;
+    l.kv.length = src.kv.length;
+    if (src.kv.width > 0) {
+      const auto room = src.kv.k.size() + static_cast<std::size_t>(extra_tokens * src.kv.width);
+      l.kv.k.clear();
+      l.kv.v.clear();
+      l.kv.k.reserve(room);
+      l.kv.v.reserve(room);
+    }
+    l.kv.k.assign(src.kv.k.begin(), src.kv.k.end());
+    l.kv.v.assign(src.kv.v.begin(), src.kv.v.end());
+  }
+  dst.n_tokens = snapshot.n_tokens;
+  dst.next_position = snapshot.next_position;
+}
+
 }  // namespace
 
 const char* state_cache_use_name(StateCacheUse u) noexcept {
@@ -113,7 +141,7 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
     d.state_cache = r.hit ? StateCacheUse::kHit : StateCacheUse::kMiss;
     d.reused_tokens = r.hit ? split : 0;
     const auto tr = std::chrono::steady_clock::now();
-    restore_state(state, r.entry->state);
+    restore_with_room(state, r.entry->state, static_cast<std::int64_t>(ids.size()) - split);
     head.restore_prefix(r.entry->head_memory);
     d.timings.state_restore = seconds_since(tr);
   } else if (split > 0) {

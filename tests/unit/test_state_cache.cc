@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "decision/joint_head.h"
 #include "runtime/engine.h"
+#include "runtime/release.h"
 #include "runtime/state_cache.h"
 #include "test_util.h"
 #include "tools/make_model.h"
@@ -234,6 +236,39 @@ class EngineStateCacheTest : public ::testing::Test {
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_F(EngineStateCacheTest, HeadRestorePrefixEqualsFeedingTheRows) {
+  const ReleaseFolder r = open_release(*model_);
+  const JointHead head(r.head, r.head_config, r.model.text.lm_head);
+  const std::int64_t T = 12, H = r.head_config.hidden_size;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(T));
+  for (std::int64_t t = 0; t < T; ++t) ids[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(100 + 37 * t);
+  std::vector<float> hidden(static_cast<std::size_t>(T * H));
+  for (std::size_t i = 0; i < hidden.size(); ++i) hidden[i] = static_cast<float>((i * 7919) % 1000) / 500.0f - 1.0f;
+  HeadQuestion q;
+  q.type_id = 1;
+  q.span = {6, 8};
+  q.options = {{8, 9}, {9, 11}};
+  const auto rows = [&](std::int64_t a, std::int64_t b) {
+    return std::span<const float>(hidden).subspan(static_cast<std::size_t>(a * H), static_cast<std::size_t>((b - a) * H));
+  };
+  JointHeadRecord fed(head, {q}, ids);
+  fed.feed(rows(0, 4));
+  fed.feed(rows(4, T));
+  JointHeadRecord restored(head, {q}, ids);
+  restored.restore_prefix(head.project_memory(rows(0, 6)));  // up to the question span
+  EXPECT_EQ(restored.rows_fed(), 6);
+  restored.feed(rows(6, T));
+  EXPECT_TRUE(same_bits(fed.logits(), restored.logits()));
+
+  JointHeadRecord bad(head, {q}, ids);
+  EXPECT_THROW(bad.restore_prefix(head.project_memory(rows(0, 7))), InvalidArgument);  // covers the question span
+  const std::vector<float> m = head.project_memory(rows(0, 3));
+  EXPECT_THROW(bad.restore_prefix(std::span<const float>(m).first(m.size() - 1)), InvalidArgument);  // partial row
+  bad.feed(rows(0, 1));
+  EXPECT_THROW(bad.restore_prefix(m), InvalidArgument);  // rows were already fed
+  EXPECT_THROW(head.project_memory(std::span<const float>(hidden).first(static_cast<std::size_t>(H - 1))), InvalidArgument);
 }
 
 TEST_F(EngineStateCacheTest, HitMissAndOffGiveBitIdenticalLogits) {
