@@ -7,7 +7,8 @@ Not a test. Runs tests/tools/cache_driver.cc (one Engine, many requests) on a re
   1. a cold request: prefix + state of ~16,384 tokens (``--state-tokens``) and 1 question (the
      record budget is raised above the state so that 10 questions fit too);
   2. ``--rounds`` warm requests of 1 new question each on the same state;
-  3. ``--rounds`` warm requests of 10 new questions each.
+  3. ``--rounds`` warm requests of 10 new questions each;
+  4. the cold request again (warm): its logits and body must be bit-identical to the cold ones.
 
 Prints each request's latency (Decision timings), the cold latency, the warm medians, the
 speed-up cold / warm (goal: >= 20x for one new question), and the cache's bytes and entries.
@@ -108,6 +109,7 @@ def main() -> int:
     for _ in range(a.rounds):
         reqs.append(request(state, k, 10))
         k += 10
+    reqs.append(request(state, 0, 1))  # the cold request again, warm: its logits must be the same bits
     cmd = [a.driver, str(model), "--threads", str(a.threads), "--precision", a.precision, "--chunk", str(a.chunk),
            "--max-tokens", str(max_tokens), "--state-cache-mb", str(a.state_cache_mb)]
     print("$ " + " ".join(cmd), flush=True)
@@ -123,7 +125,7 @@ def main() -> int:
             return 1
         out.append(line)
         t = line["timings"]
-        kind = "cold" if i == 0 else ("warm 1q" if i <= a.rounds else "warm 10q")
+        kind = "cold" if i == 0 else ("warm 1q" if i <= a.rounds else "warm 10q" if i <= 2 * a.rounds else "re-ask")
         print(f"{i:2d} {kind:8s} {line['cache']:4s} tokens {line['input_tokens']:6d} reused {line['reused_tokens']:6d}  "
               f"total {t['total']:8.3f} s (prefill {t['prefill']:.3f}, head {t['head']:.3f}, "
               f"restore {t['state_restore']:.3f}, tokenize {t['tokenize']:.3f})", flush=True)
@@ -131,19 +133,21 @@ def main() -> int:
     proc.wait()
     cold = out[0]["timings"]["total"]
     w1 = statistics.median(o["timings"]["total"] for o in out[1:1 + a.rounds])
-    w10 = statistics.median(o["timings"]["total"] for o in out[1 + a.rounds:])
+    w10 = statistics.median(o["timings"]["total"] for o in out[1 + a.rounds:1 + 2 * a.rounds])
+    same_bits = out[-1]["logits"] == out[0]["logits"] and out[-1]["body"] == out[0]["body"]
     st = out[-1]["stats"]
     summary = {
         "model": str(model), "precision": a.precision, "threads": a.threads, "chunk": a.chunk,
         "state_tokens_reused": out[1]["reused_tokens"], "cold_s": cold, "warm_1q_median_s": w1,
         "warm_10q_median_s": w10, "speedup_1q": cold / w1, "speedup_10q": cold / w10,
-        "cache_bytes": st["bytes"], "cache_entries": st["entries"], "hits": st["hits"], "misses": st["misses"],
+        "reask_bit_identical": same_bits, "cache_bytes": st["bytes"], "cache_entries": st["entries"], "hits": st["hits"], "misses": st["misses"],
         "load1": os.getloadavg()[0], "wall_s": time.time() - t0,
     }
     print(f"\nprefix+state tokens reused: {summary['state_tokens_reused']}")
     print(f"cold (1 question):           {cold:8.3f} s")
     print(f"warm, 1 new question:        {w1:8.3f} s  (median of {a.rounds})  speed-up {cold / w1:6.1f}x")
     print(f"warm, 10 new questions:      {w10:8.3f} s  (median of {a.rounds})  speed-up {cold / w10:6.1f}x")
+    print(f"cold request re-asked warm: {'bit-identical logits and body' if same_bits else 'DIFFERENT'}")
     print(f"cache: {st['bytes'] / 2**20:.1f} MiB in {st['entries']} entries "
           f"({st['bytes'] / max(1, summary['state_tokens_reused']):.0f} bytes per prefix+state token); "
           f"hits {st['hits']}, misses {st['misses']}; load1 {summary['load1']:.1f}")
