@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/error.h"
+#include "decide_jsonl.h"
 #include "core/json_reader.h"
 #include "runtime/engine.h"
 #include "runtime/inspect.h"
@@ -25,7 +26,8 @@
 namespace {
 
 constexpr const char* kExitCodes =
-    "Exit codes: 0 success; 2 invalid argument or usage; 3 model folder or file malformed, missing or\n"
+    "Exit codes: 0 success; 1 decide --jsonl finished but refused at least one line (see its error lines);\n"
+    "2 invalid argument, usage or a refused request; 3 model folder or file malformed, missing or\n"
     "inconsistent; 4 valid but unsupported model option; 5 I/O error; 70 internal error (a bug).";
 
 /// The folder a command works on: the one given, else the embedded default model (made on first use).
@@ -147,15 +149,30 @@ int run(int argc, char** argv) {
   tokenize->add_flag("--skip-special", tk.skip_special, "With --decode: drop special added tokens");
 
   // decide: REQUEST.json (or - for standard input) -> the SystemOne response on stdout.
-  std::string decide_dir, request_path = "-", precision = "f32", confidence = "reference", overflow = "refuse";
+  std::string decide_dir, request_path = "-", precision = "fp32", confidence = "reference", overflow = "refuse";
   std::int64_t decide_threads = 0, decide_chunk = 512, max_tokens = 16384;
-  bool jev_legend = false, timings = false;
+  bool jev_legend = false, timings = false, no_progress = false;
+  clef::cli::JsonlRunOptions jsonl;
   auto* decide = app.add_subcommand(
-      "decide", "Answer one SystemOne request (JSON file or - for stdin) and print the SystemOne response.");
-  decide->add_option("REQUEST", request_path, "Request JSON file, or - for standard input")->capture_default_str();
+      "decide", "Answer one SystemOne request (JSON file or - for stdin) and print the SystemOne response, or a "
+                "file of requests (--jsonl), one answer line per request line.");
+  auto* request_opt =
+      decide->add_option("REQUEST", request_path, "Request JSON file, or - for standard input")->capture_default_str();
+  auto* jsonl_opt = decide->add_option(
+      "--jsonl", jsonl.input,
+      "File of requests, one JSON body per line (- for stdin). Writes one line per input line: the response, or "
+      "{\"error\":{\"code\",\"message\",\"path\"},\"line\":N}; keeps going past refused lines");
+  jsonl_opt->excludes(request_opt);
+  decide->add_option("--out,-o", jsonl.output,
+                     "With --jsonl: answer file (default stdout). An existing file is resumed: its complete lines "
+                     "are kept and the matching input lines skipped")
+      ->needs(jsonl_opt);
+  decide->add_flag("--restart", jsonl.restart, "With --jsonl --out: start over instead of resuming")->needs(jsonl_opt);
+  decide->add_flag("--no-progress", no_progress, "With --jsonl: no progress line on stderr")->needs(jsonl_opt);
   auto* decide_model = decide->add_option("--model,-m", decide_dir, "Release folder (default: the embedded tiny random-weight model)");
-  decide->add_option("--precision", precision, "Backbone precision: f32 (parity) or bf16 (bf16 weights, fp32 accumulation)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
+  decide->add_option("--precision", precision,
+                     "Backbone precision: fp32 (parity; also spelled f32) or bf16 (bf16 weights, fp32 accumulation)")
+      ->check(CLI::IsMember({"fp32", "f32", "bf16"}))
       ->capture_default_str();
   // More threads than CPUs only makes OpenMP threads spin against each other (never faster).
   const auto cpus = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
@@ -180,7 +197,7 @@ int run(int argc, char** argv) {
   decide->add_flag("--timings", timings, "Print per-stage timings (and the state cache's hit/miss) to stderr");
   std::int64_t state_cache_mb = clef::EngineOptions::kDefaultStateCacheMb;
   decide->add_option("--state-cache-mb", state_cache_mb,
-                     "Memory budget of the exact state cache in MiB (0: off); reuse needs several requests per engine")
+                     "Memory budget of the exact state cache in MiB (0: off); requests that share a state (--jsonl) reuse it")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
       ->capture_default_str();
 
@@ -232,7 +249,8 @@ int run(int argc, char** argv) {
   if (*decide) {
     bool is_default = false;
     const std::string dir = model_dir_or_default(decide_dir, decide_model->count() > 0, &is_default);
-    const std::string body = read_request(request_path);
+    const bool batch = jsonl_opt->count() > 0;
+    const std::string body = batch ? std::string() : read_request(request_path);
     clef::EngineOptions eo;
     eo.backbone.precision = precision == "bf16" ? clef::ops::Precision::kBF16 : clef::ops::Precision::kF32;
     eo.backbone.threads = static_cast<int>(decide_threads);
@@ -244,6 +262,12 @@ int run(int argc, char** argv) {
     eo.state_cache_mb = state_cache_mb;
     eo.accept_any_model = true;  // the folder chooses the model; echo the request's name like the reference
     const auto engine = with_default_hint(dir, is_default, [&] { return std::make_unique<clef::Engine>(dir, eo); });
+    if (batch) {
+      jsonl.progress = !no_progress;
+      jsonl.timings = timings;
+      const clef::cli::JsonlRunSummary sum = clef::cli::run_decide_jsonl(*engine, jsonl);
+      return sum.refused > 0 ? 1 : 0;
+    }
     const clef::Decision d = engine->decide(body);
     std::cout << d.body << "\n";
     flush_stdout();
