@@ -194,7 +194,12 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"reference", "jev"}))
       ->capture_default_str();
   decide->add_flag("--jev-legend", jev_legend, "Write null score levels as \"\" (the TypeSafe SDK rejects null)");
-  decide->add_flag("--timings", timings, "Print per-stage timings to stderr");
+  decide->add_flag("--timings", timings, "Print per-stage timings (and the state cache's hit/miss) to stderr");
+  std::int64_t state_cache_mb = clef::EngineOptions::kDefaultStateCacheMb;
+  decide->add_option("--state-cache-mb", state_cache_mb,
+                     "Memory budget of the exact state cache in MiB (0: off); requests that share a state (--jsonl) reuse it")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
+      ->capture_default_str();
 
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
@@ -254,6 +259,7 @@ int run(int argc, char** argv) {
     eo.record.overflow = overflow == "truncate" ? clef::OverflowPolicy::kTruncateState : clef::OverflowPolicy::kRefuse;
     eo.answers.confidence = confidence == "jev" ? clef::ConfidenceMode::kJev : clef::ConfidenceMode::kReference;
     eo.answers.jev_legend = jev_legend;
+    eo.state_cache_mb = state_cache_mb;
     eo.accept_any_model = true;  // the folder chooses the model; echo the request's name like the reference
     const auto engine = with_default_hint(dir, is_default, [&] { return std::make_unique<clef::Engine>(dir, eo); });
     if (batch) {
@@ -266,10 +272,13 @@ int run(int argc, char** argv) {
     std::cout << d.body << "\n";
     flush_stdout();
     if (timings) {
-      std::fprintf(stderr, "clef: %lld tokens: tokenize %.3f s, prefill %.3f s (%.1f tokens/s), head %.3f s, total %.3f s\n",
+      std::fprintf(stderr,
+                   "clef: %lld tokens: tokenize %.3f s, prefill %.3f s (%.1f tokens/s), head %.3f s, total %.3f s; "
+                   "state cache %s (%lld tokens reused)\n",
                    static_cast<long long>(d.input_tokens), d.timings.tokenize, d.timings.prefill,
-                   d.timings.prefill > 0 ? static_cast<double>(d.input_tokens) / d.timings.prefill : 0.0, d.timings.head,
-                   d.timings.total);
+                   d.timings.prefill > 0 ? static_cast<double>(d.input_tokens - d.reused_tokens) / d.timings.prefill : 0.0,
+                   d.timings.head, d.timings.total, clef::state_cache_use_name(d.state_cache),
+                   static_cast<long long>(d.reused_tokens));
     }
     return 0;
   }
