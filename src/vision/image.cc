@@ -46,7 +46,7 @@ struct Raster {
   std::uint32_t height = 0;
   std::vector<std::uint8_t> data;     // interleaved 8-bit samples (all modes but kI16)
   std::vector<std::uint16_t> data16;  // kI16 samples
-  // kP: 256 RGBA entries; entries the file does not define keep Pillow's default (i, i, i, 255).
+  // kP: 256 RGBA entries; entries PLTE does not define are (0, 0, 0, 255), as in Pillow.
   std::array<std::uint8_t, 1024> palette{};
   // PIL's info["transparency"] is set (PNG tRNS): the image counts as "having alpha".
   bool has_transparency = false;
@@ -234,10 +234,7 @@ Raster decode_png(std::string_view bytes, std::size_t index, const ImageLimits& 
     }
     case PNG_COLOR_TYPE_PALETTE: {
       r.mode = Mode::kP;
-      for (std::size_t i = 0; i < 256; ++i) {
-        r.palette[4 * i] = r.palette[4 * i + 1] = r.palette[4 * i + 2] = static_cast<std::uint8_t>(i);
-        r.palette[4 * i + 3] = 255;
-      }
+      for (std::size_t i = 0; i < 256; ++i) r.palette[4 * i + 3] = 255;  // undefined entries: (0, 0, 0, 255)
       for (std::size_t i = 0; i < job.plte.size() && i < 256; ++i) {
         r.palette[4 * i] = job.plte[i].red;
         r.palette[4 * i + 1] = job.plte[i].green;
