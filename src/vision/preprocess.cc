@@ -174,12 +174,13 @@ RgbImage resize_bicubic(const RgbImage& image, std::uint32_t width, std::uint32_
   return vertical_pass(horizontal_pass(image, hw, row_lo, row_hi), vw, row_lo);
 }
 
-VisionInput preprocess_image(const RgbImage& image, std::size_t index, const VisionPreprocessConfig& config) {
-  const std::uint64_t p = config.patch_size, m = config.merge_size, tp = config.temporal_patch_size;
-  if (p == 0 || m == 0 || tp == 0) throw InvalidArgument("vision preprocess: patch, merge and temporal sizes must be positive");
-  if (image.width == 0 || image.height == 0 || image.pixels.size() != std::size_t{image.width} * image.height * 3) {
-    throw InvalidArgument("vision preprocess: image is empty or its pixel buffer does not match its size");
+ImageGrid image_grid_for_size(std::uint32_t width, std::uint32_t height, std::size_t index,
+                              const VisionPreprocessConfig& config) {
+  const std::uint64_t p = config.patch_size, m = config.merge_size;
+  if (p == 0 || m == 0 || config.temporal_patch_size == 0) {
+    throw InvalidArgument("vision preprocess: patch, merge and temporal sizes must be positive");
   }
+  if (width == 0 || height == 0) throw InvalidArgument("vision preprocess: zero-sized image");
   const std::uint64_t factor = p * m;
   std::uint64_t th = 0, tw = 0;
   if (config.fixed_side != 0) {
@@ -190,16 +191,26 @@ VisionInput preprocess_image(const RgbImage& image, std::size_t index, const Vis
     th = tw = config.fixed_side;
   } else {
     try {
-      std::tie(th, tw) = smart_resize(image.height, image.width, factor, config.min_pixels, config.max_pixels);
+      std::tie(th, tw) = smart_resize(height, width, factor, config.min_pixels, config.max_pixels);
     } catch (const InvalidArgument&) {
       throw RequestError(RequestErrorCode::kImageAspectRatio, JsonPath().key("images").index(index),
-                         "image is " + std::to_string(image.width) + "x" + std::to_string(image.height) +
+                         "image is " + std::to_string(width) + "x" + std::to_string(height) +
                              "; the longer side may be at most 200 times the shorter");
     }
   }
   if (th == 0 || tw == 0 || th > 0xFFFFFFFFu || tw > 0xFFFFFFFFu) {
     throw InvalidArgument("vision preprocess: target size out of range");
   }
+  return ImageGrid{1, static_cast<std::int64_t>(th / p), static_cast<std::int64_t>(tw / p)};
+}
+
+VisionInput preprocess_image(const RgbImage& image, std::size_t index, const VisionPreprocessConfig& config) {
+  if (image.pixels.size() != std::size_t{image.width} * image.height * 3) {
+    throw InvalidArgument("vision preprocess: the pixel buffer does not match the image size");
+  }
+  const ImageGrid grid = image_grid_for_size(image.width, image.height, index, config);
+  const std::uint64_t p = config.patch_size, m = config.merge_size, tp = config.temporal_patch_size;
+  const std::uint64_t th = static_cast<std::uint64_t>(grid.h) * p, tw = static_cast<std::uint64_t>(grid.w) * p;
   const RgbImage resized = resize_bicubic(image, static_cast<std::uint32_t>(tw), static_cast<std::uint32_t>(th));
 
   // Rescale then normalize, per channel, through a 256-entry table: float32(double(v) * factor),
@@ -213,9 +224,8 @@ VisionInput preprocess_image(const RgbImage& image, std::size_t index, const Vis
   }
 
   const std::uint64_t gh = th / p, gw = tw / p;
-  if (gh % m != 0 || gw % m != 0) throw InvalidArgument("vision preprocess: grid is not a multiple of the merge size");
   VisionInput out;
-  out.grid = ImageGrid{1, static_cast<std::int64_t>(gh), static_cast<std::int64_t>(gw)};
+  out.grid = grid;
   out.rows = static_cast<std::int64_t>(gh * gw);
   out.cols = static_cast<std::int64_t>(3 * tp * p * p);
   out.num_tokens = static_cast<std::int64_t>((gh / m) * (gw / m));

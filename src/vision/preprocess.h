@@ -67,6 +67,12 @@ std::pair<std::uint64_t, std::uint64_t> smart_resize(std::uint64_t height, std::
 /// unchanged is not resampled. Throws InvalidArgument for a 0-sized input or output.
 RgbImage resize_bicubic(const RgbImage& image, std::uint32_t width, std::uint32_t height);
 
+/// The patch grid preprocess_image produces for a `width` x `height` image, without touching pixels
+/// (for building the prompt: the image takes grid.h/m * grid.w/m `<|image_pad|>` tokens, §6.9).
+/// Throws like preprocess_image (image_aspect_ratio at `images.<index>`, InvalidArgument).
+ImageGrid image_grid_for_size(std::uint32_t width, std::uint32_t height, std::size_t index,
+                              const VisionPreprocessConfig& config = {});
+
 /// Preprocesses one decoded image (§6.1-6.2). `index` is its position in the request, for errors.
 /// Throws RequestError image_aspect_ratio (`images.<index>`) when the smart resize refuses the
 /// aspect ratio (> 200), InvalidArgument for an inconsistent config.

@@ -13,13 +13,16 @@
 // {"index", "ok": false, "code", "path", "message"}. Exit status 0 unless the driver itself fails.
 //
 // Options: --alpha composite|drop, --min-pixels N, --max-pixels N, --fixed-side N,
-//          --max-images N, --max-bytes N (per image), --max-total-bytes N, --max-image-pixels N.
+//          --max-images N, --max-bytes N (per image), --max-total-bytes N, --max-image-pixels N,
+//          --resize-list FILE (mode decode: line i of FILE is "W H"; image i is then resized to W x H
+//          with resize_bicubic before it is written).
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -59,6 +62,7 @@ int main(int argc, char** argv) {
   clef::ImageDecodeOptions decode_options;
   clef::VisionPreprocessConfig config;
   bool paths = false, each = false;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> resize_to;
   std::vector<std::string> positional;
   try {
     for (int i = 1; i < argc; ++i) {
@@ -81,6 +85,10 @@ int main(int argc, char** argv) {
       else if (a == "--max-bytes") limits.max_encoded_bytes_per_image = std::stoull(next());
       else if (a == "--max-total-bytes") limits.max_encoded_bytes_total = std::stoull(next());
       else if (a == "--max-image-pixels") limits.max_pixels_per_image = std::stoull(next());
+      else if (a == "--resize-list") {
+        std::istringstream in(read_file(next()));
+        for (std::uint32_t w = 0, h = 0; in >> w >> h;) resize_to.emplace_back(w, h);
+      }
       else if (!a.empty() && a[0] == '-') return usage();
       else positional.push_back(a);
     }
@@ -102,7 +110,12 @@ int main(int argc, char** argv) {
     auto emit_ok = [&](std::size_t i, const clef::RgbImage& img) {
       nlohmann::json j = {{"index", i}, {"ok", true}, {"width", img.width}, {"height", img.height}};
       if (!preprocess) {
-        write_rgb(out_dir + "/rgb_" + std::to_string(i) + ".npy", img);
+        if (i < resize_to.size()) {
+          write_rgb(out_dir + "/rgb_" + std::to_string(i) + ".npy",
+                    clef::resize_bicubic(img, resize_to[i].first, resize_to[i].second));
+        } else {
+          write_rgb(out_dir + "/rgb_" + std::to_string(i) + ".npy", img);
+        }
       } else {
         const clef::VisionInput v = clef::preprocess_image(img, i, config);
         clef::write_npy(out_dir + "/pixel_values_" + std::to_string(i) + ".npy", {v.rows, v.cols}, v.pixel_values.data());

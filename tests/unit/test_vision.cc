@@ -103,6 +103,20 @@ TEST(VisionSmartResize, TokenCountsQuotedInTheSpec) {
   EXPECT_NO_THROW(smart_resize(1, 200, 32, 65536, 16777216));
 }
 
+TEST(VisionPreprocess, GridForSizeWithoutPixels) {
+  // architecture.md §6.1: a 640x480 image gives 300 image tokens (grid 30 x 40 patches).
+  const ImageGrid g = image_grid_for_size(640, 480, 0);
+  EXPECT_EQ(g.t, 1);
+  EXPECT_EQ(g.h, 30);
+  EXPECT_EQ(g.w, 40);
+  VisionPreprocessConfig fixed;
+  fixed.fixed_side = 448;  // seeds/000: the 448 tower takes 14 x 14 merged tokens
+  const ImageGrid f = image_grid_for_size(640, 480, 0, fixed);
+  EXPECT_EQ(f.h / 2 * (f.w / 2), 196);
+  fixed.fixed_side = 250;
+  EXPECT_THROW(image_grid_for_size(640, 480, 0, fixed), InvalidArgument);
+}
+
 TEST(VisionPreprocess, MergeBlockMajorPatchOrder) {
   // A 64x64 image with no resampling (min/max pixels around 64*64): every pixel's value encodes
   // its (row, col) so that each pixel_values entry can be traced back (architecture.md §6.2).
