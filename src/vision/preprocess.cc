@@ -152,7 +152,7 @@ RgbImage vertical_pass(const RgbImage& src, const AxisWeights& vw, std::uint32_t
 
 }  // namespace
 
-RgbImage resize_bicubic(const RgbImage& image, std::uint32_t width, std::uint32_t height) {
+RgbImage resize_bicubic(const RgbImage& image, std::uint32_t width, std::uint32_t height, ResizePassOrder order) {
   if (image.width == 0 || image.height == 0 || width == 0 || height == 0) {
     throw InvalidArgument("resize_bicubic: zero-sized image or target");
   }
@@ -167,7 +167,7 @@ RgbImage resize_bicubic(const RgbImage& image, std::uint32_t width, std::uint32_
   // as many pixels as the width does, otherwise the horizontal one. The uint8 intermediate makes
   // the order visible in the result. Measured against Pillow 13.0.0 (docs/VISION.md).
   const std::int64_t dh = std::int64_t{image.height} - height, dw = std::int64_t{image.width} - width;
-  if (dh > 0 && dh > 2 * dw) return horizontal_pass(vertical_pass(image, vw, 0), hw, 0, height);
+  if (order == ResizePassOrder::kPillow13 && dh > 0 && dh > 2 * dw) return horizontal_pass(vertical_pass(image, vw, 0), hw, 0, height);
   // Horizontal first, only on the source rows the vertical pass reads.
   const std::uint32_t row_lo = vw.first.front();
   const std::uint32_t row_hi = vw.first.back() + vw.count.back();
@@ -211,7 +211,8 @@ VisionInput preprocess_image(const RgbImage& image, std::size_t index, const Vis
   const ImageGrid grid = image_grid_for_size(image.width, image.height, index, config);
   const std::uint64_t p = config.patch_size, m = config.merge_size, tp = config.temporal_patch_size;
   const std::uint64_t th = static_cast<std::uint64_t>(grid.h) * p, tw = static_cast<std::uint64_t>(grid.w) * p;
-  const RgbImage resized = resize_bicubic(image, static_cast<std::uint32_t>(tw), static_cast<std::uint32_t>(th));
+  const RgbImage resized =
+      resize_bicubic(image, static_cast<std::uint32_t>(tw), static_cast<std::uint32_t>(th), config.pass_order);
 
   // Rescale then normalize, per channel, through a 256-entry table: float32(double(v) * factor),
   // then (x - mean) / std in float32 (transformers image_transforms.rescale / normalize).

@@ -14,6 +14,15 @@
 
 namespace clef {
 
+/// Order of the two resampling passes when both axes change size. The uint8 intermediate makes it
+/// visible (up to ~20 levels on noisy images).
+enum class ResizePassOrder : std::uint8_t {
+  /// Pillow >= 13 (PR #9549): vertical first iff the height shrinks and in_h - out_h > 2 (in_w - out_w).
+  kPillow13,
+  /// Pillow <= 12 and architecture.md Appendix B: always horizontal first.
+  kHorizontalFirst,
+};
+
 /// Processor parameters (architecture.md §6.1). Defaults are the clef-flash / Qwen3.5
 /// preprocessor_config.json values; the clef-vision-0.8b student was trained with
 /// min_pixels 16384 and max_pixels 200704 (seeds/002).
@@ -30,6 +39,8 @@ struct VisionPreprocessConfig {
   /// (fixed_side x fixed_side, aspect NOT kept), e.g. 256 or 448 as in the Core AI towers of
   /// seeds/000; must be a multiple of patch_size * merge_size.
   std::uint32_t fixed_side = 0;
+  /// Resampling pass order of the reference's Pillow (the installed reference is Pillow 13.0.0).
+  ResizePassOrder pass_order = ResizePassOrder::kPillow13;
 };
 
 /// Patch grid of one image: (t, h, w) in patches, as the processor's `image_grid_thw` row.
@@ -64,8 +75,10 @@ std::pair<std::uint64_t, std::uint64_t> smart_resize(std::uint64_t height, std::
 /// architecture.md Appendix B: separable, horizontal pass first into a uint8 intermediate,
 /// cubic a = -0.5 with support 2 * max(scale, 1), coefficients normalized in double and rounded to
 /// 22-bit fixed point, int32 accumulation with rounding, clipped to 0..255. An axis whose size is
-/// unchanged is not resampled. Throws InvalidArgument for a 0-sized input or output.
-RgbImage resize_bicubic(const RgbImage& image, std::uint32_t width, std::uint32_t height);
+/// unchanged is not resampled; `order` picks which pass runs first when both do. Throws
+/// InvalidArgument for a 0-sized input or output.
+RgbImage resize_bicubic(const RgbImage& image, std::uint32_t width, std::uint32_t height,
+                        ResizePassOrder order = ResizePassOrder::kPillow13);
 
 /// The patch grid preprocess_image produces for a `width` x `height` image, without touching pixels
 /// (for building the prompt: the image takes grid.h/m * grid.w/m `<|image_pad|>` tokens, §6.9).

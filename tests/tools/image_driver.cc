@@ -14,8 +14,9 @@
 //
 // Options: --alpha composite|drop, --min-pixels N, --max-pixels N, --fixed-side N,
 //          --max-images N, --max-bytes N (per image), --max-total-bytes N, --max-image-pixels N,
-//          --resize-list FILE (mode decode: line i of FILE is "W H"; image i is then resized to W x H
-//          with resize_bicubic before it is written).
+//          --horizontal-first (Pillow <= 12 pass order),
+//          --resize-list FILE (mode decode: line i of FILE is "W H"; image i is then resized to
+//          W x H with resize_bicubic before it is written).
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -80,6 +81,7 @@ int main(int argc, char** argv) {
         else return usage();
       } else if (a == "--min-pixels") config.min_pixels = std::stoull(next());
       else if (a == "--max-pixels") config.max_pixels = std::stoull(next());
+      else if (a == "--horizontal-first") config.pass_order = clef::ResizePassOrder::kHorizontalFirst;
       else if (a == "--fixed-side") config.fixed_side = static_cast<std::uint32_t>(std::stoul(next()));
       else if (a == "--max-images") limits.max_images = std::stoull(next());
       else if (a == "--max-bytes") limits.max_encoded_bytes_per_image = std::stoull(next());
@@ -112,7 +114,7 @@ int main(int argc, char** argv) {
       if (!preprocess) {
         if (i < resize_to.size()) {
           write_rgb(out_dir + "/rgb_" + std::to_string(i) + ".npy",
-                    clef::resize_bicubic(img, resize_to[i].first, resize_to[i].second));
+                    clef::resize_bicubic(img, resize_to[i].first, resize_to[i].second, config.pass_order));
         } else {
           write_rgb(out_dir + "/rgb_" + std::to_string(i) + ".npy", img);
         }
