@@ -8,6 +8,7 @@ target_sources(clef_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/base64.cc
   ${CMAKE_CURRENT_LIST_DIR}/image.cc
   ${CMAKE_CURRENT_LIST_DIR}/preprocess.cc
+  ${CMAKE_CURRENT_LIST_DIR}/request_images.cc
 )
 # Pillow's and NumPy's arithmetic rounds after every operation: no fused multiply-adds (-march=native
 # enables FMA), or a resampled pixel can land one level off.

@@ -12,6 +12,8 @@
 #include "vision/base64.h"
 #include "vision/image.h"
 #include "vision/preprocess.h"
+#include "vision/request_images.h"
+#include "decision/json_value.h"
 
 namespace clef {
 namespace {
@@ -185,6 +187,42 @@ TEST(VisionResize, ConstantImageStaysConstant) {
     ASSERT_EQ(out.height, h);
     for (auto p : out.pixels) ASSERT_EQ(p, 200);
   }
+}
+
+// A 1x1 red RGB PNG as Pillow writes it, as a data URL. Its token count (64) is the spec's
+// 10x10 -> 64 rule for tiny images (architecture.md §6.1), which holds for 1x1 as well.
+constexpr const char* kOnePixelPng =
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC";
+
+TEST(VisionRequestImages, ArrayOfDataUrls) {
+  EXPECT_EQ(prepare_request_images(nullptr).inputs.size(), 0u);
+  const JsonValue null_value = parse_json("null"), empty = parse_json("[]");
+  EXPECT_EQ(prepare_request_images(&null_value).inputs.size(), 0u);
+  EXPECT_EQ(prepare_request_images(&empty).inputs.size(), 0u);
+  const JsonValue two = parse_json(std::string("[\"") + kOnePixelPng + "\",\"" + kOnePixelPng + "\"]");
+  const RequestImages r = prepare_request_images(&two);
+  ASSERT_EQ(r.inputs.size(), 2u);
+  EXPECT_EQ(r.inputs[0].num_tokens, 64);
+  EXPECT_EQ(r.total_tokens, 128);
+  EXPECT_EQ(r.inputs[1].rows, 256);
+}
+
+TEST(VisionRequestImages, TypeErrorsHavePaths) {
+  auto error_of = [](const char* json) {
+    const JsonValue v = parse_json(json);
+    try {
+      prepare_request_images(&v);
+    } catch (const RequestError& e) {
+      return std::string(e.code_name()) + "@" + e.path().str();
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(error_of("{}"), "invalid_type@images");
+  EXPECT_EQ(error_of("\"data:image/png;base64,AAAA\""), "invalid_type@images");
+  EXPECT_EQ(error_of("[\"https://x/y.png\", 3]"), "invalid_type@images.1");
+  EXPECT_EQ(error_of("[{\"content_type\":\"image/png\",\"base64\":\"AAAA\"}]"), "invalid_type@images.0");
+  EXPECT_EQ(error_of("[\"https://x/y.png\"]"), "image_url_unsupported@images.0");
+  EXPECT_EQ(error_of("[\"x\",\"x\",\"x\",\"x\",\"x\"]"), "too_many_images@images.4");
 }
 
 }  // namespace
