@@ -196,8 +196,10 @@ int run(int argc, char** argv) {
   decide->add_flag("--jev-legend", jev_legend, "Write null score levels as \"\" (the TypeSafe SDK rejects null)");
   decide->add_flag("--timings", timings, "Print per-stage timings (and the state cache's hit/miss) to stderr");
   std::int64_t state_cache_mb = clef::EngineOptions::kDefaultStateCacheMb;
-  decide->add_option("--state-cache-mb", state_cache_mb,
-                     "Memory budget of the exact state cache in MiB (0: off); requests that share a state (--jsonl) reuse it")
+  auto* cache_opt = decide->add_option(
+      "--state-cache-mb", state_cache_mb,
+      "Memory budget of the exact state cache in MiB (0: off); requests of a --jsonl run that share a state reuse "
+      "it (a single request has nothing to reuse: the cache is off then unless this is given)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
       ->capture_default_str();
 
@@ -259,7 +261,8 @@ int run(int argc, char** argv) {
     eo.record.overflow = overflow == "truncate" ? clef::OverflowPolicy::kTruncateState : clef::OverflowPolicy::kRefuse;
     eo.answers.confidence = confidence == "jev" ? clef::ConfidenceMode::kJev : clef::ConfidenceMode::kReference;
     eo.answers.jev_legend = jev_legend;
-    eo.state_cache_mb = state_cache_mb;
+    // One request cannot hit its own entry; building one would only copy the state (memory x2).
+    eo.state_cache_mb = batch || cache_opt->count() > 0 ? state_cache_mb : 0;
     eo.accept_any_model = true;  // the folder chooses the model; echo the request's name like the reference
     const auto engine = with_default_hint(dir, is_default, [&] { return std::make_unique<clef::Engine>(dir, eo); });
     if (batch) {
