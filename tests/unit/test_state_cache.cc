@@ -209,10 +209,7 @@ class EngineStateCacheTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    MakeModelOptions mo;
-    mo.out_dir = (dir_->path() / "tiny").string();
-    make_model(mo);
-    model_ = new std::string(mo.out_dir);
+    model_ = new std::string(test::make_tiny_model(*dir_));
   }
   static void TearDownTestSuite() {
     delete model_;
