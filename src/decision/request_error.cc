@@ -79,6 +79,7 @@ const char* request_error_code_name(RequestErrorCode code) noexcept {
     case RequestErrorCode::kImageInvalid: return "image_invalid";
     case RequestErrorCode::kImageTooLarge: return "image_too_large";
     case RequestErrorCode::kImageAspectRatio: return "image_aspect_ratio";
+    case RequestErrorCode::kImageTokenInText: return "image_token_in_text";
     case RequestErrorCode::kInputTooLong: return "input_too_long";
     case RequestErrorCode::kEmptySpan: return "empty_span";
   }

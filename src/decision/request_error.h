@@ -70,6 +70,7 @@ enum class RequestErrorCode : std::uint8_t {
   kImageAspectRatio,      ///< "image_aspect_ratio": longer side more than 200x the shorter (processor limit)
   // Raised by encode_record (decision/record.h), after validation:
   kInputTooLong,          ///< "input_too_long": the record exceeds the token budget (never truncated silently)
+  kImageTokenInText,      ///< "image_token_in_text": a vision token inside the text of a request with images
   kEmptySpan,             ///< "empty_span": an instruction or option tokenizes to nothing (would be NaN)
 };
 
