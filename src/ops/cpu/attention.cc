@@ -28,6 +28,7 @@ namespace {
 
 constexpr std::int64_t kKBlock = 64;
 constexpr std::int64_t kCols = 128;  // target query columns per item (group x nq)
+constexpr std::int64_t kMaxQBlock = 128;  // query cap per item (binds only for group 1: the vision tower)
 
 struct AttnScratch {
   std::vector<float> qt, st, ot, m, l, corr;
@@ -110,7 +111,7 @@ void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
   const std::int64_t hd = d.hd, group = d.nh / d.nkv;
   const std::int64_t ldq = d.nh * hd, ldk = d.nkv * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const std::int64_t qblock = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, 64));
+  const std::int64_t qblock = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, kMaxQBlock));
   const std::int64_t qblocks = (t + qblock - 1) / qblock;
   const std::int64_t items = d.nkv * qblocks;
   const std::int64_t offset = tk - t;  // sequence index of query 0
@@ -193,7 +194,7 @@ void attention_bf16_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk
   const std::int64_t hd = d.hd, hd2 = hd / 2, group = d.nh / d.nkv;
   const std::int64_t ldq = d.nh * hd, ldk = d.nkv * hd, ldk2 = ldk / 2;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const std::int64_t qblock = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, 64));
+  const std::int64_t qblock = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, kMaxQBlock));
   const std::int64_t qblocks = (t + qblock - 1) / qblock;
   const std::int64_t items = d.nkv * qblocks;
   const std::int64_t offset = tk - t;
