@@ -69,20 +69,22 @@ def driver() -> pathlib.Path:
 _HF: dict = {}
 
 
-def _hf_model(folder: pathlib.Path):
-    key = str(folder)
+def _hf_model(folder: pathlib.Path, dtype: str = "float32"):
+    key = (str(folder), dtype)
     if key not in _HF:
         import torch
         from transformers import Qwen3_5ForConditionalGeneration
 
-        _HF[key] = Qwen3_5ForConditionalGeneration.from_pretrained(str(folder), dtype=torch.float32).eval()
+        _HF[key] = Qwen3_5ForConditionalGeneration.from_pretrained(str(folder), dtype=getattr(torch, dtype)).eval()
     return _HF[key]
 
 
-def _hf_tower(folder: pathlib.Path, pixels: np.ndarray, grids) -> np.ndarray:
+def _hf_tower(folder: pathlib.Path, pixels: np.ndarray, grids, dtype: str = "float32") -> np.ndarray:
+    """transformers' tower output; dtype "bfloat16" is HF's own bf16 run (pixels cast to bf16 by
+    the patch embedding), reported next to clef's bf16 mode for context."""
     import torch
 
-    m = _hf_model(folder)
+    m = _hf_model(folder, dtype)
     with torch.no_grad():
         out = m.model.visual(torch.from_numpy(pixels), grid_thw=torch.tensor(grids, dtype=torch.long))
     return out.pooler_output.float().numpy()
@@ -120,7 +122,8 @@ def test_tower_tiny_matches_transformers(driver, tiny_dir, tmp_path, grids):
     rel = _rel(got, ref)
     got16 = _cpp_tower(driver, tiny_dir, px, grids, tmp_path, "bf16")
     rel16 = _rel(got16, ref)
-    print(f"tiny {grids}: fp32 max|d|/max|ref| {rel:.3g}; bf16 {rel16:.3g}")
+    hf16 = _rel(_hf_tower(tiny_dir, px, grids, "bfloat16"), ref)
+    print(f"tiny {grids}: fp32 max|d|/max|ref| {rel:.3g}; bf16 {rel16:.3g} (transformers bf16: {hf16:.3g})")
     assert rel <= FP32_REL
     assert rel16 <= BF16_REL
 
@@ -135,7 +138,8 @@ def test_tower_0_8b_matches_transformers(driver, tmp_path):
     got = _cpp_tower(driver, folder, px, grids, tmp_path)
     got16 = _cpp_tower(driver, folder, px, grids, tmp_path, "bf16")
     rel, rel16 = _rel(got, ref), _rel(got16, ref)
-    print(f"0.8b {grids}: fp32 max|d|/max|ref| {rel:.3g}; bf16 {rel16:.3g}")
+    hf16 = _rel(_hf_tower(folder, px, grids, "bfloat16"), ref)
+    print(f"0.8b {grids}: fp32 max|d|/max|ref| {rel:.3g}; bf16 {rel16:.3g} (transformers bf16: {hf16:.3g})")
     assert rel <= FP32_REL
     assert rel16 <= BF16_REL
 

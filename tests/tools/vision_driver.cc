@@ -142,7 +142,10 @@ int run(const Args& a) {
     const NpyArray ids = read_npy(a.ids);
     if (ids.shape.size() != 1 || ids.is_float()) throw InvalidArgument(a.ids + ": ids must be an int64 [T] array");
     std::vector<std::int32_t> v;
-    for (std::int64_t x : ids.i64) v.push_back(static_cast<std::int32_t>(x));
+    for (std::int64_t x : ids.i64) {
+      if (x < 0 || x > 0x7fffffff) throw InvalidArgument(a.ids + ": token id " + std::to_string(x) + " out of range");
+      v.push_back(static_cast<std::int32_t>(x));
+    }
     const auto grids = read_grids(a.grids);
     const auto p = qwen35::mrope_positions(v, static_cast<std::int32_t>(a.image_token), grids, a.merge);
     std::cout << positions_json(p).dump() << "\n";

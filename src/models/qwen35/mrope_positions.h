@@ -29,7 +29,7 @@ struct MropePositions {
 /// Throws InvalidArgument (naming the image and the token index) when a run's length does not
 /// equal its grid's token count, when there are more runs than grids or grids left unused, for a
 /// grid that is not a positive multiple of `spatial_merge_size`, or when a position would not
-/// fit in int32. Unlike HF (which would merge them into one run), two images must be separated
+/// fit in int32. Video pads are not handled (no video input in clef: they count as text). Unlike HF (which would merge them into one run), two images must be separated
 /// by at least one text token, as the processor's <|vision_end|><|vision_start|> always does.
 MropePositions mrope_positions(std::span<const std::int32_t> ids, std::int32_t image_token_id,
                                std::span<const ImageGrid> grids, std::int64_t spatial_merge_size);
