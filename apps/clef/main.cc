@@ -196,6 +196,14 @@ int run(int argc, char** argv) {
   decide->add_flag("--jev-legend", jev_legend, "Write null score levels as \"\" (the TypeSafe SDK rejects null)");
   decide->add_flag("--timings", timings, "Print per-stage timings (and the state cache's hit/miss) to stderr");
   std::int64_t state_cache_mb = clef::EngineOptions::kDefaultStateCacheMb;
+  int vision_grid = 0;
+  decide->add_option("--vision-grid", vision_grid,
+                     "Images: 0 = the processor's smart resize (keeps the aspect ratio); 8 or 14 = the seed's fixed "
+                     "grids, every image resized to 256x256 / 448x448 pixels (aspect not kept)")
+      ->check(CLI::IsMember({0, 8, 14}))
+      ->capture_default_str();
+  bool no_images = false;
+  decide->add_flag("--no-images", no_images, "Refuse requests with images (images_unsupported) even when the model has a vision tower");
   auto* cache_opt = decide->add_option(
       "--state-cache-mb", state_cache_mb,
       "Memory budget of the exact state cache in MiB (0: off); requests of a --jsonl run that share a state reuse "
@@ -263,6 +271,8 @@ int run(int argc, char** argv) {
     eo.answers.jev_legend = jev_legend;
     // One request cannot hit its own entry; building one would only copy the state (memory x2).
     eo.state_cache_mb = batch || cache_opt->count() > 0 ? state_cache_mb : 0;
+    eo.vision_grid = vision_grid;
+    eo.images = !no_images;
     eo.accept_any_model = true;  // the folder chooses the model; echo the request's name like the reference
     const auto engine = with_default_hint(dir, is_default, [&] { return std::make_unique<clef::Engine>(dir, eo); });
     if (batch) {

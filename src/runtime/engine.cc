@@ -6,7 +6,9 @@
 
 #include "core/error.h"
 #include "core/sha256.h"
+#include "models/qwen35/mrope_positions.h"
 #include "ops/parallel.h"
+#include "vision/request_images.h"
 
 namespace clef {
 namespace {
@@ -90,12 +92,42 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   backbone_ = std::make_unique<Backbone>(release_, options.backbone);
   head_ = std::make_unique<JointHead>(release_.head, release_.head_config, release_.model.text.lm_head);
   identity_ = engine_identity(release_, *backbone_);
-  if (options.state_cache_mb > 0 && !options.backbone.padded_readout) {
+  if (options.vision_grid != 0 && options.vision_grid != 8 && options.vision_grid != 14) {
+    throw InvalidArgument("vision grid must be 0 (smart resize), 8 or 14, got " + std::to_string(options.vision_grid));
+  }
+  if (options.images && release_.model.vision && release_.config.vision) {
+    qwen35::VisionTowerOptions vo;
+    vo.precision = options.backbone.precision;
+    tower_ = std::make_unique<qwen35::VisionTower>(*release_.config.vision, *release_.model.vision, vo);
+    options_.limits.accept_images = true;
+  }
+    if (options.state_cache_mb > 0 && !options.backbone.padded_readout) {
     cache_ = std::make_unique<StateCache>(static_cast<std::size_t>(options.state_cache_mb) << 20);
   }
 }
 
 Engine::~Engine() = default;
+
+VisionPreprocessConfig Engine::preprocess_config() const {
+  VisionPreprocessConfig c;
+  if (release_.preprocessor) {
+    const PreprocessorConfig& p = *release_.preprocessor;
+    c.patch_size = static_cast<std::uint32_t>(p.patch_size);
+    c.merge_size = static_cast<std::uint32_t>(p.merge_size);
+    c.temporal_patch_size = static_cast<std::uint32_t>(p.temporal_patch_size);
+    c.min_pixels = static_cast<std::uint64_t>(p.min_pixels);
+    c.max_pixels = static_cast<std::uint64_t>(p.max_pixels);
+    c.rescale_factor = p.rescale_factor;
+    for (int i = 0; i < 3; ++i) {
+      c.image_mean[static_cast<std::size_t>(i)] = static_cast<float>(p.image_mean[static_cast<std::size_t>(i)]);
+      c.image_std[static_cast<std::size_t>(i)] = static_cast<float>(p.image_std[static_cast<std::size_t>(i)]);
+    }
+  }
+  if (options_.vision_grid > 0) {
+    c.fixed_side = static_cast<std::uint32_t>(options_.vision_grid) * c.patch_size * c.merge_size;
+  }
+  return c;
+}
 
 StateCacheStats Engine::state_cache_stats() const { return cache_ ? cache_->stats() : StateCacheStats{}; }
 
@@ -103,8 +135,63 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
   const auto t0 = std::chrono::steady_clock::now();
   Decision d;
   const SystemOneRequest req = parse_request(request_body, options_.limits, dialect, served_);
-  const EncodedRecord rec = encode_record(req, tokenizer_, options_.record);
-  d.timings.tokenize = seconds_since(t0);
+
+  // Images: decode + preprocess (request order), then the tower; their merged-token counts size
+  // the media block of the prompt (protocol.md §3.2 step 2, §3.6; architecture.md §6).
+  std::vector<std::int64_t> image_tokens;
+  std::vector<qwen35::ImageGrid> grids;
+  std::vector<float> image_rows;
+  std::string image_key;  // the data URLs, length-prefixed: part of the state cache key
+  if (!req.images.is_null()) {
+    const auto tv = std::chrono::steady_clock::now();
+    if (options_.backbone.padded_readout) {
+      throw RequestError(RequestErrorCode::kImagesUnsupported, JsonPath().key("images"),
+                         "images are not supported with the static-shape (padded) readout");
+    }
+    const RequestImages images = prepare_request_images(&req.images, options_.image_limits, {}, preprocess_config());
+    std::vector<float> pixels;
+    std::int64_t patches = 0;
+    for (const VisionInput& in : images.inputs) {
+      image_tokens.push_back(in.num_tokens);
+      grids.push_back(qwen35::ImageGrid{in.grid.t, in.grid.h, in.grid.w});
+      pixels.insert(pixels.end(), in.pixel_values.begin(), in.pixel_values.end());
+      patches += in.rows;
+    }
+    for (const JsonValue& url : req.images.items()) {
+      image_key += std::to_string(url.as_string().size()) + ":" + url.as_string();
+    }
+    image_rows = tower_->forward(pixels.data(), patches, grids);
+    d.timings.vision = seconds_since(tv);
+  }
+  const EncodedRecord rec = encode_record(req, tokenizer_, options_.record, image_tokens);
+  d.timings.tokenize = seconds_since(t0) - d.timings.vision;
+
+  // M-RoPE positions of the whole record (§7.1) and the per-call media of a prefill over ids [a, b).
+  const std::int32_t image_pad = static_cast<std::int32_t>(release_.config.image_token_id);
+  qwen35::MropePositions mrope;
+  if (!grids.empty()) {
+    mrope = qwen35::mrope_positions(rec.input_ids, image_pad, grids, release_.config.vision->spatial_merge_size);
+  }
+  const auto T = static_cast<std::int64_t>(rec.input_ids.size());
+  std::vector<std::int32_t> call_positions;
+  const auto prefill_part = [&](std::int64_t a, std::int64_t b, SequenceState& st, const HiddenConsumer& consumer) {
+    const std::span<const std::int32_t> part(rec.input_ids.data() + a, static_cast<std::size_t>(b - a));
+    if (grids.empty()) return backbone_->prefill(part, st, consumer);
+    call_positions.resize(static_cast<std::size_t>(3 * (b - a)));
+    for (std::int64_t r = 0; r < 3; ++r) {
+      std::copy(mrope.pos.begin() + r * T + a, mrope.pos.begin() + r * T + b, call_positions.begin() + r * (b - a));
+    }
+    // Image rows before `a` (pads all sit in the prefix, but stay general).
+    const auto pads_before = std::count(rec.input_ids.begin(), rec.input_ids.begin() + a, image_pad);
+    const auto pads_in = std::count(part.begin(), part.end(), image_pad);
+    const std::int64_t H = backbone_->hidden_size();
+    PrefillMedia media;
+    media.positions = call_positions;
+    media.image_token_id = image_pad;
+    media.image_rows = std::span<const float>(image_rows).subspan(static_cast<std::size_t>(pads_before * H),
+                                                                 static_cast<std::size_t>(pads_in * H));
+    backbone_->prefill(part, st, consumer, media);
+  };
   d.input_tokens = static_cast<std::int64_t>(rec.input_ids.size());
   d.state_tokens_dropped = rec.state_tokens_dropped();
 
@@ -129,7 +216,7 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
       e->rows = split;
       e->head_width = head_->config().width;
       e->head_memory.reserve(static_cast<std::size_t>(split * e->head_width));
-      backbone_->prefill(prefix, e->state, [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
+      prefill_part(0, split, e->state, [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
         const auto th = std::chrono::steady_clock::now();
         const std::vector<float> m = head_->project_memory(std::span<const float>(rows, static_cast<std::size_t>(count * hidden)));
         e->head_memory.insert(e->head_memory.end(), m.begin(), m.end());
@@ -137,7 +224,9 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
       });
       return e;
     };
-    const StateCache::Result r = cache_->get_or_compute(state_cache_key(identity_, prefix), compute);
+    const StateCache::Result r = cache_->get_or_compute(
+        state_cache_key(identity_, prefix, std::as_bytes(std::span<const char>(image_key.data(), image_key.size()))),
+        compute);
     d.state_cache = r.hit ? StateCacheUse::kHit : StateCacheUse::kMiss;
     d.reused_tokens = r.hit ? split : 0;
     const auto tr = std::chrono::steady_clock::now();
@@ -145,9 +234,9 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
     head.restore_prefix(r.entry->head_memory);
     d.timings.state_restore = seconds_since(tr);
   } else if (split > 0) {
-    backbone_->prefill(ids.first(static_cast<std::size_t>(split)), state, feed_head);
+    prefill_part(0, split, state, feed_head);
   }
-  backbone_->prefill(ids.subspan(static_cast<std::size_t>(split)), state, feed_head);
+  prefill_part(split, T, state, feed_head);
   d.timings.prefill = seconds_since(t1) - head_seconds - d.timings.state_restore;
   const auto t2 = std::chrono::steady_clock::now();
   d.logits = head.logits();

@@ -23,6 +23,9 @@
 #include "runtime/backbone.h"
 #include "runtime/release.h"
 #include "runtime/state_cache.h"
+#include "models/qwen35/vision_tower.h"
+#include "vision/image.h"
+#include "vision/preprocess.h"
 #include "tokenizer/tokenizer.h"
 
 namespace clef {
@@ -42,6 +45,13 @@ struct EngineOptions {
   /// whole record.
   static constexpr std::int64_t kDefaultStateCacheMb = 2048;
   std::int64_t state_cache_mb = kDefaultStateCacheMb;
+  /// Images (issue 8; protocol.md §1.5, §3.6): accepted when the release has a vision tower and
+  /// this is true; decoded within `image_limits`.
+  bool images = true;
+  ImageLimits image_limits;
+  /// Seed-000 fixed-grid mode: 0 = the processor's smart resize (keeps the aspect ratio); 8 or 14 =
+  /// resize every image to 256x256 / 448x448 pixels (merged grid 8x8 / 14x14), aspect not kept.
+  int vision_grid = 0;
 };
 
 /// How a decision used the state cache.
@@ -57,6 +67,7 @@ const char* state_cache_use_name(StateCacheUse u) noexcept;
 struct DecisionTimings {
   double tokenize = 0, prefill = 0, head = 0, total = 0;
   double state_restore = 0;  ///< copying a cached (or just computed) prefix state in; part of total
+  double vision = 0;         ///< image decoding, preprocessing and the vision tower; part of total
 };
 
 /// One decision's outcome.
@@ -99,6 +110,10 @@ class Engine {
   const std::string& model_identity() const noexcept { return identity_; }
 
  private:
+  /// The image processor settings: the release's preprocessor_config.json (defaults of §6.1 when
+  /// absent) and the fixed-grid option.
+  VisionPreprocessConfig preprocess_config() const;
+
   EngineOptions options_;
   ReleaseFolder release_;
   Tokenizer tokenizer_;
@@ -107,6 +122,7 @@ class Engine {
   std::unique_ptr<JointHead> head_;
   std::string identity_;
   std::unique_ptr<StateCache> cache_;  ///< null when off
+  std::unique_ptr<qwen35::VisionTower> tower_;  ///< null when images are off or the release has no tower
 };
 
 }  // namespace clef
