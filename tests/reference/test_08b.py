@@ -39,18 +39,6 @@ ROUNDING = 1e-4          # both responses carry 4-decimal probabilities
 THREADS = os.environ.get("CLEF_TEST_THREADS", "2")
 
 
-@pytest.fixture(scope="session")
-def folder_08b(tmp_path_factory) -> pathlib.Path:
-    env = os.environ.get("CLEF_08B_DIR")
-    if env:
-        return pathlib.Path(env)
-    import make_model
-
-    out = tmp_path_factory.mktemp("clef-0.8b")
-    make_model.make_model("0.8b", out, seed=2, dtype="bf16", verbose=False)
-    return out
-
-
 def test_08b_parity_t1024(dump_bin, folder_08b, tmp_path):  # noqa: F811
     ids = _ids_for(folder_08b, 1024, seed=3)
     want = _hf_hidden(folder_08b, ids)

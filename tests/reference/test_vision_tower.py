@@ -7,8 +7,8 @@ pixel_values, grid_thw=grid_thw).pooler_output` (transformers 5.24: Qwen3_5Visio
 returns BaseModelOutputWithPooling; pooler_output is the merger output, [merged tokens, out_hidden]).
   * fp32 mode: max |d| <= 1e-4 * max |ref| over the whole output;
   * bf16 mode: max |d| <= 5e-2 * max |ref| (fp32 reference; bf16 GEMM/attention operands).
-The 0.8b preset (12 blocks, D 768) runs on a 16x16-patch grid when CLEF_PARITY_08B names a
-folder made by `tools/reference/make_model.py --preset 0.8b`.
+The 0.8b preset (12 blocks, D 768) runs on a 16x16-patch grid, on the session's 0.8b folder
+(conftest.py `folder_08b`; CLEF_08B_DIR reuses an existing one).
 
 Positions: `clef_vision_driver positions` against `model.model.get_rope_index(input_ids,
 mm_token_type_ids, image_grid_thw)` for sequences with 0, 1, 2 and 4 images of different grids
@@ -128,10 +128,8 @@ def test_tower_tiny_matches_transformers(driver, tiny_dir, tmp_path, grids):
     assert rel16 <= BF16_REL
 
 
-@pytest.mark.skipif(not os.environ.get("CLEF_PARITY_08B"),
-                    reason="set CLEF_PARITY_08B=/path/to/0.8b folder (make_model.py --preset 0.8b) to run")
-def test_tower_0_8b_matches_transformers(driver, tmp_path):
-    folder = pathlib.Path(os.environ["CLEF_PARITY_08B"])
+def test_tower_0_8b_matches_transformers(driver, folder_08b, tmp_path):
+    folder = folder_08b
     grids = [(1, 16, 16)]
     px = _pixels(folder, grids, seed=8)
     ref = _hf_tower(folder, px, grids)
