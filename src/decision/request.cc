@@ -74,18 +74,36 @@ void check_model(const JsonValue& body, const ServedModel& served, SystemOneRequ
   req.model_given = true;
 }
 
-void check_state(const JsonValue& body, Dialect dialect, SystemOneRequest& req) {
+void check_state(const JsonValue& body, Dialect dialect, const RequestLimits& limits, SystemOneRequest& req) {
   const JsonValue* s = body.find("state");
   if (s == nullptr) reject(RequestErrorCode::kMissingField, JsonPath().key("state"), "state is required (it may be null)");
-  if (dialect == Dialect::kOpenRouter && s->is_array()) {
-    for (std::size_t i = 0; i < s->items().size(); ++i) {
-      if (is_image_part(s->items()[i])) {
-        reject(RequestErrorCode::kImagesUnsupported, JsonPath().key("state").index(i),
-               "image parts are not supported by this build (text-only)");
-      }
-    }
-  }
   req.state = *s;
+  if (dialect != Dialect::kOpenRouter || !s->is_array()) return;
+  // OpenRouter (protocol.md §1.5): image parts inside the state array become the request's images,
+  // in order; the other items stay the state (an array, order kept).
+  JsonValue::Array text_items, urls;
+  for (std::size_t i = 0; i < s->items().size(); ++i) {
+    const JsonValue& item = s->items()[i];
+    if (!is_image_part(item)) {
+      text_items.push_back(item);
+      continue;
+    }
+    const JsonPath path = JsonPath().key("state").index(i);
+    if (!limits.accept_images) {
+      reject(RequestErrorCode::kImagesUnsupported, path, "image parts are not supported by this model (no vision tower)");
+    }
+    const JsonValue* iu = item.find("image_url");
+    const JsonValue* url = iu != nullptr && iu->is_object() ? iu->find("url") : nullptr;
+    if (url == nullptr || !url->is_string()) {
+      reject(RequestErrorCode::kInvalidType, path.key("image_url").key("url"),
+             "an image part needs {\"type\": \"image_url\", \"image_url\": {\"url\": \"data:image/...;base64,...\"}}");
+    }
+    urls.push_back(*url);
+  }
+  if (!urls.empty()) {
+    req.state = JsonValue::array(std::move(text_items));
+    req.images = JsonValue::array(std::move(urls));
+  }
 }
 
 void check_videos(const JsonValue& body) {
@@ -104,8 +122,8 @@ void check_media(const JsonValue& body, Dialect dialect, const RequestLimits& li
     }
     reject(RequestErrorCode::kImagesUnsupported, JsonPath().key("images"),
            dialect == Dialect::kOpenRouter
-               ? "OpenRouter requests carry images inside the state array, and this build is text-only"
-               : "images are not supported by this build (text-only)");
+               ? "OpenRouter requests carry images as image_url parts inside the state array, not in images"
+               : "images are not supported by this model (no vision tower) or were turned off");
   }
   check_videos(body);
 }
@@ -273,7 +291,7 @@ SystemOneRequest validate_request(const JsonValue& body, const RequestLimits& li
   }
   SystemOneRequest req;
   check_model(body, served, req);
-  check_state(body, dialect, req);
+  check_state(body, dialect, limits, req);
 
   const JsonPath qpath = JsonPath().key("questions");
   const JsonValue* questions = body.find("questions");

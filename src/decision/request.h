@@ -108,8 +108,11 @@ SystemOneRequest parse_request(std::string_view body, const RequestLimits& limit
 /// Validates an already parsed body (protocol.md §1, §5.3). Rules, in order:
 ///  * body an object (invalid_type at the root);
 ///  * `model` absent or a string (invalid_type `model`) naming a served model (unknown_model `model`);
-///  * `state` present, any value (missing_field `state`); OpenRouter: image parts inside a state
-///    array are refused (images_unsupported `state.<i>`);
+///  * `state` present, any value (missing_field `state`); OpenRouter: image parts
+///    {"type": "image_url", "image_url": {"url": ...}} inside a state array become `images` (in
+///    order; the other items stay the state array) when limits.accept_images, else
+///    images_unsupported `state.<i>`; a part without a string url is invalid_type
+///    `state.<i>.image_url.url`;
 ///  * `questions` present (missing_field), an object (invalid_type), non-empty (empty_questions),
 ///    within [min_questions, max_questions] (too_few_questions / too_many_questions);
 ///  * per question, in request order: id non-empty (empty_question_id `questions[""]`) and at most
@@ -121,8 +124,8 @@ SystemOneRequest parse_request(std::string_view body, const RequestLimits& limit
 ///    too_many_options); score a non-empty array (empty_criteria / invalid_type) with [min,max]
 ///    levels (too_few_levels / too_many_levels);
 ///  * `images` absent, null or [] unless limits.accept_images (then kept in
-///    SystemOneRequest::images for the engine; images_unsupported `images` otherwise; OpenRouter
-///    image parts inside `state` are refused either way), `videos` absent, null or []
+///    SystemOneRequest::images for the engine; images_unsupported `images` otherwise, and always
+///    for OpenRouter, whose images travel inside `state`), `videos` absent, null or []
 ///    (videos_unsupported `videos`).
 /// Unknown fields anywhere are ignored.
 SystemOneRequest validate_request(const JsonValue& body, const RequestLimits& limits, Dialect dialect,

@@ -330,3 +330,42 @@ TEST(Request, ErrorMessageIsOneLineWithPath) {
 
 }  // namespace
 }  // namespace clef
+
+namespace clef {
+namespace {
+
+TEST(Request, ImagesKeptOnlyWhenAccepted) {
+  const std::string q = R"({"q": {"type": "noul"}})";
+  const std::string body = body_with(q, R"(, "images": ["data:image/png;base64,AAAA"])");
+  expect_rejected(body, "images_unsupported", "images");
+  RequestLimits on;
+  on.accept_images = true;
+  const SystemOneRequest r = parse(body, on);
+  ASSERT_TRUE(r.images.is_array());
+  EXPECT_EQ(r.images.items().at(0).as_string(), "data:image/png;base64,AAAA");
+  EXPECT_TRUE(parse(body_with(q, R"(, "images": [])"), on).images.is_null());
+  EXPECT_TRUE(parse(body_with(q), on).images.is_null());
+  // OpenRouter carries images inside the state array; a top-level images field is refused.
+  expect_rejected(body, "images_unsupported", "images", on, Dialect::kOpenRouter);
+}
+
+TEST(Request, OpenRouterImagePartsBecomeImages) {
+  const std::string body =
+      R"({"model": "clef-flash", "questions": {"q": {"type": "noul"}}, "state": ["look:",)"
+      R"( {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "high"}}, "and",)"
+      R"( {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,BBBB"}}]})";
+  expect_rejected(body, "images_unsupported", "state.1", {}, Dialect::kOpenRouter);
+  RequestLimits on;
+  on.accept_images = true;
+  const SystemOneRequest r = parse(body, on, Dialect::kOpenRouter);
+  ASSERT_EQ(r.images.items().size(), 2u);
+  EXPECT_EQ(r.images.items()[1].as_string(), "data:image/jpeg;base64,BBBB");
+  EXPECT_EQ(render(r.state), R"(["look:","and"])");
+  // Other dialects keep such a state as plain data (reference behaviour).
+  EXPECT_TRUE(parse(body, on).images.is_null());
+  expect_rejected(R"({"model": "clef-flash", "questions": {"q": {"type": "noul"}}, "state": [{"type": "image_url"}]})",
+                  "invalid_type", "state.0.image_url.url", on, Dialect::kOpenRouter);
+}
+
+}  // namespace
+}  // namespace clef
