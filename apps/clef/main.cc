@@ -19,6 +19,7 @@
 #include "runtime/engine.h"
 #include "runtime/inspect.h"
 #include "runtime/release.h"
+#include "serve_main.h"
 #include "tokenizer/tokenize_command.h"
 #include "tools/make_model.h"
 
@@ -265,6 +266,8 @@ int main(int argc, char** argv) {
     // `clef hidden`: the backbone's final-norm hidden states for given ids, as .npy (debugging and
     // parity work; flags in src/runtime/backbone_dump.cc).
     if (argc > 1 && std::string(argv[1]) == "hidden") return clef::backbone_dump_main(argc - 1, argv + 1);
+    // `clef serve`: the HTTP server (flags in apps/clef/serve_main.cc).
+    if (argc > 1 && std::string(argv[1]) == "serve") return clef::cli::serve_main(argc - 1, argv + 1);
     return run(argc, argv);
   } catch (const clef::Error& e) {
     std::cerr << "clef: error: " << clef::printable(e.what()) << "\n";
