@@ -141,6 +141,10 @@ bool peer_connected(int fd) {
   return true;
 }
 
+/// The connection socket to shut down after the current answer is written (this thread's
+/// connection), or -1. Reset at the start of every request.
+thread_local int t_close_after_write = -1;
+
 class HttpServer {
  public:
   HttpServer(Engine& engine, const ServeOptions& options)
@@ -214,6 +218,7 @@ std::string HttpServer::models_body() const {
 }
 
 httplib::Server::HandlerResponse HttpServer::pre_route(const httplib::Request& req, httplib::Response& res) {
+  t_close_after_write = -1;
   // Methods that carry a body are answered by body_route() after the body is read (bounded).
   if (req.method == "POST" || req.method == "PUT" || req.method == "PATCH" || req.method == "DELETE") {
     return httplib::Server::HandlerResponse::Unhandled;
@@ -276,9 +281,9 @@ void HttpServer::body_route(const httplib::Request& req, httplib::Response& res,
   const bool drained = res.status == 413;  // cpp-httplib skipped an over-long Content-Length body
   too_large = too_large || drained;
   if (!read_ok && !drained) {
-    // Unread bytes of this body would be parsed as the next request: stop reading the connection
-    // so that it ends after this answer.
-    if (const int fd = connection_socket(req); fd >= 0) shutdown(fd, SHUT_RD);
+    // Unread bytes of this body would be parsed as the next request: end the connection once the
+    // answer is written (the logger hook runs right after the write, on this thread).
+    t_close_after_write = connection_socket(req);
   }
 
   if (route.endpoint == Endpoint::kNone) {
@@ -382,6 +387,13 @@ void HttpServer::install_routes() {
     finish(req, res, "unmatched", Clock::now(), 0);
     return httplib::Server::HandlerResponse::Handled;
   }));
+  // Called by cpp-httplib right after an answer is written.
+  http_.set_logger([](const httplib::Request&, const httplib::Response&) {
+    if (t_close_after_write >= 0) {
+      shutdown(t_close_after_write, SHUT_RDWR);
+      t_close_after_write = -1;
+    }
+  });
   http_.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
     {
       std::lock_guard<std::mutex> lock(log_mutex_);

@@ -76,6 +76,22 @@ def test_100_mb_body_is_413_and_the_server_stays_small(server):
     assert server.post_json("/v1/systemone", req)[0] == 200
 
 
+def test_unreadable_body_is_400_json_and_the_connection_ends(server):
+    # A malformed chunk size: the rest of the stream cannot be trusted, so nothing after it is served.
+    head = b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    s.sendall(head + b"zz\r\nGET /health HTTP/1.1\r\n\r\n")
+    resp = b""
+    while True:  # until the server closes (a timeout here fails the test)
+        d = s.recv(65536)
+        if not d:
+            break
+        resp += d
+    s.close()
+    assert status_of(resp) == 400 and body_of(resp)["detail"]["error_type"] == "invalid_request_error"
+    assert resp.count(b"HTTP/1.1") == 1
+
+
 def test_gzip_bomb_is_413_and_unknown_encoding_415(make_server):
     import gzip
     s = make_server("--max-body", "1000000", "-q")
