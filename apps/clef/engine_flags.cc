@@ -4,16 +4,15 @@
 #include <iostream>
 #include <thread>
 
-#include "core/error.h"
-#include "core/json_reader.h"
 #include "tools/make_model.h"
 
 namespace clef::cli {
 
 CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f) {
   auto* model = app.add_option("--model,-m", f.model_dir, "Release folder (default: the embedded tiny random-weight model)");
-  app.add_option("--precision", f.precision, "Backbone precision: f32 (parity) or bf16 (bf16 weights, fp32 accumulation)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
+  app.add_option("--precision", f.precision,
+                 "Backbone precision: fp32 (parity; also spelled f32) or bf16 (bf16 weights, fp32 accumulation)")
+      ->check(CLI::IsMember({"fp32", "f32", "bf16"}))
       ->capture_default_str();
   // More threads than CPUs only makes OpenMP threads spin against each other (never faster).
   const auto cpus = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
@@ -50,11 +49,11 @@ EngineOptions engine_options(const EngineFlags& f) {
   return eo;
 }
 
-std::string model_dir_or_default(const EngineFlags& f, bool* is_default) {
+std::string model_dir_or_default(const std::string& dir, bool given, bool* is_default) {
   *is_default = false;
-  if (f.model_given) {
-    if (f.model_dir.empty()) throw InvalidArgument("the model folder path is empty");
-    return f.model_dir;
+  if (given) {
+    if (dir.empty()) throw InvalidArgument("the model folder path is empty");
+    return dir;
   }
   const std::string d = ensure_default_model();
   *is_default = true;

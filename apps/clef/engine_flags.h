@@ -1,6 +1,6 @@
-// Engine flags shared by the subcommands that run a model (`clef serve`; `clef decide` defines the
-// same flags with the same defaults): one place for their names, checks, help and mapping onto
-// EngineOptions.
+// Engine flags shared by the subcommands that run a model (`clef decide`, `clef serve`): one place
+// for their names, checks, help and mapping onto EngineOptions; and the embedded-default-model
+// helpers every command that opens a folder uses.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/error.h"
+#include "core/json_reader.h"
 #include "runtime/engine.h"
 
 namespace clef::cli {
@@ -16,7 +18,7 @@ namespace clef::cli {
 struct EngineFlags {
   std::string model_dir;           ///< --model (empty with model_given false: the embedded default)
   bool model_given = false;
-  std::string precision = "f32";   ///< f32 | bf16
+  std::string precision = "fp32";  ///< fp32 (or f32) | bf16
   std::int64_t threads = 0;        ///< 0 = all CPUs
   std::int64_t chunk = 512;        ///< prefill chunk (tokens)
   std::int64_t max_tokens = 16384; ///< record token budget
@@ -32,8 +34,22 @@ CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& flags);
 /// The EngineOptions the flags describe (accept_any_model and aliases are left to the caller).
 EngineOptions engine_options(const EngineFlags& flags);
 
-/// The model folder to open: --model when given (empty is an InvalidArgument), else the embedded
-/// default tiny random-weight model (made on first use; a notice goes to stderr).
-std::string model_dir_or_default(const EngineFlags& flags, bool* is_default);
+/// The folder a command works on: `dir` when `given` (an explicitly empty path is an
+/// InvalidArgument, not a request for the default), else the embedded default tiny random-weight
+/// model (made on first use; a notice goes to stderr).
+std::string model_dir_or_default(const std::string& dir, bool given, bool* is_default);
+
+/// Runs `load` (which opens the model folder `dir`); when `dir` is the embedded default model, a
+/// load error gets a hint on how to regenerate it (ModelLoadError).
+template <typename Load>
+auto with_default_hint(const std::string& dir, bool is_default, Load load) {
+  try {
+    return load();
+  } catch (const Error& e) {
+    if (!is_default) throw;
+    throw ModelLoadError(std::string(e.what()) + " (the embedded default model is damaged; delete " + printable(dir) +
+                         " and run again to regenerate it)");
+  }
+}
 
 }  // namespace clef::cli

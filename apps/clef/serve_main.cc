@@ -87,18 +87,11 @@ int serve_main(int argc, char** argv) {
   // Before any thread exists: the engine's pool must not take SIGINT/SIGTERM (server/server.h).
   server::block_shutdown_signals();
   bool is_default = false;
-  const std::string dir = model_dir_or_default(flags, &is_default);
+  const std::string dir = model_dir_or_default(flags.model_dir, flags.model_given, &is_default);
   EngineOptions eo = engine_options(flags);
   eo.accept_any_model = !strict;
   eo.aliases = so.aliases;
-  std::unique_ptr<Engine> engine;
-  try {
-    engine = std::make_unique<Engine>(dir, eo);
-  } catch (const Error& e) {
-    if (!is_default) throw;
-    throw ModelLoadError(std::string(e.what()) + " (the embedded default model is damaged; delete " + printable(dir) +
-                         " and run again to regenerate it)");
-  }
+  const auto engine = with_default_hint(dir, is_default, [&] { return std::make_unique<Engine>(dir, eo); });
   return server::serve(*engine, so);
 }
 

@@ -1,0 +1,248 @@
+#include "decide_jsonl.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "core/error.h"
+#include "core/json_reader.h"
+#include "decision/request_error.h"
+
+namespace clef::cli {
+namespace {
+
+/// Longest line read as a request (the same cap as a single `clef decide` body).
+constexpr std::size_t kMaxLineBytes = std::size_t{64} << 20;
+
+struct FileCloser {
+  void operator()(std::FILE* f) const noexcept {
+    if (f != nullptr && f != stdin && f != stdout) std::fclose(f);
+  }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
+/// Reads '\n'-terminated lines from a stream, never holding more than kMaxLineBytes of one line.
+class LineReader {
+ public:
+  explicit LineReader(std::FILE* f) : f_(f) {}
+
+  /// Next line without its '\n' into `line`; false at the end of the input. `too_long` is set
+  /// (and `line` emptied) for a line over the cap, whose rest is skipped.
+  bool next(std::string& line, bool& too_long) {
+    line.clear();
+    too_long = false;
+    bool any = false;
+    for (;;) {
+      if (pos_ == len_) {
+        len_ = std::fread(buf_, 1, sizeof buf_, f_);
+        pos_ = 0;
+        if (len_ == 0) {
+          if (std::ferror(f_)) throw IoError("cannot read the request lines");
+          terminated_ = false;
+          return any;
+        }
+      }
+      any = true;
+      const char* start = buf_ + pos_;
+      const void* nl = std::memchr(start, '\n', len_ - pos_);
+      const std::size_t take = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - start) : len_ - pos_;
+      bytes_ += take + (nl ? 1 : 0);
+      if (!too_long) {
+        if (line.size() + take > kMaxLineBytes) {
+          too_long = true;
+          line.clear();
+          line.shrink_to_fit();
+        } else {
+          line.append(start, take);
+        }
+      }
+      pos_ += take + (nl ? 1 : 0);
+      if (nl) {
+        terminated_ = true;
+        return true;
+      }
+    }
+  }
+
+  std::uint64_t bytes_read() const noexcept { return bytes_; }
+  /// Whether the line last returned ended with '\n' (false for a last line without one).
+  bool terminated() const noexcept { return terminated_; }
+
+ private:
+  std::FILE* f_;
+  char buf_[1 << 16];
+  std::size_t pos_ = 0, len_ = 0;
+  std::uint64_t bytes_ = 0;
+  bool terminated_ = false;
+};
+
+/// Complete lines of an existing output file (cutting a partial last line off) and how many of
+/// them are error objects.
+struct ExistingOutput {
+  std::int64_t lines = 0, errors = 0;
+};
+
+ExistingOutput prepare_resume(const std::string& path) {
+  ExistingOutput out;
+  File f(std::fopen(path.c_str(), "rb"));
+  if (!f) throw IoError("cannot read the output file " + printable(path) + " to resume it");
+  LineReader reader(f.get());
+  std::string line;
+  bool too_long = false;
+  std::uint64_t complete_bytes = 0;
+  while (reader.next(line, too_long) && reader.terminated()) {
+    complete_bytes = reader.bytes_read();
+    ++out.lines;
+    if (std::string_view(line).starts_with("{\"error\":")) ++out.errors;
+  }
+  const std::uint64_t size = reader.bytes_read();
+  f.reset();
+  if (complete_bytes < size) std::filesystem::resize_file(path, complete_bytes);
+  return out;
+}
+
+std::string error_line(std::string_view code, const std::string& message, const std::string& path, std::int64_t line) {
+  nlohmann::ordered_json j;
+  j["error"]["code"] = code;
+  j["error"]["message"] = message;
+  j["error"]["path"] = path;
+  j["line"] = line;
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string format_duration(double s) {
+  if (!(s >= 0) || s > 360000) return "?";
+  const auto t = static_cast<long long>(s + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+  return buf;
+}
+
+}  // namespace
+
+JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options) {
+  const bool from_stdin = options.input == "-";
+  std::uint64_t input_size = 0;
+  if (!from_stdin) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(options.input, ec)) {
+      throw InvalidArgument("--jsonl: " + printable(options.input) + " is not a readable regular file");
+    }
+    input_size = std::filesystem::file_size(options.input, ec);
+  }
+  ExistingOutput existing;
+  const bool to_file = !options.output.empty() && options.output != "-";
+  if (to_file) {
+    std::error_code ec;
+    if (std::filesystem::exists(options.output, ec)) {
+      if (!std::filesystem::is_regular_file(options.output, ec)) {
+        throw InvalidArgument("--out: " + printable(options.output) + " exists and is not a regular file");
+      }
+      if (!from_stdin && std::filesystem::equivalent(options.input, options.output, ec)) {
+        throw InvalidArgument("--out names the input file " + printable(options.input));
+      }
+      if (options.restart) {
+        std::filesystem::resize_file(options.output, 0);
+      } else {
+        existing = prepare_resume(options.output);
+      }
+    }
+  }
+
+  File in(from_stdin ? stdin : std::fopen(options.input.c_str(), "rb"));
+  if (!in) throw InvalidArgument("--jsonl: cannot open " + printable(options.input));
+  File out(to_file ? std::fopen(options.output.c_str(), "ab") : stdout);
+  if (!out) throw IoError("cannot open the output file " + printable(options.output));
+
+  JsonlRunSummary sum;
+  sum.resumed = existing.lines;
+  sum.refused = existing.errors;
+  sum.answered = existing.lines - existing.errors;
+  if (existing.lines > 0) {
+    std::fprintf(stderr, "clef: resuming: %lld line(s) already answered in %s (--restart starts over)\n",
+                 static_cast<long long>(existing.lines), printable(options.output).c_str());
+  }
+
+  LineReader reader(in.get());
+  const bool tty = ::isatty(STDERR_FILENO) == 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  double last_report = 0;
+  std::uint64_t resumed_bytes = 0;  // input bytes of the skipped lines (not part of this run's speed)
+  // "records done, tokens, tokens/s, ETA" (ETA from this run's input bytes per second).
+  auto report = [&](bool final_line) {
+    const double s = elapsed();
+    std::string eta = final_line ? "0:00:00" : "?";
+    if (!final_line && input_size > 0) {
+      const double processed = static_cast<double>(reader.bytes_read() - resumed_bytes);
+      const double remaining = static_cast<double>(input_size) - static_cast<double>(reader.bytes_read());
+      if (processed > 0 && s > 0) eta = format_duration(remaining / (processed / s));
+    }
+    std::fprintf(stderr, "%sclef: %lld record(s) done (%lld refused), %lld tokens, %.1f tokens/s, elapsed %s, ETA %s%s",
+                 tty ? "\r" : "", static_cast<long long>(sum.answered + sum.refused),
+                 static_cast<long long>(sum.refused), static_cast<long long>(sum.tokens),
+                 s > 0 ? static_cast<double>(sum.tokens) / s : 0.0, format_duration(s).c_str(), eta.c_str(),
+                 tty && !final_line ? "\x1b[K" : "\n");
+    std::fflush(stderr);
+  };
+
+  auto write_line = [&](const std::string& text) {
+    if (std::fwrite(text.data(), 1, text.size(), out.get()) != text.size() || std::fputc('\n', out.get()) == EOF ||
+        std::fflush(out.get()) != 0) {
+      throw IoError("cannot write the answers to " + (to_file ? printable(options.output) : std::string("standard output")));
+    }
+  };
+
+  std::string line;
+  bool too_long = false;
+  while (reader.next(line, too_long)) {
+    ++sum.lines;
+    if (sum.lines <= existing.lines) {
+      resumed_bytes = reader.bytes_read();
+      continue;
+    }
+    if (too_long) {
+      write_line(error_line("request_too_large", "the line is longer than " + std::to_string(kMaxLineBytes >> 20) + " MiB",
+                            "", sum.lines));
+      ++sum.refused;
+    } else {
+      try {
+        const Decision d = engine.decide(line);
+        write_line(d.body);
+        ++sum.answered;
+        sum.tokens += d.input_tokens;
+        if (options.timings) {
+          std::fprintf(stderr, "%sclef: line %lld: %lld tokens: tokenize %.3f s, prefill %.3f s, head %.3f s, total %.3f s\n",
+                       tty && options.progress ? "\r\x1b[K" : "", static_cast<long long>(sum.lines),
+                       static_cast<long long>(d.input_tokens), d.timings.tokenize, d.timings.prefill,
+                       d.timings.head, d.timings.total);
+        }
+      } catch (const RequestError& e) {
+        write_line(error_line(e.code_name(), e.message(), e.path().str(), sum.lines));
+        ++sum.refused;
+      }
+    }
+    // A live line on a terminal; a line every 10 s in a log.
+    const double s = elapsed();
+    if (options.progress && (tty || s - last_report >= 10.0)) {
+      report(false);
+      last_report = s;
+    }
+  }
+  if (existing.lines > sum.lines) {
+    throw InvalidArgument("--out " + printable(options.output) + " holds " + std::to_string(existing.lines) +
+                          " answers but the input has only " + std::to_string(sum.lines) +
+                          " lines: it belongs to another input (use --restart)");
+  }
+  sum.seconds = elapsed();
+  if (options.progress) report(true);
+  return sum;
+}
+
+}  // namespace clef::cli

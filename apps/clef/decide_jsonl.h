@@ -1,0 +1,45 @@
+// `clef decide --jsonl IN [--out OUT]`: a file of SystemOne requests, one per line, answered in
+// order with one output line per input line (the response body, or an error object), a progress
+// line on stderr, and resumption of an interrupted run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/engine.h"
+
+namespace clef::cli {
+
+/// What run_decide_jsonl() is asked to do.
+struct JsonlRunOptions {
+  std::string input;       ///< request file (one JSON body per line), or "-" for standard input
+  std::string output;      ///< answer file; "" writes to standard output (no resumption then)
+  bool restart = false;    ///< ignore (truncate) an existing output file instead of resuming it
+  bool progress = true;    ///< progress line on stderr (records, tokens/s, ETA)
+  bool timings = false;    ///< one timing line per record on stderr
+};
+
+/// Outcome of a run (what the exit code is made of).
+struct JsonlRunSummary {
+  std::int64_t lines = 0;         ///< input lines seen (including resumed ones)
+  std::int64_t resumed = 0;       ///< lines already answered in the output file, skipped
+  std::int64_t answered = 0;      ///< lines answered with a response (this run and resumed ones)
+  std::int64_t refused = 0;       ///< lines answered with an error object (this run and resumed ones)
+  std::int64_t tokens = 0;        ///< input tokens decided in this run
+  double seconds = 0;             ///< wall time of this run
+};
+
+/// Runs every line of `options.input` through `engine`, writing for line N (1-based) exactly one
+/// output line: the compact SystemOne response, or
+///   {"error":{"code":<wire code>,"message":<text>,"path":<JSON path>},"line":N}
+/// for a line the engine refuses (RequestError: bad JSON, failed validation, too long) or a line
+/// longer than 64 MiB (code "request_too_large", the line is skipped without being held in memory).
+/// Every output line is flushed as soon as it is written. With an output file that already holds
+/// K complete lines (and restart == false), the first K input lines are skipped and the run
+/// continues after them; a partial last line (an interrupted write) is cut off first.
+/// Throws InvalidArgument (unreadable input, output = input, an output with more lines than the
+/// input), IoError (a failed write); an engine fault (not a RequestError) is rethrown after the
+/// lines before it were written, so a rerun resumes at the failing line.
+JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options);
+
+}  // namespace clef::cli

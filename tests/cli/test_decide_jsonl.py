@@ -1,0 +1,183 @@
+"""`clef decide --jsonl` (issue 6): one answer line per request line, error objects for refused lines,
+resumption of an interrupted run, and agreement with single-request `clef decide`.
+
+Expected values come from the binary's own single-request path (itself checked against the Python
+reference in tests/reference/test_decide_e2e.py) and from Python's json module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import REPO_ROOT, clef_bin, run_clef
+
+SHARED = (REPO_ROOT / ".." / "shared").resolve()
+
+
+def corpus_requests() -> list:
+    import reference
+
+    path = SHARED / "requests" / "corpus.jsonl"
+    n = sum(1 for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip())
+    return [reference.load_jsonl_request(path, i) for i in range(n)]
+
+
+def bad_bodies() -> list:
+    out = []
+    for ln in (SHARED / "requests" / "bad.jsonl").read_text(encoding="utf-8").splitlines():
+        if not ln.strip():
+            continue
+        case = json.loads(ln)
+        out.append(case["body"] if isinstance(case.get("body"), str) else json.dumps(case.get("request", case)))
+    return out
+
+
+def write_lines(path: pathlib.Path, lines: list) -> None:
+    path.write_text("".join(ln + "\n" for ln in lines), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory, cpp_tiny):
+    """Corpus requests interleaved with bad.jsonl bodies, and the single-request answer of each."""
+    reqs = [json.dumps(r, ensure_ascii=False) for r in corpus_requests()[:8]]
+    bads = [b for b in bad_bodies() if "\n" not in b][:8]
+    lines = [x for pair in zip(reqs, bads) for x in pair]
+    d = tmp_path_factory.mktemp("jsonl")
+    singles = []
+    for i, body in enumerate(lines):
+        p = d / f"req{i}.json"
+        p.write_bytes(body.encode("utf-8"))
+        r = run_clef("decide", "-m", str(cpp_tiny), str(p))
+        singles.append((r.returncode, r.stdout.strip(), r.stderr))
+    return lines, singles, d
+
+
+def test_jsonl_matches_single_requests_line_by_line(cpp_tiny, mixed, tmp_path):
+    lines, singles, _ = mixed
+    inp = tmp_path / "in.jsonl"
+    write_lines(inp, lines)
+    out = tmp_path / "out.jsonl"
+    r = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), "--out", str(out))
+    assert r.returncode == 1, r.stderr  # 1: finished, some lines refused
+    got = out.read_text(encoding="utf-8").splitlines()
+    assert len(got) == len(lines)
+    for n, (line, (rc, body, err)) in enumerate(zip(got, singles), start=1):
+        if rc == 0:
+            assert line == body, n
+        else:
+            assert rc == 2, (n, err)
+            obj = json.loads(line)
+            assert list(obj) == ["error", "line"] and obj["line"] == n
+            assert set(obj["error"]) == {"code", "message", "path"}
+            # The single-request error line is "clef: error: <path>: <message>" with the same text.
+            assert obj["error"]["message"] in err and obj["error"]["code"], (n, obj, err)
+    assert "record(s) done" in r.stderr
+
+
+def test_all_good_lines_exit_0_and_stdout_output(cpp_tiny, tmp_path):
+    reqs = [json.dumps(r, ensure_ascii=False) for r in corpus_requests()[:3]]
+    inp = tmp_path / "in.jsonl"
+    write_lines(inp, reqs)
+    r = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 3 and all(json.loads(x)["answers"] for x in r.stdout.splitlines())
+    assert "record(s) done" not in r.stderr
+
+
+def test_resume_after_a_kill_redoes_nothing(cpp_tiny, tmp_path):
+    reqs = [json.dumps(r, ensure_ascii=False) for r in corpus_requests()]
+    inp = tmp_path / "in.jsonl"
+    write_lines(inp, reqs)
+    full = tmp_path / "full.jsonl"
+    assert run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), "--out", str(full)).returncode == 0
+    want = full.read_text(encoding="utf-8")
+
+    # Interrupted run: kill it once a few lines are written, then cut the file mid-line as a torn write would.
+    out = tmp_path / "out.jsonl"
+    p = subprocess.Popen([clef_bin(), "decide", "-m", str(cpp_tiny), "--threads", "1", "--jsonl", str(inp),
+                          "--out", str(out), "--no-progress"], stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not out.exists() or out.read_text(encoding="utf-8").count("\n") < 3):
+        time.sleep(0.01)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    done = out.read_text(encoding="utf-8")
+    k = done.count("\n")
+    assert 3 <= k and want.startswith(done[: done.rfind("\n") + 1])
+    with open(out, "a", encoding="utf-8") as f:
+        f.write('{"model":"torn')  # a partial last line
+    r = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert f"resuming: {k} line(s)" in r.stderr
+    assert out.read_text(encoding="utf-8") == want
+    # The resumed run decided only the remaining lines: its token count is the tail's.
+    tail_tokens = sum(json.loads(x)["usage"]["input_tokens"] for x in want.splitlines()[k:])
+    assert f", {tail_tokens} tokens," in r.stderr, r.stderr
+
+    # A finished file resumes to itself; --restart redoes everything.
+    r = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), "--out", str(out), "--no-progress")
+    assert r.returncode == 0 and out.read_text(encoding="utf-8") == want
+    r = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), "--out", str(out), "--restart")
+    assert r.returncode == 0 and "resuming" not in r.stderr and out.read_text(encoding="utf-8") == want
+
+
+def test_output_of_another_input_is_refused(cpp_tiny, tmp_path):
+    reqs = [json.dumps(r, ensure_ascii=False) for r in corpus_requests()[:3]]
+    inp = tmp_path / "in.jsonl"
+    write_lines(inp, reqs)
+    out = tmp_path / "out.jsonl"
+    write_lines(out, ["{}"] * 5)
+    r = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), "--out", str(out))
+    assert r.returncode == 2 and "belongs to another input" in r.stderr
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--out", "{inp}"], "names the input file"),
+    (["--out", "{dir}"], "not a regular file"),
+    (["{inp}"], "excludes"),
+])
+def test_bad_jsonl_invocations(cpp_tiny, tmp_path, args, msg):
+    inp = tmp_path / "in.jsonl"
+    write_lines(inp, ["{}"])
+    args = [a.format(inp=inp, dir=tmp_path) for a in args]
+    r = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), *args)
+    assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_missing_input_and_directory_input(cpp_tiny, tmp_path):
+    for p in (tmp_path / "nope.jsonl", tmp_path):
+        r = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(p))
+        assert r.returncode == 2 and "not a readable regular file" in r.stderr
+
+
+def test_over_long_line_is_an_error_line_not_a_crash(cpp_tiny, tmp_path):
+    good = json.dumps(corpus_requests()[0], ensure_ascii=False)
+    inp = tmp_path / "in.jsonl"
+    with open(inp, "w", encoding="utf-8") as f:
+        f.write(good + "\n")
+        f.write("[" + " " * (65 << 20) + "]\n")  # 65 MiB line, over the 64 MiB cap
+        f.write(good + "\n")
+    r = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), "--no-progress")
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3 and lines[0] == lines[2]
+    assert json.loads(lines[1]) == {"error": {"code": "request_too_large",
+                                              "message": "the line is longer than 64 MiB", "path": ""}, "line": 2}
+
+
+def test_stdin_input_and_crlf_lines(cpp_tiny, tmp_path):
+    reqs = [json.dumps(r, ensure_ascii=False) for r in corpus_requests()[:2]]
+    data = "".join(x + "\r\n" for x in reqs)  # CRLF: JSON whitespace, answers unchanged
+    r = subprocess.run([clef_bin(), "decide", "-m", str(cpp_tiny), "--jsonl", "-", "--no-progress"],
+                       input=data, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r2 = subprocess.run([clef_bin(), "decide", "-m", str(cpp_tiny), "--jsonl", "-", "--no-progress"],
+                        input="".join(x + "\n" for x in reqs), capture_output=True, text=True, timeout=300)
+    assert r.stdout == r2.stdout and len(r.stdout.splitlines()) == 2
