@@ -1,15 +1,15 @@
 #include "server/metrics.h"
 
-#include <cstdio>
+#include <charconv>
 
 namespace clef::server {
 namespace {
 
-/// A Prometheus sample value: integers as integers, other values with 17 significant digits.
+/// A Prometheus sample value or bucket bound: the shortest fixed-point decimal that reads back as `v`.
 std::string number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+  char buf[400];  // fixed notation of any finite double fits
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+  return std::string(buf, r.ptr);
 }
 
 void render_histogram(std::string& out, const char* stage, const Histogram& h) {
