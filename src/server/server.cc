@@ -333,8 +333,8 @@ void HttpServer::decide(const httplib::Request& req, httplib::Response& res, con
   const JobState state =
       scheduler_.wait(job, deadline, [fd] { return peer_connected(fd); }, std::chrono::milliseconds(50));
   if (state == JobState::kCancelled) {
-    // Either the client is gone (nobody reads this) or the queue deadline passed.
-    metrics_.count_overload("queue_timeout");
+    // Either the client is gone (nobody reads this answer) or the queue deadline passed.
+    if (Clock::now() >= deadline) metrics_.count_overload("queue_timeout");
     res.set_header("Retry-After", std::to_string(kRetryAfterSeconds));
     reply_error(res, route.dialect, 503, "overloaded_error", 3040,
                 "the request waited longer than the queue timeout (--timeout); retry later");
@@ -388,8 +388,13 @@ void HttpServer::install_routes() {
     return httplib::Server::HandlerResponse::Handled;
   }));
   // Called by cpp-httplib right after an answer is written.
+  // A connection marked by body_route() ends here: no more writes (the next request on it fails),
+  // and its close resets the connection, so that a client still sending a refused body is told
+  // at once instead of blocking on a zero receive window.
   http_.set_logger([](const httplib::Request&, const httplib::Response&) {
     if (t_close_after_write >= 0) {
+      const linger reset{1, 0};
+      setsockopt(t_close_after_write, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
       shutdown(t_close_after_write, SHUT_RDWR);
       t_close_after_write = -1;
     }
@@ -413,6 +418,7 @@ int HttpServer::run() {
   // body until the client's delayed ACK (~40 ms per answer on Linux).
   http_.set_tcp_nodelay(true);
   http_.set_keep_alive_timeout(5);
+  http_.set_keep_alive_max_count(100);
   http_.set_read_timeout(30, 0);
   http_.set_write_timeout(30, 0);
 
