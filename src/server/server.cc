@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/json_reader.h"
 #include "decision/dialects.h"
 #include "decision/render.h"
 #include "decision/request_error.h"
@@ -145,6 +146,8 @@ bool peer_connected(int fd) {
 /// connection), or -1. Reset at the start of every request.
 thread_local int t_close_after_write = -1;
 
+/// The HTTP layer: cpp-httplib handlers around one Scheduler (see server.h and
+/// docs/ARCHITECTURE.md "The HTTP server"). One instance per serve() call.
 class HttpServer {
  public:
   HttpServer(Engine& engine, const ServeOptions& options)
@@ -212,7 +215,8 @@ std::string HttpServer::models_body() const {
     desc = engine_.random_weights() ? "Clef decision model with RANDOM WEIGHTS (answers are meaningless), served by clef.cpp"
                                     : "Clef decision model served by clef.cpp";
   }
-  // The release date is not part of a release folder; TypeSafe's schema wants a YYYY-MM-DD string.
+  // A release folder carries no date. TypeSafe documents YYYY-MM-DD but types the field as a plain
+  // string (typesafe-sdk parses ""), so the field is present and empty, as mlx-decision does.
   return "{\"models\":[{\"name\":" + json_string(engine_.model_name()) + ",\"description\":" + json_string(desc) +
          ",\"release_date\":\"\"}]}";
 }
@@ -432,7 +436,7 @@ int HttpServer::run() {
   }
   std::fprintf(stderr, "clef serve: listening on http://%s:%d (model %s, queue %zu)\n",
                options_.host.find(':') != std::string::npos ? ("[" + options_.host + "]").c_str() : options_.host.c_str(),
-               port, engine_.model_name().c_str(), options_.queue);
+               port, printable(engine_.model_name()).c_str(), options_.queue);
   std::fflush(stderr);
 
   // The signal thread: the first SIGINT/SIGTERM stops accepting (in-flight and queued requests
