@@ -291,7 +291,7 @@ def test_overload_is_503_with_retry_after(make_server):
 
 
 def test_queue_timeout_is_503(make_server):
-    s = make_server("-q", "--timeout", "0.001")
+    s = make_server("-q", "--timeout", "0.05")
     heavy = dict(corpus())["sixty-four-questions"]
     out = []
 
@@ -319,7 +319,13 @@ def test_graceful_shutdown_finishes_requests_in_flight(make_server, sig):
     ts = [threading.Thread(target=send) for _ in range(4)]
     for t in ts:
         t.start()
-    time.sleep(0.2)
+    # Signal once all four are in the server (queued, running or answered).
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        m = s.metrics()
+        if m["clef_queue_depth"] + m["clef_decisions_running"] + m["clef_decisions_total"] >= 4:
+            break
+        time.sleep(0.01)
     s.proc.send_signal(sig)
     for t in ts:
         t.join()
