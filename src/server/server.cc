@@ -417,6 +417,13 @@ int HttpServer::run() {
   install_routes();
   const std::size_t threads = options_.queue + 1 + kSpareThreads;
   http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // cpp-httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and
+  // silently take half the connections. SO_REUSEADDR only: restart without TIME_WAIT trouble, but
+  // an address in use is an error.
+  http_.set_socket_options([](socket_t sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   http_.set_payload_max_length(options_.max_body_bytes);
   // Headers and body go out in separate writes: without TCP_NODELAY, Nagle's algorithm holds the
   // body until the client's delayed ACK (~40 ms per answer on Linux).

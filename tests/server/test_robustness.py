@@ -337,3 +337,16 @@ def test_graceful_shutdown_finishes_requests_in_flight(make_server, sig):
     assert "shutting down" in log and "stopped" in log
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", s.port), timeout=2)
+
+
+def test_exit_codes(server, tiny_model):
+    from conftest import clef_bin, env
+    run = lambda *a: subprocess.run([clef_bin(), "serve", *a], capture_output=True, text=True, env=env(), timeout=120)
+    # The port is taken: refused (no SO_REUSEPORT sharing of a port with another server).
+    r = run("--model", str(tiny_model), "--port", str(server.port))
+    assert r.returncode == 5 and "cannot bind" in r.stderr
+    assert run("--queue", "0").returncode == 2
+    assert run("--no-such-flag").returncode == 2
+    assert run("--model", "/nonexistent/clef-model", "--port", "0").returncode == 3
+    r = run("--help")
+    assert r.returncode == 0 and "Exit codes:" in r.stdout and "/v1/systemone" in r.stdout
