@@ -11,6 +11,7 @@ DEBIAN_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev libomp-14-dev
   libdnnl-dev libopenblas-dev
+  libpng-dev libjpeg62-turbo-dev libwebp-dev
   python3 python3-pip
 )
 

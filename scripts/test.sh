@@ -45,4 +45,11 @@ python3 tests/fuzz/make_request_seeds.py ../shared/requests "$rcorpus"
 ./build/fuzz/tests/fuzz/fuzz_request -max_total_time="$FUZZ_SECONDS" -max_len=65536 \
   -print_final_stats=1 "$rcorpus" > build/fuzz/fuzz_request.log 2>&1 || { tail -n 40 build/fuzz/fuzz_request.log; exit 1; }
 grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz_request.log
+icorpus=build/fuzz/image_corpus
+mkdir -p "$icorpus"
+cmake --build --preset fuzz --target fuzz_image
+python3 tests/fuzz/make_image_seeds.py "$icorpus"
+./build/fuzz/tests/fuzz/fuzz_image -max_total_time="$FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
+  -print_final_stats=1 "$icorpus" > build/fuzz/fuzz_image.log 2>&1 || { tail -n 40 build/fuzz/fuzz_image.log; exit 1; }
+grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz_image.log
 echo "test.sh: all stages passed"

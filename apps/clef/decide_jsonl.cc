@@ -1,6 +1,11 @@
 #include "decide_jsonl.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <chrono>
 #include <cstring>
@@ -88,23 +93,52 @@ struct ExistingOutput {
   std::int64_t lines = 0, errors = 0;
 };
 
-ExistingOutput prepare_resume(const std::string& path) {
+/// Whether `line` is one this command writes: a compact response object or an error object.
+bool is_answer_line(std::string_view line) {
+  return (line.starts_with("{\"model\":") || line.starts_with("{\"error\":")) && line.ends_with("}");
+}
+
+/// Validates an existing output file for resumption: every complete line must be an answer this
+/// command writes; a last line without '\n' that starts like one is a torn write and is cut off.
+/// Anything else (a user's notes, blank lines, stray stderr text) is refused, never overwritten.
+ExistingOutput prepare_resume(std::FILE* f, const std::string& path) {
   ExistingOutput out;
-  File f(std::fopen(path.c_str(), "rb"));
-  if (!f) throw IoError("cannot read the output file " + printable(path) + " to resume it");
-  LineReader reader(f.get());
+  LineReader reader(f);
   std::string line;
   bool too_long = false;
   std::uint64_t complete_bytes = 0;
-  while (reader.next(line, too_long) && reader.terminated()) {
+  while (reader.next(line, too_long)) {
+    if (!reader.terminated()) {
+      if (!line.starts_with("{\"")) {
+        throw InvalidArgument("--out " + printable(path) + ": its last line is not an answer written by clef decide "
+                              "(use --restart to overwrite it, or another --out)");
+      }
+      break;  // torn write
+    }
+    if (too_long || !is_answer_line(line)) {
+      throw InvalidArgument("--out " + printable(path) + ": line " + std::to_string(out.lines + 1) +
+                            " is not an answer written by clef decide (use --restart to overwrite it, or another --out)");
+    }
     complete_bytes = reader.bytes_read();
     ++out.lines;
-    if (std::string_view(line).starts_with("{\"error\":")) ++out.errors;
+    if (line.starts_with("{\"error\":")) ++out.errors;
   }
-  const std::uint64_t size = reader.bytes_read();
-  f.reset();
-  if (complete_bytes < size) std::filesystem::resize_file(path, complete_bytes);
+  if (complete_bytes < reader.bytes_read() && ::ftruncate(::fileno(f), static_cast<off_t>(complete_bytes)) != 0) {
+    throw IoError("cannot cut the torn last line of " + printable(path) + ": " + std::strerror(errno));
+  }
   return out;
+}
+
+/// Number of '\n'-separated lines of a regular file (a last line without '\n' counts).
+std::int64_t count_lines(const std::string& path) {
+  File f(std::fopen(path.c_str(), "rb"));
+  if (!f) return -1;
+  LineReader reader(f.get());
+  std::string line;
+  bool too_long = false;
+  std::int64_t n = 0;
+  while (reader.next(line, too_long)) ++n;
+  return n;
 }
 
 std::string error_line(std::string_view code, const std::string& message, const std::string& path, std::int64_t line) {
@@ -128,37 +162,72 @@ std::string format_duration(double s) {
 
 JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options) {
   const bool from_stdin = options.input == "-";
+  const bool to_file = !options.output.empty() && options.output != "-";
+  if (options.restart && !to_file) throw InvalidArgument("--restart needs --out FILE");
+
+  // Input: a regular file (size known: ETA), standard input, or a pipe; never a directory.
+  File in(from_stdin ? stdin : nullptr);
   std::uint64_t input_size = 0;
+  std::int64_t input_lines = -1;
   if (!from_stdin) {
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(options.input, ec)) {
-      throw InvalidArgument("--jsonl: " + printable(options.input) + " is not a readable regular file");
+    const auto st = std::filesystem::status(options.input, ec);
+    if (ec || !std::filesystem::exists(st) || std::filesystem::is_directory(st)) {
+      throw InvalidArgument("--jsonl: " + printable(options.input) + " is not a readable file" +
+                            (ec ? std::string(" (") + ec.message() + ")" : std::string()));
     }
-    input_size = std::filesystem::file_size(options.input, ec);
-  }
-  ExistingOutput existing;
-  const bool to_file = !options.output.empty() && options.output != "-";
-  if (to_file) {
-    std::error_code ec;
-    if (std::filesystem::exists(options.output, ec)) {
-      if (!std::filesystem::is_regular_file(options.output, ec)) {
-        throw InvalidArgument("--out: " + printable(options.output) + " exists and is not a regular file");
-      }
-      if (!from_stdin && std::filesystem::equivalent(options.input, options.output, ec)) {
-        throw InvalidArgument("--out names the input file " + printable(options.input));
-      }
-      if (options.restart) {
-        std::filesystem::resize_file(options.output, 0);
-      } else {
-        existing = prepare_resume(options.output);
-      }
+    if (std::filesystem::is_regular_file(st)) {
+      input_size = std::filesystem::file_size(options.input, ec);
+      input_lines = count_lines(options.input);
+    }
+    in.reset(std::fopen(options.input.c_str(), "rb"));
+    if (!in) {
+      throw InvalidArgument("--jsonl: cannot open " + printable(options.input) + " (" + std::strerror(errno) + ")");
     }
   }
 
-  File in(from_stdin ? stdin : std::fopen(options.input.c_str(), "rb"));
-  if (!in) throw InvalidArgument("--jsonl: cannot open " + printable(options.input));
-  File out(to_file ? std::fopen(options.output.c_str(), "ab") : stdout);
-  if (!out) throw IoError("cannot open the output file " + printable(options.output));
+  ExistingOutput existing;
+  File out(to_file ? nullptr : stdout);
+  if (to_file) {
+    std::error_code ec;
+    if (std::filesystem::exists(options.output, ec) && !std::filesystem::is_regular_file(options.output, ec)) {
+      throw InvalidArgument("--out: " + printable(options.output) + " exists and is not a regular file");
+    }
+    // Read/write without truncation: resumption needs the old lines, and one writer at a time.
+    const int fd = ::open(options.output.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      throw IoError("cannot open the output file " + printable(options.output) + ": " + std::strerror(errno));
+    }
+    out.reset(::fdopen(fd, "r+b"));
+    if (!out) {
+      ::close(fd);
+      throw IoError("cannot open the output file " + printable(options.output) + ": " + std::strerror(errno));
+    }
+    struct stat so {}, si {};
+    if (::fstat(fd, &so) == 0 && ::fstat(::fileno(in.get()), &si) == 0 && so.st_dev == si.st_dev &&
+        so.st_ino == si.st_ino) {
+      throw InvalidArgument("--out names the input file " + printable(from_stdin ? std::string("(standard input)")
+                                                                                  : options.input));
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      throw InvalidArgument("--out " + printable(options.output) + " is being written by another clef decide");
+    }
+    if (options.restart) {
+      if (::ftruncate(fd, 0) != 0) {
+        throw IoError("cannot truncate " + printable(options.output) + ": " + std::strerror(errno));
+      }
+    } else {
+      existing = prepare_resume(out.get(), options.output);
+    }
+    if (input_lines >= 0 && existing.lines > input_lines) {
+      throw InvalidArgument("--out " + printable(options.output) + " holds " + std::to_string(existing.lines) +
+                            " answers but the input has only " + std::to_string(input_lines) +
+                            " lines: it belongs to another input (use --restart)");
+    }
+    if (std::fseek(out.get(), 0, SEEK_END) != 0) {
+      throw IoError("cannot seek in " + printable(options.output) + ": " + std::strerror(errno));
+    }
+  }
 
   JsonlRunSummary sum;
   sum.resumed = existing.lines;
@@ -192,10 +261,16 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
     std::fflush(stderr);
   };
 
+  // Answers on the same terminal as the live progress line: clear that line first.
+  const bool clear_before_write = tty && options.progress && !to_file && ::isatty(STDOUT_FILENO) == 1;
   auto write_line = [&](const std::string& text) {
+    if (clear_before_write) std::fputs("\r\x1b[K", stderr);
+    errno = 0;
     if (std::fwrite(text.data(), 1, text.size(), out.get()) != text.size() || std::fputc('\n', out.get()) == EOF ||
         std::fflush(out.get()) != 0) {
-      throw IoError("cannot write the answers to " + (to_file ? printable(options.output) : std::string("standard output")));
+      throw IoError("cannot write the answers to " +
+                    (to_file ? printable(options.output) : std::string("standard output")) +
+                    (errno ? std::string(": ") + std::strerror(errno) : std::string()));
     }
   };
 
@@ -218,13 +293,17 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
         ++sum.answered;
         sum.tokens += d.input_tokens;
         if (options.timings) {
-          std::fprintf(stderr, "%sclef: line %lld: %lld tokens: tokenize %.3f s, prefill %.3f s, head %.3f s, total %.3f s\n",
+          std::fprintf(stderr,
+                       "%sclef: line %lld: %lld tokens: tokenize %.3f s, prefill %.3f s, head %.3f s, total %.3f s; "
+                       "state cache %s (%lld tokens reused)\n",
                        tty && options.progress ? "\r\x1b[K" : "", static_cast<long long>(sum.lines),
                        static_cast<long long>(d.input_tokens), d.timings.tokenize, d.timings.prefill,
-                       d.timings.head, d.timings.total);
+                       d.timings.head, d.timings.total, state_cache_use_name(d.state_cache),
+                       static_cast<long long>(d.reused_tokens));
         }
       } catch (const RequestError& e) {
-        write_line(error_line(e.code_name(), e.message(), e.path().str(), sum.lines));
+        const std::string at = e.offset() ? " (at byte " + std::to_string(*e.offset()) + ")" : std::string();
+        write_line(error_line(e.code_name(), e.message() + at, e.path().str(), sum.lines));
         ++sum.refused;
       }
     }

@@ -34,6 +34,12 @@ CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f) {
       ->check(CLI::IsMember({"reference", "jev"}))
       ->capture_default_str();
   app.add_flag("--jev-legend", f.jev_legend, "Write null score levels as \"\" (the TypeSafe SDK rejects null)");
+  app.add_option("--vision-grid", f.vision_grid,
+                 "Images: 0 = the processor's smart resize (keeps the aspect ratio); 8 or 14 = the seed's fixed "
+                 "grids, every image resized to 256x256 / 448x448 pixels (aspect not kept)")
+      ->check(CLI::IsMember({0, 8, 14}))
+      ->capture_default_str();
+  app.add_flag("--no-images", f.no_images, "Refuse requests with images (images_unsupported) even when the model has a vision tower");
   return model;
 }
 
@@ -46,6 +52,8 @@ EngineOptions engine_options(const EngineFlags& f) {
   eo.record.overflow = f.overflow == "truncate" ? OverflowPolicy::kTruncateState : OverflowPolicy::kRefuse;
   eo.answers.confidence = f.confidence == "jev" ? ConfidenceMode::kJev : ConfidenceMode::kReference;
   eo.answers.jev_legend = f.jev_legend;
+  eo.vision_grid = f.vision_grid;
+  eo.images = !f.no_images;
   return eo;
 }
 

@@ -25,10 +25,12 @@ struct EngineFlags {
   std::string overflow = "refuse"; ///< refuse | truncate
   std::string confidence = "reference";  ///< reference | jev
   bool jev_legend = false;
+  int vision_grid = 0;             ///< 0 = smart resize; 8 or 14 = the seed's fixed grids
+  bool no_images = false;          ///< refuse requests with images
 };
 
-/// Adds --model/-m, --precision, --threads, --chunk, --max-tokens, --overflow, --confidence and
-/// --jev-legend to `app`, bound to `flags`. Returns the --model option (to test whether it was given).
+/// Adds --model/-m, --precision, --threads, --chunk, --max-tokens, --overflow, --confidence,
+/// --jev-legend, --vision-grid and --no-images to `app`, bound to `flags`. Returns the --model option (to test whether it was given).
 CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& flags);
 
 /// The EngineOptions the flags describe (accept_any_model and aliases are left to the caller).

@@ -148,7 +148,14 @@ int run(int argc, char** argv) {
   decide->add_flag("--restart", jsonl.restart, "With --jsonl --out: start over instead of resuming")->needs(jsonl_opt);
   decide->add_flag("--no-progress", no_progress, "With --jsonl: no progress line on stderr")->needs(jsonl_opt);
   auto* decide_model = clef::cli::add_engine_flags(*decide, decide_flags);
-  decide->add_flag("--timings", timings, "Print per-stage timings to stderr");
+  decide->add_flag("--timings", timings, "Print per-stage timings (and the state cache's hit/miss) to stderr");
+  std::int64_t state_cache_mb = clef::EngineOptions::kDefaultStateCacheMb;
+  auto* cache_opt = decide->add_option(
+      "--state-cache-mb", state_cache_mb,
+      "Memory budget of the exact state cache in MiB (0: off); requests of a --jsonl run that share a state reuse "
+      "it (a single request has nothing to reuse: the cache is off then unless this is given)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
+      ->capture_default_str();
 
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
@@ -201,6 +208,8 @@ int run(int argc, char** argv) {
     const bool batch = jsonl_opt->count() > 0;
     const std::string body = batch ? std::string() : read_request(request_path);
     clef::EngineOptions eo = clef::cli::engine_options(decide_flags);
+    // One request cannot hit its own entry; building one would only copy the state (memory x2).
+    eo.state_cache_mb = batch || cache_opt->count() > 0 ? state_cache_mb : 0;
     eo.accept_any_model = true;  // the folder chooses the model; echo the request's name like the reference
     const auto engine = with_default_hint(dir, is_default, [&] { return std::make_unique<clef::Engine>(dir, eo); });
     if (batch) {
@@ -213,10 +222,13 @@ int run(int argc, char** argv) {
     std::cout << d.body << "\n";
     flush_stdout();
     if (timings) {
-      std::fprintf(stderr, "clef: %lld tokens: tokenize %.3f s, prefill %.3f s (%.1f tokens/s), head %.3f s, total %.3f s\n",
+      std::fprintf(stderr,
+                   "clef: %lld tokens: tokenize %.3f s, prefill %.3f s (%.1f tokens/s), head %.3f s, total %.3f s; "
+                   "state cache %s (%lld tokens reused)\n",
                    static_cast<long long>(d.input_tokens), d.timings.tokenize, d.timings.prefill,
-                   d.timings.prefill > 0 ? static_cast<double>(d.input_tokens) / d.timings.prefill : 0.0, d.timings.head,
-                   d.timings.total);
+                   d.timings.prefill > 0 ? static_cast<double>(d.input_tokens - d.reused_tokens) / d.timings.prefill : 0.0,
+                   d.timings.head, d.timings.total, clef::state_cache_use_name(d.state_cache),
+                   static_cast<long long>(d.reused_tokens));
     }
     return 0;
   }

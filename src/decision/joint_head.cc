@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 
 #include "core/error.h"
@@ -41,6 +42,8 @@ Mha make_mha(const MultiheadAttentionWeights& m) {
     parts[i]->out = parts[i]->in = width;
   }
   out.o = make_linear(m.out_proj_weight, &m.out_proj_bias);
+  out.k_gemm = std::make_unique<ops::GemmWeight>(DType::kF32, out.k.w.data(), width, width, ops::Precision::kF32);
+  out.v_gemm = std::make_unique<ops::GemmWeight>(DType::kF32, out.v.w.data(), width, width, ops::Precision::kF32);
   return out;
 }
 
@@ -57,20 +60,103 @@ float dot(const float* a, const float* b, std::int64_t n) {
   return s;
 }
 
-/// y[n, out] = x[n, in] · Wᵀ (+ b).
+/// Register tile of linear_rows: kTileRows input rows × kTileOuts weight rows, kTileRows ×
+/// kTileOuts independent dot products sharing every load.
+constexpr std::int64_t kTileRows = 4, kTileOuts = 4;
+/// Rows per panel of linear_rows (one thread's unit; the panel's inputs stay in L2 while every
+/// weight row streams past once).
+constexpr std::int64_t kRowPanel = 64;
+
+/// 16 floats as one value (GCC/Clang vector extension): the 16 partial sums of dot(), lane j
+/// holding the sum over elements i ≡ j (mod 16). Element-wise +, * on it are the scalar
+/// operations of dot()'s loop, lane by lane.
+typedef float Lanes16 __attribute__((vector_size(64)));
+
+Lanes16 load16(const float* p) {
+  Lanes16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/// out[r * kTileOuts + o] = dot(x + r * ldx, w + o * ldw, n) for the whole tile, each computed
+/// exactly as dot() computes it (same 16 partial sums, same order of the final additions):
+/// tiling changes speed, not bits.
+void dot_tile(const float* x, std::int64_t ldx, const float* w, std::int64_t ldw, std::int64_t n, float* out) {
+  Lanes16 acc[kTileRows][kTileOuts] = {};
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    Lanes16 wv[kTileOuts];
+#pragma GCC unroll 4
+    for (std::int64_t o = 0; o < kTileOuts; ++o) wv[o] = load16(w + o * ldw + i);
+#pragma GCC unroll 4
+    for (std::int64_t r = 0; r < kTileRows; ++r) {
+      const Lanes16 xv = load16(x + r * ldx + i);
+#pragma GCC unroll 4
+      for (std::int64_t o = 0; o < kTileOuts; ++o) acc[r][o] += xv * wv[o];
+    }
+  }
+  for (std::int64_t r = 0; r < kTileRows; ++r) {
+    for (std::int64_t o = 0; o < kTileOuts; ++o) {
+      const float* xr = x + r * ldx;
+      const float* wo = w + o * ldw;
+      float s = 0.0f;
+      for (std::int64_t k = i; k < n; ++k) s += xr[k] * wo[k];
+      for (int j = 0; j < 16; ++j) s += acc[r][o][j];
+      out[r * kTileOuts + o] = s;
+    }
+  }
+}
+
+/// y[n, out] = x[n, in] · Wᵀ (+ b). Every element is dot(x_r, w_o) (+ b_o), whatever the tiling
+/// and the thread count (row panels run in parallel), so results do not depend on either.
 std::vector<float> linear_rows(const Linear& l, const float* x, std::int64_t n) {
   std::vector<float> y(static_cast<std::size_t>(n * l.out));
-  for (std::int64_t r = 0; r < n; ++r) {
-    const float* xr = x + r * l.in;
-    float* yr = y.data() + r * l.out;
-    for (std::int64_t o = 0; o < l.out; ++o) {
-      yr[o] = dot(xr, l.w.data() + o * l.in, l.in) + (l.b.empty() ? 0.0f : l.b[static_cast<std::size_t>(o)]);
+  const std::int64_t panels = (n + kRowPanel - 1) / kRowPanel;
+  auto put = [&](std::int64_t r, std::int64_t o, float v) {
+    y[static_cast<std::size_t>(r * l.out + o)] = v + (l.b.empty() ? 0.0f : l.b[static_cast<std::size_t>(o)]);
+  };
+#pragma omp parallel for schedule(static) if (n > kRowPanel && n * l.out * l.in >= (std::int64_t{1} << 22))
+  for (std::int64_t p = 0; p < panels; ++p) {
+    const std::int64_t r0 = p * kRowPanel, r1 = std::min(n, r0 + kRowPanel);
+    float t[kTileRows * kTileOuts];
+    std::int64_t o = 0;
+    for (; o + kTileOuts <= l.out; o += kTileOuts) {
+      const float* w = l.w.data() + o * l.in;
+      std::int64_t r = r0;
+      for (; r + kTileRows <= r1; r += kTileRows) {
+        dot_tile(x + r * l.in, l.in, w, l.in, l.in, t);
+        for (std::int64_t a = 0; a < kTileRows; ++a) {
+          for (std::int64_t c = 0; c < kTileOuts; ++c) put(r + a, o + c, t[a * kTileOuts + c]);
+        }
+      }
+      for (; r < r1; ++r) {
+        for (std::int64_t c = 0; c < kTileOuts; ++c) put(r, o + c, dot(x + r * l.in, w + c * l.in, l.in));
+      }
+    }
+    for (; o < l.out; ++o) {
+      for (std::int64_t r = r0; r < r1; ++r) put(r, o, dot(x + r * l.in, l.w.data() + o * l.in, l.in));
     }
   }
   return y;
 }
 std::vector<float> linear_rows(const Linear& l, const std::vector<float>& x) {
   return linear_rows(l, x.data(), static_cast<std::int64_t>(x.size()) / l.in);
+}
+
+/// y[n, out] = x[n, in] · Wᵀ + b through the GEMM library (fp32, ops::linear): for the large
+/// key/value products of logits(); per-element sums are ordered as the library blocks them.
+std::vector<float> linear_gemm(const Linear& l, const ops::GemmWeight& w, const std::vector<float>& x) {
+  const std::int64_t n = static_cast<std::int64_t>(x.size()) / l.in;
+  std::vector<float> y(static_cast<std::size_t>(n * l.out));
+  if (n == 0) return y;
+  ops::linear(x.data(), n, w, y.data());
+  if (!l.b.empty()) {
+    for (std::int64_t r = 0; r < n; ++r) {
+      float* yr = y.data() + r * l.out;
+      for (std::int64_t o = 0; o < l.out; ++o) yr[o] += l.b[static_cast<std::size_t>(o)];
+    }
+  }
+  return y;
 }
 
 /// LayerNorm over rows of width `w` (biased variance, eps 1e-5, affine).
@@ -111,7 +197,8 @@ void add_into(std::vector<float>& a, const std::vector<float>& b) {
 std::vector<float> mha(const Mha& m, std::int64_t heads, const std::vector<float>& q_in, const std::vector<float>& kv_in) {
   const std::int64_t W = m.q.in, d = W / heads;
   const std::int64_t nq = static_cast<std::int64_t>(q_in.size()) / W, nk = static_cast<std::int64_t>(kv_in.size()) / W;
-  const std::vector<float> q = linear_rows(m.q, q_in), k = linear_rows(m.k, kv_in), v = linear_rows(m.v, kv_in);
+  const std::vector<float> q = linear_rows(m.q, q_in), k = linear_gemm(m.k, *m.k_gemm, kv_in),
+                           v = linear_gemm(m.v, *m.v_gemm, kv_in);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<float> ctx(static_cast<std::size_t>(nq * W), 0.0f);
   std::vector<float> p(static_cast<std::size_t>(nk));
@@ -239,13 +326,41 @@ JointHeadRecord::JointHeadRecord(const JointHead& head, std::vector<HeadQuestion
   }
 }
 
+std::vector<float> JointHead::project_memory(std::span<const float> hidden) const {
+  const std::int64_t H = cfg_.hidden_size;
+  if (static_cast<std::int64_t>(hidden.size()) % H != 0) throw InvalidArgument("joint head: project_memory() needs whole rows");
+  const std::int64_t n = static_cast<std::int64_t>(hidden.size()) / H;
+  const std::vector<float> x = layer_norm(hidden_norm_, hidden.data(), n, H);
+  return linear_rows(memory_, x.data(), n);
+}
+
+void JointHeadRecord::restore_prefix(std::span<const float> memory) {
+  const std::int64_t W = head_.cfg_.width;
+  if (fed_ != 0) throw InvalidArgument("joint head: restore_prefix() after rows were fed");
+  if (static_cast<std::int64_t>(memory.size()) % W != 0) throw InvalidArgument("joint head: restore_prefix() needs whole rows");
+  const std::int64_t n = static_cast<std::int64_t>(memory.size()) / W;
+  if (n >= total_) {
+    throw InvalidArgument("joint head: a restored prefix of " + std::to_string(n) + " rows must end before the record's last row " +
+                          std::to_string(total_ - 1));
+  }
+  for (const auto& q : questions_) {
+    bool before = q.span.begin < n;
+    for (const auto& o : q.options) before = before || o.begin < n;
+    if (before) {
+      throw InvalidArgument("joint head: a question/option span starts inside the restored prefix of " + std::to_string(n) + " rows");
+    }
+  }
+  std::copy(memory.begin(), memory.end(), memory_.begin());
+  fed_ = n;
+}
+
 void JointHeadRecord::feed(std::span<const float> hidden) {
   const JointHeadConfig& c = head_.cfg_;
   const std::int64_t H = c.hidden_size;
   if (static_cast<std::int64_t>(hidden.size()) % H != 0) throw InvalidArgument("joint head: feed() needs whole rows");
   const std::int64_t n = static_cast<std::int64_t>(hidden.size()) / H;
   if (fed_ + n > total_) throw InvalidArgument("joint head: fed more rows than the record has");
-  // §4.4 steps 1-2: X = LN_hidden(rows); M = X · Wmemᵀ.
+  // §4.4 steps 1-2: X = LN_hidden(rows); M = X · Wmemᵀ (as in JointHead::project_memory).
   const std::vector<float> x = layer_norm(head_.hidden_norm_, hidden.data(), n, H);
   const std::vector<float> m = linear_rows(head_.memory_, x.data(), n);
   std::copy(m.begin(), m.end(), memory_.begin() + fed_ * c.width);

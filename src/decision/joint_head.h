@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "decision/joint_head_weights.h"
 #include "io/hf_config.h"
+#include "ops/gemm.h"
 
 namespace clef {
 
@@ -38,6 +40,12 @@ class JointHead {
 
   const JointHeadConfig& config() const noexcept { return cfg_; }
 
+  /// The head's per-row input (protocol.md §4.4 steps 1-2): M = LN_hidden(rows) · Wmemᵀ.
+  /// `hidden` [n, H] fp32 final-norm hidden rows -> [n, W] fp32. Row-independent: a row's result
+  /// does not depend on the other rows given (so it can be computed once per state and reused,
+  /// issue 7). Throws InvalidArgument unless `hidden` holds whole rows.
+  std::vector<float> project_memory(std::span<const float> hidden) const;
+
   struct Linear {
     std::vector<float> w;  ///< [out, in] row-major
     std::vector<float> b;  ///< [out] or empty
@@ -48,6 +56,10 @@ class JointHead {
   };
   struct Mha {
     Linear q, k, v, o;  ///< in_proj split into Wq | Wk | Wv, then out_proj
+    /// Wk, Wv bound to the GEMM library (pointing into k.w, v.w): the key/value projections run
+    /// over all T memory rows in logits(), the head's one large product. Not used per row, so
+    /// its blocking may depend on T without breaking state reuse (identical T, identical bits).
+    std::unique_ptr<ops::GemmWeight> k_gemm, v_gemm;
   };
   struct Routing {
     Norm query_norm, memory_norm, ff_norm;
@@ -87,6 +99,13 @@ class JointHeadRecord {
   /// Consumes the next rows: `hidden` is [n, H] fp32 row-major, final-norm hidden states.
   void feed(std::span<const float> hidden);
   std::int64_t rows_fed() const noexcept { return fed_; }
+
+  /// Takes rows [0, n) as already fed, from their projected memory rows `memory` [n, W]
+  /// (JointHead::project_memory of the same hidden rows; state reuse, issue 7). The head keeps no
+  /// other per-row value for rows before the first question/option span and before T-1, so the
+  /// result is exactly that of feed()-ing those rows. Throws InvalidArgument unless nothing was fed
+  /// yet, `memory` holds whole rows, n < T, and no span starts before n.
+  void restore_prefix(std::span<const float> memory);
 
   /// [N] option logits in model order (questions in request order, options in §3.4 order).
   /// Throws InternalError unless exactly T rows were fed.

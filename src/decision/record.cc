@@ -17,7 +17,8 @@ std::string field_head(std::size_t k, const RequestQuestion& q) {
 
 }  // namespace
 
-EncodedRecord encode_record(const SystemOneRequest& request, const Tokenizer& tok, const RecordOptions& options) {
+EncodedRecord encode_record(const SystemOneRequest& request, const Tokenizer& tok, const RecordOptions& options,
+                            std::span<const std::int64_t> image_token_counts) {
   TokenizerWorkspace ws;
   EncodedRecord r;
   std::vector<std::int32_t> schema;
@@ -58,16 +59,51 @@ EncodedRecord encode_record(const SystemOneRequest& request, const Tokenizer& to
   // Steps 2-4: prefix, suffix, state.
   std::vector<std::int32_t> prefix, suffix, state;
   append(prefix, record_prefix());
+  const std::int64_t text_prefix_len = static_cast<std::int64_t>(prefix.size());
+  if (!image_token_counts.empty()) {
+    std::string media;
+    for (const std::int64_t n : image_token_counts) {
+      media += "<|vision_start|>";
+      for (std::int64_t i = 0; i < n; ++i) media += "<|image_pad|>";
+      media += "<|vision_end|>";
+    }
+    media += "\n";
+    append(prefix, media);
+  }
   append(suffix, kSuffix);
   append(state, render(request.state));
   r.prefix_len = static_cast<std::int64_t>(prefix.size());
+  r.media_len = r.prefix_len - text_prefix_len;
+  if (r.media_len > 0) {
+    const std::int32_t vision_ids[] = {tok.token_to_id("<|vision_start|>"), tok.token_to_id("<|image_pad|>"),
+                                       tok.token_to_id("<|vision_end|>")};
+    auto has_vision_token = [&](const std::vector<std::int32_t>& ids) {
+      for (const std::int32_t id : ids) {
+        for (const std::int32_t v : vision_ids) {
+          if (v >= 0 && id == v) return true;
+        }
+      }
+      return false;
+    };
+    if (has_vision_token(state)) {
+      throw RequestError(RequestErrorCode::kImageTokenInText, JsonPath().key("state"),
+                         "the state contains a vision token (<|vision_start|>, <|image_pad|> or <|vision_end|>), "
+                         "which would be taken for an image slot in a request with images");
+    }
+    if (has_vision_token(schema)) {
+      throw RequestError(RequestErrorCode::kImageTokenInText, JsonPath().key("questions"),
+                         "a question contains a vision token (<|vision_start|>, <|image_pad|> or <|vision_end|>), "
+                         "which would be taken for an image slot in a request with images");
+    }
+  }
   r.schema_len = static_cast<std::int64_t>(schema.size());
   r.suffix_len = static_cast<std::int64_t>(suffix.size());
   r.state_len_full = static_cast<std::int64_t>(state.size());
   // Steps 5-6: the budget.
   const std::int64_t fixed = r.prefix_len + r.schema_len + r.suffix_len;
   if (fixed > options.max_length) {
-    throw RequestError(RequestErrorCode::kInputTooLong, JsonPath().key("questions"),
+    const bool media_breaks_it = r.media_len > 0 && fixed - r.media_len <= options.max_length;
+    throw RequestError(RequestErrorCode::kInputTooLong, JsonPath().key(media_breaks_it ? "images" : "questions"),
                        "schema requires " + std::to_string(fixed) + " tokens before state; maximum is " +
                            std::to_string(options.max_length));
   }

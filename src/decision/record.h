@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,8 @@ struct RecordOptions {
 struct EncodedRecord {
   std::vector<std::int32_t> input_ids;  ///< [T]
   std::vector<HeadQuestion> questions;  ///< request order; spans absolute in input_ids
-  std::int64_t prefix_len = 0;          ///< prefix tokens (36 with the Qwen3.5 tokenizer)
+  std::int64_t prefix_len = 0;          ///< prefix tokens incl. the media block (36 + media_len)
+  std::int64_t media_len = 0;           ///< image-block tokens at the end of the prefix (0 without images)
   std::int64_t state_len = 0;           ///< state tokens kept
   std::int64_t state_len_full = 0;      ///< state tokens before truncation
   std::int64_t schema_len = 0;
@@ -56,6 +58,15 @@ struct EncodedRecord {
 /// kRefuse, or when the fixed part alone does ("schema requires N tokens before state; maximum is
 /// M", path `questions`), and empty_span (path `questions.<id>`) when an instruction or option
 /// renders to zero tokens (the reference would average zero rows: NaN).
-EncodedRecord encode_record(const SystemOneRequest& request, const Tokenizer& tokenizer, const RecordOptions& options);
+///
+/// Images (§3.2 step 2, §3.6): `image_token_counts[i]` is image i's merged-token count (H·W of its
+/// merged grid, vision/preprocess.h); the media piece
+/// "<|vision_start|>" + N·"<|image_pad|>" + "<|vision_end|>" per image, then "\n", is tokenized as
+/// one piece and appended to the prefix (so it counts toward the fixed part and is never
+/// truncated: input_too_long at path `images` when it alone breaks the budget). With images, a
+/// `<|vision_start|>`, `<|image_pad|>` or `<|vision_end|>` token inside the state or the schema is
+/// refused (image_token_in_text at `state` / `questions`): it would be taken for an image slot.
+EncodedRecord encode_record(const SystemOneRequest& request, const Tokenizer& tokenizer, const RecordOptions& options,
+                            std::span<const std::int64_t> image_token_counts = {});
 
 }  // namespace clef

@@ -88,18 +88,26 @@ void check_state(const JsonValue& body, Dialect dialect, SystemOneRequest& req) 
   req.state = *s;
 }
 
-void check_media(const JsonValue& body, Dialect dialect) {
+void check_videos(const JsonValue& body) {
+  const JsonValue* videos = body.find("videos");
+  if (videos != nullptr && !videos->is_null() && !(videos->is_array() && videos->size() == 0)) {
+    reject(RequestErrorCode::kVideosUnsupported, JsonPath().key("videos"), "videos are not supported");
+  }
+}
+
+void check_media(const JsonValue& body, Dialect dialect, const RequestLimits& limits, SystemOneRequest& req) {
   const JsonValue* images = body.find("images");
   if (images != nullptr && !images->is_null() && !(images->is_array() && images->size() == 0)) {
+    if (limits.accept_images && dialect != Dialect::kOpenRouter) {
+      req.images = *images;
+      return check_videos(body);
+    }
     reject(RequestErrorCode::kImagesUnsupported, JsonPath().key("images"),
            dialect == Dialect::kOpenRouter
                ? "OpenRouter requests carry images inside the state array, and this build is text-only"
                : "images are not supported by this build (text-only)");
   }
-  const JsonValue* videos = body.find("videos");
-  if (videos != nullptr && !videos->is_null() && !(videos->is_array() && videos->size() == 0)) {
-    reject(RequestErrorCode::kVideosUnsupported, JsonPath().key("videos"), "videos are not supported");
-  }
+  check_videos(body);
 }
 
 std::optional<JsonValue> description_of(const JsonValue& v) {
@@ -287,7 +295,7 @@ SystemOneRequest validate_request(const JsonValue& body, const RequestLimits& li
   req.questions.reserve(n);
   for (const auto& [id, value] : questions->members()) req.questions.push_back(build_question(id, value, limits));
 
-  check_media(body, dialect);
+  check_media(body, dialect, limits, req);
   return req;
 }
 

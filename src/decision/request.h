@@ -42,6 +42,9 @@ struct RequestLimits {
   std::size_t min_score_levels = 2;
   std::size_t max_score_levels = 10;
   std::size_t max_question_id_bytes = 1024;  ///< UTF-8 bytes of one question id
+  /// Whether a non-empty top-level `images` array is kept for the engine (which decodes and checks
+  /// it: vision/request_images.h) instead of being refused with images_unsupported.
+  bool accept_images = false;
   JsonParseOptions json;                     ///< nesting depth, integer digits
 };
 
@@ -87,6 +90,9 @@ struct SystemOneRequest {
   bool model_given = false;   ///< the request named a model
   JsonValue state;            ///< any JSON value (null included)
   std::vector<RequestQuestion> questions;  ///< request order
+  /// The top-level `images` value as sent when it is non-empty and RequestLimits::accept_images
+  /// holds (not yet decoded or checked); null otherwise.
+  JsonValue images;
 };
 
 /// Parses and validates a request body (UTF-8 JSON text).
@@ -114,8 +120,10 @@ SystemOneRequest parse_request(std::string_view body, const RequestLimits& limit
 ///    null, {} or []; invalid_type otherwise) with [min,max] options (too_few_options /
 ///    too_many_options); score a non-empty array (empty_criteria / invalid_type) with [min,max]
 ///    levels (too_few_levels / too_many_levels);
-///  * `images` / `videos` absent, null or [] (images_unsupported `images`, videos_unsupported
-///    `videos`): this build is text-only.
+///  * `images` absent, null or [] unless limits.accept_images (then kept in
+///    SystemOneRequest::images for the engine; images_unsupported `images` otherwise; OpenRouter
+///    image parts inside `state` are refused either way), `videos` absent, null or []
+///    (videos_unsupported `videos`).
 /// Unknown fields anywhere are ignored.
 SystemOneRequest validate_request(const JsonValue& body, const RequestLimits& limits, Dialect dialect,
                                   const ServedModel& served);

@@ -72,6 +72,14 @@ const char* request_error_code_name(RequestErrorCode code) noexcept {
     case RequestErrorCode::kTooManyLevels: return "too_many_levels";
     case RequestErrorCode::kImagesUnsupported: return "images_unsupported";
     case RequestErrorCode::kVideosUnsupported: return "videos_unsupported";
+    case RequestErrorCode::kTooManyImages: return "too_many_images";
+    case RequestErrorCode::kImageUrlUnsupported: return "image_url_unsupported";
+    case RequestErrorCode::kImageTypeUnsupported: return "image_type_unsupported";
+    case RequestErrorCode::kInvalidBase64: return "invalid_base64";
+    case RequestErrorCode::kImageInvalid: return "image_invalid";
+    case RequestErrorCode::kImageTooLarge: return "image_too_large";
+    case RequestErrorCode::kImageAspectRatio: return "image_aspect_ratio";
+    case RequestErrorCode::kImageTokenInText: return "image_token_in_text";
     case RequestErrorCode::kInputTooLong: return "input_too_long";
     case RequestErrorCode::kEmptySpan: return "empty_span";
   }

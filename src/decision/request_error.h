@@ -60,8 +60,17 @@ enum class RequestErrorCode : std::uint8_t {
   kTooManyLevels,         ///< "too_many_levels": score with more levels than the limit
   kImagesUnsupported,     ///< "images_unsupported": images sent to this text-only build
   kVideosUnsupported,     ///< "videos_unsupported": videos are not supported
+  // Raised while decoding `images` (vision/image.h, vision/preprocess.h), path `images.<i>`:
+  kTooManyImages,         ///< "too_many_images": more than ImageLimits::max_images (path of the first extra one)
+  kImageUrlUnsupported,   ///< "image_url_unsupported": not a base64 data URL (http(s), file:, bare base64)
+  kImageTypeUnsupported,  ///< "image_type_unsupported": data URL type other than image/png|jpeg|jpg|webp
+  kInvalidBase64,         ///< "invalid_base64": the payload is not strict base64 (message names the offset)
+  kImageInvalid,          ///< "image_invalid": not PNG/JPEG/WebP, corrupt, truncated or 0-sized
+  kImageTooLarge,         ///< "image_too_large": file bytes or decoded pixels over ImageLimits
+  kImageAspectRatio,      ///< "image_aspect_ratio": longer side more than 200x the shorter (processor limit)
   // Raised by encode_record (decision/record.h), after validation:
   kInputTooLong,          ///< "input_too_long": the record exceeds the token budget (never truncated silently)
+  kImageTokenInText,      ///< "image_token_in_text": a vision token inside the text of a request with images
   kEmptySpan,             ///< "empty_span": an instruction or option tokenizes to nothing (would be NaN)
 };
 

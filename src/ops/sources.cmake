@@ -10,10 +10,12 @@ target_sources(clef_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/ref/ref_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/ref/gdn.cc
   ${CMAKE_CURRENT_LIST_DIR}/ref/gemm.cc
+  ${CMAKE_CURRENT_LIST_DIR}/ref/vision_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/elementwise.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/conv1d.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/gdn.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/attention.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/vision_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/gemm_onednn.cc
 )
 target_link_libraries(clef_engine PRIVATE DNNL::dnnl OpenMP::OpenMP_CXX)

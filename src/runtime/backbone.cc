@@ -59,6 +59,48 @@ void Backbone::prefill(std::span<const std::int32_t> ids, SequenceState& st, con
   }
 }
 
+void Backbone::prefill(std::span<const std::int32_t> ids, SequenceState& st, const HiddenConsumer& consumer,
+                       const PrefillMedia& media) {
+  const auto total = static_cast<std::int64_t>(ids.size());
+  const std::int64_t H = model_.hidden_size();
+  if (static_cast<std::int64_t>(media.positions.size()) != 3 * total) {
+    throw InvalidArgument("prefill: positions must be [3, " + std::to_string(total) + "], got " +
+                          std::to_string(media.positions.size()) + " values");
+  }
+  const std::int64_t pads = std::count(ids.begin(), ids.end(), media.image_token_id);
+  if (media.image_rows.size() != static_cast<std::size_t>(pads * H)) {
+    throw InvalidArgument("prefill: " + std::to_string(pads) + " image pad tokens but " +
+                          std::to_string(media.image_rows.size() / static_cast<std::size_t>(H)) + " image rows");
+  }
+  if (options_.padded_readout) {
+    throw Unsupported("prefill: images are not supported with the static-shape (padded) readout");
+  }
+  const std::int64_t chunk = options_.chunk_size;
+  const std::int64_t cap = std::min(chunk, std::max<std::int64_t>(total, 1));
+  out_.resize(static_cast<std::size_t>(cap * H));
+  embeds_.resize(static_cast<std::size_t>(cap * H));
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(3 * cap));
+  const float* next_image_row = media.image_rows.data();
+  for (std::int64_t c0 = 0; c0 < total; c0 += chunk) {
+    const std::int64_t n = std::min(chunk, total - c0);
+    const auto call = ids.subspan(static_cast<std::size_t>(c0), static_cast<std::size_t>(n));
+    for (std::int64_t r = 0; r < 3; ++r) {
+      std::copy_n(media.positions.begin() + r * total + c0, n, pos.begin() + r * n);
+    }
+    model_.embed(call, embeds_.data());
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (call[static_cast<std::size_t>(i)] == media.image_token_id) {  // replaced, not added (§6.9)
+        std::copy(next_image_row, next_image_row + H, embeds_.begin() + i * H);
+        next_image_row += H;
+      }
+    }
+    const std::int64_t first = st.n_tokens;
+    model_.forward_chunk(call, std::span<const std::int32_t>(pos.data(), static_cast<std::size_t>(3 * n)), st,
+                         out_.data(), scratch_, embeds_.data());
+    if (consumer) consumer(first, out_.data(), n, H);
+  }
+}
+
 std::vector<float> Backbone::hidden_states(std::span<const std::int32_t> ids) {
   const std::int64_t H = model_.hidden_size();
   std::vector<float> all(ids.size() * static_cast<std::size_t>(H));

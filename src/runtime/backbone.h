@@ -45,6 +45,18 @@ struct BackboneOptions {
 using HiddenConsumer =
     std::function<void(std::int64_t first_row, const float* rows, std::int64_t count, std::int64_t hidden)>;
 
+/// Multimodal inputs of one prefill call (architecture.md §6.9, §7.1), for exactly the ids of that
+/// call.
+struct PrefillMedia {
+  /// [3, n] M-RoPE positions (t, h, w planes, plane-major: positions[r * n + i]) of the call's n ids.
+  std::span<const std::int32_t> positions;
+  /// The `<|image_pad|>` id whose embedding rows are replaced.
+  std::int32_t image_token_id = -1;
+  /// [count, H] fp32 rows replacing, in order, the call's `<|image_pad|>` rows (count must equal
+  /// the number of pads among the ids).
+  std::span<const float> image_rows;
+};
+
 class Backbone {
  public:
   /// Binds the release's text weights (zero-copy views; `release` must outlive this object) and
@@ -58,6 +70,12 @@ class Backbone {
   /// Appends `ids` to the sequence in `st` (chunked prefill) and hands the final-norm hidden row
   /// of every new token to `consumer`, chunk by chunk. Throws InvalidArgument for a bad id.
   void prefill(std::span<const std::int32_t> ids, SequenceState& st, const HiddenConsumer& consumer);
+
+  /// The same with images: `media` gives the call's positions and the rows that replace its
+  /// `<|image_pad|>` embeddings. Throws InvalidArgument when positions are not [3, n] or the pad
+  /// count does not match the rows; Unsupported under the static-shape readout.
+  void prefill(std::span<const std::int32_t> ids, SequenceState& st, const HiddenConsumer& consumer,
+               const PrefillMedia& media);
 
   /// Convenience: all hidden rows [T, H] of `ids` from a fresh state.
   std::vector<float> hidden_states(std::span<const std::int32_t> ids);
@@ -76,6 +94,7 @@ class Backbone {
   std::int32_t pad_id_ = kEndOfTextId;
   nn::Scratch scratch_;
   std::vector<float> out_;
+  std::vector<float> embeds_;
 };
 
 /// `clef_backbone_dump` entry point (also meant for a `clef hidden` CLI subcommand): writes the

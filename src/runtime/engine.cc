@@ -1,6 +1,14 @@
 #include "runtime/engine.h"
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/sha256.h"
+#include "models/qwen35/mrope_positions.h"
+#include "ops/parallel.h"
+#include "vision/request_images.h"
 
 namespace clef {
 namespace {
@@ -9,47 +17,236 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+/// The state cache's model identity (see Engine::model_identity). File contents are not hashed
+/// (gigabytes); name + size + mtime identify them within one process lifetime.
+std::string engine_identity(const ReleaseFolder& r, const Backbone& b) {
+  namespace fs = std::filesystem;
+  std::string text = "dir=" + fs::weakly_canonical(fs::path(r.dir)).string() + "\n";
+  std::vector<fs::directory_entry> files;
+  for (const auto& e : fs::directory_iterator(r.dir)) {
+    if (e.is_regular_file()) files.push_back(e);
+  }
+  std::sort(files.begin(), files.end(), [](const auto& a, const auto& c) { return a.path().filename() < c.path().filename(); });
+  for (const auto& e : files) {
+    const auto mtime = e.last_write_time().time_since_epoch().count();
+    text += "file=" + e.path().filename().string() + " size=" + std::to_string(e.file_size()) +
+            " mtime=" + std::to_string(static_cast<long long>(mtime)) + "\n";
+  }
+  const BackboneOptions& o = b.options();
+  text += "precision=" + std::to_string(static_cast<int>(o.precision)) + " chunk=" + std::to_string(o.chunk_size) +
+          " threads=" + std::to_string(ops::num_threads()) + " padded=" + std::to_string(o.padded_readout ? 1 : 0) +
+          " pad=" + std::to_string(b.pad_id()) + "\n";
+  return sha256_hex(std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+/// dst = snapshot (a deep copy), with KV capacity for `extra_tokens` more rows reserved up front,
+/// so that continuing the sequence does not reallocate (and copy again) every KV cache.
+void restore_with_room(SequenceState& dst, const SequenceState& snapshot, std::int64_t extra_tokens) {
+  // Field by field: a new member of these structs must be copied here too.
+  static_assert(sizeof(nn::KvCache) == 2 * sizeof(std::int64_t) + 2 * sizeof(std::vector<float>));
+  static_assert(sizeof(nn::GdnState) == 2 * sizeof(std::vector<float>));
+  static_assert(sizeof(nn::ModelState) == sizeof(std::vector<nn::LayerState>) + 2 * sizeof(std::int64_t));
+  dst.layers.resize(snapshot.layers.size());
+  for (std::size_t i = 0; i < snapshot.layers.size(); ++i) {
+    const nn::LayerState& src = snapshot.layers[i];
+    nn::LayerState& l = dst.layers[i];
+    l.gdn = src.gdn;
+    l.kv.width = src.kv.width;
+    l.kv.length = src.kv.length;
+    if (src.kv.width > 0) {
+      const auto room = src.kv.k.size() + static_cast<std::size_t>(extra_tokens * src.kv.width);
+      l.kv.k.clear();
+      l.kv.v.clear();
+      l.kv.k.reserve(room);
+      l.kv.v.reserve(room);
+    }
+    l.kv.k.assign(src.kv.k.begin(), src.kv.k.end());
+    l.kv.v.assign(src.kv.v.begin(), src.kv.v.end());
+  }
+  dst.n_tokens = snapshot.n_tokens;
+  dst.next_position = snapshot.next_position;
+}
+
 }  // namespace
+
+const char* state_cache_use_name(StateCacheUse u) noexcept {
+  switch (u) {
+    case StateCacheUse::kMiss:
+      return "miss";
+    case StateCacheUse::kHit:
+      return "hit";
+    case StateCacheUse::kOff:
+      break;
+  }
+  return "off";
+}
 
 Engine::Engine(const std::string& model_dir, const EngineOptions& options)
     : options_(options), release_(open_release(model_dir)), tokenizer_(Tokenizer::load(model_dir)) {
+  if (options.state_cache_mb < 0 || options.state_cache_mb > (std::int64_t{1} << 30)) {
+    throw InvalidArgument("state cache budget must be in [0, 2^30] MiB, got " + std::to_string(options.state_cache_mb));
+  }
   served_.name = release_.model_name;
   served_.aliases = options.aliases;
   served_.accept_any = options.accept_any_model;
   backbone_ = std::make_unique<Backbone>(release_, options.backbone);
   head_ = std::make_unique<JointHead>(release_.head, release_.head_config, release_.model.text.lm_head);
+  identity_ = engine_identity(release_, *backbone_);
+  if (options.vision_grid != 0 && options.vision_grid != 8 && options.vision_grid != 14) {
+    throw InvalidArgument("vision grid must be 0 (smart resize), 8 or 14, got " + std::to_string(options.vision_grid));
+  }
+  if (options.images && release_.model.vision && release_.config.vision) {
+    qwen35::VisionTowerOptions vo;
+    vo.precision = options.backbone.precision;
+    tower_ = std::make_unique<qwen35::VisionTower>(*release_.config.vision, *release_.model.vision, vo);
+    options_.limits.accept_images = true;
+  }
+    if (options.state_cache_mb > 0 && !options.backbone.padded_readout) {
+    cache_ = std::make_unique<StateCache>(static_cast<std::size_t>(options.state_cache_mb) << 20);
+  }
 }
 
 Engine::~Engine() = default;
+
+VisionPreprocessConfig Engine::preprocess_config() const {
+  VisionPreprocessConfig c;
+  if (release_.preprocessor) {
+    const PreprocessorConfig& p = *release_.preprocessor;
+    c.patch_size = static_cast<std::uint32_t>(p.patch_size);
+    c.merge_size = static_cast<std::uint32_t>(p.merge_size);
+    c.temporal_patch_size = static_cast<std::uint32_t>(p.temporal_patch_size);
+    c.min_pixels = static_cast<std::uint64_t>(p.min_pixels);
+    c.max_pixels = static_cast<std::uint64_t>(p.max_pixels);
+    c.rescale_factor = p.rescale_factor;
+    for (int i = 0; i < 3; ++i) {
+      c.image_mean[static_cast<std::size_t>(i)] = static_cast<float>(p.image_mean[static_cast<std::size_t>(i)]);
+      c.image_std[static_cast<std::size_t>(i)] = static_cast<float>(p.image_std[static_cast<std::size_t>(i)]);
+    }
+  }
+  if (options_.vision_grid > 0) {
+    c.fixed_side = static_cast<std::uint32_t>(options_.vision_grid) * c.patch_size * c.merge_size;
+  }
+  return c;
+}
+
+StateCacheStats Engine::state_cache_stats() const { return cache_ ? cache_->stats() : StateCacheStats{}; }
 
 Decision Engine::decide(std::string_view request_body, Dialect dialect) {
   const auto t0 = std::chrono::steady_clock::now();
   Decision d;
   const SystemOneRequest req = parse_request(request_body, options_.limits, dialect, served_);
-  const EncodedRecord rec = encode_record(req, tokenizer_, options_.record);
-  d.timings.tokenize = seconds_since(t0);
+
+  // Images: decode + preprocess (request order), then the tower; their merged-token counts size
+  // the media block of the prompt (protocol.md §3.2 step 2, §3.6; architecture.md §6).
+  std::vector<std::int64_t> image_tokens;
+  std::vector<qwen35::ImageGrid> grids;
+  std::vector<float> image_rows;
+  std::string image_key;  // the data URLs, length-prefixed: part of the state cache key
+  if (!req.images.is_null()) {
+    const auto tv = std::chrono::steady_clock::now();
+    if (options_.backbone.padded_readout) {
+      throw RequestError(RequestErrorCode::kImagesUnsupported, JsonPath().key("images"),
+                         "images are not supported with the static-shape (padded) readout");
+    }
+    const RequestImages images = prepare_request_images(&req.images, options_.image_limits, {}, preprocess_config());
+    std::vector<float> pixels;
+    std::int64_t patches = 0;
+    for (const VisionInput& in : images.inputs) {
+      image_tokens.push_back(in.num_tokens);
+      grids.push_back(qwen35::ImageGrid{in.grid.t, in.grid.h, in.grid.w});
+      pixels.insert(pixels.end(), in.pixel_values.begin(), in.pixel_values.end());
+      patches += in.rows;
+    }
+    for (const JsonValue& url : req.images.items()) {
+      image_key += std::to_string(url.as_string().size()) + ":" + url.as_string();
+    }
+    image_rows = tower_->forward(pixels.data(), patches, grids);
+    d.timings.vision = seconds_since(tv);
+  }
+  const EncodedRecord rec = encode_record(req, tokenizer_, options_.record, image_tokens);
+  d.timings.tokenize = seconds_since(t0) - d.timings.vision;
+
+  // M-RoPE positions of the whole record (§7.1) and the per-call media of a prefill over ids [a, b).
+  const std::int32_t image_pad = static_cast<std::int32_t>(release_.config.image_token_id);
+  qwen35::MropePositions mrope;
+  if (!grids.empty()) {
+    mrope = qwen35::mrope_positions(rec.input_ids, image_pad, grids, release_.config.vision->spatial_merge_size);
+  }
+  const auto T = static_cast<std::int64_t>(rec.input_ids.size());
+  std::vector<std::int32_t> call_positions;
+  const auto prefill_part = [&](std::int64_t a, std::int64_t b, SequenceState& st, const HiddenConsumer& consumer) {
+    const std::span<const std::int32_t> part(rec.input_ids.data() + a, static_cast<std::size_t>(b - a));
+    if (grids.empty()) return backbone_->prefill(part, st, consumer);
+    call_positions.resize(static_cast<std::size_t>(3 * (b - a)));
+    for (std::int64_t r = 0; r < 3; ++r) {
+      std::copy(mrope.pos.begin() + r * T + a, mrope.pos.begin() + r * T + b, call_positions.begin() + r * (b - a));
+    }
+    // Image rows before `a` (pads all sit in the prefix, but stay general).
+    const auto pads_before = std::count(rec.input_ids.begin(), rec.input_ids.begin() + a, image_pad);
+    const auto pads_in = std::count(part.begin(), part.end(), image_pad);
+    const std::int64_t H = backbone_->hidden_size();
+    PrefillMedia media;
+    media.positions = call_positions;
+    media.image_token_id = image_pad;
+    media.image_rows = std::span<const float>(image_rows).subspan(static_cast<std::size_t>(pads_before * H),
+                                                                 static_cast<std::size_t>(pads_in * H));
+    backbone_->prefill(part, st, consumer, media);
+  };
   d.input_tokens = static_cast<std::int64_t>(rec.input_ids.size());
   d.state_tokens_dropped = rec.state_tokens_dropped();
 
+  const std::span<const std::int32_t> ids(rec.input_ids);
   JointHeadRecord head(*head_, rec.questions, rec.input_ids);
   SequenceState state = backbone_->new_state();
   double head_seconds = 0;
   const auto t1 = std::chrono::steady_clock::now();
-  backbone_->prefill(rec.input_ids, state, [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
+  const HiddenConsumer feed_head = [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
     const auto th = std::chrono::steady_clock::now();
     head.feed(std::span<const float>(rows, static_cast<std::size_t>(count * hidden)));
     head_seconds += seconds_since(th);
-  });
-  d.timings.prefill = seconds_since(t1) - head_seconds;
+  };
+  // The split at state_end (issue 7). The padded readout keeps the seed's 64-position call grid
+  // over the whole record instead (no split, no cache).
+  const std::int64_t split = options_.backbone.padded_readout ? 0 : rec.state_end();
+  if (split > 0 && cache_) {
+    const std::span<const std::int32_t> prefix = ids.first(static_cast<std::size_t>(split));
+    const auto compute = [&]() -> StateCache::EntryPtr {
+      auto e = std::make_shared<StateCacheEntry>();
+      e->state = backbone_->new_state();
+      e->rows = split;
+      e->head_width = head_->config().width;
+      e->head_memory.reserve(static_cast<std::size_t>(split * e->head_width));
+      prefill_part(0, split, e->state, [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
+        const auto th = std::chrono::steady_clock::now();
+        const std::vector<float> m = head_->project_memory(std::span<const float>(rows, static_cast<std::size_t>(count * hidden)));
+        e->head_memory.insert(e->head_memory.end(), m.begin(), m.end());
+        head_seconds += seconds_since(th);
+      });
+      return e;
+    };
+    const StateCache::Result r = cache_->get_or_compute(
+        state_cache_key(identity_, prefix, std::as_bytes(std::span<const char>(image_key.data(), image_key.size()))),
+        compute);
+    d.state_cache = r.hit ? StateCacheUse::kHit : StateCacheUse::kMiss;
+    d.reused_tokens = r.hit ? split : 0;
+    const auto tr = std::chrono::steady_clock::now();
+    restore_with_room(state, r.entry->state, static_cast<std::int64_t>(ids.size()) - split);
+    head.restore_prefix(r.entry->head_memory);
+    d.timings.state_restore = seconds_since(tr);
+  } else if (split > 0) {
+    prefill_part(0, split, state, feed_head);
+  }
+  prefill_part(split, T, state, feed_head);
+  d.timings.prefill = seconds_since(t1) - head_seconds - d.timings.state_restore;
   const auto t2 = std::chrono::steady_clock::now();
-  const std::vector<float> logits = head.logits();
+  d.logits = head.logits();
   d.timings.head = head_seconds + seconds_since(t2);
 
   // A random-weight model always says so; otherwise the request's model is echoed (reference).
   const std::string& model = random_weights() ? release_.model_name : req.model;
   const std::string extra =
       d.state_tokens_dropped > 0 ? "\"state_tokens_dropped\":" + std::to_string(d.state_tokens_dropped) : "";
-  d.body = build_response_json(req, model, logits, d.input_tokens, options_.answers, extra);
+  d.body = build_response_json(req, model, d.logits, d.input_tokens, options_.answers, extra);
   d.timings.total = seconds_since(t0);
   return d;
 }

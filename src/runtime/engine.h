@@ -2,6 +2,12 @@
 // SystemOne response body. Request -> encode_record (tokenizer) -> chunked backbone prefill ->
 // joint head fed row chunk by row chunk -> per-question softmax -> answers. It never sees HTTP;
 // the CLI and the server call decide().
+//
+// The prefill always splits at the end of the state (EncodedRecord::state_end()): rows
+// [0, state_end) in chunks, then [state_end, T) in chunks. The first part depends only on the
+// prefix + state tokens; it is computed once and kept in a StateCache (issue 7), and a later
+// request with the same prefix + state restores it and runs only its schema + suffix tokens. Cold,
+// warm and cache-off runs do the very same arithmetic, so their answers are bit-identical.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +22,10 @@
 #include "decision/request.h"
 #include "runtime/backbone.h"
 #include "runtime/release.h"
+#include "runtime/state_cache.h"
+#include "models/qwen35/vision_tower.h"
+#include "vision/image.h"
+#include "vision/preprocess.h"
 #include "tokenizer/tokenizer.h"
 
 namespace clef {
@@ -29,11 +39,35 @@ struct EngineOptions {
   /// (the reference's behaviour, right for a CLI where the folder chooses the model).
   std::vector<std::string> aliases;
   bool accept_any_model = false;
+  /// Byte budget of the state cache in MiB (issue 7); 0 disables it. The default holds one
+  /// maximum-length (16,384-token) state of the flash preset (~1.1 GiB) or four of 0.8b (~0.46 GiB).
+  /// Ignored (cache off) with backbone.padded_readout, whose 64-position call grid runs over the
+  /// whole record.
+  static constexpr std::int64_t kDefaultStateCacheMb = 2048;
+  std::int64_t state_cache_mb = kDefaultStateCacheMb;
+  /// Images (issue 8; protocol.md §1.5, §3.6): accepted when the release has a vision tower and
+  /// this is true; decoded within `image_limits`.
+  bool images = true;
+  ImageLimits image_limits;
+  /// Seed-000 fixed-grid mode: 0 = the processor's smart resize (keeps the aspect ratio); 8 or 14 =
+  /// resize every image to 256x256 / 448x448 pixels (merged grid 8x8 / 14x14), aspect not kept.
+  int vision_grid = 0;
 };
+
+/// How a decision used the state cache.
+enum class StateCacheUse : std::uint8_t {
+  kOff,   ///< no cache (budget 0 or padded readout)
+  kMiss,  ///< the prefix + state was computed (and published if it fits the budget)
+  kHit,   ///< the prefix + state was restored from the cache
+};
+/// "off", "miss" or "hit".
+const char* state_cache_use_name(StateCacheUse u) noexcept;
 
 /// Wall-clock seconds per stage of one decision.
 struct DecisionTimings {
   double tokenize = 0, prefill = 0, head = 0, total = 0;
+  double state_restore = 0;  ///< copying a cached (or just computed) prefix state in; part of total
+  double vision = 0;         ///< image decoding, preprocessing and the vision tower; part of total
 };
 
 /// One decision's outcome.
@@ -42,6 +76,9 @@ struct Decision {
   std::int64_t input_tokens = 0;
   std::int64_t state_tokens_dropped = 0;
   DecisionTimings timings;
+  StateCacheUse state_cache = StateCacheUse::kOff;
+  std::int64_t reused_tokens = 0;  ///< prefix + state tokens restored instead of computed (a hit)
+  std::vector<float> logits;       ///< [N] option logits in model order (request order, §3.4 options)
 };
 
 /// A loaded model ready to decide. Not thread-safe: one decision at a time (the scheduler of the
@@ -65,13 +102,27 @@ class Engine {
   const ReleaseFolder& release() const noexcept { return release_; }
   const Tokenizer& tokenizer() const noexcept { return tokenizer_; }
 
+  /// Counters of the state cache (all zero with budget 0 when it is off). Thread-safe.
+  StateCacheStats state_cache_stats() const;
+  /// The model identity that keys the state cache: a SHA-256 over the release folder's canonical
+  /// path, every file's name, size and modification time, and the options that change numbers
+  /// (precision, chunk size, threads, padded readout, pad id).
+  const std::string& model_identity() const noexcept { return identity_; }
+
  private:
+  /// The image processor settings: the release's preprocessor_config.json (defaults of §6.1 when
+  /// absent) and the fixed-grid option.
+  VisionPreprocessConfig preprocess_config() const;
+
   EngineOptions options_;
   ReleaseFolder release_;
   Tokenizer tokenizer_;
   ServedModel served_;
   std::unique_ptr<Backbone> backbone_;
   std::unique_ptr<JointHead> head_;
+  std::string identity_;
+  std::unique_ptr<StateCache> cache_;  ///< null when off
+  std::unique_ptr<qwen35::VisionTower> tower_;  ///< null when images are off or the release has no tower
 };
 
 }  // namespace clef

@@ -133,7 +133,7 @@ def test_output_of_another_input_is_refused(cpp_tiny, tmp_path):
     inp = tmp_path / "in.jsonl"
     write_lines(inp, reqs)
     out = tmp_path / "out.jsonl"
-    write_lines(out, ["{}"] * 5)
+    write_lines(out, ['{"error":{"code":"x","message":"","path":""},"line":1}'] * 5)
     r = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), "--out", str(out))
     assert r.returncode == 2 and "belongs to another input" in r.stderr
 
@@ -142,19 +142,81 @@ def test_output_of_another_input_is_refused(cpp_tiny, tmp_path):
     (["--out", "{inp}"], "names the input file"),
     (["--out", "{dir}"], "not a regular file"),
     (["{inp}"], "excludes"),
+    (["--restart"], "--restart needs --out"),
+    (["--out", "{dir}/missing/x.jsonl"], "No such file or directory"),
 ])
 def test_bad_jsonl_invocations(cpp_tiny, tmp_path, args, msg):
     inp = tmp_path / "in.jsonl"
     write_lines(inp, ["{}"])
     args = [a.format(inp=inp, dir=tmp_path) for a in args]
     r = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), *args)
-    assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.returncode in (2, 5) and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_missing_input_and_directory_input(cpp_tiny, tmp_path):
     for p in (tmp_path / "nope.jsonl", tmp_path):
         r = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(p))
-        assert r.returncode == 2 and "not a readable regular file" in r.stderr
+        assert r.returncode == 2 and "not a readable file" in r.stderr
+
+
+def test_stdin_that_is_the_output_file_is_refused(cpp_tiny, tmp_path):
+    f = tmp_path / "same.jsonl"
+    write_lines(f, [json.dumps(corpus_requests()[0])])
+    before = f.read_bytes()
+    for extra in ([], ["--restart"]):
+        with open(f, "rb") as stdin:
+            r = subprocess.run([clef_bin(), "decide", "-m", str(cpp_tiny), "--jsonl", "-", "--out", str(f), *extra],
+                               stdin=stdin, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "names the input file" in r.stderr, r.stderr
+        assert f.read_bytes() == before
+
+
+@pytest.mark.parametrize("content", [
+    "my notes\nmore notes without newline",         # somebody else's file
+    '{"model":"x","answers":{}}\n\n',               # a blank line among answers
+    'clef: no --model given; using ...\n',          # stderr text captured into the file
+])
+def test_output_that_is_not_ours_is_never_overwritten(cpp_tiny, tmp_path, content):
+    inp = tmp_path / "in.jsonl"
+    write_lines(inp, [json.dumps(r, ensure_ascii=False) for r in corpus_requests()[:3]])
+    out = tmp_path / "out.jsonl"
+    out.write_text(content, encoding="utf-8")
+    r = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), "--out", str(out))
+    assert r.returncode == 2 and "is not an answer written by clef decide" in r.stderr, r.stderr
+    assert out.read_text(encoding="utf-8") == content
+
+
+def test_a_second_writer_on_the_same_output_is_refused(cpp_tiny, tmp_path):
+    reqs = [json.dumps(r, ensure_ascii=False) for r in corpus_requests()] * 3
+    inp = tmp_path / "in.jsonl"
+    write_lines(inp, reqs)
+    out = tmp_path / "out.jsonl"
+    first = subprocess.Popen([clef_bin(), "decide", "-m", str(cpp_tiny), "--threads", "1", "--jsonl", str(inp),
+                              "--out", str(out), "--no-progress"], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not out.exists() or out.stat().st_size == 0):
+        time.sleep(0.01)
+    r = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), "--out", str(out))
+    first_rc = first.wait(timeout=600)
+    assert first_rc == 0, first.stderr.read()
+    assert r.returncode == 2 and "being written by another clef decide" in r.stderr, r.stderr
+    assert len(out.read_text(encoding="utf-8").splitlines()) == len(reqs)
+
+
+def test_pipe_input_and_byte_offsets_in_errors(cpp_tiny, tmp_path):
+    good = json.dumps(corpus_requests()[0], ensure_ascii=False)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    p = subprocess.Popen([clef_bin(), "decide", "-m", str(cpp_tiny), "--jsonl", str(fifo), "--no-progress"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with open(fifo, "w", encoding="utf-8") as f:
+        f.write(good + "\n" + '{"state": "x", "questions": {' + "\n")
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 1, err
+    lines = out.splitlines()
+    assert json.loads(lines[0])["answers"]
+    e = json.loads(lines[1])["error"]
+    assert e["code"] == "invalid_json" and "(at byte " in e["message"]
 
 
 def test_over_long_line_is_an_error_line_not_a_crash(cpp_tiny, tmp_path):

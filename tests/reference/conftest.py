@@ -38,3 +38,19 @@ def ref(tiny_dir):
     import reference
 
     return reference.ClefReference(tiny_dir, "f32")
+
+
+@pytest.fixture(scope="session")
+def folder_08b(tmp_path_factory) -> pathlib.Path:
+    """A 0.8b-preset random release folder (seed 2; ~15 s, 3 GB), made once per session; set
+    CLEF_08B_DIR to reuse an existing one."""
+    import os
+
+    env = os.environ.get("CLEF_08B_DIR")
+    if env:
+        return pathlib.Path(env)
+    import make_model
+
+    out = tmp_path_factory.mktemp("clef-0.8b")
+    make_model.make_model("0.8b", out, seed=2, dtype="bf16", verbose=False)
+    return out

@@ -178,26 +178,4 @@ def test_dump_rejects_bad_input(cpp_tiny_dir, dump_bin, tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2 and "precision" in r.stderr
 
-
-@pytest.mark.skipif(not os.environ.get("CLEF_PARITY_08B"),
-                    reason="set CLEF_PARITY_08B=/path/to/0.8b folder (make_model.py --preset 0.8b) to run")
-def test_08b_parity_t1024(dump_bin, tmp_path):
-    """0.8b preset, T = 1024 (issue 5): fp32 mode per-position cosine >= 0.99999 against
-    transformers fp32; bf16 mode reported (lowest cosine, and no worse than 0.995). Heavy
-    (transformers fp32 on a 0.8B model): opt-in via CLEF_PARITY_08B."""
-    folder = pathlib.Path(os.environ["CLEF_PARITY_08B"])
-    ids = _ids_for(folder, 1024, seed=3)
-    want = _hf_hidden(folder, ids)
-
-    def cos(a, b):
-        return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-
-    prefix, _ = _run_dump(dump_bin, folder, ids, tmp_path, ["--chunks", "512"])
-    got = np.load(f"{prefix}.chunk512.npy")
-    c32 = float(cos(got, want).min())
-    rel = float((np.abs(got - want).max(1) / np.abs(want).max(1)).max())
-    prefix16, _ = _run_dump(dump_bin, folder, ids, tmp_path, ["--chunks", "512", "--precision", "bf16"])
-    c16 = float(cos(np.load(f"{prefix16}.chunk512.npy"), want).min())
-    print(f"0.8b T=1024: fp32 min cosine {c32:.8f}, max|dh|/max|h| {rel:.3g}; bf16 min cosine {c16:.6f}")
-    assert c32 >= 0.99999, f"fp32 mode: lowest per-position cosine {c32:.8f}"
-    assert c16 >= 0.995, f"bf16 mode: lowest per-position cosine {c16:.6f}"
+# The 0.8b-preset parity at T = 1024 lives in test_08b.py (live in CI).

@@ -47,7 +47,7 @@ def cpp_encode(model_dir, requests, max_length=None, truncate=False):
 def py_encode(tok, request, max_length=16384):
     from clef_ref.record import encode_record
 
-    rec = encode_record(request, tok, max_length)
+    rec = encode_record(request, tok, max_length, image_token_counts=request.get("x_image_token_counts", ()))
     return {
         "input_ids": list(rec.input_ids), "prefix_len": rec.prefix_len, "state_len": rec.state_len,
         "state_len_full": rec.state_len_full, "schema_len": rec.schema_len, "suffix_len": rec.suffix_len,
@@ -188,3 +188,31 @@ def test_round4_and_repr_match_python():
     got = r.stdout.splitlines()
     bad = [(x, g, repr(round(x, 4))) for x, g in zip(xs, got) if g != repr(round(x, 4))]
     assert len(got) == len(xs) and not bad, bad[:5]
+
+
+@pytest.mark.parametrize("counts", [[1], [64], [117, 64], [4, 9, 16, 25], [3000]])
+def test_image_blocks_match_the_reference(tiny_dir, cpp_tiny, counts):
+    """Media block after the prefix (protocol.md §3.2 step 2, §3.6): ids, spans and lengths as the
+    toolkit's encode_record(image_token_counts=...), on both tokenizers."""
+    reqs = [dict(r, x_image_token_counts=counts) for r in corpus_requests()[:6]]
+    for folder in (tiny_dir, cpp_tiny):
+        _check_same(folder, reqs)
+        got = cpp_encode(folder, reqs[:1])[0]
+        text_only = cpp_encode(folder, corpus_requests()[:1])[0]
+        assert got["prefix_len"] == text_only["prefix_len"] + sum(counts) + 2 * len(counts) + 1
+
+
+def test_image_blocks_budget_and_vision_tokens_in_text(tiny_dir):
+    req = dict(corpus_requests()[0], x_image_token_counts=[500])
+    text_only = cpp_encode(tiny_dir, [corpus_requests()[0]])[0]
+    fixed = len(text_only["input_ids"]) - text_only["state_len"]
+    # The images alone break the budget: input_too_long at `images` (the state could not help).
+    got = cpp_encode(tiny_dir, [req], max_length=fixed + 100, truncate=True)[0]
+    assert got["error"] == "input_too_long" and got["path"] == "images", got
+    # A vision token written in the state of a request with images would be taken for a slot.
+    bad = dict(req, state="look: <|image_pad|>")
+    got = cpp_encode(tiny_dir, [bad])[0]
+    assert got["error"] == "image_token_in_text" and got["path"] == "state", got
+    # Without images the same text is ordinary (reference behaviour: special tokens are matched).
+    ok = dict(corpus_requests()[0], state="look: <|image_pad|>")
+    assert "error" not in cpp_encode(tiny_dir, [ok])[0]

@@ -178,3 +178,31 @@ def test_head_matches_loop_evaluation(ref, tiny_dir, index):
     assert torch.allclose(loop.float(), res["logits"], atol=1e-5, rtol=0), (loop.float() - res["logits"]).abs().max()
     # and the logits are not degenerate
     assert res["logits"].std() > 0.05
+
+
+def test_reference_with_an_image_follows_the_record_layout(ref):
+    """The toolkit's image path (the oracle for issue 8): media block right after the 36-token
+    prefix (protocol.md §3.2 step 2, §3.6), pad count = merged grid H*W, and the composite model
+    consumes pixel_values without error, giving finite probabilities."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    img = Image.fromarray(np.random.default_rng(0).integers(0, 255, (300, 420, 3)).astype("uint8"))
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    req = {"model": "clef-flash", "state": "Is the product damaged?", "images": [url],
+           "questions": {"d": {"type": "noul", "instructions": "damaged?"}}}
+    out = ref.run(req)
+    ids = out["input_ids"].tolist()
+    _, grid = ref.preprocess_images([url])
+    n = int(grid[0].prod()) // 4
+    # Pillow + smart resize: 300x420 -> 288x416 pixels -> 9 x 13 merged tokens.
+    assert grid.tolist() == [[1, 18, 26]] and n == 117
+    assert ids[36] == 248053 and ids[37:37 + n] == [248056] * n and ids[37 + n] == 248054 and ids[38 + n] == 198
+    assert out["record"].prefix_len == 36 + n + 3
+    p = out["response"]["answers"]["d"]["noul"]
+    assert 0.0 <= p <= 1.0

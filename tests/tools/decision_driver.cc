@@ -1,6 +1,7 @@
 // Test driver for the live comparisons of the decision chain against the Python toolkit
 // (tests/reference/test_record_parity.py):
 //   clef_decision_driver encode MODEL_DIR [MAX_LENGTH [truncate]] < requests.jsonl
+//     (a request member "x_image_token_counts": [N, ...] adds image blocks of those sizes)
 //       one JSON line per request: {"input_ids": [...], "prefix_len", "state_len", "state_len_full",
 //       "schema_len", "suffix_len", "questions": [{"type_id", "span": [a, b], "options": [[s, e], ...]}]}
 //       or {"error": "<code>", "path": "<json path>", "message": "..."} for a refused request.
@@ -45,7 +46,14 @@ int encode(int argc, char** argv) {
     try {
       const clef::SystemOneRequest req =
           clef::parse_request(line, clef::RequestLimits{}, clef::Dialect::kSystemOne, any_model());
-      const clef::EncodedRecord r = clef::encode_record(req, tok, opt);
+      // Test hook: "x_image_token_counts": [N, ...] encodes the request as if it carried images
+      // with these merged-token counts (the media block of protocol.md §3.2 step 2).
+      std::vector<std::int64_t> counts;
+      const auto raw = nlohmann::json::parse(line, nullptr, false);
+      if (raw.is_object() && raw.contains("x_image_token_counts")) {
+        counts = raw["x_image_token_counts"].get<std::vector<std::int64_t>>();
+      }
+      const clef::EncodedRecord r = clef::encode_record(req, tok, opt, counts);
       out["input_ids"] = r.input_ids;
       out["prefix_len"] = r.prefix_len;
       out["state_len"] = r.state_len;

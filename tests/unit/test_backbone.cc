@@ -22,10 +22,7 @@ class BackboneTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    MakeModelOptions mo;
-    mo.out_dir = (dir_->path() / "tiny").string();
-    make_model(mo);
-    release_ = new ReleaseFolder(open_release(mo.out_dir));
+    release_ = new ReleaseFolder(open_release(test::make_tiny_model(*dir_)));
   }
   static void TearDownTestSuite() {
     delete release_;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tools/make_model.h"
+
 namespace clef::test {
 
 /// A fresh directory under the system temp dir, removed with everything in it on destruction.
@@ -62,6 +64,15 @@ std::string error_of(F&& fn) {
   }
   ADD_FAILURE() << "did not throw";
   return {};
+}
+
+/// Writes the embedded tiny random-weight model (C++ make-model, seed 0) to `dir`/tiny and returns
+/// its path. Throws what make_model throws.
+inline std::string make_tiny_model(const TempDir& dir) {
+  MakeModelOptions mo;
+  mo.out_dir = (dir.path() / "tiny").string();
+  make_model(mo);
+  return mo.out_dir;
 }
 
 }  // namespace clef::test

@@ -85,11 +85,45 @@ class ClefReference:
         return self.model.get_output_embeddings().weight
 
     @torch.no_grad()
-    def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Final-norm hidden states [T, H] float32 for text-only ``input_ids`` [T] int64 (architecture.md §0)."""
+    def hidden_states(self, input_ids: torch.Tensor, pixel_values: Optional[torch.Tensor] = None,
+                      image_grid_thw: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Final-norm hidden states [T, H] float32 for ``input_ids`` [T] int64 (architecture.md §0).
+
+        With images: ``pixel_values`` [patches, 1536] and ``image_grid_thw`` [n, 3] from
+        ``preprocess_images``; the composite model runs the vision tower, scatters its rows into the
+        ``<|image_pad|>`` slots and computes 3-D M-RoPE positions (architecture.md §6.9, §7.1).
+        """
         ids = input_ids.unsqueeze(0)
-        out = self.model.model.language_model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+        if pixel_values is None:
+            out = self.model.model.language_model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+            return out.last_hidden_state[0].float()
+        mm = (ids == self.model.config.image_token_id).to(torch.int32)
+        out = self.model.model(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixel_values,
+                               image_grid_thw=image_grid_thw, mm_token_type_ids=mm, use_cache=False)
         return out.last_hidden_state[0].float()
+
+    def preprocess_images(self, urls):
+        """Data URLs -> (pixel_values [patches, 1536] f32, image_grid_thw [n, 3] int64) with Pillow and
+        transformers' PIL image processor configured from preprocessor_config.json (architecture.md §6.1)."""
+        import base64
+        import io
+
+        from PIL import Image
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        cfg = json.loads((self.model_dir / "preprocessor_config.json").read_text())
+        proc = Qwen2VLImageProcessorPil(
+            size=cfg["size"], patch_size=cfg["patch_size"], temporal_patch_size=cfg["temporal_patch_size"],
+            merge_size=cfg["merge_size"], image_mean=cfg["image_mean"], image_std=cfg["image_std"],
+            rescale_factor=cfg["rescale_factor"])
+        images = []
+        for u in urls:
+            head, _, payload = u.partition(",")
+            if not (head.startswith("data:image/") and head.endswith(";base64")):
+                raise RequestError("images: only base64 data URLs are accepted")
+            images.append(Image.open(io.BytesIO(base64.b64decode(payload, validate=True))))
+        out = proc(images=images, return_tensors="pt")
+        return out["pixel_values"].float(), out["image_grid_thw"]
 
     @torch.no_grad()
     def run(self, request: Any, strict: bool = False, max_length: int = MAX_LENGTH) -> Dict[str, Any]:
@@ -100,9 +134,15 @@ class ClefReference:
         Raises: validate.RequestError (and subclasses) for rejected requests.
         """
         validate_request(request, strict=strict)
-        record = encode_record(request, self.tokenizer, max_length=max_length)
+        pixel_values = grid = None
+        counts = []
+        if request.get("images"):
+            pixel_values, grid = self.preprocess_images(request["images"])
+            merge = self.model.config.vision_config.spatial_merge_size
+            counts = [int(t * h * w) // (merge * merge) for t, h, w in grid.tolist()]
+        record = encode_record(request, self.tokenizer, max_length=max_length, image_token_counts=counts)
         input_ids = torch.tensor(record.input_ids, dtype=torch.long)
-        hidden = self.hidden_states(input_ids)
+        hidden = self.hidden_states(input_ids, pixel_values, grid)
         logits = self.head(hidden, self.output_embeddings(), input_ids, **record_head_inputs(record)).float()
         per_q = question_probabilities(logits, record)
         model_name = self.random_weights["model_name"] if self.random_weights else request["model"]

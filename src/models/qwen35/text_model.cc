@@ -80,8 +80,12 @@ nn::ModelState TextModel::new_state() const {
   return st;
 }
 
+void TextModel::embed(std::span<const std::int32_t> ids, float* out) const {
+  ops::embedding_gather(embed_.dtype(), embed_.bytes.data(), embed_.shape()[0], cfg_.hidden_size, ids, out);
+}
+
 void TextModel::forward_chunk(std::span<const std::int32_t> ids, std::span<const std::int32_t> positions,
-                              nn::ModelState& st, float* out, nn::Scratch& s) const {
+                              nn::ModelState& st, float* out, nn::Scratch& s, const float* embeds) const {
   const auto n = static_cast<std::int64_t>(ids.size());
   if (n == 0) return;
   if (st.layers.size() != layers_.size()) throw InvalidArgument("forward_chunk: state belongs to another model");
@@ -110,7 +114,11 @@ void TextModel::forward_chunk(std::span<const std::int32_t> ids, std::span<const
   }
   ops::rope_tables(rope_, pp, n, cos, sin);
 
-  ops::embedding_gather(embed_.dtype(), embed_.bytes.data(), embed_.shape()[0], H, ids, h);
+  if (embeds != nullptr) {
+    std::copy(embeds, embeds + n * H, h);
+  } else {
+    ops::embedding_gather(embed_.dtype(), embed_.bytes.data(), embed_.shape()[0], H, ids, h);
+  }
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = layers_[li];
     nn::LayerState& ls = st.layers[li];

@@ -37,8 +37,15 @@ class TextModel {
   /// positions: optional [3, n] M-RoPE positions (t, h, w streams); when empty, text positions
   /// st.next_position + i on all three streams. out [n, H]: final-norm hidden rows (fp32).
   /// Throws InvalidArgument for an id outside the vocabulary or a bad positions size.
+  /// embeds: optional [n, H] fp32 input rows used instead of the embedding rows of `ids` (the
+  /// multimodal path: text rows gathered with embed() and image rows scattered in, §6.9); `ids`
+  /// still gives n.
   void forward_chunk(std::span<const std::int32_t> ids, std::span<const std::int32_t> positions,
-                     nn::ModelState& st, float* out, nn::Scratch& s) const;
+                     nn::ModelState& st, float* out, nn::Scratch& s, const float* embeds = nullptr) const;
+
+  /// The embedding rows of `ids`: out [n, H] fp32. Throws InvalidArgument for an id outside the
+  /// vocabulary.
+  void embed(std::span<const std::int32_t> ids, float* out) const;
 
   const TextConfig& config() const noexcept { return cfg_; }
   std::int64_t hidden_size() const noexcept { return cfg_.hidden_size; }

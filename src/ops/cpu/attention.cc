@@ -21,12 +21,14 @@
 #include "ops/cpu/microgemm_bf16.h"
 #include "ops/cpu/vmath.h"
 #include "ops/ops.h"
+#include "ops/vision_ops.h"
 
 namespace clef::ops {
 namespace {
 
 constexpr std::int64_t kKBlock = 64;
 constexpr std::int64_t kCols = 128;  // target query columns per item (group x nq)
+constexpr std::int64_t kMaxQBlock = 128;  // query cap per item (binds only for group 1: the vision tower)
 
 struct AttnScratch {
   std::vector<float> qt, st, ot, m, l, corr;
@@ -95,8 +97,12 @@ void softmax_block(float* St, std::int64_t nk, std::int64_t ncol, std::int64_t n
 
 }  // namespace
 
-void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-               const float* kc, const float* vc, float* o) {
+namespace {
+
+// causal: query i sees keys 0..tk-t+i; otherwise every query sees all tk keys (no masking:
+// with first_pos = tk no key row is ever past a query column).
+void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
+                    const float* kc, const float* vc, float* o, bool causal) {
   if (d.nh <= 0 || d.nkv <= 0 || d.hd <= 0 || d.nh % d.nkv != 0 || tk < t) {
     throw InvalidArgument("attention: bad shapes nh=" + std::to_string(d.nh) + " nkv=" +
                           std::to_string(d.nkv) + " t=" + std::to_string(t) + " tk=" + std::to_string(tk));
@@ -105,7 +111,7 @@ void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const fl
   const std::int64_t hd = d.hd, group = d.nh / d.nkv;
   const std::int64_t ldq = d.nh * hd, ldk = d.nkv * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const std::int64_t qblock = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, 64));
+  const std::int64_t qblock = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, kMaxQBlock));
   const std::int64_t qblocks = (t + qblock - 1) / qblock;
   const std::int64_t items = d.nkv * qblocks;
   const std::int64_t offset = tk - t;  // sequence index of query 0
@@ -139,8 +145,8 @@ void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const fl
         m[c] = kNegInf;
         l[c] = 0.0f;
       }
-      const std::int64_t first_pos = offset + i0;      // sequence index of query i0
-      const std::int64_t kend = first_pos + nq;        // keys [0, kend) are visible to some query
+      const std::int64_t first_pos = causal ? offset + i0 : tk;  // sequence index of query i0
+      const std::int64_t kend = causal ? first_pos + nq : tk;    // keys [0, kend) visible to some query
       for (std::int64_t p0 = 0; p0 < kend; p0 += kKBlock) {
         const std::int64_t nk = std::min(kKBlock, kend - p0);
         const float* Kb = kc + p0 * ldk + j * hd;
@@ -171,10 +177,10 @@ void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const fl
   }
 }
 
-void attention_bf16(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-                    const float* kc, const float* vc, float* o) {
+void attention_bf16_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
+                         const float* kc, const float* vc, float* o, bool causal) {
 #if !defined(CLEF_HAVE_BF16_GEMM)
-  attention(d, t, tk, q, kc, vc, o);
+  attention_impl(d, t, tk, q, kc, vc, o, causal);
 #else
   if (d.nh <= 0 || d.nkv <= 0 || d.hd <= 0 || d.nh % d.nkv != 0 || tk < t) {
     throw InvalidArgument("attention_bf16: bad shapes nh=" + std::to_string(d.nh) + " nkv=" +
@@ -182,13 +188,13 @@ void attention_bf16(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
   }
   if (t <= 0) return;
   if (d.hd % 2 != 0) {  // pairs along hd: odd head dims take the fp32 path
-    attention(d, t, tk, q, kc, vc, o);
+    attention_impl(d, t, tk, q, kc, vc, o, causal);
     return;
   }
   const std::int64_t hd = d.hd, hd2 = hd / 2, group = d.nh / d.nkv;
   const std::int64_t ldq = d.nh * hd, ldk = d.nkv * hd, ldk2 = ldk / 2;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const std::int64_t qblock = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, 64));
+  const std::int64_t qblock = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, kMaxQBlock));
   const std::int64_t qblocks = (t + qblock - 1) / qblock;
   const std::int64_t items = d.nkv * qblocks;
   const std::int64_t offset = tk - t;
@@ -251,8 +257,8 @@ void attention_bf16(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
         m[c] = kNegInf;
         l[c] = 0.0f;
       }
-      const std::int64_t first_pos = offset + i0;
-      const std::int64_t kend = first_pos + nq;
+      const std::int64_t first_pos = causal ? offset + i0 : tk;
+      const std::int64_t kend = causal ? first_pos + nq : tk;
       for (std::int64_t p0 = 0; p0 < kend; p0 += kKBlock) {
         const std::int64_t nk = std::min(kKBlock, kend - p0);
         cpu::bf16_gemm(nk, ncol, hd2, kbp + p0 * ldk2 + j * hd2, ldk2, Qp, ncol, St, ncol, false);
@@ -284,6 +290,28 @@ void attention_bf16(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
     }
   }
 #endif
+}
+
+}  // namespace
+
+void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
+               const float* kc, const float* vc, float* o) {
+  attention_impl(d, t, tk, q, kc, vc, o, true);
+}
+
+void attention_bf16(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
+                    const float* kc, const float* vc, float* o) {
+  attention_bf16_impl(d, t, tk, q, kc, vc, o, true);
+}
+
+void attention_full(const AttentionDims& d, std::int64_t t, const float* q, const float* k,
+                    const float* v, float* o) {
+  attention_impl(d, t, t, q, k, v, o, false);
+}
+
+void attention_full_bf16(const AttentionDims& d, std::int64_t t, const float* q, const float* k,
+                         const float* v, float* o) {
+  attention_bf16_impl(d, t, t, q, k, v, o, false);
 }
 
 }  // namespace clef::ops

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Sequence, Any, Dict, List, Tuple
 
 from .render import render
 from .validate import RequestError, option_list
@@ -125,13 +125,27 @@ def tok(tokenizer, text: str) -> List[int]:
     return list(tokenizer.encode(text, add_special_tokens=False).ids)
 
 
-def encode_record(request: Dict[str, Any], tokenizer, max_length: int = MAX_LENGTH) -> Record:
-    """Encode a validated, text-only request (protocol.md §3.2 steps 1-8).
+#: One image's placeholder in the media piece; each ``<|image_pad|>`` is expanded to the image's
+#: merged-token count (protocol.md §3.2 step 2, §3.6).
+IMAGE_PLACEHOLDER = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
+
+
+def media_text(image_token_counts: Sequence[int]) -> str:
+    """The media piece appended to the prefix: per image vision_start, N pads, vision_end; then "\n"."""
+    vs, pad, ve = IMAGE_PLACEHOLDER
+    return "".join(vs + pad * int(n) + ve for n in image_token_counts) + "\n"
+
+
+def encode_record(request: Dict[str, Any], tokenizer, max_length: int = MAX_LENGTH,
+                  image_token_counts: Sequence[int] = ()) -> Record:
+    """Encode a validated request (protocol.md §3.2 steps 1-8; images per §3.6).
 
     Args:
         request: parsed request (already passed ``validate.validate_request``).
         tokenizer: a ``tokenizers.Tokenizer``.
         max_length: token budget; the state is truncated (keeping its beginning) to fit.
+        image_token_counts: per image in request order, its ``<|image_pad|>`` count (merged grid
+            H·W); the media piece is tokenized as one piece and joins the prefix.
     Returns:
         Record with input_ids (list[int], length T ≤ max_length) and per-question/option spans.
     Raises:
@@ -158,6 +172,8 @@ def encode_record(request: Dict[str, Any], tokenizer, max_length: int = MAX_LENG
         schema_ids += tok(tokenizer, END_FIELD)
         rel.append((qid, qtype, qspan, oids, ospans, ovals))
     prefix_ids = tok(tokenizer, PREFIX)
+    if image_token_counts:
+        prefix_ids += tok(tokenizer, media_text(image_token_counts))
     suffix_ids = tok(tokenizer, SUFFIX)
     state_ids_full = tok(tokenizer, render(request["state"]))
     fixed = len(prefix_ids) + len(schema_ids) + len(suffix_ids)

@@ -89,8 +89,11 @@ def validate_request(request: Any, strict: bool = False) -> None:
         if qtype == "noul" and crit and not isinstance(crit, dict):
             # dict.update accepts some sequences of pairs; anything else crashes. Treat all as crash.
             raise ReferenceCrash(f"{qid}: noul criteria must be an object (the reference dict.update()s it)")
-    if request.get("images") or request.get("videos"):
-        raise ReferenceCrash("images/videos are not implemented by this text-only reference oracle")
+    if request.get("videos"):
+        raise ReferenceCrash("videos are not implemented by this reference oracle")
+    images = request.get("images")
+    if images and not (isinstance(images, list) and all(isinstance(u, str) for u in images)):
+        raise ReferenceCrash("images must be a list of data-URL strings (the reference's HTTP layer decodes them)")
     if _has_lone_surrogate(request):
         raise ReferenceCrash("lone UTF-16 surrogate in a string (the reference fails to encode it for the tokenizer)")
     if not strict:

@@ -1,0 +1,119 @@
+// Exact state reuse (issue 7). A Clef prompt is prefix ‖ [images] ‖ state ‖ schema ‖ suffix
+// (protocol.md §3) and the backbone is causal, so everything the engine computes for the rows
+// [0, state_end) depends only on those tokens (and the model). The engine computes that part
+// once, publishes it here as an immutable entry keyed by a SHA-256 of the exact token ids (plus
+// image bytes and the model identity), and later requests with the same prefix + state copy it
+// back and run only their schema + suffix tokens.
+//
+// The cache is an LRU bounded by a byte budget. Entries are immutable once published
+// (shared_ptr<const StateCacheEntry>: an evicted entry stays alive while a request still reads
+// it). Every member function is thread-safe; concurrent requests for the same key compute it
+// once (the others wait on an in-flight marker and then read the published entry).
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/state.h"
+
+namespace clef {
+
+/// What a cached prefix holds: the backbone state after the rows [0, rows) and the joint head's
+/// per-row input for those rows (the projected memory rows M, protocol.md §4.4 step 2). The head
+/// keeps nothing else per row before state_end: every question / option span and the global row
+/// lie after it.
+struct StateCacheEntry {
+  SequenceState state;              ///< KV caches + GDN conv/recurrent states after `rows` tokens
+  std::vector<float> head_memory;   ///< [rows, W] fp32 projected memory rows
+  std::int64_t rows = 0;            ///< tokens covered (== state.n_tokens)
+  std::int64_t head_width = 0;      ///< W
+
+  /// Bytes this entry holds (state + head rows + a fixed bookkeeping estimate): what the budget counts.
+  std::size_t bytes() const noexcept;
+};
+
+/// Counters of one cache (monotonic except bytes / entries).
+struct StateCacheStats {
+  std::uint64_t hits = 0;        ///< lookups answered by a published entry
+  std::uint64_t misses = 0;      ///< lookups that computed the entry
+  std::uint64_t evictions = 0;   ///< entries dropped to stay within the budget
+  std::size_t bytes = 0;         ///< bytes of the entries held now
+  std::size_t entries = 0;       ///< entries held now
+  std::size_t budget = 0;        ///< the byte budget (0: the cache is off)
+};
+
+/// Builds a cache key: the lower-case hex SHA-256 of a versioned, length-prefixed encoding of
+/// (model identity, token ids [0, n) as int32 little-endian, image bytes). Different inputs give
+/// different byte strings (every field is length-prefixed), so equal keys mean equal inputs up to
+/// SHA-256 collisions. `image_bytes` is the concatenation of the record's image files as given
+/// (empty for a text-only record); a vision front-end must add here every byte that changes the
+/// image embeddings.
+std::string state_cache_key(std::string_view model_identity, std::span<const std::int32_t> ids,
+                            std::span<const std::byte> image_bytes = {});
+
+/// A thread-safe LRU of immutable state entries bounded by `budget_bytes`.
+class StateCache {
+ public:
+  using EntryPtr = std::shared_ptr<const StateCacheEntry>;
+  /// Computes the entry of a missing key (may throw; the in-flight marker is then cleared and one
+  /// of the waiters computes instead).
+  using Compute = std::function<EntryPtr()>;
+
+  /// `budget_bytes` 0 disables storing (get_or_compute then always computes, counting a miss).
+  explicit StateCache(std::size_t budget_bytes) : budget_(budget_bytes) {}
+  StateCache(const StateCache&) = delete;
+  StateCache& operator=(const StateCache&) = delete;
+
+  struct Result {
+    EntryPtr entry;    ///< never null
+    bool hit = false;  ///< true when a published entry answered
+  };
+
+  /// Returns the entry of `key`, marking it most recently used; if absent, and nobody is
+  /// computing it, calls `compute` (without holding the lock), publishes its result (evicting
+  /// least recently used entries to fit; an entry larger than the whole budget is returned but
+  /// not kept) and returns it. If another thread is computing `key`, waits for it. Rethrows what
+  /// `compute` throws. Throws InvalidArgument if `compute` returns null.
+  Result get_or_compute(const std::string& key, const Compute& compute);
+
+  /// The entry of `key` (marking it most recently used), or null. Counts nothing.
+  EntryPtr find(const std::string& key);
+
+  /// Publishes `entry` under `key` (replacing nothing: a present key keeps its entry), evicting
+  /// least recently used entries to fit. Returns false when the entry was not kept (larger than
+  /// the budget, or the key was present).
+  bool insert(const std::string& key, EntryPtr entry);
+
+  StateCacheStats stats() const;
+  std::size_t budget() const noexcept { return budget_; }
+
+ private:
+  struct Slot {
+    EntryPtr entry;
+    std::size_t bytes = 0;
+    std::list<std::string>::iterator lru;  ///< position in lru_ (front = most recent)
+  };
+  bool insert_locked(const std::string& key, EntryPtr entry);
+
+  const std::size_t budget_;
+  mutable std::mutex mu_;
+  std::condition_variable done_;
+  std::list<std::string> lru_;
+  std::unordered_map<std::string, Slot> map_;
+  std::unordered_set<std::string> in_flight_;
+  std::size_t bytes_ = 0;
+  std::uint64_t hits_ = 0, misses_ = 0, evictions_ = 0;
+};
+
+}  // namespace clef

@@ -1,0 +1,82 @@
+// Images of a request: data-URL wire form -> decoded RGB8 pixels, the way the reference reads them
+// (protocol.md §1.5; architecture.md §6.1 step 1). See docs/VISION.md.
+//
+// The reference hands PIL images to transformers' Qwen2-VL image processor (PIL backend), whose
+// `convert_to_rgb` (transformers 5.24.0 `image_transforms.convert_to_rgb`) composites an image that
+// has an alpha band or a `transparency` entry onto opaque white with Pillow's `alpha_composite`,
+// and converts every other image with a plain `Image.convert("RGB")`. Decoding follows what
+// Pillow 13 produces for the same bytes (modes, 16-bit handling, palettes, CMYK polarity); EXIF
+// orientation is NOT applied (Pillow does not apply it on open, the processor does not either).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace clef {
+
+/// A decoded image: `height` rows of `width` RGB pixels, row-major, 3 bytes per pixel (R, G, B),
+/// values 0..255. `pixels.size() == width * height * 3`.
+struct RgbImage {
+  std::uint32_t width = 0;
+  std::uint32_t height = 0;
+  std::vector<std::uint8_t> pixels;
+};
+
+/// How transparency becomes RGB.
+enum class AlphaMode : std::uint8_t {
+  /// transformers >= 5 `convert_to_rgb` on a PIL image (the installed reference, 5.24.0): an image
+  /// with an alpha band (LA, RGBA) or a PNG tRNS entry is converted to RGBA and composited onto
+  /// opaque white with Pillow's fixed-point `alpha_composite`, then the alpha is dropped.
+  kCompositeOnWhite,
+  /// Plain Pillow `Image.convert("RGB")`: the alpha band is dropped, colours are kept as stored
+  /// (transformers 4.x `convert_to_rgb`, and transformers' own `load_image` for URL strings).
+  kDrop,
+};
+
+/// Limits on the `images` of one request (protocol.md §1.3: hosted <= 4 images, <= 16 MP each).
+/// Every value is inclusive; a value over a limit is a RequestError, never a truncation.
+struct ImageLimits {
+  std::size_t max_images = 4;                                ///< images per request
+  std::size_t max_encoded_bytes_per_image = 8u << 20;        ///< file bytes after base64 decoding
+  std::size_t max_encoded_bytes_total = 24u << 20;           ///< sum over the request's images
+  std::uint64_t max_pixels_per_image = 4096ull * 4096ull;    ///< width * height of the decoded file
+  std::uint32_t max_side = 32768;                            ///< width and height each
+};
+
+/// Decoding options.
+struct ImageDecodeOptions {
+  AlphaMode alpha = AlphaMode::kCompositeOnWhite;
+};
+
+/// Decodes the file bytes of one PNG, JPEG or WebP image (format found from the signature, not
+/// from any declared MIME type) into RGB8. `index` is the image's position in the request, used for
+/// the error path `images.<index>`. Dimensions are checked against `limits` from the file header
+/// before any pixel buffer is allocated.
+/// Throws RequestError: image_invalid (not PNG/JPEG/WebP, corrupt or truncated data, 0-sized,
+/// unsupported variant such as 12-bit JPEG), image_too_large (pixels or a side over the limits).
+RgbImage decode_image_bytes(std::string_view bytes, std::size_t index, const ImageLimits& limits,
+                            const ImageDecodeOptions& options = {});
+
+/// Splits a data URL `data:image/<png|jpeg|jpg|webp>;base64,<payload>` (scheme, MIME type and
+/// `base64` case-insensitive; nothing else allowed before the comma) and decodes the payload with
+/// strict base64 (decode_base64_strict). Returns the file bytes.
+/// Throws RequestError at path `images.<index>`: image_url_unsupported (http(s)/file/other URLs,
+/// bare base64 without the `data:` prefix, non-base64 data URLs), image_type_unsupported (a MIME
+/// type other than the four), invalid_base64 (naming the character offset in the URL),
+/// image_too_large (more than limits.max_encoded_bytes_per_image bytes).
+std::vector<std::uint8_t> decode_data_url(std::string_view url, std::size_t index, const ImageLimits& limits);
+
+/// decode_data_url + decode_image_bytes for one `images[index]` entry.
+RgbImage decode_image_url(std::string_view url, std::size_t index, const ImageLimits& limits,
+                          const ImageDecodeOptions& options = {});
+
+/// Decodes every entry of a request's `images` array, in request order (protocol.md §1.5).
+/// Throws RequestError: too_many_images (path `images.<max_images>`, checked first),
+/// image_too_large (the running total of file bytes over max_encoded_bytes_total, at the first
+/// image that crosses it), and everything decode_image_url throws.
+std::vector<RgbImage> decode_image_urls(const std::vector<std::string_view>& urls, const ImageLimits& limits,
+                                        const ImageDecodeOptions& options = {});
+
+}  // namespace clef

@@ -1,0 +1,105 @@
+"""0.8b-preset checks of issue 5, live in CI (a 0.8B-parameter random-weight folder in the real format).
+
+  * Backbone parity at T = 1024: fp32 mode per-position cosine >= 0.99999 against transformers fp32
+    (`Qwen3_5ForConditionalGeneration(...).model.language_model`, the same oracle as test_backbone.py);
+    bf16 mode reported and bounded (lowest cosine >= 0.995).
+  * bf16 drift on the head's probabilities: `clef decide --precision bf16` against `clef decide
+    --precision fp32` for every request of ../shared/requests/corpus.jsonl, every option of every
+    question. The fp32 side is tied to transformers by the cosine test above and, on the tiny preset,
+    by test_decide_e2e.py (full pipeline vs the Python reference); running the Python reference itself
+    on the 20k corpus tokens at 0.8B would take ~10 min on two cores.
+    Issue 5 asks for |dp| <= 5e-3 and for the default precision to be the fastest mode within that
+    bound. Measured on this random-weight folder (2026-11-29): max |dp| = 0.0116 (7 of 24 requests
+    above 5e-3; transformers' own bf16 mode drifts 0.0157 on the same requests), and the error is
+    spread over every projection (docs/NUMERICS.md), so bf16 is NOT within the bound and fp32 stays
+    the default. This test enforces both halves: bf16 drift stays below a regression bound (2e-2),
+    and while it exceeds 5e-3 the default precision must be fp32 (an answer without --precision is
+    byte-identical to the fp32 answer). Responses carry 4-decimal probabilities (+1e-4 rounding).
+
+The folder is generated once per session with tools/reference/make_model.py (seed 2, ~15 s, 3 GB);
+set CLEF_08B_DIR to reuse an existing one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import CORPUS, REPO_ROOT
+from test_backbone import _hf_hidden, _ids_for, _run_dump, dump_bin  # noqa: F401  (fixture)
+
+BF16_PROB_BOUND = 5e-3   # issue 5: the bound a mode must meet to be the default
+BF16_REGRESSION = 2e-2   # measured 0.0116 on this folder; a bf16 kernel bug shows up far above it
+ROUNDING = 1e-4          # both responses carry 4-decimal probabilities
+THREADS = os.environ.get("CLEF_TEST_THREADS", "2")
+
+
+def test_08b_parity_t1024(dump_bin, folder_08b, tmp_path):  # noqa: F811
+    ids = _ids_for(folder_08b, 1024, seed=3)
+    want = _hf_hidden(folder_08b, ids)
+
+    def cos(a, b):
+        return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+    prefix, _ = _run_dump(dump_bin, folder_08b, ids, tmp_path, ["--chunks", "512"])
+    got = np.load(f"{prefix}.chunk512.npy")
+    c32 = float(cos(got, want).min())
+    rel = float((np.abs(got - want).max(1) / np.abs(want).max(1)).max())
+    prefix16, _ = _run_dump(dump_bin, folder_08b, ids, tmp_path, ["--chunks", "512", "--precision", "bf16"])
+    c16 = float(cos(np.load(f"{prefix16}.chunk512.npy"), want).min())
+    print(f"0.8b T=1024: fp32 min cosine {c32:.8f}, max|dh|/max|h| {rel:.3g}; bf16 min cosine {c16:.6f}")
+    assert c32 >= 0.99999, f"fp32 mode: lowest per-position cosine {c32:.8f}"
+    assert c16 >= 0.995, f"bf16 mode: lowest per-position cosine {c16:.6f}"
+
+
+def _probabilities(answer: dict) -> dict:
+    """Option -> probability for one answer of a SystemOne response (noul/choice/score)."""
+    if answer["type"] == "noul":  # p(true); p(false) = 1 - p(true) drifts by the same amount
+        return {"true": answer["noul"]}
+    return dict(answer["probabilities"])
+
+
+def _decide_all(clef: pathlib.Path, folder: pathlib.Path, requests: list, precision, tmp: pathlib.Path):
+    inp = tmp / f"in-{precision}.jsonl"
+    flags = ["--precision", precision] if precision else []
+    inp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in requests), encoding="utf-8")
+    out = tmp / f"out-{precision}.jsonl"
+    r = subprocess.run([str(clef), "decide", "--model", str(folder), *flags, "--threads", THREADS,
+                        "--jsonl", str(inp), "--out", str(out), "--no-progress"],
+                       capture_output=True, text=True, timeout=3600)
+    assert r.returncode == 0, r.stderr
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(requests)
+    return [json.loads(ln) for ln in lines]
+
+
+def test_bf16_head_probabilities_within_5e3_on_corpus(dump_bin, folder_08b, tmp_path):  # noqa: F811
+    import reference
+
+    n = sum(1 for ln in CORPUS.read_text(encoding="utf-8").splitlines() if ln.strip())
+    requests = [reference.load_jsonl_request(CORPUS, i) for i in range(n)]
+    clef = dump_bin.parent / "clef"
+    fp32 = _decide_all(clef, folder_08b, requests, "fp32", tmp_path)
+    bf16 = _decide_all(clef, folder_08b, requests, "bf16", tmp_path)
+    worst = (0.0, None)
+    for i, (a, b) in enumerate(zip(fp32, bf16)):
+        assert "answers" in a and "answers" in b, (i, a, b)
+        assert list(a["answers"]) == list(b["answers"])
+        for qid in a["answers"]:
+            pa, pb = _probabilities(a["answers"][qid]), _probabilities(b["answers"][qid])
+            assert list(pa) == list(pb), (i, qid)
+            for opt in pa:
+                d = abs(float(pa[opt]) - float(pb[opt]))
+                if d > worst[0]:
+                    worst = (d, (i, qid, opt))
+    print(f"0.8b corpus ({n} requests): max |p_bf16 - p_fp32| = {worst[0]:.4f} at {worst[1]}")
+    assert worst[0] <= BF16_REGRESSION + ROUNDING, f"bf16 drift {worst[0]:.4f} at {worst[1]}"
+    if worst[0] > BF16_PROB_BOUND + ROUNDING:
+        # Not within the bound: the default must be the parity mode.
+        default = _decide_all(clef, folder_08b, requests[:2], None, tmp_path)
+        assert default == fp32[:2], "bf16 exceeds the 5e-3 bound, so the default precision must be fp32"

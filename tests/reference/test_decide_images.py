@@ -1,0 +1,152 @@
+"""Requests with images through `clef decide` (issue 8) vs the Python reference, live.
+
+The reference (tools/reference/reference.py) decodes the data URLs with Pillow, preprocesses with
+transformers' `Qwen2VLImageProcessorPil` (configured from preprocessor_config.json), builds the media
+block after the prefix, and runs the composite `Qwen3_5ForConditionalGeneration.model` (vision tower,
+image rows scattered into the `<|image_pad|>` slots, `get_rope_index` M-RoPE positions) in fp32, then
+the PyTorch joint head. clef.cpp runs its own decoder, preprocessing, tower, positions and backbone.
+Probabilities are compared after both sides' 4-decimal rounding: within 1e-4 (issue 8: |dp| <= 1e-4
+in fp32 mode), identical choices.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from test_decide_e2e import clef_bin, numbers_close
+
+RNG = np.random.default_rng(7)
+
+
+def data_url(w: int, h: int, fmt: str = "PNG", mode: str = "RGB") -> str:
+    from PIL import Image
+
+    img = Image.fromarray(RNG.integers(0, 256, (h, w, 3)).astype("uint8")).convert(mode)
+    if mode == "RGBA":
+        a = np.array(img)
+        a[..., 3] = RNG.integers(0, 256, (h, w))
+        img = Image.fromarray(a, "RGBA")
+    b = io.BytesIO()
+    img.save(b, fmt)
+    return f"data:image/{fmt.lower()};base64," + base64.b64encode(b.getvalue()).decode()
+
+
+QUESTIONS = {
+    "damaged": {"type": "noul", "instructions": "Is the product damaged?"},
+    "kind": {"type": "choice", "criteria": {"box": "a cardboard box", "bag": None, "crate": "wooden"}},
+    "quality": {"type": "score", "criteria": ["bad", "ok", "good", "great"]},
+}
+
+CASES = {
+    "one_png": {"state": "Photo from the returns desk.", "images": [data_url(420, 300)]},
+    "jpeg_small": {"state": {"ticket": 17, "note": "see photo"}, "images": [data_url(64, 64, "JPEG")]},
+    "rgba_wide": {"state": "alpha", "images": [data_url(500, 120, "PNG", "RGBA")]},
+    "webp_gray": {"state": "gray", "images": [data_url(200, 260, "WEBP", "L")]},
+    "two": {"state": "two photos", "images": [data_url(100, 140), data_url(300, 90, "JPEG")]},
+    "four": {"state": ["a", "b"], "images": [data_url(33, 40), data_url(64, 64, "WEBP"), data_url(90, 30),
+                                             data_url(128, 256, "JPEG")]},
+}
+
+
+def run_decide(model_dir, req, tmp_path, *extra):
+    path = tmp_path / "req.json"
+    path.write_text(json.dumps(req, ensure_ascii=False))
+    return subprocess.run([clef_bin(), "decide", "--model", str(model_dir), "--threads", "1", *extra, str(path)],
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_decide_with_images_matches_reference(ref, tiny_dir, tmp_path, name):
+    req = {"model": "clef-flash", **CASES[name], "questions": QUESTIONS}
+    want = ref.run(req)["response"]
+    r = run_decide(tiny_dir, req, tmp_path)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    numbers_close(got, want, 1e-4)
+    assert got["answers"]["kind"]["choice"] == want["answers"]["kind"]["choice"]
+    assert got["usage"]["input_tokens"] == want["usage"]["input_tokens"]
+
+
+@pytest.mark.parametrize("grid", [8, 14])
+def test_fixed_grid_mode_matches_reference_on_pre_resized_images(ref, tiny_dir, tmp_path, grid):
+    """--vision-grid 8|14 (seed 000): every image resized to 256/448 px square, aspect not kept.
+    Reference: Pillow BICUBIC resize to that square first; the processor then keeps it (a multiple
+    of 32 within its pixel bounds)."""
+    from PIL import Image
+
+    side = grid * 32
+    urls = [data_url(420, 300), data_url(90, 200, "JPEG")]
+    resized = []
+    for u in urls:
+        img = Image.open(io.BytesIO(base64.b64decode(u.split(",", 1)[1]))).convert("RGB")
+        b = io.BytesIO()
+        img.resize((side, side), Image.BICUBIC).save(b, "PNG")
+        resized.append("data:image/png;base64," + base64.b64encode(b.getvalue()).decode())
+    want = ref.run({"model": "m", "state": "fixed", "images": resized, "questions": QUESTIONS})["response"]
+    r = run_decide(tiny_dir, {"model": "m", "state": "fixed", "images": urls, "questions": QUESTIONS}, tmp_path,
+                   "--vision-grid", str(grid))
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    numbers_close(got, want, 1e-4)
+    text_only = json.loads(run_decide(tiny_dir, {"model": "m", "state": "fixed", "questions": QUESTIONS},
+                                      tmp_path).stdout)
+    # Each image adds grid*grid pads plus vision_start and vision_end; the media block adds one "\n".
+    assert got["usage"]["input_tokens"] == text_only["usage"]["input_tokens"] + 2 * (grid * grid + 2) + 1
+
+
+def test_state_cache_keys_on_the_image(tiny_dir, tmp_path):
+    """Issue 7 + 8: the image bytes are part of the cache key; a hit is exact."""
+    a, b = data_url(120, 80), data_url(120, 80)
+    q2 = {"other": {"type": "noul", "instructions": "Is it blue?"}}
+    lines = [
+        {"model": "m", "state": "s", "images": [a], "questions": QUESTIONS},
+        {"model": "m", "state": "s", "images": [a], "questions": q2},   # same state and image: hit
+        {"model": "m", "state": "s", "images": [b], "questions": q2},   # other image: miss
+        {"model": "m", "state": "s", "questions": q2},                  # no image: miss
+    ]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    outs = {}
+    for mb in ("0", "256"):
+        r = subprocess.run([clef_bin(), "decide", "-m", str(tiny_dir), "--threads", "1", "--jsonl", str(inp),
+                            "--state-cache-mb", mb, "--timings", "--no-progress"],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        outs[mb] = r.stdout
+        uses = [ln.split("state cache ")[1].split(" ")[0] for ln in r.stderr.splitlines() if "state cache" in ln]
+        assert uses == (["off"] * 4 if mb == "0" else ["miss", "hit", "miss", "miss"]), uses
+    assert outs["0"] == outs["256"]
+
+
+@pytest.mark.parametrize("images,code,path", [
+    (["https://example.com/a.png"], "image_url_unsupported", "images.0"),
+    (["iVBORw0KGgo="], "image_url_unsupported", "images.0"),
+    (["data:image/png;base64,!!!!"], "invalid_base64", "images.0"),
+    (["data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\nbroken").decode()], "image_invalid", "images.0"),
+    ([data_url(10, 10)] * 5, "too_many_images", "images.4"),
+    ("not-a-list", "invalid_type", "images"),
+])
+def test_bad_images_are_refused_with_a_code_and_path(tiny_dir, tmp_path, images, code, path):
+    r = run_decide(tiny_dir, {"model": "m", "state": "s", "images": images, "questions": QUESTIONS}, tmp_path)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.startswith(f"clef: error: {path}") and len(r.stderr.splitlines()) == 1, r.stderr
+    for secret in ("iVBORw0KGgo", "!!!!", "example.com", "broken"):  # no request content echoed
+        assert secret not in r.stderr, r.stderr
+    inp = tmp_path / "one.jsonl"
+    inp.write_text(json.dumps({"model": "m", "state": "s", "images": images, "questions": QUESTIONS}) + "\n")
+    r = subprocess.run([clef_bin(), "decide", "-m", str(tiny_dir), "--jsonl", str(inp), "--no-progress"],
+                       capture_output=True, text=True, timeout=600)
+    err = json.loads(r.stdout)["error"]
+    assert (err["code"], err["path"]) == (code, path), err
+
+
+def test_no_images_flag_refuses(tiny_dir, tmp_path):
+    r = run_decide(tiny_dir, {"model": "m", "state": "s", "images": [data_url(10, 10)], "questions": QUESTIONS},
+                   tmp_path, "--no-images")
+    assert r.returncode == 2 and "images" in r.stderr
