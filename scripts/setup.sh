@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(
   build-essential cmake ninja-build pkg-config
-  nlohmann-json3-dev libcli11-dev libssl-dev
+  nlohmann-json3-dev libcli11-dev libssl-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev libomp-14-dev
   libdnnl-dev libopenblas-dev

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 2 (and what CI runs): the whole test suite.
 #   1. Release build with -Werror, all GoogleTest unit tests (ctest);
-#   2. live comparisons against the Python reference toolkit (pytest tests/reference);
+#   2. live comparisons against the Python reference toolkit (pytest tests/reference), the CLI
+#      tests (tests/cli) and the live `clef serve` tests (tests/server);
 #   3. ASan + UBSan build of the unit tests, run;
 #   4. the libFuzzer target for the safetensors header parser, briefly (clang).
 # Exits non-zero on the first failure.
@@ -21,6 +22,7 @@ export CLEF_BIN="$PWD/build/release/bin/clef"
 # Separate processes: each folder's conftest.py is imported as the module "conftest".
 python3 -m pytest -q tests/reference
 python3 -m pytest -q tests/cli
+python3 -m pytest -q tests/server
 
 echo "== ASan + UBSan unit tests"
 cmake --preset asan -DCLEF_WERROR=ON >/dev/null

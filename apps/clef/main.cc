@@ -16,34 +16,25 @@
 
 #include "core/error.h"
 #include "decide_jsonl.h"
+#include "engine_flags.h"
 #include "core/json_reader.h"
 #include "runtime/engine.h"
 #include "runtime/inspect.h"
 #include "runtime/release.h"
+#include "serve_main.h"
 #include "tokenizer/tokenize_command.h"
 #include "tools/make_model.h"
 
 namespace {
 
+using clef::cli::model_dir_or_default;
+using clef::cli::with_default_hint;
+
 constexpr const char* kExitCodes =
+    "More commands: serve (the HTTP server; clef serve --help), hidden (backbone hidden states; clef hidden --help).\n"
     "Exit codes: 0 success; 1 decide --jsonl finished but refused at least one line (see its error lines);\n"
     "2 invalid argument, usage or a refused request; 3 model folder or file malformed, missing or\n"
     "inconsistent; 4 valid but unsupported model option; 5 I/O error; 70 internal error (a bug).";
-
-/// The folder a command works on: the one given, else the embedded default model (made on first use).
-/// An explicitly empty path is an error, not a request for the default.
-std::string model_dir_or_default(const std::string& dir, bool given, bool* is_default) {
-  *is_default = false;
-  if (given) {
-    if (dir.empty()) throw clef::InvalidArgument("the model folder path is empty");
-    return dir;
-  }
-  const std::string d = clef::ensure_default_model();
-  *is_default = true;
-  std::cerr << "clef: no --model given; using the embedded default model at " << clef::printable(d)
-            << " (tiny, RANDOM WEIGHTS: its answers are meaningless)\n";
-  return d;
-}
 
 /// Largest request body `clef decide` reads (a SystemOne body is kilobytes to a few megabytes).
 constexpr std::size_t kMaxRequestBytes = std::size_t{64} << 20;
@@ -88,19 +79,6 @@ std::uint64_t parse_seed(const std::string& text) {
     throw clef::InvalidArgument("--seed: \"" + clef::printable(text) + "\" is not an integer in [0, 2^64)");
   }
   return v;
-}
-
-/// Runs `load` (which opens the model folder `dir`); when `dir` is the embedded default model, a
-/// load error gets a hint on how to regenerate it.
-template <typename Load>
-auto with_default_hint(const std::string& dir, bool is_default, Load load) {
-  try {
-    return load();
-  } catch (const clef::Error& e) {
-    if (!is_default) throw;
-    throw clef::ModelLoadError(std::string(e.what()) + " (the embedded default model is damaged; delete " +
-                               clef::printable(dir) + " and run again to regenerate it)");
-  }
 }
 
 int run(int argc, char** argv) {
@@ -149,9 +127,9 @@ int run(int argc, char** argv) {
   tokenize->add_flag("--skip-special", tk.skip_special, "With --decode: drop special added tokens");
 
   // decide: REQUEST.json (or - for standard input) -> the SystemOne response on stdout.
-  std::string decide_dir, request_path = "-", precision = "fp32", confidence = "reference", overflow = "refuse";
-  std::int64_t decide_threads = 0, decide_chunk = 512, max_tokens = 16384;
-  bool jev_legend = false, timings = false, no_progress = false;
+  std::string request_path = "-";
+  clef::cli::EngineFlags decide_flags;
+  bool timings = false, no_progress = false;
   clef::cli::JsonlRunOptions jsonl;
   auto* decide = app.add_subcommand(
       "decide", "Answer one SystemOne request (JSON file or - for stdin) and print the SystemOne response, or a "
@@ -169,41 +147,9 @@ int run(int argc, char** argv) {
       ->needs(jsonl_opt);
   decide->add_flag("--restart", jsonl.restart, "With --jsonl --out: start over instead of resuming")->needs(jsonl_opt);
   decide->add_flag("--no-progress", no_progress, "With --jsonl: no progress line on stderr")->needs(jsonl_opt);
-  auto* decide_model = decide->add_option("--model,-m", decide_dir, "Release folder (default: the embedded tiny random-weight model)");
-  decide->add_option("--precision", precision,
-                     "Backbone precision: fp32 (parity; also spelled f32) or bf16 (bf16 weights, fp32 accumulation)")
-      ->check(CLI::IsMember({"fp32", "f32", "bf16"}))
-      ->capture_default_str();
-  // More threads than CPUs only makes OpenMP threads spin against each other (never faster).
-  const auto cpus = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  decide->add_option("--threads", decide_threads, "Threads of the engine pool (0: all CPUs; at most the CPU count)")
-      ->check(CLI::Range(std::int64_t{0}, cpus))
-      ->capture_default_str();
-  decide->add_option("--chunk", decide_chunk, "Prefill chunk size in tokens (activation memory is O(chunk))")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  decide->add_option("--max-tokens", max_tokens, "Token budget of the whole record")
-      ->check(CLI::Range(1, 1 << 24))
-      ->capture_default_str();
-  decide->add_option("--overflow", overflow,
-                     "Over-long records: refuse (error with the token counts) or truncate (cut the state's end, as the "
-                     "reference does, and report usage.state_tokens_dropped)")
-      ->check(CLI::IsMember({"refuse", "truncate"}))
-      ->capture_default_str();
-  decide->add_option("--confidence", confidence, "Confidence: reference (top probability) or jev (TypeSafe's formula)")
-      ->check(CLI::IsMember({"reference", "jev"}))
-      ->capture_default_str();
-  decide->add_flag("--jev-legend", jev_legend, "Write null score levels as \"\" (the TypeSafe SDK rejects null)");
+  auto* decide_model = clef::cli::add_engine_flags(*decide, decide_flags);
   decide->add_flag("--timings", timings, "Print per-stage timings (and the state cache's hit/miss) to stderr");
   std::int64_t state_cache_mb = clef::EngineOptions::kDefaultStateCacheMb;
-  int vision_grid = 0;
-  decide->add_option("--vision-grid", vision_grid,
-                     "Images: 0 = the processor's smart resize (keeps the aspect ratio); 8 or 14 = the seed's fixed "
-                     "grids, every image resized to 256x256 / 448x448 pixels (aspect not kept)")
-      ->check(CLI::IsMember({0, 8, 14}))
-      ->capture_default_str();
-  bool no_images = false;
-  decide->add_flag("--no-images", no_images, "Refuse requests with images (images_unsupported) even when the model has a vision tower");
   auto* cache_opt = decide->add_option(
       "--state-cache-mb", state_cache_mb,
       "Memory budget of the exact state cache in MiB (0: off); requests of a --jsonl run that share a state reuse "
@@ -258,21 +204,12 @@ int run(int argc, char** argv) {
   }
   if (*decide) {
     bool is_default = false;
-    const std::string dir = model_dir_or_default(decide_dir, decide_model->count() > 0, &is_default);
+    const std::string dir = model_dir_or_default(decide_flags.model_dir, decide_model->count() > 0, &is_default);
     const bool batch = jsonl_opt->count() > 0;
     const std::string body = batch ? std::string() : read_request(request_path);
-    clef::EngineOptions eo;
-    eo.backbone.precision = precision == "bf16" ? clef::ops::Precision::kBF16 : clef::ops::Precision::kF32;
-    eo.backbone.threads = static_cast<int>(decide_threads);
-    eo.backbone.chunk_size = decide_chunk;
-    eo.record.max_length = max_tokens;
-    eo.record.overflow = overflow == "truncate" ? clef::OverflowPolicy::kTruncateState : clef::OverflowPolicy::kRefuse;
-    eo.answers.confidence = confidence == "jev" ? clef::ConfidenceMode::kJev : clef::ConfidenceMode::kReference;
-    eo.answers.jev_legend = jev_legend;
+    clef::EngineOptions eo = clef::cli::engine_options(decide_flags);
     // One request cannot hit its own entry; building one would only copy the state (memory x2).
     eo.state_cache_mb = batch || cache_opt->count() > 0 ? state_cache_mb : 0;
-    eo.vision_grid = vision_grid;
-    eo.images = !no_images;
     eo.accept_any_model = true;  // the folder chooses the model; echo the request's name like the reference
     const auto engine = with_default_hint(dir, is_default, [&] { return std::make_unique<clef::Engine>(dir, eo); });
     if (batch) {
@@ -311,6 +248,8 @@ int main(int argc, char** argv) {
     // `clef hidden`: the backbone's final-norm hidden states for given ids, as .npy (debugging and
     // parity work; flags in src/runtime/backbone_dump.cc).
     if (argc > 1 && std::string(argv[1]) == "hidden") return clef::backbone_dump_main(argc - 1, argv + 1);
+    // `clef serve`: the HTTP server (flags in apps/clef/serve_main.cc).
+    if (argc > 1 && std::string(argv[1]) == "serve") return clef::cli::serve_main(argc - 1, argv + 1);
     return run(argc, argv);
   } catch (const clef::Error& e) {
     std::cerr << "clef: error: " << clef::printable(e.what()) << "\n";

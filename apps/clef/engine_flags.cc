@@ -1,0 +1,73 @@
+#include "engine_flags.h"
+
+#include <algorithm>
+#include <iostream>
+#include <thread>
+
+#include "tools/make_model.h"
+
+namespace clef::cli {
+
+CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f) {
+  auto* model = app.add_option("--model,-m", f.model_dir, "Release folder (default: the embedded tiny random-weight model)");
+  app.add_option("--precision", f.precision,
+                 "Backbone precision: fp32 (parity; also spelled f32) or bf16 (bf16 weights, fp32 accumulation)")
+      ->check(CLI::IsMember({"fp32", "f32", "bf16"}))
+      ->capture_default_str();
+  // More threads than CPUs only makes OpenMP threads spin against each other (never faster).
+  const auto cpus = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  app.add_option("--threads", f.threads, "Threads of the engine pool (0: all CPUs; at most the CPU count)")
+      ->check(CLI::Range(std::int64_t{0}, cpus))
+      ->capture_default_str();
+  app.add_option("--chunk", f.chunk, "Prefill chunk size in tokens (activation memory is O(chunk))")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--max-tokens", f.max_tokens, "Token budget of the whole record")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  app.add_option("--overflow", f.overflow,
+                 "Over-long records: refuse (error with the token counts) or truncate (cut the state's end, as the "
+                 "reference does, and report usage.state_tokens_dropped)")
+      ->check(CLI::IsMember({"refuse", "truncate"}))
+      ->capture_default_str();
+  app.add_option("--confidence", f.confidence, "Confidence: reference (top probability) or jev (TypeSafe's formula)")
+      ->check(CLI::IsMember({"reference", "jev"}))
+      ->capture_default_str();
+  app.add_flag("--jev-legend", f.jev_legend, "Write null score levels as \"\" (the TypeSafe SDK rejects null)");
+  app.add_option("--vision-grid", f.vision_grid,
+                 "Images: 0 = the processor's smart resize (keeps the aspect ratio); 8 or 14 = the seed's fixed "
+                 "grids, every image resized to 256x256 / 448x448 pixels (aspect not kept)")
+      ->check(CLI::IsMember({0, 8, 14}))
+      ->capture_default_str();
+  app.add_flag("--no-images", f.no_images, "Refuse requests with images (images_unsupported) even when the model has a vision tower");
+  return model;
+}
+
+EngineOptions engine_options(const EngineFlags& f) {
+  EngineOptions eo;
+  eo.backbone.precision = f.precision == "bf16" ? ops::Precision::kBF16 : ops::Precision::kF32;
+  eo.backbone.threads = static_cast<int>(f.threads);
+  eo.backbone.chunk_size = f.chunk;
+  eo.record.max_length = f.max_tokens;
+  eo.record.overflow = f.overflow == "truncate" ? OverflowPolicy::kTruncateState : OverflowPolicy::kRefuse;
+  eo.answers.confidence = f.confidence == "jev" ? ConfidenceMode::kJev : ConfidenceMode::kReference;
+  eo.answers.jev_legend = f.jev_legend;
+  eo.vision_grid = f.vision_grid;
+  eo.images = !f.no_images;
+  return eo;
+}
+
+std::string model_dir_or_default(const std::string& dir, bool given, bool* is_default) {
+  *is_default = false;
+  if (given) {
+    if (dir.empty()) throw InvalidArgument("the model folder path is empty");
+    return dir;
+  }
+  const std::string d = ensure_default_model();
+  *is_default = true;
+  std::cerr << "clef: no --model given; using the embedded default model at " << printable(d)
+            << " (tiny, RANDOM WEIGHTS: its answers are meaningless)\n";
+  return d;
+}
+
+}  // namespace clef::cli

@@ -1,0 +1,57 @@
+// Engine flags shared by the subcommands that run a model (`clef decide`, `clef serve`): one place
+// for their names, checks, help and mapping onto EngineOptions; and the embedded-default-model
+// helpers every command that opens a folder uses.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/error.h"
+#include "core/json_reader.h"
+#include "runtime/engine.h"
+
+namespace clef::cli {
+
+/// Values of the engine flags, with `clef decide`'s defaults.
+struct EngineFlags {
+  std::string model_dir;           ///< --model (empty with model_given false: the embedded default)
+  bool model_given = false;
+  std::string precision = "fp32";  ///< fp32 (or f32) | bf16
+  std::int64_t threads = 0;        ///< 0 = all CPUs
+  std::int64_t chunk = 512;        ///< prefill chunk (tokens)
+  std::int64_t max_tokens = 16384; ///< record token budget
+  std::string overflow = "refuse"; ///< refuse | truncate
+  std::string confidence = "reference";  ///< reference | jev
+  bool jev_legend = false;
+  int vision_grid = 0;             ///< 0 = smart resize; 8 or 14 = the seed's fixed grids
+  bool no_images = false;          ///< refuse requests with images
+};
+
+/// Adds --model/-m, --precision, --threads, --chunk, --max-tokens, --overflow, --confidence,
+/// --jev-legend, --vision-grid and --no-images to `app`, bound to `flags`. Returns the --model option (to test whether it was given).
+CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& flags);
+
+/// The EngineOptions the flags describe (accept_any_model and aliases are left to the caller).
+EngineOptions engine_options(const EngineFlags& flags);
+
+/// The folder a command works on: `dir` when `given` (an explicitly empty path is an
+/// InvalidArgument, not a request for the default), else the embedded default tiny random-weight
+/// model (made on first use; a notice goes to stderr).
+std::string model_dir_or_default(const std::string& dir, bool given, bool* is_default);
+
+/// Runs `load` (which opens the model folder `dir`); when `dir` is the embedded default model, a
+/// load error gets a hint on how to regenerate it (ModelLoadError).
+template <typename Load>
+auto with_default_hint(const std::string& dir, bool is_default, Load load) {
+  try {
+    return load();
+  } catch (const Error& e) {
+    if (!is_default) throw;
+    throw ModelLoadError(std::string(e.what()) + " (the embedded default model is damaged; delete " + printable(dir) +
+                         " and run again to regenerate it)");
+  }
+}
+
+}  // namespace clef::cli

@@ -1,0 +1,98 @@
+// `clef serve`: parses the flags, loads the engine and hands it to server::serve().
+#include "serve_main.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/error.h"
+#include "core/json_reader.h"
+#include "engine_flags.h"
+#include "runtime/engine.h"
+#include "server/server.h"
+
+namespace clef::cli {
+
+namespace {
+
+constexpr const char* kServeFooter =
+    "Routes: POST /v1/systemone, /v1/decisions (SystemOne); POST /ai/run/@cf/cloudflare/{model} and\n"
+    "/client/v4/accounts/{id}/ai/run/@cf/cloudflare/{model} (Cloudflare envelope); POST /api/alpha/decisions\n"
+    "(OpenRouter); GET /v1/models, /health, /metrics (Prometheus). Overload (queue full or queued past\n"
+    "--timeout): 503 with Retry-After. See README.md \"clef serve\".\n"
+    "Exit codes: 0 stopped by SIGINT/SIGTERM after finishing the requests in flight; 2 invalid argument or\n"
+    "usage; 3 model folder malformed, missing or inconsistent; 4 unsupported model option; 5 I/O error\n"
+    "(e.g. the address cannot be bound); 70 internal error; 130 a second signal during shutdown.";
+
+}  // namespace
+
+int serve_main(int argc, char** argv) {
+  CLI::App app{"Serve a Clef model over HTTP (Jev/SystemOne, Cloudflare and OpenRouter routes).", "clef serve"};
+  app.footer(kServeFooter);
+  app.allow_extras(false);
+  EngineFlags flags;
+  auto* model_opt = add_engine_flags(app, flags);
+  server::ServeOptions so;
+  app.add_option("--host", so.host, "Address to bind (default loopback; 0.0.0.0 exposes the server)")
+      ->capture_default_str();
+  app.add_option("--port", so.port, "TCP port (0: any free port, printed at startup)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  std::int64_t queue = 64;
+  app.add_option("--queue", queue, "Decision requests that may wait for the engine; more get 503 + Retry-After")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}))
+      ->capture_default_str();
+  app.add_option("--timeout", so.timeout_seconds,
+                 "Seconds a request may wait in the queue; then 503 + Retry-After (a decision that started runs to the end)")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  std::int64_t max_body = std::int64_t{64} << 20;
+  app.add_option("--max-body", max_body, "Largest request body in bytes, after Content-Encoding decoding (more: 413)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 34))
+      ->capture_default_str();
+  app.add_option("--api-key", so.api_key,
+                 "Require \"Authorization: Bearer KEY\" on every route but /health (default: $CLEF_API_KEY; none: open)")
+      ->envname("CLEF_API_KEY");
+  app.add_option("--alias", so.aliases,
+                 "Another model name requests may use (repeatable); with --strict-model, the only other names "
+                 "accepted besides the folder's name and jev-latest");
+  bool strict = false;
+  app.add_flag("--strict-model", strict,
+               "Refuse requests naming a model other than the served name, an --alias or jev-latest (400 "
+               "unknown_model); default: any name is accepted and echoed, like clef decide and the reference");
+  app.add_option("--description", so.description, "Model description reported by GET /v1/models");
+  app.add_flag("--quiet,-q", so.quiet, "No access log on stderr");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    std::cerr << "clef: error: " << printable(what) << " (see clef serve --help)\n";
+    return 2;
+  }
+  so.queue = static_cast<std::size_t>(queue);
+  so.max_body_bytes = static_cast<std::size_t>(max_body);
+  flags.model_given = model_opt->count() > 0;
+
+  // Before any thread exists: the engine's pool must not take SIGINT/SIGTERM (server/server.h).
+  server::block_shutdown_signals();
+  bool is_default = false;
+  const std::string dir = model_dir_or_default(flags.model_dir, flags.model_given, &is_default);
+  EngineOptions eo = engine_options(flags);
+  eo.accept_any_model = !strict;
+  eo.aliases = so.aliases;
+  const auto engine = with_default_hint(dir, is_default, [&] { return std::make_unique<Engine>(dir, eo); });
+  return server::serve(*engine, so);
+}
+
+}  // namespace clef::cli

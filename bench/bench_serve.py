@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""`clef serve` throughput benchmark (issue 6): requests/s and latency percentiles for the corpus
+(../shared/requests/corpus.jsonl) with 1, 4 and 16 concurrent clients. Not a test.
+
+Starts `clef serve --port 0` on the given model folder (default: a tiny random-weight model made
+with `clef make-model`), sends every corpus request round-robin from N client threads (one
+keep-alive connection each) for --requests requests per level, checks every answer is a 200
+identical to the request sent alone, and prints a markdown table: clients, requests, wall seconds,
+requests/s, input tokens/s, p50 / p90 / p99 / max latency in ms, 503s.
+
+  python3 bench/bench_serve.py                                   # tiny random model
+  python3 bench/bench_serve.py --model /tmp/clef-0.8b --threads 2 --requests 48
+  python3 bench/bench_serve.py --skip-heavy                       # drop the 64-question, 255-option
+                                                                  # and 3k-word requests
+One engine serves requests one at a time using every --threads core, so requests/s is bounded by
+the engine and concurrency only adds queueing (latency grows with clients; throughput stays flat).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import pathlib
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
+    return xs[k]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=str(ROOT / "build" / "release" / "bin" / "clef"))
+    ap.add_argument("--model", help="release folder (default: a fresh tiny random model)")
+    ap.add_argument("--threads", type=int, default=0, help="engine threads (0: all CPUs)")
+    ap.add_argument("--precision", default="f32", choices=["f32", "bf16"])
+    ap.add_argument("--clients", default="1,4,16")
+    ap.add_argument("--requests", type=int, default=200, help="requests per concurrency level")
+    ap.add_argument("--corpus", default=str(ROOT.parent / "shared" / "requests" / "corpus.jsonl"))
+    ap.add_argument("--skip-heavy", action="store_true", help="only requests under 2,000 bytes")
+    args = ap.parse_args()
+
+    reqs = [(c["name"], json.dumps(c["request"]).encode()) for c in map(json.loads, open(args.corpus, encoding="utf-8"))]
+    if args.skip_heavy:
+        reqs = [r for r in reqs if len(r[1]) < 2000]
+    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    tmp = tempfile.TemporaryDirectory(prefix="bench-serve-")
+    model = args.model
+    if not model:
+        model = os.path.join(tmp.name, "tiny")
+        subprocess.run([args.bin, "make-model", "--preset", "tiny", "--out", model, "--seed", "1"], check=True,
+                       env=env, capture_output=True)
+    log = pathlib.Path(tmp.name) / "serve.log"
+    proc = subprocess.Popen([args.bin, "serve", "--model", model, "--port", "0", "--threads", str(args.threads),
+                             "--precision", args.precision, "--queue", "256", "-q"],
+                            stderr=open(log, "wb"), stdout=subprocess.DEVNULL, env=env)
+    try:
+        port = None
+        for _ in range(1200):
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
+            if m:
+                port = int(m.group(1))
+                break
+            if proc.poll() is not None:
+                sys.exit(f"clef serve exited: {log.read_text()}")
+            time.sleep(0.05)
+
+        def post(conn, body):
+            conn.request("POST", "/v1/systemone", body=body, headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            return r.status, r.read()
+
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        alone = {}
+        for name, body in reqs:  # warm-up + expected answers
+            st, out = post(conn, body)
+            assert st == 200, (name, st, out[:200])
+            alone[name] = out
+        tokens = {name: json.loads(out)["usage"]["input_tokens"] for name, out in alone.items()}
+        conn.close()
+
+        print(f"model {model}, threads {args.threads or os.cpu_count()}, precision {args.precision}, "
+              f"{len(reqs)} distinct requests, mean {statistics.mean(tokens.values()):.0f} input tokens\n")
+        print("| clients | requests | wall s | req/s | input tok/s | p50 ms | p90 ms | p99 ms | max ms | 503 |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for n in [int(x) for x in args.clients.split(",")]:
+            lat, mismatches, overloads, toks = [], [], [0], [0]
+            lock = threading.Lock()
+            counter = iter(range(args.requests))
+
+            def client():
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+                while True:
+                    with lock:
+                        i = next(counter, None)
+                    if i is None:
+                        break
+                    name, body = reqs[i % len(reqs)]
+                    t0 = time.perf_counter()
+                    try:
+                        st, out = post(c, body)
+                    except (http.client.HTTPException, OSError):
+                        c.close()
+                        c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+                        st, out = post(c, body)
+                    dt = time.perf_counter() - t0
+                    with lock:
+                        if st == 503:
+                            overloads[0] += 1
+                        elif st != 200 or out != alone[name]:
+                            mismatches.append(name)
+                        else:
+                            lat.append(dt)
+                            toks[0] += tokens[name]
+                c.close()
+
+            t0 = time.perf_counter()
+            ts = [threading.Thread(target=client) for _ in range(n)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            wall = time.perf_counter() - t0
+            ms = [x * 1000 for x in lat]
+            print(f"| {n} | {args.requests} | {wall:.2f} | {len(lat) / wall:.1f} | {toks[0] / wall:.0f} | "
+                  f"{percentile(ms, 50):.1f} | {percentile(ms, 90):.1f} | {percentile(ms, 99):.1f} | {max(ms):.1f} | "
+                  f"{overloads[0]} |", flush=True)
+            if mismatches:
+                print(f"  MISMATCH: {len(mismatches)} answers differ from the request sent alone: {mismatches[:5]}")
+                return 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

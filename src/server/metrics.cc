@@ -1,0 +1,102 @@
+#include "server/metrics.h"
+
+#include <charconv>
+
+namespace clef::server {
+namespace {
+
+/// A Prometheus sample value or bucket bound: the shortest fixed-point decimal that reads back as `v`.
+std::string number(double v) {
+  char buf[400];  // fixed notation of any finite double fits
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+  return std::string(buf, r.ptr);
+}
+
+void render_histogram(std::string& out, const char* stage, const Histogram& h) {
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < Histogram::kBounds.size(); ++i) {
+    cumulative += h.counts[i];
+    out += "clef_stage_seconds_bucket{stage=\"" + std::string(stage) + "\",le=\"" + number(Histogram::kBounds[i]) +
+           "\"} " + std::to_string(cumulative) + "\n";
+  }
+  cumulative += h.counts.back();
+  out += "clef_stage_seconds_bucket{stage=\"" + std::string(stage) + "\",le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
+  out += "clef_stage_seconds_sum{stage=\"" + std::string(stage) + "\"} " + number(h.sum) + "\n";
+  out += "clef_stage_seconds_count{stage=\"" + std::string(stage) + "\"} " + std::to_string(h.count) + "\n";
+}
+
+}  // namespace
+
+void Histogram::observe(double seconds) {
+  if (!(seconds > 0)) seconds = 0;
+  std::size_t i = 0;
+  while (i < kBounds.size() && seconds > kBounds[i]) ++i;
+  ++counts[i];
+  sum += seconds;
+  ++count;
+}
+
+void Metrics::count_request(const std::string& route, int status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++requests_[{route, status}];
+}
+
+void Metrics::observe_decision(const DecisionTimings& t, std::int64_t input_tokens, double queue_seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++decisions_;
+  input_tokens_ += static_cast<std::uint64_t>(input_tokens > 0 ? input_tokens : 0);
+  queue_.observe(queue_seconds);
+  tokenize_.observe(t.tokenize);
+  prefill_.observe(t.prefill);
+  head_.observe(t.head);
+  total_.observe(t.total);
+}
+
+void Metrics::count_overload(const char* reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++overloads_[reason];
+}
+
+std::string Metrics::render(const QueueGauges& g) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string out;
+  out += "# HELP clef_requests_total HTTP requests answered, by route template and status code.\n";
+  out += "# TYPE clef_requests_total counter\n";
+  for (const auto& [key, n] : requests_) {
+    out += "clef_requests_total{route=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"} " +
+           std::to_string(n) + "\n";
+  }
+  out += "# HELP clef_overload_total Decision requests refused with 503: queue full or queue deadline passed.\n";
+  out += "# TYPE clef_overload_total counter\n";
+  for (const char* reason : {"queue_full", "queue_timeout"}) {
+    const auto it = overloads_.find(reason);
+    out += "clef_overload_total{reason=\"" + std::string(reason) + "\"} " +
+           std::to_string(it == overloads_.end() ? 0 : it->second) + "\n";
+  }
+  out += "# HELP clef_queue_depth Decision jobs waiting for the engine.\n# TYPE clef_queue_depth gauge\n";
+  out += "clef_queue_depth " + std::to_string(g.depth) + "\n";
+  out += "# HELP clef_queue_capacity Decision jobs that may wait (--queue).\n# TYPE clef_queue_capacity gauge\n";
+  out += "clef_queue_capacity " + std::to_string(g.capacity) + "\n";
+  out += "# HELP clef_decisions_running Decisions the engine is computing (0 or 1).\n";
+  out += "# TYPE clef_decisions_running gauge\n";
+  out += "clef_decisions_running " + std::to_string(g.running) + "\n";
+  out += "# HELP clef_jobs_cancelled_total Queued jobs dropped before running (client gone or queue deadline).\n";
+  out += "# TYPE clef_jobs_cancelled_total counter\n";
+  out += "clef_jobs_cancelled_total " + std::to_string(g.cancelled) + "\n";
+  out += "# HELP clef_decisions_total Decisions the engine answered.\n# TYPE clef_decisions_total counter\n";
+  out += "clef_decisions_total " + std::to_string(decisions_) + "\n";
+  out += "# HELP clef_input_tokens_total Model input tokens processed (usage.input_tokens summed).\n";
+  out += "# TYPE clef_input_tokens_total counter\n";
+  out += "clef_input_tokens_total " + std::to_string(input_tokens_) + "\n";
+  out += "# HELP clef_stage_seconds Wall-clock seconds per decision stage (queue wait, tokenize, prefill, head, "
+         "total = tokenize to answer).\n";
+  out += "# TYPE clef_stage_seconds histogram\n";
+  render_histogram(out, "queue", queue_);
+  render_histogram(out, "tokenize", tokenize_);
+  render_histogram(out, "prefill", prefill_);
+  render_histogram(out, "head", head_);
+  render_histogram(out, "total", total_);
+  return out;
+}
+
+}  // namespace clef::server

@@ -1,0 +1,60 @@
+// Counters and latency histograms of `clef serve`, rendered in the Prometheus text exposition
+// format (version 0.0.4). Thread-safe; no request content is ever recorded (labels are route
+// templates and status codes only).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "runtime/engine.h"
+
+namespace clef::server {
+
+/// A fixed-bucket histogram of seconds (cumulative buckets are computed when rendering).
+struct Histogram {
+  /// Upper bounds in seconds; +Inf is implicit.
+  static constexpr std::array<double, 16> kBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                     0.25,   0.5,   1.0,    2.5,   5.0,  10.0,  30.0, 60.0};
+  std::array<std::uint64_t, kBounds.size() + 1> counts{};  ///< per bucket (last = above every bound)
+  double sum = 0;
+  std::uint64_t count = 0;
+
+  /// Adds one observation (negative values count as 0).
+  void observe(double seconds);
+};
+
+/// Snapshot of the scheduler's gauges, passed in when rendering.
+struct QueueGauges {
+  std::uint64_t depth = 0;      ///< jobs waiting
+  std::uint64_t capacity = 0;   ///< --queue
+  int running = 0;              ///< 1 while the engine decides
+  std::uint64_t cancelled = 0;  ///< jobs dropped (client gone, queue deadline)
+};
+
+/// The server's metrics.
+class Metrics {
+ public:
+  /// Counts one answered HTTP request. `route` is a route template ("/v1/systemone", "unmatched").
+  void count_request(const std::string& route, int status);
+  /// Records one decision the engine finished (successful or refused with a 4xx after parsing
+  /// started is not recorded: only decisions with a body). `queue_seconds` is its wait.
+  void observe_decision(const DecisionTimings& timings, std::int64_t input_tokens, double queue_seconds);
+  /// Counts a request refused because the queue was full or its queue deadline passed.
+  void count_overload(const char* reason);
+  /// The whole exposition (Content-Type: text/plain; version=0.0.4).
+  std::string render(const QueueGauges& gauges) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, int>, std::uint64_t> requests_;
+  std::map<std::string, std::uint64_t> overloads_;
+  std::uint64_t decisions_ = 0;
+  std::uint64_t input_tokens_ = 0;
+  Histogram queue_, tokenize_, prefill_, head_, total_;
+};
+
+}  // namespace clef::server

@@ -1,0 +1,97 @@
+// The decision scheduler of `clef serve`: a bounded FIFO of decision jobs and one thread that runs
+// them on the single Engine (which is not thread-safe and uses every core itself). HTTP-free: the
+// HTTP layer submits a body and waits for the job; the scheduler never sees sockets.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "runtime/engine.h"
+
+namespace clef::server {
+
+/// What became of a submitted job.
+enum class JobState : std::uint8_t {
+  kQueued,     ///< waiting for the scheduler
+  kRunning,    ///< the engine is deciding it (cannot be interrupted)
+  kDone,       ///< finished: `decision` or `error` is set
+  kCancelled,  ///< given up by its submitter (client gone or queue deadline passed) before it ran
+};
+
+/// One decision job. The submitter owns one reference, the queue another.
+struct Job {
+  std::string body;
+  Dialect dialect = Dialect::kSystemOne;
+  std::chrono::steady_clock::time_point enqueued;
+  /// Called by the scheduler thread right before running the job; false = the client is gone and
+  /// the job is dropped (state kCancelled). May be empty.
+  std::function<bool()> still_wanted;
+
+  // Written by the scheduler under Scheduler's mutex, read by the submitter under it.
+  JobState state = JobState::kQueued;
+  std::optional<Decision> decision;  ///< set when the engine answered
+  std::exception_ptr error;          ///< set when decide() threw (RequestError or an engine fault)
+  double queue_seconds = 0;          ///< time spent queued before running
+};
+
+/// Bounded FIFO + one worker thread around an Engine.
+///
+/// Thread safety: submit/wait/cancel/depth may be called from any thread. The Engine is only ever
+/// called from the worker thread.
+class Scheduler {
+ public:
+  /// `engine` must outlive the Scheduler. `capacity` (>= 1) is the number of jobs that may wait
+  /// (the running one not included).
+  Scheduler(Engine& engine, std::size_t capacity);
+  /// Runs every queued job to completion, then joins the worker.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  /// Queues a job. Returns nullptr when the queue is full (the caller answers 503).
+  std::shared_ptr<Job> submit(std::string body, Dialect dialect, std::function<bool()> still_wanted);
+
+  /// Waits until the job is done or cancelled, or until `until` passes while it is still queued
+  /// (then it is cancelled here). `poll` (called about every `poll_interval` while the job is
+  /// queued) returns false when the client went away; the job is then cancelled. A running job is
+  /// always waited for. Returns the final state (kDone or kCancelled).
+  JobState wait(const std::shared_ptr<Job>& job, std::chrono::steady_clock::time_point until,
+                const std::function<bool()>& poll, std::chrono::milliseconds poll_interval);
+
+  /// Jobs waiting (not counting the running one).
+  std::size_t depth() const;
+  /// 1 while the engine is deciding, else 0.
+  int running() const;
+  /// Jobs dropped because their client went away or their queue deadline passed.
+  std::uint64_t cancelled() const;
+  /// Stops accepting new jobs (submit returns nullptr); queued jobs still run.
+  void close();
+
+ private:
+  void run();
+
+  Engine& engine_;
+  const std::size_t capacity_;
+  mutable std::mutex mutex_;
+  std::condition_variable work_cv_;  ///< a job arrived or stopping
+  std::condition_variable done_cv_;  ///< a job changed state
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool closed_ = false;
+  bool stopping_ = false;
+  int running_ = 0;
+  std::uint64_t cancelled_ = 0;
+  std::thread worker_;
+};
+
+}  // namespace clef::server

@@ -1,0 +1,40 @@
+// `clef serve`: a Jev/SystemOne-compatible HTTP server around one Engine (protocol.md §2.4, §2.5).
+// The HTTP layer (cpp-httplib) reads bodies, routes, authenticates and answers; decisions run on
+// one scheduler thread (server/scheduler.h). The engine never sees HTTP and this layer never sees
+// tensors.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace clef::server {
+
+/// Settings of the HTTP layer (the engine's own come in EngineOptions).
+struct ServeOptions {
+  std::string host = "127.0.0.1";  ///< address to bind (loopback by default)
+  int port = 8000;                 ///< TCP port; 0 = any free port (printed at startup)
+  std::size_t queue = 64;          ///< decision jobs that may wait; beyond that 503 + Retry-After
+  double timeout_seconds = 120;    ///< longest queue wait of a job; then 503 + Retry-After
+  std::size_t max_body_bytes = std::size_t{64} << 20;  ///< larger bodies (after decoding) get 413
+  std::string api_key;             ///< when non-empty, every route but /health needs "Bearer <key>"
+  bool quiet = false;              ///< no access log
+  /// Extra Cloudflare path models accepted besides "clef", "clef-flash" and the served name.
+  std::vector<std::string> aliases;
+  std::string description;         ///< GET /v1/models description of the model
+};
+
+/// Blocks SIGINT and SIGTERM in the calling thread (and every thread it creates afterwards), so that
+/// serve() can wait for them on its own thread. Call before loading the engine, whose thread pool
+/// would otherwise inherit the default (process-killing) disposition.
+void block_shutdown_signals();
+
+/// Binds, prints "clef serve: listening on http://HOST:PORT" to stderr, and serves until SIGINT or
+/// SIGTERM; then stops accepting, finishes the requests in flight and queued, and returns 0.
+/// Throws IoError when the address cannot be bound.
+int serve(Engine& engine, const ServeOptions& options);
+
+}  // namespace clef::server

@@ -1,0 +1,224 @@
+// Unit tests of the HTTP-free parts of `clef serve`: the route table (protocol.md §2.4), the
+// Prometheus exposition, and the scheduler's queue bound, cancellation and ordering on the tiny
+// random model (answers compared with Engine::decide called directly).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "decision/request_error.h"
+#include "runtime/engine.h"
+#include "server/metrics.h"
+#include "server/routes.h"
+#include "server/scheduler.h"
+#include "test_util.h"
+#include "tools/make_model.h"
+
+namespace clef::server {
+namespace {
+
+TEST(ServerRoutes, KnownPaths) {
+  EXPECT_EQ(match_route("/v1/systemone").endpoint, Endpoint::kSystemOne);
+  EXPECT_EQ(match_route("/v1/decisions").endpoint, Endpoint::kSystemOne);
+  EXPECT_STREQ(match_route("/v1/decisions").label, "/v1/decisions");
+  EXPECT_EQ(match_route("/api/alpha/decisions").dialect, Dialect::kOpenRouter);
+  EXPECT_STREQ(match_route("/v1/models").method, "GET");
+  EXPECT_EQ(match_route("/health").endpoint, Endpoint::kHealth);
+  EXPECT_EQ(match_route("/metrics").endpoint, Endpoint::kMetrics);
+  const RouteMatch cf = match_route("/ai/run/@cf/cloudflare/clef-flash");
+  EXPECT_EQ(cf.endpoint, Endpoint::kCloudflare);
+  EXPECT_EQ(cf.dialect, Dialect::kCloudflare);
+  EXPECT_EQ(cf.model, "clef-flash");
+  EXPECT_TRUE(cf.decision());
+  const RouteMatch acct = match_route("/client/v4/accounts/abc123/ai/run/@cf/cloudflare/clef");
+  EXPECT_EQ(acct.endpoint, Endpoint::kCloudflare);
+  EXPECT_EQ(acct.model, "clef");
+  EXPECT_STREQ(acct.label, "/client/v4/accounts/{id}/ai/run/@cf/cloudflare/{model}");
+}
+
+TEST(ServerRoutes, UnknownPaths) {
+  for (const char* p : {"", "/", "/v1/systemone/", "/V1/systemone", "/v1/systemonex", "/ai/run/@cf/cloudflare/",
+                        "/ai/run/@cf/cloudflare/clef/x", "/client/v4/accounts//ai/run/@cf/cloudflare/clef",
+                        "/client/v4/accounts/a/b/ai/run/@cf/cloudflare/clef", "/ai/run/@cf/meta/llama"}) {
+    const RouteMatch m = match_route(p);
+    EXPECT_EQ(m.endpoint, Endpoint::kNone) << p;
+    EXPECT_STREQ(m.label, "unmatched") << p;
+    EXPECT_FALSE(m.decision()) << p;
+  }
+}
+
+/// The samples of an exposition as name{labels} -> value.
+std::map<std::string, double> samples(const std::string& text) {
+  std::map<std::string, double> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto sp = line.rfind(' ');
+    out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+  }
+  return out;
+}
+
+TEST(ServerMetrics, HistogramBucketsAreCumulative) {
+  Histogram h;
+  h.observe(0.0004);  // first bucket
+  h.observe(0.001);   // le="0.001" (bounds are inclusive)
+  h.observe(0.3);
+  h.observe(1000);    // above every bound
+  h.observe(-1);      // counted as 0
+  EXPECT_EQ(h.count, 5u);
+  EXPECT_DOUBLE_EQ(h.sum, 0.0004 + 0.001 + 0.3 + 1000);
+  Metrics m;
+  DecisionTimings t;
+  t.tokenize = 0.0004;
+  t.prefill = 0.3;
+  t.head = 0.001;
+  t.total = 1000;
+  m.observe_decision(t, 17, 0.02);
+  m.observe_decision(t, 3, 0.02);
+  m.count_request("/v1/systemone", 200);
+  m.count_request("/v1/systemone", 200);
+  m.count_request("unmatched", 404);
+  m.count_overload("queue_full");
+  QueueGauges g;
+  g.depth = 2;
+  g.capacity = 64;
+  g.running = 1;
+  g.cancelled = 5;
+  const std::string text = m.render(g);
+  const auto s = samples(text);
+  EXPECT_EQ(s.at("clef_requests_total{route=\"/v1/systemone\",status=\"200\"}"), 2);
+  EXPECT_EQ(s.at("clef_requests_total{route=\"unmatched\",status=\"404\"}"), 1);
+  EXPECT_EQ(s.at("clef_overload_total{reason=\"queue_full\"}"), 1);
+  EXPECT_EQ(s.at("clef_overload_total{reason=\"queue_timeout\"}"), 0);
+  EXPECT_EQ(s.at("clef_input_tokens_total"), 20);
+  EXPECT_EQ(s.at("clef_decisions_total"), 2);
+  EXPECT_EQ(s.at("clef_queue_depth"), 2);
+  EXPECT_EQ(s.at("clef_decisions_running"), 1);
+  EXPECT_EQ(s.at("clef_jobs_cancelled_total"), 5);
+  EXPECT_EQ(s.at("clef_stage_seconds_bucket{stage=\"tokenize\",le=\"0.0005\"}"), 2);
+  EXPECT_EQ(s.at("clef_stage_seconds_bucket{stage=\"prefill\",le=\"0.25\"}"), 0);
+  EXPECT_EQ(s.at("clef_stage_seconds_bucket{stage=\"prefill\",le=\"0.5\"}"), 2);
+  EXPECT_EQ(s.at("clef_stage_seconds_bucket{stage=\"head\",le=\"0.001\"}"), 2);
+  EXPECT_EQ(s.at("clef_stage_seconds_bucket{stage=\"total\",le=\"60\"}"), 0);
+  EXPECT_EQ(s.at("clef_stage_seconds_bucket{stage=\"total\",le=\"+Inf\"}"), 2);
+  EXPECT_EQ(s.at("clef_stage_seconds_count{stage=\"queue\"}"), 2);
+  EXPECT_DOUBLE_EQ(s.at("clef_stage_seconds_sum{stage=\"total\"}"), 2000);
+  // Every sample has HELP and TYPE lines for its family.
+  for (const char* family : {"clef_requests_total", "clef_queue_depth", "clef_stage_seconds", "clef_input_tokens_total"}) {
+    EXPECT_NE(text.find(std::string("# TYPE ") + family + " "), std::string::npos) << family;
+    EXPECT_NE(text.find(std::string("# HELP ") + family + " "), std::string::npos) << family;
+  }
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    MakeModelOptions mo;
+    mo.out_dir = (dir_->path() / "tiny").string();
+    make_model(mo);
+    EngineOptions eo;
+    eo.backbone.threads = 1;
+    eo.accept_any_model = true;
+    engine_ = new Engine(mo.out_dir, eo);
+  }
+  static void TearDownTestSuite() {
+    delete engine_;
+    delete dir_;
+  }
+  static std::string body(int i) {
+    return "{\"state\":\"ticket " + std::to_string(i) +
+           "\",\"questions\":{\"q\":{\"type\":\"choice\",\"criteria\":{\"a\":1,\"b\":2,\"c\":null}}}}";
+  }
+  static inline test::TempDir* dir_ = nullptr;
+  static inline Engine* engine_ = nullptr;
+};
+
+constexpr auto kForever = std::chrono::hours(1);
+
+TEST_F(SchedulerTest, AnswersEqualDirectDecisions) {
+  std::vector<std::string> want;
+  for (int i = 0; i < 6; ++i) want.push_back(engine_->decide(body(i)).body);
+  Scheduler s(*engine_, 8);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (int i = 0; i < 6; ++i) jobs.push_back(s.submit(body(i), Dialect::kSystemOne, nullptr));
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_NE(jobs[static_cast<std::size_t>(i)], nullptr);
+    const auto& job = jobs[static_cast<std::size_t>(i)];
+    EXPECT_EQ(s.wait(job, std::chrono::steady_clock::now() + kForever, nullptr, std::chrono::milliseconds(10)),
+              JobState::kDone);
+    ASSERT_TRUE(job->decision.has_value());
+    EXPECT_EQ(job->decision->body, want[static_cast<std::size_t>(i)]);
+  }
+  EXPECT_EQ(s.depth(), 0u);
+}
+
+TEST_F(SchedulerTest, RefusedRequestComesBackAsRequestError) {
+  Scheduler s(*engine_, 2);
+  auto job = s.submit("{\"state\":1,\"questions\":{}}", Dialect::kSystemOne, nullptr);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(s.wait(job, std::chrono::steady_clock::now() + kForever, nullptr, std::chrono::milliseconds(10)),
+            JobState::kDone);
+  EXPECT_FALSE(job->decision.has_value());
+  try {
+    std::rethrow_exception(job->error);
+  } catch (const RequestError& e) {
+    EXPECT_STREQ(e.code_name(), "empty_questions");
+  }
+}
+
+TEST_F(SchedulerTest, QueueBoundCancellationAndDeadline) {
+  Scheduler s(*engine_, 2);
+  // Hold the worker: the first job's still_wanted blocks until released.
+  std::atomic<bool> release{false};
+  auto blocker = s.submit(body(0), Dialect::kSystemOne, [&] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return true;
+  });
+  ASSERT_NE(blocker, nullptr);
+  while (s.depth() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // taken by the worker
+  auto a = s.submit(body(1), Dialect::kSystemOne, nullptr);
+  auto b = s.submit(body(2), Dialect::kSystemOne, [] { return false; });  // client gone when it is its turn
+  auto c = s.submit(body(3), Dialect::kSystemOne, nullptr);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(c, nullptr) << "the queue holds 2";
+  EXPECT_EQ(s.depth(), 2u);
+  // A queued job whose deadline passed is removed by its waiter.
+  EXPECT_EQ(s.wait(a, std::chrono::steady_clock::now(), nullptr, std::chrono::milliseconds(1)), JobState::kCancelled);
+  EXPECT_EQ(s.depth(), 1u);
+  // A waiter whose poll says the client left cancels too; here b stays queued and the worker drops it.
+  release = true;
+  EXPECT_EQ(s.wait(blocker, std::chrono::steady_clock::now() + kForever, nullptr, std::chrono::milliseconds(1)),
+            JobState::kDone);
+  EXPECT_EQ(s.wait(b, std::chrono::steady_clock::now() + kForever, nullptr, std::chrono::milliseconds(1)),
+            JobState::kCancelled);
+  EXPECT_EQ(s.cancelled(), 2u);
+  // A waiter whose poll reports the client gone removes its queued job (the worker is held again).
+  release = false;
+  auto blocker2 = s.submit(body(0), Dialect::kSystemOne, [&] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return true;
+  });
+  ASSERT_NE(blocker2, nullptr);
+  while (s.depth() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto d = s.submit(body(4), Dialect::kSystemOne, nullptr);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(s.wait(d, std::chrono::steady_clock::now() + kForever, [] { return false; }, std::chrono::milliseconds(1)),
+            JobState::kCancelled);
+  EXPECT_FALSE(d->decision.has_value());
+  EXPECT_EQ(s.cancelled(), 3u);
+  release = true;
+  s.close();
+  EXPECT_EQ(s.submit(body(5), Dialect::kSystemOne, nullptr), nullptr) << "closed";
+}
+
+}  // namespace
+}  // namespace clef::server
