@@ -67,6 +67,12 @@ int serve_main(int argc, char** argv) {
                "unknown_model); default: any name is accepted and echoed, like clef decide and the reference");
   app.add_option("--description", so.description, "Model description reported by GET /v1/models");
   app.add_flag("--quiet,-q", so.quiet, "No access log on stderr");
+  std::int64_t state_cache_mb = EngineOptions::kDefaultStateCacheMb;
+  app.add_option("--state-cache-mb", state_cache_mb,
+                 "Memory budget of the exact state cache in MiB (0: off): requests that share a prefix + images + "
+                 "state reuse its computation, bit-identically (README \"Exact state reuse\")")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -90,6 +96,7 @@ int serve_main(int argc, char** argv) {
   const std::string dir = model_dir_or_default(flags.model_dir, flags.model_given, &is_default);
   EngineOptions eo = engine_options(flags);
   eo.accept_any_model = !strict;
+  eo.state_cache_mb = state_cache_mb;
   eo.aliases = so.aliases;
   const auto engine = with_default_hint(dir, is_default, [&] { return std::make_unique<Engine>(dir, eo); });
   return server::serve(*engine, so);

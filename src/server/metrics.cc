@@ -41,9 +41,12 @@ void Metrics::count_request(const std::string& route, int status) {
   ++requests_[{route, status}];
 }
 
-void Metrics::observe_decision(const DecisionTimings& t, std::int64_t input_tokens, double queue_seconds) {
+void Metrics::observe_decision(const DecisionTimings& t, std::int64_t input_tokens, double queue_seconds,
+                               std::int64_t reused_tokens) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++decisions_;
+  reused_tokens_ += static_cast<std::uint64_t>(reused_tokens > 0 ? reused_tokens : 0);
+  vision_.observe(t.vision);
   input_tokens_ += static_cast<std::uint64_t>(input_tokens > 0 ? input_tokens : 0);
   queue_.observe(queue_seconds);
   tokenize_.observe(t.tokenize);
@@ -57,7 +60,7 @@ void Metrics::count_overload(const char* reason) {
   ++overloads_[reason];
 }
 
-std::string Metrics::render(const QueueGauges& g) const {
+std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out;
   out += "# HELP clef_requests_total HTTP requests answered, by route template and status code.\n";
@@ -93,9 +96,27 @@ std::string Metrics::render(const QueueGauges& g) const {
   out += "# TYPE clef_stage_seconds histogram\n";
   render_histogram(out, "queue", queue_);
   render_histogram(out, "tokenize", tokenize_);
+  render_histogram(out, "vision", vision_);
   render_histogram(out, "prefill", prefill_);
   render_histogram(out, "head", head_);
   render_histogram(out, "total", total_);
+  out += "# HELP clef_state_cache_lookups_total State cache lookups (issue 7), by result.\n";
+  out += "# TYPE clef_state_cache_lookups_total counter\n";
+  out += "clef_state_cache_lookups_total{result=\"hit\"} " + std::to_string(c.hits) + "\n";
+  out += "clef_state_cache_lookups_total{result=\"miss\"} " + std::to_string(c.misses) + "\n";
+  out += "# HELP clef_state_cache_evictions_total Entries dropped to stay within the budget.\n";
+  out += "# TYPE clef_state_cache_evictions_total counter\n";
+  out += "clef_state_cache_evictions_total " + std::to_string(c.evictions) + "\n";
+  out += "# HELP clef_state_cache_bytes Bytes held by the state cache.\n# TYPE clef_state_cache_bytes gauge\n";
+  out += "clef_state_cache_bytes " + std::to_string(c.bytes) + "\n";
+  out += "# HELP clef_state_cache_entries Entries held by the state cache.\n# TYPE clef_state_cache_entries gauge\n";
+  out += "clef_state_cache_entries " + std::to_string(c.entries) + "\n";
+  out += "# HELP clef_state_cache_budget_bytes The state cache's byte budget (--state-cache-mb; 0: off).\n";
+  out += "# TYPE clef_state_cache_budget_bytes gauge\n";
+  out += "clef_state_cache_budget_bytes " + std::to_string(c.budget) + "\n";
+  out += "# HELP clef_state_cache_reused_tokens_total Input tokens restored from the state cache instead of computed.\n";
+  out += "# TYPE clef_state_cache_reused_tokens_total counter\n";
+  out += "clef_state_cache_reused_tokens_total " + std::to_string(reused_tokens_) + "\n";
   return out;
 }
 

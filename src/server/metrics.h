@@ -42,11 +42,14 @@ class Metrics {
   void count_request(const std::string& route, int status);
   /// Records one decision the engine finished (successful or refused with a 4xx after parsing
   /// started is not recorded: only decisions with a body). `queue_seconds` is its wait.
-  void observe_decision(const DecisionTimings& timings, std::int64_t input_tokens, double queue_seconds);
+  /// `reused_tokens`: tokens the state cache restored (Decision::reused_tokens).
+  void observe_decision(const DecisionTimings& timings, std::int64_t input_tokens, double queue_seconds,
+                        std::int64_t reused_tokens = 0);
   /// Counts a request refused because the queue was full or its queue deadline passed.
   void count_overload(const char* reason);
   /// The whole exposition (Content-Type: text/plain; version=0.0.4).
-  std::string render(const QueueGauges& gauges) const;
+  /// `cache`: the engine's state cache counters (issue 7).
+  std::string render(const QueueGauges& gauges, const StateCacheStats& cache) const;
 
  private:
   mutable std::mutex mutex_;
@@ -54,7 +57,8 @@ class Metrics {
   std::map<std::string, std::uint64_t> overloads_;
   std::uint64_t decisions_ = 0;
   std::uint64_t input_tokens_ = 0;
-  Histogram queue_, tokenize_, prefill_, head_, total_;
+  Histogram queue_, tokenize_, vision_, prefill_, head_, total_;
+  std::uint64_t reused_tokens_ = 0;
 };
 
 }  // namespace clef::server

@@ -249,7 +249,7 @@ httplib::Server::HandlerResponse HttpServer::pre_route(const httplib::Request& r
     g.running = scheduler_.running();
     g.cancelled = scheduler_.cancelled();
     res.status = 200;
-    res.set_content(metrics_.render(g), "text/plain; version=0.0.4; charset=utf-8");
+    res.set_content(metrics_.render(g, engine_.state_cache_stats()), "text/plain; version=0.0.4; charset=utf-8");
   }
   finish(req, res, route.label, t0, 0);
   return httplib::Server::HandlerResponse::Handled;
@@ -347,7 +347,10 @@ void HttpServer::decide(const httplib::Request& req, httplib::Response& res, con
   if (job->decision) {
     const Decision& d = *job->decision;
     tokens = d.input_tokens;
-    metrics_.observe_decision(d.timings, d.input_tokens, job->queue_seconds);
+    metrics_.observe_decision(d.timings, d.input_tokens, job->queue_seconds, d.reused_tokens);
+    // Exact state reuse (issue 7) is reported in headers, never in the strict SystemOne body.
+    res.set_header("X-Clef-State-Cache", state_cache_use_name(d.state_cache));
+    res.set_header("X-Clef-Reused-Tokens", std::to_string(d.reused_tokens));
     const WireReply w = wire_success(d.body, route.dialect);
     reply(res, w.status, w.body);
     return;
