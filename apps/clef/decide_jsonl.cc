@@ -295,11 +295,11 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
         if (options.timings) {
           std::fprintf(stderr,
                        "%sclef: line %lld: %lld tokens: tokenize %.3f s, prefill %.3f s, head %.3f s, total %.3f s; "
-                       "state cache %s (%lld tokens reused)\n",
+                       "state cache %s (%lld tokens reused, restore %.3f s)\n",
                        tty && options.progress ? "\r\x1b[K" : "", static_cast<long long>(sum.lines),
                        static_cast<long long>(d.input_tokens), d.timings.tokenize, d.timings.prefill,
                        d.timings.head, d.timings.total, state_cache_use_name(d.state_cache),
-                       static_cast<long long>(d.reused_tokens));
+                       static_cast<long long>(d.reused_tokens), d.timings.state_restore);
         }
       } catch (const RequestError& e) {
         const std::string at = e.offset() ? " (at byte " + std::to_string(*e.offset()) + ")" : std::string();

@@ -224,11 +224,11 @@ int run(int argc, char** argv) {
     if (timings) {
       std::fprintf(stderr,
                    "clef: %lld tokens: tokenize %.3f s, prefill %.3f s (%.1f tokens/s), head %.3f s, total %.3f s; "
-                   "state cache %s (%lld tokens reused)\n",
+                   "state cache %s (%lld tokens reused, restore %.3f s)\n",
                    static_cast<long long>(d.input_tokens), d.timings.tokenize, d.timings.prefill,
                    d.timings.prefill > 0 ? static_cast<double>(d.input_tokens - d.reused_tokens) / d.timings.prefill : 0.0,
                    d.timings.head, d.timings.total, clef::state_cache_use_name(d.state_cache),
-                   static_cast<long long>(d.reused_tokens));
+                   static_cast<long long>(d.reused_tokens), d.timings.state_restore);
     }
     return 0;
   }

@@ -22,16 +22,22 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 std::string engine_identity(const ReleaseFolder& r, const Backbone& b) {
   namespace fs = std::filesystem;
   std::string text = "dir=" + fs::weakly_canonical(fs::path(r.dir)).string() + "\n";
-  std::vector<fs::directory_entry> files;
-  for (const auto& e : fs::directory_iterator(r.dir)) {
-    if (e.is_regular_file()) files.push_back(e);
+  // Every regular file of the folder; entries that cannot be examined (a symlink loop, a file
+  // removed meanwhile) are skipped, never an error: the loader has already read what it needs.
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (fs::directory_iterator it(r.dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code fe;
+    if (!it->is_regular_file(fe) || fe) continue;
+    const auto size = it->file_size(fe);
+    if (fe) continue;
+    const auto mtime = it->last_write_time(fe).time_since_epoch().count();
+    if (fe) continue;
+    files.push_back("file=" + it->path().filename().string() + " size=" + std::to_string(size) +
+                    " mtime=" + std::to_string(static_cast<long long>(mtime)) + "\n");
   }
-  std::sort(files.begin(), files.end(), [](const auto& a, const auto& c) { return a.path().filename() < c.path().filename(); });
-  for (const auto& e : files) {
-    const auto mtime = e.last_write_time().time_since_epoch().count();
-    text += "file=" + e.path().filename().string() + " size=" + std::to_string(e.file_size()) +
-            " mtime=" + std::to_string(static_cast<long long>(mtime)) + "\n";
-  }
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) text += f;
   const BackboneOptions& o = b.options();
   text += "precision=" + std::to_string(static_cast<int>(o.precision)) + " chunk=" + std::to_string(o.chunk_size) +
           " threads=" + std::to_string(ops::num_threads()) + " padded=" + std::to_string(o.padded_readout ? 1 : 0) +

@@ -243,3 +243,22 @@ def test_stdin_input_and_crlf_lines(cpp_tiny, tmp_path):
     r2 = subprocess.run([clef_bin(), "decide", "-m", str(cpp_tiny), "--jsonl", "-", "--no-progress"],
                         input="".join(x + "\n" for x in reqs), capture_output=True, text=True, timeout=300)
     assert r.stdout == r2.stdout and len(r.stdout.splitlines()) == 2
+
+
+def test_stray_entries_in_the_model_folder_do_not_break_decide(cpp_tiny, tmp_path):
+    """The state cache's model identity lists the folder's files; entries it cannot examine (a
+    symlink loop, a dangling link, a FIFO) are skipped, with the cache on or off."""
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(cpp_tiny, folder)
+    os.symlink("loop", folder / "loop")
+    os.symlink("missing-target", folder / "dangling")
+    os.mkfifo(folder / "fifo")
+    inp = tmp_path / "in.jsonl"
+    write_lines(inp, [json.dumps(r, ensure_ascii=False) for r in corpus_requests()[:2]])
+    want = run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), "--no-progress")
+    for mb in ("0", "64"):
+        r = run_clef("decide", "-m", str(folder), "--jsonl", str(inp), "--no-progress", "--state-cache-mb", mb)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == want.stdout
