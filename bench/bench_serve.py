@@ -52,6 +52,9 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=200, help="requests per concurrency level")
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared" / "requests" / "corpus.jsonl"))
     ap.add_argument("--skip-heavy", action="store_true", help="only requests under 2,000 bytes")
+    ap.add_argument("--state-cache-mb", type=int, default=None,
+                    help="the server's state cache budget (default: the server's; 0: every request computed cold; "
+                         "with the cache on, the warm-up pass fills it and the measured requests reuse their states)")
     args = ap.parse_args()
 
     reqs = [(c["name"], json.dumps(c["request"]).encode()) for c in map(json.loads, open(args.corpus, encoding="utf-8"))]
@@ -66,7 +69,8 @@ def main() -> int:
                        env=env, capture_output=True)
     log = pathlib.Path(tmp.name) / "serve.log"
     proc = subprocess.Popen([args.bin, "serve", "--model", model, "--port", "0", "--threads", str(args.threads),
-                             "--precision", args.precision, "--queue", "256", "-q"],
+                             "--precision", args.precision, "--queue", "256", "-q",
+                             *([] if args.state_cache_mb is None else ["--state-cache-mb", str(args.state_cache_mb)])],
                             stderr=open(log, "wb"), stdout=subprocess.DEVNULL, env=env)
     try:
         port = None
@@ -94,6 +98,7 @@ def main() -> int:
         conn.close()
 
         print(f"model {model}, threads {args.threads or os.cpu_count()}, precision {args.precision}, "
+              f"state cache {'server default' if args.state_cache_mb is None else str(args.state_cache_mb) + ' MiB'}, "
               f"{len(reqs)} distinct requests, mean {statistics.mean(tokens.values()):.0f} input tokens\n")
         print("| clients | requests | wall s | req/s | input tok/s | p50 ms | p90 ms | p99 ms | max ms | 503 |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
