@@ -133,7 +133,7 @@ class ClefReference:
         probs [N] f32 (model order), response (SystemOne body).
         Raises: validate.RequestError (and subclasses) for rejected requests.
         """
-        validate_request(request, strict=strict)
+        validate_request(request, strict=strict, allow_images=True)
         pixel_values = grid = None
         counts = []
         if request.get("images"):

@@ -51,19 +51,21 @@ def _has_non_finite(value: Any) -> bool:
     return False
 
 
-def validate_request(request: Any, strict: bool = False) -> None:
+def validate_request(request: Any, strict: bool = False, allow_images: bool = False) -> None:
     """Validate a parsed SystemOne request (protocol.md §5.3; §1.3 limits when ``strict``).
 
     Args:
         request: the parsed JSON body (any type).
         strict: also apply the recommended server policy.
+        allow_images: accept a non-empty ``images`` list of strings (ClefReference.run decodes them);
+            False keeps the text-only validation the request-parity tests compare against.
     Raises:
         RequestError: reference rejections, with the reference's messages:
             ``model and state are required``, ``at least one question is required``,
             ``<id>: type must be noul, choice, or score``, ``<id>: criteria must not be empty``.
         ReferenceCrash: inputs that crash the reference (question not an object, choice criteria not an
-            object, score criteria not iterable, noul criteria not an object, lone surrogates, images/videos,
-            which this text-only oracle does not implement).
+            object, score criteria not iterable, noul criteria not an object, lone surrogates, videos, and
+            images unless ``allow_images``).
         PolicyError: strict-mode rejections.
     """
     if not isinstance(request, dict) or not isinstance(request.get("model"), str) or "state" not in request:
@@ -89,8 +91,9 @@ def validate_request(request: Any, strict: bool = False) -> None:
         if qtype == "noul" and crit and not isinstance(crit, dict):
             # dict.update accepts some sequences of pairs; anything else crashes. Treat all as crash.
             raise ReferenceCrash(f"{qid}: noul criteria must be an object (the reference dict.update()s it)")
-    if request.get("videos"):
-        raise ReferenceCrash("videos are not implemented by this reference oracle")
+    if request.get("videos") or (request.get("images") and not allow_images):
+        raise ReferenceCrash("images/videos are not implemented by this reference oracle"
+                             + ("" if allow_images else " (text-only validation; ClefReference.run takes images)"))
     images = request.get("images")
     if images and not (isinstance(images, list) and all(isinstance(u, str) for u in images)):
         raise ReferenceCrash("images must be a list of data-URL strings (the reference's HTTP layer decodes them)")
