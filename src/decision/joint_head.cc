@@ -72,11 +72,9 @@ constexpr std::int64_t kRowPanel = 64;
 /// operations of dot()'s loop, lane by lane.
 typedef float Lanes16 __attribute__((vector_size(64)));
 
-Lanes16 load16(const float* p) {
-  Lanes16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+/// v = p[0..16). By reference, not by value: a 64-byte vector return changes the ABI when AVX-512
+/// is not enabled (the asan/debug presets build without -march=native).
+inline void load16(Lanes16& v, const float* p) { std::memcpy(&v, p, sizeof v); }
 
 /// out[r * kTileOuts + o] = dot(x + r * ldx, w + o * ldw, n) for the whole tile, each computed
 /// exactly as dot() computes it (same 16 partial sums, same order of the final additions):
@@ -87,10 +85,11 @@ void dot_tile(const float* x, std::int64_t ldx, const float* w, std::int64_t ldw
   for (; i + 16 <= n; i += 16) {
     Lanes16 wv[kTileOuts];
 #pragma GCC unroll 4
-    for (std::int64_t o = 0; o < kTileOuts; ++o) wv[o] = load16(w + o * ldw + i);
+    for (std::int64_t o = 0; o < kTileOuts; ++o) load16(wv[o], w + o * ldw + i);
 #pragma GCC unroll 4
     for (std::int64_t r = 0; r < kTileRows; ++r) {
-      const Lanes16 xv = load16(x + r * ldx + i);
+      Lanes16 xv;
+      load16(xv, x + r * ldx + i);
 #pragma GCC unroll 4
       for (std::int64_t o = 0; o < kTileOuts; ++o) acc[r][o] += xv * wv[o];
     }

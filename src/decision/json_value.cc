@@ -249,30 +249,16 @@ const char* JsonValue::kind_name(Kind kind) noexcept {
 }
 
 std::string JsonValue::describe() const {
-  constexpr std::size_t kMax = 40;
   switch (kind_) {
     case Kind::kNull: return "null";
     case Kind::kBool: return bool_ ? "true" : "false";
     case Kind::kArray: return "an array";
     case Kind::kObject: return "an object";
-    case Kind::kInt:
-    case Kind::kFloat: {
-      std::string t = dump_json(*this);
-      if (t.size() > kMax) t = t.substr(0, kMax) + "...";
-      return std::string("the ") + kind_name(kind_) + " " + t;
-    }
-    case Kind::kString: {
-      const std::string& s = *text_;
-      std::size_t cut = s.size();
-      if (cut > kMax) {
-        cut = kMax;
-        while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0u) == 0x80u) --cut;
-      }
-      std::string out = "the string ";
-      append_json_string(out, std::string_view(s).substr(0, cut));
-      if (cut < s.size()) out += "...";
-      return out;
-    }
+    // Numbers and strings are described by kind and size only: error messages never quote request
+    // content (a client's values may be secrets; the JSON path says where the value is).
+    case Kind::kInt: return "an integer";
+    case Kind::kFloat: return "a number";
+    case Kind::kString: return "a string of " + std::to_string(text_->size()) + " bytes";
   }
   return "?";
 }

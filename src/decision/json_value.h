@@ -71,8 +71,8 @@ class JsonValue {
   /// Member value by key (nullptr when absent or when this is not an object).
   const JsonValue* find(std::string_view key) const noexcept;
 
-  /// Short description for error messages: the JSON type in Python's words and, for scalars, the
-  /// value ("an array", "the string \"abc\"", "the number 5").
+  /// Short description for error messages: the JSON type and, for strings, the size, never the
+  /// value ("an array", "a string of 3 bytes", "an integer", "null", "true").
   std::string describe() const;
 
   /// Short JSON type name: "null", "boolean", "integer", "float", "string", "array", "object".

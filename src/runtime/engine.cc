@@ -98,6 +98,8 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   backbone_ = std::make_unique<Backbone>(release_, options.backbone);
   head_ = std::make_unique<JointHead>(release_.head, release_.head_config, release_.model.text.lm_head);
   identity_ = engine_identity(release_, *backbone_);
+  fixed_text_tokens_ = static_cast<std::int64_t>(tokenizer_.encode(record_prefix()).size() +
+                                                 tokenizer_.encode(kSuffix).size());
   if (options.vision_grid != 0 && options.vision_grid != 8 && options.vision_grid != 14) {
     throw InvalidArgument("vision grid must be 0 (smart resize), 8 or 14, got " + std::to_string(options.vision_grid));
   }
@@ -154,7 +156,24 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
       throw RequestError(RequestErrorCode::kImagesUnsupported, JsonPath().key("images"),
                          "images are not supported with the static-shape (padded) readout");
     }
-    const RequestImages images = prepare_request_images(&req.images, options_.image_limits, {}, preprocess_config());
+    // Refuse from the file headers an image set that could never fit the record: the budget left
+    // after the prompt's fixed text (prefix, suffix, one vision_start/end pair per image, "\n", and
+    // at least one schema token); encode_record checks the exact total afterwards.
+    const VisionPreprocessConfig pc = preprocess_config();
+    ImageLimits limits = options_.image_limits;
+    const std::int64_t n_images = req.images.is_array() ? static_cast<std::int64_t>(req.images.size()) : 0;
+    const std::int64_t room = options_.record.max_length - fixed_text_tokens_ - 2 * n_images - 2;
+    limits.max_image_tokens = static_cast<std::uint64_t>(std::max<std::int64_t>(room, 0));
+    limits.tokens_for_size = [&pc](std::uint64_t w, std::uint64_t h) -> std::uint64_t {
+      try {
+        const ImageGrid g = image_grid_for_size(static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(h), 0, pc);
+        const auto m = static_cast<std::int64_t>(pc.merge_size);
+        return static_cast<std::uint64_t>(g.t * (g.h / m) * (g.w / m));
+      } catch (const RequestError&) {
+        return 0;  // e.g. the aspect ratio: preprocess_image reports it with the image's own index
+      }
+    };
+    const RequestImages images = prepare_request_images(&req.images, limits, {}, pc);
     std::vector<float> pixels;
     std::int64_t patches = 0;
     for (const VisionInput& in : images.inputs) {

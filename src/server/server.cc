@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <cctype>
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netdb.h>
@@ -190,8 +192,12 @@ void HttpServer::reply_error(httplib::Response& res, Dialect dialect, int status
 bool HttpServer::authorized(const httplib::Request& req) const {
   if (options_.api_key.empty()) return true;
   const std::string h = req.get_header_value("Authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  if (h.size() <= kBearer.size() || h.compare(0, kBearer.size(), kBearer) != 0) return false;
+  // The auth scheme is case-insensitive (RFC 7235 §2.1): "Bearer", "bearer", "BEARER".
+  constexpr std::string_view kBearer = "bearer ";
+  if (h.size() <= kBearer.size()) return false;
+  for (std::size_t i = 0; i < kBearer.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(h[i])) != kBearer[i]) return false;
+  }
   return same_secret(h.substr(kBearer.size()), options_.api_key);
 }
 
@@ -338,7 +344,12 @@ void HttpServer::decide(const httplib::Request& req, httplib::Response& res, con
       scheduler_.wait(job, deadline, [fd] { return peer_connected(fd); }, std::chrono::milliseconds(50));
   if (state == JobState::kCancelled) {
     // Either the client is gone (nobody reads this answer) or the queue deadline passed.
-    if (Clock::now() >= deadline) metrics_.count_overload("queue_timeout");
+    if (Clock::now() < deadline && !peer_connected(fd)) {
+      // Logged and counted as 499 (the client closed the request), not as an overload 503.
+      reply_error(res, route.dialect, 499, "client_closed_request", 3040, "the client disconnected while queued");
+      return;
+    }
+    metrics_.count_overload("queue_timeout");
     res.set_header("Retry-After", std::to_string(kRetryAfterSeconds));
     reply_error(res, route.dialect, 503, "overloaded_error", 3040,
                 "the request waited longer than the queue timeout (--timeout); retry later");

@@ -80,6 +80,28 @@ void check_dimensions(std::uint64_t width, std::uint64_t height, std::size_t ind
          "image is " + std::to_string(width) + "x" + std::to_string(height) + " = " + std::to_string(width * height) +
              " pixels; at most " + std::to_string(limits.max_pixels_per_image) + " are allowed");
   }
+  if (limits.tokens_for_size) {
+    const std::uint64_t tokens = limits.tokens_for_size(width, height);
+    if (limits.tokens_before + tokens > limits.max_image_tokens) {
+      fail(RequestErrorCode::kInputTooLong, index,
+           "image is " + std::to_string(width) + "x" + std::to_string(height) + " pixels = " + std::to_string(tokens) +
+               " image tokens" +
+               (limits.tokens_before ? " (" + std::to_string(limits.tokens_before) + " before it)" : std::string()) +
+               "; the record leaves room for at most " + std::to_string(limits.max_image_tokens) +
+               " image tokens (--max-tokens)");
+    }
+  }
+}
+
+/// check_dimensions() as a predicate, for the decoders that must leave their library's setjmp
+/// context before throwing.
+bool dimensions_refused(std::uint64_t width, std::uint64_t height, const ImageLimits& limits) {
+  try {
+    check_dimensions(width, height, 0, limits);
+    return false;
+  } catch (const RequestError&) {
+    return true;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -138,9 +160,7 @@ bool run_png(PngJob* job) {
   png_read_info(png, info);
   int interlace = 0;
   png_get_IHDR(png, info, &job->width, &job->height, &job->bit_depth, &job->color_type, &interlace, nullptr, nullptr);
-  const std::uint64_t pixels = std::uint64_t{job->width} * job->height;
-  if (job->width == 0 || job->height == 0 || job->width > job->limits->max_side || job->height > job->limits->max_side ||
-      pixels > job->limits->max_pixels_per_image) {
+  if (dimensions_refused(job->width, job->height, *job->limits)) {
     job->header_only = true;
     png_destroy_read_struct(&png, &info, nullptr);
     return true;
@@ -300,9 +320,7 @@ bool run_jpeg(JpegJob* job, const std::uint8_t* bytes, std::size_t size) {
   job->width = job->cinfo.image_width;
   job->height = job->cinfo.image_height;
   job->components = job->cinfo.num_components;
-  const std::uint64_t pixels = std::uint64_t{job->width} * job->height;
-  if (job->width == 0 || job->height == 0 || job->width > job->limits->max_side ||
-      job->height > job->limits->max_side || pixels > job->limits->max_pixels_per_image) {
+  if (dimensions_refused(job->width, job->height, *job->limits)) {
     job->header_only = true;
     jpeg_destroy_decompress(&job->cinfo);
     return true;
@@ -552,9 +570,7 @@ std::vector<std::uint8_t> decode_data_url(std::string_view url, std::size_t inde
   const std::string mime = header.substr(0, semi);
   if (mime != "image/png" && mime != "image/jpeg" && mime != "image/jpg" && mime != "image/webp") {
     fail(RequestErrorCode::kImageTypeUnsupported, index,
-         mime.rfind("image/", 0) == 0 && mime.size() <= 40
-             ? "image type " + mime + " is not supported (PNG, JPEG, WebP)"
-             : "data URL media type is not image/png, image/jpeg or image/webp");
+         "the data URL's media type is not image/png, image/jpeg, image/jpg or image/webp");
   }
   if (semi == std::string::npos || header.substr(semi) != ";base64") {
     fail(RequestErrorCode::kImageUrlUnsupported, index, "data URL must be ';base64' encoded with no other parameters");
@@ -604,8 +620,13 @@ std::vector<RgbImage> decode_image_urls(const std::vector<std::string_view>& url
            "the images' files total " + std::to_string(total) + " bytes so far; at most " +
                std::to_string(limits.max_encoded_bytes_total) + " are allowed per request");
     }
+    ImageLimits li = limits;
+    li.tokens_before = 0;
+    if (limits.tokens_for_size) {
+      for (const RgbImage& prev : out) li.tokens_before += limits.tokens_for_size(prev.width, prev.height);
+    }
     out.push_back(decode_image_bytes(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), i,
-                                     limits, options));
+                                     li, options));
   }
   return out;
 }

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -43,6 +44,13 @@ struct ImageLimits {
   std::size_t max_encoded_bytes_total = 24u << 20;           ///< sum over the request's images
   std::uint64_t max_pixels_per_image = 4096ull * 4096ull;    ///< width * height of the decoded file
   std::uint32_t max_side = 32768;                            ///< width and height each
+  /// Token budget checked from the file header, before any pixel is decoded: when
+  /// `tokens_for_size` is set, image i's tokens tokens_for_size(width, height) plus those of the
+  /// images before it must not exceed `max_image_tokens` (input_too_long at images.<i> otherwise),
+  /// so an image that could never fit the record costs nothing to refuse.
+  std::uint64_t max_image_tokens = 0;
+  std::function<std::uint64_t(std::uint64_t width, std::uint64_t height)> tokens_for_size;
+  std::uint64_t tokens_before = 0;  ///< set by decode_image_urls: tokens of the images before this one
 };
 
 /// Decoding options.

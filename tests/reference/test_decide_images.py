@@ -150,3 +150,24 @@ def test_no_images_flag_refuses(tiny_dir, tmp_path):
     r = run_decide(tiny_dir, {"model": "m", "state": "s", "images": [data_url(10, 10)], "questions": QUESTIONS},
                    tmp_path, "--no-images")
     assert r.returncode == 2 and "images" in r.stderr
+
+
+def test_images_that_cannot_fit_are_refused_from_the_header(tiny_dir, tmp_path):
+    """A small file declaring a huge image (4096 x 4096 zeros: ~49 KB of PNG, 16,384 image tokens) is
+    refused from its header with input_too_long before any pixel is decoded; with several images the
+    running total counts."""
+    from PIL import Image
+
+    b = io.BytesIO()
+    Image.new("RGB", (4096, 4096)).save(b, "PNG", compress_level=9)
+    big = "data:image/png;base64," + base64.b64encode(b.getvalue()).decode()
+    r = run_decide(tiny_dir, {"model": "m", "state": "s", "images": [big], "questions": QUESTIONS}, tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("clef: error: images.0: image is 4096x4096 pixels"), r.stderr
+    # (that message comes only from the header check, src/vision/image.cc check_dimensions)
+    b = io.BytesIO()
+    Image.new("RGB", (1500, 1500)).save(b, "PNG")
+    mid = "data:image/png;base64," + base64.b64encode(b.getvalue()).decode()  # 47 x 47 = 2,209 tokens
+    r = run_decide(tiny_dir, {"model": "m", "state": "s", "images": [mid] * 4, "questions": QUESTIONS}, tmp_path,
+                   "--max-tokens", "6000")
+    assert r.returncode == 2 and r.stderr.startswith("clef: error: images.2: ") and "4418 before it" in r.stderr, \
+        r.stderr

@@ -236,6 +236,13 @@ def test_client_gone_while_queued_is_cancelled(make_server):
     decided = after["clef_decisions_total"] - before["clef_decisions_total"]
     assert cancelled + decided == 8
     assert cancelled >= 3, (cancelled, decided)
+    # A client that left is logged and counted as 499, never as an overload 503.
+    gone = after.get('clef_requests_total{route="/v1/systemone",status="499"}', 0) - \
+        before.get('clef_requests_total{route="/v1/systemone",status="499"}', 0)
+    assert gone == cancelled
+    assert after['clef_overload_total{reason="queue_timeout"}'] == before['clef_overload_total{reason="queue_timeout"}']
+    assert after.get('clef_requests_total{route="/v1/systemone",status="503"}', 0) == \
+        before.get('clef_requests_total{route="/v1/systemone",status="503"}', 0)
 
 
 def test_api_key(make_server):
@@ -256,6 +263,8 @@ def test_api_key(make_server):
         assert s.request("GET", "/metrics", headers=headers)[0] == 401
     good = {"Authorization": "Bearer s3cret-key"}
     assert s.post_json("/v1/systemone", req, headers=good)[0] == 200
+    for scheme in ("bearer", "BEARER", "bEaReR"):  # the scheme is case-insensitive (RFC 7235)
+        assert s.post_json("/v1/systemone", req, headers={"Authorization": f"{scheme} s3cret-key"})[0] == 200
     assert s.post_json("/client/v4/accounts/a/ai/run/@cf/cloudflare/clef", req, headers=good)[0] == 200
     assert s.request("GET", "/v1/models", headers=good)[0] == 200
     assert s.request("GET", "/health")[0] == 200  # probes need no key

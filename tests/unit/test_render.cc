@@ -193,8 +193,10 @@ TEST(JsonValue, FactoriesKeepInvariants) {
   EXPECT_EQ(o.members()[0].first, "b");
   EXPECT_EQ(parse_json("9223372036854775807").as_int64(), 9223372036854775807LL);
   EXPECT_EQ(parse_json("9223372036854775808").as_int64(), std::nullopt);
-  EXPECT_EQ(parse_json("\"abc\"").describe(), "the string \"abc\"");
-  EXPECT_EQ(parse_json("2.50").describe(), "the float 2.5");
+  // Error messages never quote request values: kind and size only.
+  EXPECT_EQ(parse_json("\"abc\"").describe(), "a string of 3 bytes");
+  EXPECT_EQ(parse_json("2.50").describe(), "a number");
+  EXPECT_EQ(parse_json("7").describe(), "an integer");
   EXPECT_THROW((void)parse_json("1").as_string(), InternalError);
 }
 
