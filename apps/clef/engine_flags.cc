@@ -8,6 +8,25 @@
 
 namespace clef::cli {
 
+int parse_command_line(CLI::App& app, int argc, char** argv, const char* help_hint) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, like every other error; usage errors exit 2.
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    std::cerr << "clef: error: " << printable(what) << " (see " << help_hint << ")\n";
+    return 2;
+  }
+  return -1;
+}
+
 CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f) {
   auto* model = app.add_option("--model,-m", f.model_dir, "Release folder (default: the embedded tiny random-weight model)");
   app.add_option("--precision", f.precision,

@@ -36,6 +36,11 @@ CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& flags);
 /// The EngineOptions the flags describe (accept_any_model and aliases are left to the caller).
 EngineOptions engine_options(const EngineFlags& flags);
 
+/// Parses the command line into `app`. Returns the exit code when the command is done (0 after
+/// --help / --version, 2 after a usage error printed as one line "clef: error: ... (see
+/// `help_hint`)"), or -1 when the command should run.
+int parse_command_line(CLI::App& app, int argc, char** argv, const char* help_hint);
+
 /// The folder a command works on: `dir` when `given` (an explicitly empty path is an
 /// InvalidArgument, not a request for the default), else the embedded default tiny random-weight
 /// model (made on first use; a notice goes to stderr).

@@ -162,21 +162,7 @@ int run(int argc, char** argv) {
     for (const auto* sub : app.get_subcommands({})) known = known || sub->get_name() == argv[1];
     if (!known) throw clef::InvalidArgument("unknown command \"" + clef::printable(argv[1]) + "\" (see clef --help)");
   }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    // One line, like every other error; usage errors exit 2.
-    std::string what = e.what();
-    std::replace(what.begin(), what.end(), '\n', ' ');
-    std::cerr << "clef: error: " << clef::printable(what) << " (see clef --help)\n";
-    return 2;
-  }
+  if (const int rc = clef::cli::parse_command_line(app, argc, argv, "clef --help"); rc >= 0) return rc;
 
   if (*inspect) {
     clef::OpenReleaseOptions opt;

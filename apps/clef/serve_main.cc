@@ -74,18 +74,7 @@ int serve_main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
       ->capture_default_str();
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::string what = e.what();
-    std::replace(what.begin(), what.end(), '\n', ' ');
-    std::cerr << "clef: error: " << printable(what) << " (see clef serve --help)\n";
-    return 2;
-  }
+  if (const int rc = parse_command_line(app, argc, argv, "clef serve --help"); rc >= 0) return rc;
   so.queue = static_cast<std::size_t>(queue);
   so.max_body_bytes = static_cast<std::size_t>(max_body);
   flags.model_given = model_opt->count() > 0;
