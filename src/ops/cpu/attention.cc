@@ -26,6 +26,24 @@
 namespace clef::ops {
 namespace {
 
+/// Final step of one work item of the blocked attention: o rows (query i of head hh of the group,
+/// stride ldq, head hd columns) = Oᵀ column (hh * nq + i) / l (the softmax denominator). `corr` is
+/// scratch of ncol floats.
+inline void write_output(const float* Ot, const float* l, float* corr, std::int64_t ncol, std::int64_t group,
+                         std::int64_t nq, std::int64_t hd, float* o, std::int64_t ldq) {
+  for (std::int64_t c = 0; c < ncol; ++c) corr[c] = 1.0f / l[c];
+  for (std::int64_t hh = 0; hh < group; ++hh) {
+    float* oh = o + hh * hd;
+    for (std::int64_t i = 0; i < nq; ++i) {
+      float* oi = oh + i * ldq;
+      const std::int64_t c = hh * nq + i;
+      const float inv = corr[c];
+      for (std::int64_t e = 0; e < hd; ++e) oi[e] = Ot[e * ncol + c] * inv;
+    }
+  }
+}
+
+
 constexpr std::int64_t kKBlock = 64;
 constexpr std::int64_t kCols = 128;  // target query columns per item (group x nq)
 constexpr std::int64_t kMaxQBlock = 128;  // query cap per item (binds only for group 1: the vision tower)
@@ -163,16 +181,7 @@ void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
           cpu::small_gemm_at(hd, ncol, nk, Vb, ldk, St, ncol, Ot, ncol, 1.0f, true);
         }
       }
-      for (std::int64_t c = 0; c < ncol; ++c) corr[c] = 1.0f / l[c];
-      for (std::int64_t hh = 0; hh < group; ++hh) {
-        float* oh = o + i0 * ldq + (j * group + hh) * hd;
-        for (std::int64_t i = 0; i < nq; ++i) {
-          float* oi = oh + i * ldq;
-          const std::int64_t c = hh * nq + i;
-          const float inv = corr[c];
-          for (std::int64_t e = 0; e < hd; ++e) oi[e] = Ot[e * ncol + c] * inv;
-        }
-      }
+      write_output(Ot, l, corr, ncol, group, nq, hd, o + i0 * ldq + j * group * hd, ldq);
     }
   }
 }
@@ -277,16 +286,7 @@ void attention_bf16_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk
         // p0 is a multiple of kKBlock (even), so its pairs start at word p0 / 2.
         cpu::bf16_gemm_at(hd, ncol, npp, vpp + (j * npair + p0 / 2) * hd, hd, Pp, ncol, Ot, ncol, p0 > 0);
       }
-      for (std::int64_t c = 0; c < ncol; ++c) corr[c] = 1.0f / l[c];
-      for (std::int64_t hh = 0; hh < group; ++hh) {
-        float* oh = o + i0 * ldq + (j * group + hh) * hd;
-        for (std::int64_t i = 0; i < nq; ++i) {
-          float* oi = oh + i * ldq;
-          const std::int64_t c = hh * nq + i;
-          const float inv = corr[c];
-          for (std::int64_t e = 0; e < hd; ++e) oi[e] = Ot[e * ncol + c] * inv;
-        }
-      }
+      write_output(Ot, l, corr, ncol, group, nq, hd, o + i0 * ldq + j * group * hd, ldq);
     }
   }
 #endif
