@@ -12,6 +12,12 @@ std::string number(double v) {
   return std::string(buf, r.ptr);
 }
 
+/// One unlabelled sample with its HELP and TYPE lines.
+void append_scalar(std::string& out, const char* name, const char* help, const char* type, std::uint64_t value) {
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+         std::to_string(value) + "\n";
+}
+
 void render_histogram(std::string& out, const char* stage, const Histogram& h) {
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i < Histogram::kBounds.size(); ++i) {
@@ -76,21 +82,12 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
     out += "clef_overload_total{reason=\"" + std::string(reason) + "\"} " +
            std::to_string(it == overloads_.end() ? 0 : it->second) + "\n";
   }
-  out += "# HELP clef_queue_depth Decision jobs waiting for the engine.\n# TYPE clef_queue_depth gauge\n";
-  out += "clef_queue_depth " + std::to_string(g.depth) + "\n";
-  out += "# HELP clef_queue_capacity Decision jobs that may wait (--queue).\n# TYPE clef_queue_capacity gauge\n";
-  out += "clef_queue_capacity " + std::to_string(g.capacity) + "\n";
-  out += "# HELP clef_decisions_running Decisions the engine is computing (0 or 1).\n";
-  out += "# TYPE clef_decisions_running gauge\n";
-  out += "clef_decisions_running " + std::to_string(g.running) + "\n";
-  out += "# HELP clef_jobs_cancelled_total Queued jobs dropped before running (client gone or queue deadline).\n";
-  out += "# TYPE clef_jobs_cancelled_total counter\n";
-  out += "clef_jobs_cancelled_total " + std::to_string(g.cancelled) + "\n";
-  out += "# HELP clef_decisions_total Decisions the engine answered.\n# TYPE clef_decisions_total counter\n";
-  out += "clef_decisions_total " + std::to_string(decisions_) + "\n";
-  out += "# HELP clef_input_tokens_total Model input tokens processed (usage.input_tokens summed).\n";
-  out += "# TYPE clef_input_tokens_total counter\n";
-  out += "clef_input_tokens_total " + std::to_string(input_tokens_) + "\n";
+  append_scalar(out, "clef_queue_depth", "Decision jobs waiting for the engine.", "gauge", g.depth);
+  append_scalar(out, "clef_queue_capacity", "Decision jobs that may wait (--queue).", "gauge", g.capacity);
+  append_scalar(out, "clef_decisions_running", "Decisions the engine is computing (0 or 1).", "gauge", static_cast<std::uint64_t>(g.running));
+  append_scalar(out, "clef_jobs_cancelled_total", "Queued jobs dropped before running (client gone or queue deadline).", "counter", g.cancelled);
+  append_scalar(out, "clef_decisions_total", "Decisions the engine answered.", "counter", decisions_);
+  append_scalar(out, "clef_input_tokens_total", "Model input tokens processed (usage.input_tokens summed).", "counter", input_tokens_);
   out += "# HELP clef_stage_seconds Wall-clock seconds per decision stage (queue wait, tokenize, prefill, head, "
          "total = tokenize to answer).\n";
   out += "# TYPE clef_stage_seconds histogram\n";
@@ -104,19 +101,11 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
   out += "# TYPE clef_state_cache_lookups_total counter\n";
   out += "clef_state_cache_lookups_total{result=\"hit\"} " + std::to_string(c.hits) + "\n";
   out += "clef_state_cache_lookups_total{result=\"miss\"} " + std::to_string(c.misses) + "\n";
-  out += "# HELP clef_state_cache_evictions_total Entries dropped to stay within the budget.\n";
-  out += "# TYPE clef_state_cache_evictions_total counter\n";
-  out += "clef_state_cache_evictions_total " + std::to_string(c.evictions) + "\n";
-  out += "# HELP clef_state_cache_bytes Bytes held by the state cache.\n# TYPE clef_state_cache_bytes gauge\n";
-  out += "clef_state_cache_bytes " + std::to_string(c.bytes) + "\n";
-  out += "# HELP clef_state_cache_entries Entries held by the state cache.\n# TYPE clef_state_cache_entries gauge\n";
-  out += "clef_state_cache_entries " + std::to_string(c.entries) + "\n";
-  out += "# HELP clef_state_cache_budget_bytes The state cache's byte budget (--state-cache-mb; 0: off).\n";
-  out += "# TYPE clef_state_cache_budget_bytes gauge\n";
-  out += "clef_state_cache_budget_bytes " + std::to_string(c.budget) + "\n";
-  out += "# HELP clef_state_cache_reused_tokens_total Input tokens restored from the state cache instead of computed.\n";
-  out += "# TYPE clef_state_cache_reused_tokens_total counter\n";
-  out += "clef_state_cache_reused_tokens_total " + std::to_string(reused_tokens_) + "\n";
+  append_scalar(out, "clef_state_cache_evictions_total", "Entries dropped to stay within the budget.", "counter", c.evictions);
+  append_scalar(out, "clef_state_cache_bytes", "Bytes held by the state cache.", "gauge", c.bytes);
+  append_scalar(out, "clef_state_cache_entries", "Entries held by the state cache.", "gauge", c.entries);
+  append_scalar(out, "clef_state_cache_budget_bytes", "The state cache's byte budget (--state-cache-mb; 0: off).", "gauge", c.budget);
+  append_scalar(out, "clef_state_cache_reused_tokens_total", "Input tokens restored from the state cache instead of computed.", "counter", reused_tokens_);
   return out;
 }
 
