@@ -145,7 +145,7 @@ def measure_peaks(bindir, threads):
     if not exe.exists():
         return 0.0, 0.0
     r = subprocess.run([str(exe), "--peak-only", "--threads", str(threads)], capture_output=True, text=True, check=True)
-    m = re.search(r"fp32 FMA ([\d.]+) GFLOP/s, bf16 vdpbf16ps ([\d.]+)", r.stdout)
+    m = re.search(r"fp32 FMA ([\d.]+) GFLOP/s, bf16 (?:vdpbf16ps )?([\d.]+)", r.stdout)
     return (float(m.group(1)), float(m.group(2))) if m else (0.0, 0.0)
 
 

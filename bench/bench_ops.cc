@@ -1,5 +1,5 @@
-// Op micro-benchmarks (issue 5): the measured machine peak (fp32 FMA and bf16 vdpbf16ps
-// kernels), the GEMM libraries on the 0.8b / flash linear-layer shapes (oneDNN fp32, oneDNN bf16,
+// Op micro-benchmarks (issue 5): the measured peak of the kernel level in use (fp32 FMA and bf16
+// vdpbf16ps kernels, ops/peak.h; CLEF_ISA forces a level), the GEMM libraries on the 0.8b / flash linear-layer shapes (oneDNN fp32, oneDNN bf16,
 // OpenBLAS sgemm; all in the same run so the ratios are comparable on a noisy machine), and the
 // chunked gated delta rule and blocked attention kernels. Prints a table; not a timed test.
 //
@@ -17,14 +17,12 @@
 #include <string>
 #include <vector>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 #include "core/dtype.h"
 #include "ops/gemm.h"
+#include "ops/isa.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
+#include "ops/peak.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -51,64 +49,6 @@ std::vector<float> randv(std::size_t n, unsigned seed) {
   return v;
 }
 
-/// Peak fp32 GFLOP/s: 12 independent FMA chains per thread on all threads.
-double peak_fp32(int threads) {
-#if defined(__AVX512F__)
-  const long iters = 20'000'000;
-  const auto t0 = clock_type::now();
-  float sink = 0.0f;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-  {
-    __m512 acc[12];
-    for (auto& a : acc) a = _mm512_set1_ps(0.0f);
-    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
-    for (long i = 0; i < iters; ++i) {
-      for (auto& a : acc) a = _mm512_fmadd_ps(a, x, y);
-    }
-    alignas(64) float lanes[16];
-    for (auto& a : acc) {
-      _mm512_store_ps(lanes, a);
-      for (float l : lanes) sink += l;
-    }
-  }
-  const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
-  if (sink == 12345.0f) std::puts("");
-  return 12.0 * 16 * 2 * static_cast<double>(iters) * threads / s / 1e9;
-#else
-  (void)threads;
-  return 0.0;
-#endif
-}
-
-/// Peak bf16 GFLOP/s: 12 independent vdpbf16ps chains (32 bf16 products = 64 FLOP each).
-double peak_bf16(int threads) {
-#if defined(__AVX512BF16__)
-  const long iters = 20'000'000;
-  const auto t0 = clock_type::now();
-  float sink = 0.0f;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-  {
-    __m512 acc[12];
-    for (auto& a : acc) a = _mm512_set1_ps(0.0f);
-    const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
-    for (long i = 0; i < iters; ++i) {
-      for (auto& a : acc) a = _mm512_dpbf16_ps(a, x, x);
-    }
-    alignas(64) float lanes[16];
-    for (auto& a : acc) {
-      _mm512_store_ps(lanes, a);
-      for (float l : lanes) sink += l;
-    }
-  }
-  const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
-  if (sink == 12345.0f) std::puts("");
-  return 12.0 * 64 * static_cast<double>(iters) * threads / s / 1e9;
-#else
-  (void)threads;
-  return 0.0;
-#endif
-}
-
 struct Shape {
   const char* name;
   std::int64_t n, k;
@@ -130,14 +70,13 @@ int main(int argc, char** argv) {
   }
   threads = clef::ops::set_num_threads(threads);
   openblas_set_num_threads(threads);
-  std::printf("threads %d, GEMM backend %s\n\n", threads, clef::ops::gemm_backend_name().c_str());
+  std::printf("threads %d, kernels %s, GEMM backend %s\n\n", threads, clef::ops::isa_description().c_str(),
+              clef::ops::gemm_backend_name().c_str());
 
-  double pf = 0, pb = 0;
-  for (int r = 0; r < 3; ++r) {  // best of 3: the machine may be shared
-    pf = std::max(pf, peak_fp32(threads));
-    pb = std::max(pb, peak_bf16(threads));
-  }
-  std::printf("measured peak: fp32 FMA %.1f GFLOP/s, bf16 vdpbf16ps %.1f GFLOP/s\n\n", pf, pb);
+  const clef::ops::PeakGflops measured = clef::ops::measure_peak_gflops(threads);  // best of 3
+  const double pf = measured.fp32, pb = measured.bf16;
+  std::printf("measured peak: fp32 FMA %.1f GFLOP/s, bf16 %.1f GFLOP/s (%s)\n\n", pf, pb,
+              measured.bf16_dot ? "vdpbf16ps" : "fp32 FMA on bf16 values: no bf16 dot product at this level");
   if (peak_only) return 0;
 
   // Linear-layer shapes of the 0.8b preset (and one flash MLP shape), y [m, n] = x [m, k] W^T.

@@ -14,6 +14,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "ops/gemm.h"
+#include "ops/isa.h"
 #include "core/error.h"
 #include "decide_jsonl.h"
 #include "engine_flags.h"
@@ -86,7 +88,11 @@ int run(int argc, char** argv) {
   app.footer(kExitCodes);
   app.require_subcommand(1);
   app.allow_extras(false);
-  app.set_version_flag("--version", "clef 0.1.0");
+  app.set_version_flag("--version", [] {
+    return "clef 0.1.0\nkernels: " + clef::ops::isa_description() + "; supported here: " +
+           clef::ops::supported_isa_list() + " (CLEF_ISA=LEVEL forces one)\nGEMM: " +
+           clef::ops::gemm_backend_name();
+  });
 
   std::string inspect_dir, manifest;
   bool verify = false, as_json = false;
@@ -233,6 +239,7 @@ int main(int argc, char** argv) {
   try {
     // `clef hidden`: the backbone's final-norm hidden states for given ids, as .npy (debugging and
     // parity work; flags in src/runtime/backbone_dump.cc).
+    clef::ops::init_isa();  // a bad CLEF_ISA is reported before any work
     if (argc > 1 && std::string(argv[1]) == "hidden") return clef::backbone_dump_main(argc - 1, argv + 1);
     // `clef serve`: the HTTP server (flags in apps/clef/serve_main.cc).
     if (argc > 1 && std::string(argv[1]) == "serve") return clef::cli::serve_main(argc - 1, argv + 1);

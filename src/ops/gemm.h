@@ -8,7 +8,8 @@
 //   kF32  parity mode: fp32 activations times exact fp32 weights (bf16/f16 weights are widened,
 //         which is exact), fp32 accumulation;
 //   kBF16 fast mode: activations rounded to bf16, bf16 weights used in place (mmapped, zero
-//         copy), products summed in fp32, fp32 output.
+//         copy), products summed in fp32, fp32 output. Where oneDNN has no bf16 matmul (below
+//         AVX-512), the same operands go through its fp32 matmul (bf16_gemm_emulated()).
 #pragma once
 
 #include <cstddef>
@@ -72,6 +73,11 @@ class GemmWeight {
 /// y [m, n] = x [m, k] · Wᵀ, or y += x · Wᵀ when `accumulate` (fused residual add).
 /// x and y are contiguous fp32 and must not alias. m >= 1. Throws InvalidArgument on a bad size.
 void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate = false);
+
+/// True when the GEMM library has no bf16 matmul at the level in use (ops/isa.h), so kBF16 runs
+/// the same numerics through its fp32 matmul (activations rounded to bf16 values, bf16 weights
+/// widened exactly, fp32 sums; docs/NUMERICS.md).
+bool bf16_gemm_emulated();
 
 /// Name and version of the GEMM library in use, e.g. "oneDNN 2.6.3 (OpenMP, avx512_core_bf16)".
 std::string gemm_backend_name();

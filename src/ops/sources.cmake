@@ -1,7 +1,11 @@
 # Ops, nn blocks, the Qwen3.5 text model and the backbone runtime (issue 5).
 # GEMM: oneDNN (Debian libdnnl, OpenMP runtime); our own parallel loops use the same OpenMP.
+# Kernels: Google Highway (Debian libhwy-dev) compiles each src/ops/cpu kernel file once per x86-64
+# target and dispatches at run time (ops/isa.h). The build itself targets the plain x86-64
+# baseline (no -march), so one binary runs on every x86-64 CPU.
 find_package(dnnl REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(hwy REQUIRED)
 
 target_sources(clef_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/parallel.cc
@@ -17,8 +21,21 @@ target_sources(clef_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cpu/attention.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/vision_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/gemm_onednn.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/isa.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/peak.cc
 )
-target_link_libraries(clef_engine PRIVATE DNNL::dnnl OpenMP::OpenMP_CXX)
+# Targets compiled into every kernel file: SCALAR (baseline), AVX2, AVX3 (AVX-512) and AVX3_DL
+# (Ice Lake / Zen 4 set; its bf16 kernels add the avx512bf16 attribute). SSSE3/SSE4 are left out:
+# their masked loads/stores touch whole vectors (ops/isa.h).
+target_compile_definitions(clef_engine PRIVATE HWY_WANT_AVX3_DL "HWY_DISABLED_TARGETS=(HWY_SSSE3|HWY_SSE4)")
+target_link_libraries(clef_engine PRIVATE DNNL::dnnl OpenMP::OpenMP_CXX hwy::hwy)
+# GCC notes that vector-typed returns of the per-target inline helpers would change the ABI
+# between targets; they never cross a target boundary (all internal, inlined per target).
+set_source_files_properties(
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/elementwise.cc ${CMAKE_CURRENT_LIST_DIR}/cpu/conv1d.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/gdn.cc ${CMAKE_CURRENT_LIST_DIR}/cpu/attention.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/vision_ops.cc ${CMAKE_CURRENT_LIST_DIR}/cpu/peak.cc
+  PROPERTIES COMPILE_OPTIONS "-Wno-psabi")
 
 target_sources(clef_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/../nn/state.cc

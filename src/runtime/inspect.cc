@@ -1,5 +1,8 @@
 #include "runtime/inspect.h"
 
+#include "ops/gemm.h"
+#include "ops/isa.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -218,6 +221,8 @@ std::string format_inspect_report(const ReleaseFolder& r, const ModelSummary& s,
                    s.activation_bytes_per_chunk_token * static_cast<std::uint64_t>(chunk))
     << " in total\n";
   if (!r.verified_files.empty()) o << "verified     sha256 of " << r.verified_files.size() << " files match the manifest\n";
+  o << "\nthis machine kernels " << ops::isa_description() << " (CLEF_ISA forces a lower level)\n"
+    << "             GEMM " << ops::gemm_backend_name() << "\n";
   return o.str();
 }
 
@@ -265,6 +270,10 @@ nlohmann::ordered_json inspect_json(const ReleaseFolder& r, const ModelSummary& 
                  {"chunk", chunk},
                  {"context", context}};
   j["verified_files"] = r.verified_files;
+  j["runtime"] = {{"isa", ops::isa_name(ops::active_isa())},
+                  {"isa_description", ops::isa_description()},
+                  {"isa_supported", ops::supported_isa_list()},
+                  {"gemm", ops::gemm_backend_name()}};
   return j;
 }
 

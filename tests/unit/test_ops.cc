@@ -15,12 +15,15 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "ops/gemm.h"
+#include "isa_levels.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/rope_freq.h"
 
 namespace clef {
 namespace {
+
+class OpsAtLevel : public test::AtIsaLevel {};
 
 using Vec = std::vector<float>;
 using ops::AttentionDims;
@@ -123,7 +126,7 @@ TEST(Ops, EmbeddingGatherAllDtypes) {
   }
 }
 
-TEST(Ops, RmsNormOffset) {
+TEST_P(OpsAtLevel, RmsNormOffset) {
   Rng rng(2);
   for (std::int64_t rows : {1, 3, 17}) {
     for (std::int64_t n : kOdd) {
@@ -145,7 +148,7 @@ TEST(Ops, RmsNormOffset) {
   EXPECT_NEAR(y[0], 3.0f / std::sqrt(12.5f), 1e-6);
 }
 
-TEST(Ops, GatedRmsNorm) {
+TEST_P(OpsAtLevel, GatedRmsNorm) {
   Rng rng(3);
   for (std::int64_t rows : {1, 4, 17}) {
     for (std::int64_t n : kOdd) {
@@ -159,7 +162,7 @@ TEST(Ops, GatedRmsNorm) {
   }
 }
 
-TEST(Ops, ElementwiseSiluSigmoidAdd) {
+TEST_P(OpsAtLevel, ElementwiseSiluSigmoidAdd) {
   Rng rng(4);
   for (std::int64_t n : {1, 17, 100, 4097, 40000}) {
     const Vec a = rng.uniform(n, -30.0f, 30.0f), b = rng.uniform(n, -2.0f, 2.0f);
@@ -187,7 +190,7 @@ TEST(Ops, ElementwiseSiluSigmoidAdd) {
   EXPECT_TRUE(close("silu_mul(extremes)", dims({7}), want, got, {1e-30, 4e-6}));
 }
 
-TEST(Ops, L2NormRowsStrided) {
+TEST_P(OpsAtLevel, L2NormRowsStrided) {
   Rng rng(5);
   for (std::int64_t rows : {1, 6, 17}) {
     for (std::int64_t n : {1, 17, 32, 128}) {
@@ -210,7 +213,7 @@ TEST(Ops, L2NormRowsStrided) {
   EXPECT_NEAR(z[0], 1e-4 / std::sqrt(1e-8 + 1e-6), 1e-6);
 }
 
-TEST(Ops, CausalConv1dWithState) {
+TEST_P(OpsAtLevel, CausalConv1dWithState) {
   Rng rng(6);
   for (std::int64_t k : {1, 2, 4}) {
     for (std::int64_t c : {1, 17, 300}) {
@@ -237,7 +240,7 @@ TEST(Ops, CausalConv1dWithState) {
   }
 }
 
-TEST(Ops, GdnGates) {
+TEST_P(OpsAtLevel, GdnGates) {
   Rng rng(7);
   for (std::int64_t t : {1, 17}) {
     for (std::int64_t hv : {1, 4, 17}) {
@@ -270,7 +273,7 @@ void gdn_inputs(Rng& rng, const GdnDims& d, std::int64_t t, std::int64_t qk_stri
   s0 = rng.uniform(d.hv * d.dk * d.dv, -0.5f, 0.5f);
 }
 
-TEST(Ops, GatedDeltaRuleChunkedVsRecurrent) {
+TEST_P(OpsAtLevel, GatedDeltaRuleChunkedVsRecurrent) {
   Rng rng(8);
   const GdnCase cases[] = {
       {{2, 4, 32, 32}, 1},  {{2, 4, 32, 32}, 17}, {{2, 4, 32, 32}, 64}, {{2, 4, 32, 32}, 65},
@@ -308,7 +311,7 @@ TEST(Ops, GatedDeltaRuleChunkedVsRecurrent) {
   }
 }
 
-TEST(Ops, GatedDeltaRuleGroupedHeadMapping) {
+TEST_P(OpsAtLevel, GatedDeltaRuleGroupedHeadMapping) {
   // Value head h must read k-head h / (Hv/Hk) (grouped, pitfall 9): with Hk = 2, Hv = 4, zeroing
   // k-head 1 must leave v-heads 0,1 untouched and change only v-heads 2,3.
   const GdnDims d{2, 4, 8, 8};
@@ -337,7 +340,7 @@ TEST(Ops, GatedDeltaRuleGroupedHeadMapping) {
   EXPECT_NE(a[static_cast<std::size_t>((1 * d.hv + 2) * d.dv)], b[static_cast<std::size_t>((1 * d.hv + 2) * d.dv)]);
 }
 
-TEST(Ops, RopeTablesAndRotation) {
+TEST_P(OpsAtLevel, RopeTablesAndRotation) {
   // Interleaved section map of the real models (§7.2): H at 1,4,..,31, W at 2,5,..,29.
   RopeDims big;
   big.rotary_dim = 64;
@@ -387,7 +390,7 @@ TEST(Ops, RopeTablesAndRotation) {
   }
 }
 
-TEST(Ops, AttentionBlockedVsReference) {
+TEST_P(OpsAtLevel, AttentionBlockedVsReference) {
   Rng rng(11);
   for (const AttentionDims& d : {AttentionDims{4, 2, 64}, AttentionDims{2, 1, 17}, AttentionDims{3, 3, 40}}) {
     for (std::int64_t t : {1, 7, 33, 70}) {
@@ -414,7 +417,7 @@ TEST(Ops, ThreadCountIsCappedAtTheMachine) {
   ops::set_num_threads(before);
 }
 
-TEST(Ops, AttentionBf16VsReference) {
+TEST_P(OpsAtLevel, AttentionBf16VsReference) {
   // bf16 path: q, k, v and the probabilities are rounded to bf16 (fp32 accumulation), so compare
   // with the reference on bf16-rounded q/k/v at a bf16-sized tolerance; odd hd falls back to fp32.
   Rng rng(13);
@@ -440,7 +443,7 @@ TEST(Ops, AttentionBf16VsReference) {
   }
 }
 
-TEST(Ops, AttentionIsCausalByIndex) {
+TEST_P(OpsAtLevel, AttentionIsCausalByIndex) {
   // Changing a future key/value must not change earlier outputs.
   const AttentionDims d{2, 1, 16};
   Rng rng(12);
@@ -510,6 +513,8 @@ TEST(Ops, LinearZeroCopyBf16AndRejects) {
   EXPECT_THROW(ops::GemmWeight(DType::kBF16, w.data(), 0, 3, Precision::kF32), InvalidArgument);
   EXPECT_FALSE(ops::gemm_backend_name().empty());
 }
+
+CLEF_INSTANTIATE_AT_ISA_LEVELS(OpsAtLevel);
 
 }  // namespace
 }  // namespace clef

@@ -8,12 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "isa_levels.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/vision_ops.h"
 
 namespace clef {
 namespace {
+
+class VisionOpsAtLevel : public test::AtIsaLevel {};
 
 using Vec = std::vector<float>;
 
@@ -36,7 +39,7 @@ double worst(const Vec& want, const Vec& got, double atol, double rtol) {
   return w;
 }
 
-TEST(VisionOps, LayerNormMatchesReference) {
+TEST_P(VisionOpsAtLevel, LayerNormMatchesReference) {
   std::mt19937 g(1);
   for (std::int64_t n : {1, 17, 32, 768, 1153}) {
     for (std::int64_t rows : {1, 5, 64}) {
@@ -56,7 +59,7 @@ TEST(VisionOps, LayerNormMatchesReference) {
   for (float v : y) EXPECT_FLOAT_EQ(v, 0.25f);
 }
 
-TEST(VisionOps, GeluAndBiasMatchReference) {
+TEST_P(VisionOpsAtLevel, GeluAndBiasMatchReference) {
   std::mt19937 g(2);
   for (std::int64_t n : {1, 15, 16, 17, 100000}) {
     Vec x = uniform(g, n, -12.0f, 12.0f);
@@ -75,7 +78,7 @@ TEST(VisionOps, GeluAndBiasMatchReference) {
   EXPECT_EQ(y, y2);
 }
 
-TEST(VisionOps, FullAttentionMatchesReference) {
+TEST_P(VisionOpsAtLevel, FullAttentionMatchesReference) {
   std::mt19937 g(3);
   ops::set_num_threads(2);
   for (std::int64_t t : {1, 4, 63, 64, 65, 200}) {
@@ -104,6 +107,8 @@ TEST(VisionOps, FullAttentionMatchesReference) {
   }
   ops::set_num_threads(1);
 }
+
+CLEF_INSTANTIATE_AT_ISA_LEVELS(VisionOpsAtLevel);
 
 }  // namespace
 }  // namespace clef

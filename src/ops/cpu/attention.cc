@@ -9,6 +9,16 @@
 //                               l' = l e^{m - m'} + colsum Pt;  Ot = Ot e^{m - m'} + V_blkᵀ Pt
 //   out = Otᵀ / l
 // Column c = hh * nq + i is query i of head j * group + hh. Memory is O(block), never [t, tk].
+//
+// bf16 mode: on the avx512bf16 level the products run on bf16 pair words with vdpbf16ps; on every
+// other level the same operands (scaled q, k, v, probabilities) are rounded to bf16 values and
+// multiplied by the fp32 kernels (exact products, fp32 sums): the same numerics contract, only
+// the summation order differs. Compiled once per SIMD target (Highway, ops/isa.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/cpu/attention.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -17,13 +27,16 @@
 
 #include "core/error.h"
 #include "core/dtype.h"
-#include "ops/cpu/microgemm.h"
-#include "ops/cpu/microgemm_bf16.h"
-#include "ops/cpu/vmath.h"
+#include "ops/cpu/microgemm-inl.h"
+#include "ops/cpu/vmath-inl.h"
+#include "ops/isa.h"
 #include "ops/ops.h"
 #include "ops/vision_ops.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace clef::ops {
+namespace HWY_NAMESPACE {
+namespace cpu = ::clef::ops::cpu::HWY_NAMESPACE;
 namespace {
 
 /// Final step of one work item of the blocked attention: o rows (query i of head hh of the group,
@@ -113,19 +126,12 @@ void softmax_block(float* St, std::int64_t nk, std::int64_t ncol, std::int64_t n
   }
 }
 
-}  // namespace
-
-namespace {
-
 // causal: query i sees keys 0..tk-t+i; otherwise every query sees all tk keys (no masking:
-// with first_pos = tk no key row is ever past a query column).
+// with first_pos = tk no key row is ever past a query column). round_bf16: the scaled queries and
+// the probabilities are rounded to bf16 values before their products (the caller passes kc, vc
+// already rounded): the bf16 mode on targets without a bf16 dot product.
 void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-                    const float* kc, const float* vc, float* o, bool causal) {
-  if (d.nh <= 0 || d.nkv <= 0 || d.hd <= 0 || d.nh % d.nkv != 0 || tk < t) {
-    throw InvalidArgument("attention: bad shapes nh=" + std::to_string(d.nh) + " nkv=" +
-                          std::to_string(d.nkv) + " t=" + std::to_string(t) + " tk=" + std::to_string(tk));
-  }
-  if (t <= 0) return;
+                    const float* kc, const float* vc, float* o, bool causal, bool round_bf16 = false) {
   const std::int64_t hd = d.hd, group = d.nh / d.nkv;
   const std::int64_t ldq = d.nh * hd, ldk = d.nkv * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -159,6 +165,7 @@ void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
           for (std::int64_t e = 0; e < hd; ++e) Qt[e * ncol + hh * nq + i] = qi[e] * scale;
         }
       }
+      if (round_bf16) cpu::round_to_bf16_inplace(Qt, hd * ncol);
       for (std::int64_t c = 0; c < ncol; ++c) {
         m[c] = kNegInf;
         l[c] = 0.0f;
@@ -171,6 +178,7 @@ void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
         const float* Vb = vc + p0 * ldk + j * hd;
         cpu::small_gemm(nk, ncol, hd, Kb, ldk, Qt, ncol, St, ncol);
         softmax_block(St, nk, ncol, nq, p0, first_pos, m, l, corr);
+        if (round_bf16) cpu::round_to_bf16_inplace(St, nk * ncol);
         if (p0 == 0) {
           cpu::small_gemm_at(hd, ncol, nk, Vb, ldk, St, ncol, Ot, ncol);
         } else {
@@ -186,16 +194,9 @@ void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
   }
 }
 
-void attention_bf16_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-                         const float* kc, const float* vc, float* o, bool causal) {
-#if !defined(CLEF_HAVE_BF16_GEMM)
-  attention_impl(d, t, tk, q, kc, vc, o, causal);
-#else
-  if (d.nh <= 0 || d.nkv <= 0 || d.hd <= 0 || d.nh % d.nkv != 0 || tk < t) {
-    throw InvalidArgument("attention_bf16: bad shapes nh=" + std::to_string(d.nh) + " nkv=" +
-                          std::to_string(d.nkv) + " t=" + std::to_string(t) + " tk=" + std::to_string(tk));
-  }
-  if (t <= 0) return;
+#if defined(CLEF_HAVE_BF16_DOT)
+CLEF_BF16_ATTR void attention_bf16_dot(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
+                                       const float* kc, const float* vc, float* o, bool causal) {
   if (d.hd % 2 != 0) {  // pairs along hd: odd head dims take the fp32 path
     attention_impl(d, t, tk, q, kc, vc, o, causal);
     return;
@@ -289,29 +290,89 @@ void attention_bf16_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk
       write_output(Ot, l, corr, ncol, group, nq, hd, o + i0 * ldq + j * group * hd, ldq);
     }
   }
-#endif
+}
+#endif  // CLEF_HAVE_BF16_DOT
+
+/// bf16 attention without a bf16 dot product: k and v rounded to bf16 values once, then the
+/// fp32 kernel with the queries and probabilities rounded as well.
+void attention_bf16_emulated(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
+                             const float* kc, const float* vc, float* o, bool causal) {
+  const std::int64_t n = tk * d.nkv * d.hd;
+  thread_local std::vector<float> kr, vr;
+  kr.resize(static_cast<std::size_t>(n));
+  vr.resize(static_cast<std::size_t>(n));
+  float* kp = kr.data();
+  float* vp = vr.data();
+  constexpr std::int64_t kBlock = 1 << 14;
+  const std::int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t s0 = b * kBlock, len = std::min(kBlock, n - s0);
+    std::copy(kc + s0, kc + s0 + len, kp + s0);
+    std::copy(vc + s0, vc + s0 + len, vp + s0);
+    cpu::round_to_bf16_inplace(kp + s0, len);
+    cpu::round_to_bf16_inplace(vp + s0, len);
+  }
+  attention_impl(d, t, tk, q, kp, vp, o, causal, true);
 }
 
 }  // namespace
 
+void AttentionImpl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
+                   const float* kc, const float* vc, float* o, bool causal) {
+  attention_impl(d, t, tk, q, kc, vc, o, causal);
+}
+
+void AttentionBf16Impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
+                       const float* kc, const float* vc, float* o, bool causal) {
+#if defined(CLEF_HAVE_BF16_DOT)
+  attention_bf16_dot(d, t, tk, q, kc, vc, o, causal);
+#else
+  attention_bf16_emulated(d, t, tk, q, kc, vc, o, causal);
+#endif
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace clef::ops
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace clef::ops {
+HWY_EXPORT(AttentionImpl);
+HWY_EXPORT(AttentionBf16Impl);
+
+namespace {
+void check_shapes(const char* what, const AttentionDims& d, std::int64_t t, std::int64_t tk) {
+  if (d.nh <= 0 || d.nkv <= 0 || d.hd <= 0 || d.nh % d.nkv != 0 || tk < t) {
+    throw InvalidArgument(std::string(what) + ": bad shapes nh=" + std::to_string(d.nh) + " nkv=" +
+                          std::to_string(d.nkv) + " t=" + std::to_string(t) + " tk=" + std::to_string(tk));
+  }
+}
+}  // namespace
+
 void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
                const float* kc, const float* vc, float* o) {
-  attention_impl(d, t, tk, q, kc, vc, o, true);
+  check_shapes("attention", d, t, tk);
+  if (t > 0) CLEF_DISPATCH(AttentionImpl)(d, t, tk, q, kc, vc, o, true);
 }
 
 void attention_bf16(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
                     const float* kc, const float* vc, float* o) {
-  attention_bf16_impl(d, t, tk, q, kc, vc, o, true);
+  check_shapes("attention_bf16", d, t, tk);
+  if (t > 0) CLEF_DISPATCH(AttentionBf16Impl)(d, t, tk, q, kc, vc, o, true);
 }
 
 void attention_full(const AttentionDims& d, std::int64_t t, const float* q, const float* k,
                     const float* v, float* o) {
-  attention_impl(d, t, t, q, k, v, o, false);
+  check_shapes("attention_full", d, t, t);
+  if (t > 0) CLEF_DISPATCH(AttentionImpl)(d, t, t, q, k, v, o, false);
 }
 
 void attention_full_bf16(const AttentionDims& d, std::int64_t t, const float* q, const float* k,
                          const float* v, float* o) {
-  attention_bf16_impl(d, t, t, q, k, v, o, false);
+  check_shapes("attention_full_bf16", d, t, t);
+  if (t > 0) CLEF_DISPATCH(AttentionBf16Impl)(d, t, t, q, k, v, o, false);
 }
 
 }  // namespace clef::ops
+#endif  // HWY_ONCE

@@ -1,19 +1,27 @@
 // Optimized causal depthwise conv1d + SiLU with carried state (architecture.md §4.2).
 // Channels are split into blocks across threads; inside a block the taps are transposed to
-// [k, block] so every tap is a contiguous, vectorized multiply-add over channels.
+// [k, block] so every tap is a contiguous, vectorized multiply-add over channels. Compiled once
+// per SIMD target (Highway foreach_target, ops/isa.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/cpu/conv1d.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
 #include <algorithm>
 #include <vector>
 
 #include "core/error.h"
-#include "ops/cpu/vmath.h"
+#include "ops/cpu/vmath-inl.h"
+#include "ops/isa.h"
 #include "ops/ops.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace clef::ops {
+namespace HWY_NAMESPACE {
+namespace cpu = ::clef::ops::cpu::HWY_NAMESPACE;
 
-void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w,
-                        std::int64_t k, float* state, float* y) {
-  if (k < 1 || c < 1 || t < 0) throw InvalidArgument("causal_conv1d_silu: bad shape");
-  if (t == 0) return;
+void CausalConv1dSiluImpl(const float* x, std::int64_t t, std::int64_t c, const float* w,
+                          std::int64_t k, float* state, float* y) {
   const std::int64_t hist = k - 1;
   constexpr std::int64_t kBlock = 256;
   const std::int64_t blocks = (c + kBlock - 1) / kBlock;
@@ -55,4 +63,19 @@ void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const fl
   }
 }
 
+}  // namespace HWY_NAMESPACE
 }  // namespace clef::ops
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace clef::ops {
+HWY_EXPORT(CausalConv1dSiluImpl);
+
+void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w,
+                        std::int64_t k, float* state, float* y) {
+  if (k < 1 || c < 1 || t < 0) throw InvalidArgument("causal_conv1d_silu: bad shape");
+  if (t == 0) return;
+  CLEF_DISPATCH(CausalConv1dSiluImpl)(x, t, c, w, k, state, y);
+}
+}  // namespace clef::ops
+#endif  // HWY_ONCE

@@ -1,20 +1,140 @@
-// Optimized CPU elementwise, norm, gate and rotary ops (contracts in ops/ops.h).
+// Optimized CPU elementwise, norm, gate and rotary ops (contracts in ops/ops.h), compiled once
+// per SIMD target (Highway foreach_target; the level is chosen at run time, ops/isa.h). Plain loops
+// here are vectorized by the compiler for each target; exp/sigmoid/SiLU use vmath-inl.h.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/cpu/elementwise.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "ops/cpu/vmath.h"
+#include "ops/cpu/vmath-inl.h"
+#include "ops/isa.h"
 #include "ops/ops.h"
 #include "ops/rope_freq.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace clef::ops {
-namespace {
+namespace HWY_NAMESPACE {
+namespace cpu = ::clef::ops::cpu::HWY_NAMESPACE;
 
 // Below this many elements a loop stays on one thread (fork/join costs a few microseconds).
 constexpr std::int64_t kParallelMin = 1 << 15;
 
+void RmsNormOffsetImpl(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps,
+                     float* y) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    const float inv = 1.0f / std::sqrt(cpu::sum_squares(xr, n) / static_cast<float>(n) + eps);
+    for (std::int64_t j = 0; j < n; ++j) yr[j] = (xr[j] * inv) * (1.0f + w[j]);
+  }
+}
+
+void GatedRmsNormImpl(const float* o, const float* z, std::int64_t rows, std::int64_t n,
+                    const float* w, float eps, float* y) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* orow = o + r * n;
+    float* yr = y + r * n;
+    const float inv = 1.0f / std::sqrt(cpu::sum_squares(orow, n) / static_cast<float>(n) + eps);
+    for (std::int64_t j = 0; j < n; ++j) yr[j] = w[j] * (orow[j] * inv);
+    cpu::silu_times(z + r * n, yr, yr, n);  // y = silu(z) * y
+  }
+}
+
+void SiluMulImpl(const float* gate, const float* up, std::int64_t n, float* out) {
+  constexpr std::int64_t kBlock = 4096;
+  const std::int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t s = b * kBlock, e = std::min(n, s + kBlock);
+    cpu::silu_times(gate + s, up + s, out + s, e - s);
+  }
+}
+
+void AddInplaceImpl(float* h, const float* x, std::int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMin)
+  for (std::int64_t i = 0; i < n; ++i) h[i] += x[i];
+}
+
+void SigmoidMulImpl(float* o, const float* gate, std::int64_t n) {
+  constexpr std::int64_t kBlock = 4096;
+  const std::int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t s = b * kBlock, e = std::min(n, s + kBlock);
+    cpu::sigmoid_times(gate + s, o + s, o + s, e - s);
+  }
+}
+
+void L2normRowsImpl(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps,
+                 float scale) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* xr = x + r * stride;
+    const float inv = 1.0f / std::sqrt(cpu::sum_squares(xr, n) + eps);
+    for (std::int64_t j = 0; j < n; ++j) xr[j] = (xr[j] * inv) * scale;
+  }
+}
+
+void GdnGatesImpl(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* a_log,
+               const float* dt_bias, float* beta, float* g) {
+  std::vector<float> neg_a(static_cast<std::size_t>(hv));
+  for (std::int64_t h = 0; h < hv; ++h) neg_a[static_cast<std::size_t>(h)] = -std::exp(a_log[h]);
+  cpu::sigmoid_times(b, nullptr, beta, t * hv);
+  for (std::int64_t i = 0; i < t; ++i) {
+    for (std::int64_t h = 0; h < hv; ++h) {
+      const float xs = a[i * hv + h] + dt_bias[h];
+      const float sp = xs > 20.0f ? xs : std::log1p(std::exp(xs));
+      g[i * hv + h] = neg_a[static_cast<std::size_t>(h)] * sp;
+    }
+  }
+}
+
+void ApplyRopeImpl(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim,
+                std::int64_t row_stride, std::int64_t rotary_dim, const float* cos,
+                const float* sin) {
+  const std::int64_t half = rotary_dim / 2;
+#pragma omp parallel for schedule(static) if (t * heads * rotary_dim >= kParallelMin)
+  for (std::int64_t i = 0; i < t; ++i) {
+    const float* c = cos + i * half;
+    const float* s = sin + i * half;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      float* __restrict lo = x + i * row_stride + h * head_dim;
+      float* __restrict hi = lo + half;
+      for (std::int64_t f = 0; f < half; ++f) {
+        const float a = lo[f], b = hi[f];
+        lo[f] = a * c[f] - b * s[f];
+        hi[f] = b * c[f] + a * s[f];
+      }
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace clef::ops
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace clef::ops {
+namespace {
+constexpr std::int64_t kParallelMin = 1 << 15;
 }  // namespace
+
+HWY_EXPORT(RmsNormOffsetImpl);
+HWY_EXPORT(GatedRmsNormImpl);
+HWY_EXPORT(SiluMulImpl);
+HWY_EXPORT(AddInplaceImpl);
+HWY_EXPORT(SigmoidMulImpl);
+HWY_EXPORT(L2normRowsImpl);
+HWY_EXPORT(GdnGatesImpl);
+HWY_EXPORT(ApplyRopeImpl);
 
 void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::int64_t h,
                       std::span<const std::int32_t> ids, float* out) {
@@ -41,74 +161,40 @@ void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::in
 
 void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps,
                      float* y) {
-#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * n;
-    float* yr = y + r * n;
-    const float inv = 1.0f / std::sqrt(cpu::sum_squares(xr, n) / static_cast<float>(n) + eps);
-    for (std::int64_t j = 0; j < n; ++j) yr[j] = (xr[j] * inv) * (1.0f + w[j]);
-  }
+  CLEF_DISPATCH(RmsNormOffsetImpl)(x, rows, n, w, eps, y);
 }
 
 void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int64_t n,
                     const float* w, float eps, float* y) {
-#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* orow = o + r * n;
-    float* yr = y + r * n;
-    const float inv = 1.0f / std::sqrt(cpu::sum_squares(orow, n) / static_cast<float>(n) + eps);
-    for (std::int64_t j = 0; j < n; ++j) yr[j] = w[j] * (orow[j] * inv);
-    cpu::silu_times(z + r * n, yr, yr, n);  // y = silu(z) * y
-  }
+  CLEF_DISPATCH(GatedRmsNormImpl)(o, z, rows, n, w, eps, y);
 }
 
 void silu_mul(const float* gate, const float* up, std::int64_t n, float* out) {
-  constexpr std::int64_t kBlock = 4096;
-  const std::int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::int64_t s = b * kBlock, e = std::min(n, s + kBlock);
-    cpu::silu_times(gate + s, up + s, out + s, e - s);
-  }
+  CLEF_DISPATCH(SiluMulImpl)(gate, up, n, out);
 }
 
 void add_inplace(float* h, const float* x, std::int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMin)
-  for (std::int64_t i = 0; i < n; ++i) h[i] += x[i];
+  CLEF_DISPATCH(AddInplaceImpl)(h, x, n);
 }
 
 void sigmoid_mul(float* o, const float* gate, std::int64_t n) {
-  constexpr std::int64_t kBlock = 4096;
-  const std::int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::int64_t s = b * kBlock, e = std::min(n, s + kBlock);
-    cpu::sigmoid_times(gate + s, o + s, o + s, e - s);
-  }
+  CLEF_DISPATCH(SigmoidMulImpl)(o, gate, n);
 }
 
 void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps,
                  float scale) {
-#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
-  for (std::int64_t r = 0; r < rows; ++r) {
-    float* xr = x + r * stride;
-    const float inv = 1.0f / std::sqrt(cpu::sum_squares(xr, n) + eps);
-    for (std::int64_t j = 0; j < n; ++j) xr[j] = (xr[j] * inv) * scale;
-  }
+  CLEF_DISPATCH(L2normRowsImpl)(x, rows, n, stride, eps, scale);
 }
 
 void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* a_log,
                const float* dt_bias, float* beta, float* g) {
-  std::vector<float> neg_a(static_cast<std::size_t>(hv));
-  for (std::int64_t h = 0; h < hv; ++h) neg_a[static_cast<std::size_t>(h)] = -std::exp(a_log[h]);
-  cpu::sigmoid_times(b, nullptr, beta, t * hv);
-  for (std::int64_t i = 0; i < t; ++i) {
-    for (std::int64_t h = 0; h < hv; ++h) {
-      const float xs = a[i * hv + h] + dt_bias[h];
-      const float sp = xs > 20.0f ? xs : std::log1p(std::exp(xs));
-      g[i * hv + h] = neg_a[static_cast<std::size_t>(h)] * sp;
-    }
-  }
+  CLEF_DISPATCH(GdnGatesImpl)(b, a, t, hv, a_log, dt_bias, beta, g);
+}
+
+void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim,
+                std::int64_t row_stride, std::int64_t rotary_dim, const float* cos,
+                const float* sin) {
+  CLEF_DISPATCH(ApplyRopeImpl)(x, t, heads, head_dim, row_stride, rotary_dim, cos, sin);
 }
 
 void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, float* cos,
@@ -127,24 +213,5 @@ void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, flo
   }
 }
 
-void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim,
-                std::int64_t row_stride, std::int64_t rotary_dim, const float* cos,
-                const float* sin) {
-  const std::int64_t half = rotary_dim / 2;
-#pragma omp parallel for schedule(static) if (t * heads * rotary_dim >= kParallelMin)
-  for (std::int64_t i = 0; i < t; ++i) {
-    const float* c = cos + i * half;
-    const float* s = sin + i * half;
-    for (std::int64_t h = 0; h < heads; ++h) {
-      float* __restrict lo = x + i * row_stride + h * head_dim;
-      float* __restrict hi = lo + half;
-      for (std::int64_t f = 0; f < half; ++f) {
-        const float a = lo[f], b = hi[f];
-        lo[f] = a * c[f] - b * s[f];
-        hi[f] = b * c[f] + a * s[f];
-      }
-    }
-  }
-}
-
 }  // namespace clef::ops
+#endif  // HWY_ONCE

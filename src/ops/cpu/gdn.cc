@@ -12,17 +12,27 @@
 // C³/6 multiply-adds, replacing the C²·(dk+dv)/2 of a forward substitution on U and W.
 // A chunk shorter than C (the tail of a call) runs with its own length: the zero padding of the
 // HF reference changes nothing in exact arithmetic.
+// Compiled once per SIMD target (Highway foreach_target; level chosen at run time, ops/isa.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/cpu/gdn.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "ops/cpu/microgemm.h"
-#include "ops/cpu/vmath.h"
+#include "ops/cpu/microgemm-inl.h"
+#include "ops/cpu/vmath-inl.h"
+#include "ops/isa.h"
 #include "ops/ops.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace clef::ops {
+namespace HWY_NAMESPACE {
+namespace cpu = ::clef::ops::cpu::HWY_NAMESPACE;
 namespace {
 
 constexpr std::int64_t kChunk = 64;
@@ -151,14 +161,9 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
 
 }  // namespace
 
-void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k,
-                      std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,
-                      const float* beta, float* state, float* o) {
-  if (d.hk <= 0 || d.hv <= 0 || d.dk <= 0 || d.dv <= 0 || d.hv % d.hk != 0) {
-    throw InvalidArgument("gated_delta_rule: bad dims Hk=" + std::to_string(d.hk) + " Hv=" +
-                          std::to_string(d.hv));
-  }
-  if (t <= 0) return;
+void GatedDeltaRuleImpl(const GdnDims& d, std::int64_t t, const float* q, const float* k,
+                        std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,
+                        const float* beta, float* state, float* o) {
   const std::int64_t r = d.hv / d.hk;
 #pragma omp parallel
   {
@@ -175,4 +180,23 @@ void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const fl
   }
 }
 
+}  // namespace HWY_NAMESPACE
 }  // namespace clef::ops
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace clef::ops {
+HWY_EXPORT(GatedDeltaRuleImpl);
+
+void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k,
+                      std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,
+                      const float* beta, float* state, float* o) {
+  if (d.hk <= 0 || d.hv <= 0 || d.dk <= 0 || d.dv <= 0 || d.hv % d.hk != 0) {
+    throw InvalidArgument("gated_delta_rule: bad dims Hk=" + std::to_string(d.hk) + " Hv=" +
+                          std::to_string(d.hv));
+  }
+  if (t <= 0) return;
+  CLEF_DISPATCH(GatedDeltaRuleImpl)(d, t, q, k, qk_stride, v, v_stride, g, beta, state, o);
+}
+}  // namespace clef::ops
+#endif  // HWY_ONCE

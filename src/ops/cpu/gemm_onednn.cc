@@ -3,8 +3,15 @@
 // The weight W [n, k] row-major is handed to oneDNN as the matrix B = Wᵀ [k, n] with strides
 // (1, k) ("ba"), so the mmapped checkpoint bytes are used in place. Primitives are created once
 // per (m, n, k, precision, accumulate) and cached here (oneDNN also caches internally).
+//
+// bf16 where oneDNN has no bf16 matmul (Debian's oneDNN 2.6 below AVX-512, or a level capped by
+// CLEF_ISA): the same numerics contract through the fp32 matmul. The activations are rounded to
+// bf16 values (kept as fp32) and the bf16 weights widened to fp32 (exact), so every product is the
+// exact product of two bf16 values and the sums are fp32, as in oneDNN's bf16 kernel; only the
+// summation order differs. The widened weight goes to per-call scratch, as in the fp32 mode.
 #include <omp.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -15,6 +22,7 @@
 
 #include "core/error.h"
 #include "ops/gemm.h"
+#include "ops/isa.h"
 #include "ops/profile.h"
 
 namespace clef::ops {
@@ -30,17 +38,20 @@ struct Backend {
 };
 
 Backend& backend() {
+  static const IsaLevel level = init_isa();  // caps oneDNN's ISA before its first primitive
+  (void)level;
   static Backend b;
   return b;
 }
 
-dnnl::matmul get_primitive(std::int64_t m, std::int64_t n, std::int64_t k, bool bf16, bool acc) {
-  Backend& b = backend();
-  std::lock_guard<std::mutex> lock(b.mu);
-  const auto key = std::make_tuple(m, n, k, bf16 ? 1 : 0, acc);
-  auto it = b.cache.find(key);
-  if (it != b.cache.end()) return it->second;
-  const dt in_t = bf16 ? dt::bf16 : dt::f32;
+/// Set once a bf16 primitive could not be created: from then on bf16 runs the fp32 fallback.
+std::atomic<bool> g_bf16_emulated{false};
+
+using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, bool>;
+
+dnnl::matmul create_primitive(Backend& b, const Key& key) {
+  const auto [m, n, k, bf16i, acc] = key;
+  const dt in_t = bf16i != 0 ? dt::bf16 : dt::f32;
   const dnnl::memory::desc src_md({m, k}, in_t, dnnl::memory::dims{k, 1});
   const dnnl::memory::desc wei_md({k, n}, in_t, dnnl::memory::dims{1, k});
   const dnnl::memory::desc dst_md({m, n}, dt::f32, dnnl::memory::dims{n, 1});
@@ -56,6 +67,23 @@ dnnl::matmul get_primitive(std::int64_t m, std::int64_t n, std::int64_t k, bool 
   if (b.cache.size() > 4096) b.cache.clear();  // bound the cache; recreation is cheap-ish
   b.cache.emplace(key, prim);
   return prim;
+}
+
+/// The cached primitive, or an empty one when oneDNN has no bf16 matmul at this level (then
+/// g_bf16_emulated is set and the caller takes the fp32 fallback).
+dnnl::matmul get_primitive(std::int64_t m, std::int64_t n, std::int64_t k, bool bf16, bool acc) {
+  Backend& b = backend();
+  std::lock_guard<std::mutex> lock(b.mu);
+  const Key key = std::make_tuple(m, n, k, bf16 ? 1 : 0, acc);
+  auto it = b.cache.find(key);
+  if (it != b.cache.end()) return it->second;
+  if (!bf16) return create_primitive(b, key);
+  try {
+    return create_primitive(b, key);
+  } catch (const dnnl::error&) {
+    g_bf16_emulated.store(true);
+    return {};
+  }
 }
 
 /// Grows a thread-local scratch buffer to `n` elements and returns it.
@@ -121,17 +149,34 @@ GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64
 void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate) {
   if (!w.valid() || m <= 0) throw InvalidArgument("linear: empty weight or m <= 0");
   const std::int64_t n = w.n(), k = w.k();
-  thread_local std::vector<float> wide;
+  thread_local std::vector<float> wide, xr;
   thread_local std::vector<std::uint16_t> xb;
-  const bool bf16 = w.precision() == Precision::kBF16;
+  bool bf16 = w.precision() == Precision::kBF16;
+  dnnl::matmul prim;
+  if (bf16 && !g_bf16_emulated.load(std::memory_order_relaxed)) prim = get_primitive(m, n, k, true, accumulate);
+  const bool emulate = bf16 && !prim;  // bf16 numerics through the fp32 matmul
   const void* wptr = w.operand();
-  if (wptr == nullptr) {  // kF32 with BF16/F16 (or misaligned F32) storage: widen per call
+  const void* xptr = x;
+  if (emulate) {
+    bf16 = false;
+    {
+      CLEF_PROF_SCOPE(">linear.widen_weight");
+      float* buf = scratch(wide, static_cast<std::size_t>(n * k));
+      widen_to_f32(DType::kBF16, wptr, n, k, buf);  // the bf16 operand (zero-copy or converted once)
+      wptr = buf;
+    }
+    CLEF_PROF_SCOPE(">linear.x_to_bf16");
+    float* buf = scratch(xr, static_cast<std::size_t>(m * k));
+    const std::int64_t total = m * k;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < total; ++i) buf[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    xptr = buf;
+  } else if (wptr == nullptr) {  // kF32 with BF16/F16 (or misaligned F32) storage: widen per call
     CLEF_PROF_SCOPE(">linear.widen_weight");
     float* buf = scratch(wide, static_cast<std::size_t>(n * k));
     widen_to_f32(w.stored_dtype(), w.stored_data(), n, k, buf);
     wptr = buf;
   }
-  const void* xptr = x;
   if (bf16) {
     CLEF_PROF_SCOPE(">linear.x_to_bf16");
     std::uint16_t* buf = scratch(xb, static_cast<std::size_t>(m * k));
@@ -141,7 +186,7 @@ void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool 
     xptr = buf;
   }
   Backend& b = backend();
-  dnnl::matmul prim = get_primitive(m, n, k, bf16, accumulate);
+  if (!prim) prim = get_primitive(m, n, k, false, accumulate);
   const dt in_t = bf16 ? dt::bf16 : dt::f32;
   dnnl::memory src({{m, k}, in_t, dnnl::memory::dims{k, 1}}, b.engine, const_cast<void*>(xptr));
   dnnl::memory wei({{k, n}, in_t, dnnl::memory::dims{1, k}}, b.engine, const_cast<void*>(wptr));
@@ -150,7 +195,19 @@ void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool 
   b.stream.wait();
 }
 
+bool bf16_gemm_emulated() {
+  if (!g_bf16_emulated.load()) {
+    try {  // probe once with a tiny shape so the answer is known before the first real call
+      (void)get_primitive(1, 16, 16, true, false);
+    } catch (const dnnl::error&) {
+      g_bf16_emulated.store(true);
+    }
+  }
+  return g_bf16_emulated.load();
+}
+
 std::string gemm_backend_name() {
+  init_isa();  // the oneDNN cap must be set before the first primitive
   const dnnl_version_t* v = dnnl_version();
   std::string isa;
   switch (dnnl::get_effective_cpu_isa()) {
@@ -163,7 +220,7 @@ std::string gemm_backend_name() {
   }
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
          std::to_string(v->patch) + " (OpenMP, " + isa + ", " + std::to_string(omp_get_max_threads()) +
-         " threads)";
+         " threads" + (bf16_gemm_emulated() ? "; bf16 via fp32 matmul on bf16 values" : "") + ")";
 }
 
 }  // namespace clef::ops

@@ -1,0 +1,164 @@
+// Vectorized transcendental helpers for the CPU kernels, one copy per SIMD target (Google Highway
+// multi-target "-inl" header: include it after hwy/highway.h inside a foreach_target TU; see
+// ops/cpu/isa.h). Internal to src/ops/cpu.
+//
+// exp: Cody-Waite range reduction x = n ln2 + r, |r| <= ln2/2, degree-6 Taylor polynomial
+// (truncation error < 1.3e-7 relative, i.e. ~1-2 ulp), then p * 2^n. 2^n is applied as two exact
+// power-of-two factors 2^floor(n/2) * 2^(n - floor(n/2)), each a normal float for the clamped
+// range, so the only rounding is the final one (the same value AVX-512's vscalefps gives). The
+// ops tests compare every kernel that uses these against the std::exp references.
+
+// Per-target include guard (Highway's toggle convention).
+#if defined(CLEF_OPS_CPU_VMATH_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef CLEF_OPS_CPU_VMATH_INL_H_
+#undef CLEF_OPS_CPU_VMATH_INL_H_
+#else
+#define CLEF_OPS_CPU_VMATH_INL_H_
+#endif
+
+#include <cmath>
+#include <cstdint>
+
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace clef::ops::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+/// Lanes of one float vector on this target (1 scalar, 4 SSE4/NEON, 8 AVX2, 16 AVX-512).
+HWY_INLINE std::int64_t lanes() { return static_cast<std::int64_t>(hn::Lanes(DF())); }
+
+/// e^x per lane (inputs clamped to [-104, 88.7]: below underflows to 0, above stays finite).
+HWY_INLINE VF Exp(DF d, VF x) {
+  const hn::RebindToSigned<DF> di;
+  x = hn::Min(hn::Max(x, hn::Set(d, -104.0f)), hn::Set(d, 88.7f));
+  const VF n = hn::Round(hn::Mul(x, hn::Set(d, 1.44269504088896341f)));
+  VF r = hn::NegMulAdd(n, hn::Set(d, 0.693359375f), x);
+  r = hn::NegMulAdd(n, hn::Set(d, -2.12194440e-4f), r);
+  VF p = hn::Set(d, 1.0f / 720.0f);
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 120.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 24.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 6.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+  // n in [-150, 128]: n1 = floor(n / 2), n2 = n - n1, both in [-75, 64] (normal powers of two).
+  const auto ni = hn::ConvertTo(di, n);
+  const auto n1 = hn::ShiftRight<1>(ni);
+  const auto n2 = hn::Sub(ni, n1);
+  const auto bias = hn::Set(di, 127);
+  const VF s1 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(n1, bias)));
+  const VF s2 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(n2, bias)));
+  return hn::Mul(hn::Mul(p, s1), s2);
+}
+
+/// 1 / (1 + e^-x) per lane.
+HWY_INLINE VF Sigmoid(DF d, VF x) {
+  const VF one = hn::Set(d, 1.0f);
+  return hn::Div(one, hn::Add(one, Exp(d, hn::Neg(x))));
+}
+
+/// y[i] = sigmoid(x[i]) * m[i] (m == nullptr: y = sigmoid(x)); y may alias x or m.
+HWY_INLINE void sigmoid_times(const float* x, const float* m, float* y, std::int64_t n) {
+  const DF d;
+  const std::int64_t N = lanes();
+  std::int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    VF s = Sigmoid(d, hn::LoadU(d, x + i));
+    if (m != nullptr) s = hn::Mul(s, hn::LoadU(d, m + i));
+    hn::StoreU(s, d, y + i);
+  }
+  if (i < n) {
+    const auto k = hn::FirstN(d, static_cast<std::size_t>(n - i));
+    VF s = Sigmoid(d, hn::MaskedLoad(k, d, x + i));
+    if (m != nullptr) s = hn::Mul(s, hn::MaskedLoad(k, d, m + i));
+    hn::BlendedStore(s, k, d, y + i);
+  }
+}
+
+/// y[i] = silu(x[i]) * m[i] (m == nullptr: y = silu(x)); silu(x) = x * sigmoid(x). y may alias.
+HWY_INLINE void silu_times(const float* x, const float* m, float* y, std::int64_t n) {
+  const DF d;
+  const std::int64_t N = lanes();
+  std::int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const VF v = hn::LoadU(d, x + i);
+    VF s = hn::Mul(v, Sigmoid(d, v));
+    if (m != nullptr) s = hn::Mul(s, hn::LoadU(d, m + i));
+    hn::StoreU(s, d, y + i);
+  }
+  if (i < n) {
+    const auto k = hn::FirstN(d, static_cast<std::size_t>(n - i));
+    const VF v = hn::MaskedLoad(k, d, x + i);
+    VF s = hn::Mul(v, Sigmoid(d, v));
+    if (m != nullptr) s = hn::Mul(s, hn::MaskedLoad(k, d, m + i));
+    hn::BlendedStore(s, k, d, y + i);
+  }
+}
+
+/// y[i] = exp(x[i]) (y may alias x).
+HWY_INLINE void exp_n(const float* x, float* y, std::int64_t n) {
+  const DF d;
+  const std::int64_t N = lanes();
+  std::int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(Exp(d, hn::LoadU(d, x + i)), d, y + i);
+  if (i < n) {
+    const auto k = hn::FirstN(d, static_cast<std::size_t>(n - i));
+    hn::BlendedStore(Exp(d, hn::MaskedLoad(k, d, x + i)), k, d, y + i);
+  }
+}
+
+/// Sum of squares of n floats: 16 independent partial sums in a fixed order (the same result on
+/// every target up to FMA contraction), vectorized by the compiler for the target.
+HWY_INLINE float sum_squares(const float* x, std::int64_t n) {
+  float acc[16] = {};
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += x[i + j] * x[i + j];
+  }
+  for (; i < n; ++i) acc[0] += x[i] * x[i];
+  float s = 0.0f;
+  for (int j = 0; j < 16; ++j) s += acc[j];
+  return s;
+}
+
+/// Scalar sigmoid, as PyTorch computes it: 1 / (1 + exp(-x)).
+HWY_INLINE float sigmoid1(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+/// y[0..n) *= s (vectorizable).
+HWY_INLINE void scale_inplace(std::int64_t n, float s, float* __restrict y) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] *= s;
+}
+
+/// Rounds n floats to the nearest bf16 value (round to nearest even, as core/dtype.h
+/// f32_to_bf16; finite inputs), in place: the operand rounding of the bf16 precision mode on
+/// targets without a bf16 dot product.
+HWY_INLINE void round_to_bf16_inplace(float* x, std::int64_t n) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  const std::int64_t N = lanes();
+  const auto half = hn::Set(du, 0x7fffu);
+  const auto one = hn::Set(du, 1u);
+  const auto hi_mask = hn::Set(du, 0xffff0000u);
+  std::int64_t i = 0;
+  auto round = [&](VF v) {
+    const auto u = hn::BitCast(du, v);
+    const auto lsb = hn::And(hn::ShiftRight<16>(u), one);
+    return hn::BitCast(d, hn::And(hn::Add(u, hn::Add(half, lsb)), hi_mask));
+  };
+  for (; i + N <= n; i += N) hn::StoreU(round(hn::LoadU(d, x + i)), d, x + i);
+  if (i < n) {
+    const auto k = hn::FirstN(d, static_cast<std::size_t>(n - i));
+    hn::BlendedStore(round(hn::MaskedLoad(k, d, x + i)), k, d, x + i);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace clef::ops::cpu
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard

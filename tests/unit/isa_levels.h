@@ -1,0 +1,40 @@
+// Runs a kernel test once per SIMD level this CPU supports, up to the level CLEF_ISA (or the CPU)
+// chose for the process (ops/isa.h), so every compiled path is compared with the scalar oracle
+// wherever the tests run. The Highway kernels switch level in-process; oneDNN keeps its cap.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "ops/isa.h"
+
+namespace clef::test {
+
+/// Levels from baseline up to the process's configured level, lowest first.
+inline std::vector<ops::IsaLevel> isa_levels_to_test() {
+  static const ops::IsaLevel top = ops::init_isa();
+  std::vector<ops::IsaLevel> out;
+  for (int i = 0; i <= static_cast<int>(top); ++i) out.push_back(static_cast<ops::IsaLevel>(i));
+  return out;
+}
+
+/// Fixture: SetUp switches the kernels to GetParam(), TearDown restores the configured level.
+class AtIsaLevel : public ::testing::TestWithParam<ops::IsaLevel> {
+ protected:
+  void SetUp() override { ops::set_isa_for_testing(GetParam()); }
+  void TearDown() override { ops::set_isa_for_testing(isa_levels_to_test().back()); }
+};
+
+/// gtest name suffix: the level's name.
+inline std::string isa_param_name(const ::testing::TestParamInfo<ops::IsaLevel>& info) {
+  return ops::isa_name(info.param);
+}
+
+}  // namespace clef::test
+
+/// Instantiates fixture SUITE (derived from clef::test::AtIsaLevel) over every testable level.
+#define CLEF_INSTANTIATE_AT_ISA_LEVELS(SUITE)                                              \
+  INSTANTIATE_TEST_SUITE_P(Isa, SUITE, ::testing::ValuesIn(::clef::test::isa_levels_to_test()), \
+                           ::clef::test::isa_param_name)
