@@ -59,6 +59,9 @@ std::string isa_description();
 /// Every level this binary can run on this CPU, lowest first, comma-separated.
 std::string supported_isa_list();
 
+/// The level init_isa() chose (CLEF_ISA or the best supported), even after set_isa_for_testing.
+IsaLevel configured_isa();
+
 /// Tests only: re-points the Highway kernels at `level` (<= best_supported_isa()) inside a running
 /// process, so one test can compare every level against the scalar oracle. oneDNN keeps the cap
 /// set by init_isa(). Throws Unsupported above the CPU's best level.

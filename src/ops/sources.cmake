@@ -23,6 +23,7 @@ target_sources(clef_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cpu/gemm_onednn.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/isa.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/peak.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/convert.cc
 )
 # Targets compiled into every kernel file: SCALAR (baseline), AVX2, AVX3 (AVX-512) and AVX3_DL
 # (Ice Lake / Zen 4 set; its bf16 kernels add the avx512bf16 attribute). SSSE3/SSE4 are left out:
@@ -35,6 +36,7 @@ set_source_files_properties(
   ${CMAKE_CURRENT_LIST_DIR}/cpu/elementwise.cc ${CMAKE_CURRENT_LIST_DIR}/cpu/conv1d.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/gdn.cc ${CMAKE_CURRENT_LIST_DIR}/cpu/attention.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/vision_ops.cc ${CMAKE_CURRENT_LIST_DIR}/cpu/peak.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/convert.cc
   PROPERTIES COMPILE_OPTIONS "-Wno-psabi")
 
 target_sources(clef_engine PRIVATE

@@ -14,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "ops/convert.h"
 #include "ops/gemm.h"
 #include "isa_levels.h"
 #include "ops/ops.h"
@@ -122,6 +123,32 @@ TEST(Ops, EmbeddingGatherAllDtypes) {
       EXPECT_THROW(ops::embedding_gather(dt, table.data(), rows, h, badid, got.data()), InvalidArgument);
       std::vector<std::int32_t> neg = {-1};
       EXPECT_THROW(ops::embedding_gather(dt, table.data(), rows, h, neg, got.data()), InvalidArgument);
+    }
+  }
+}
+
+// Bulk conversions equal the scalar ones of core/dtype.h bit for bit: random values, ties, NaN,
+// infinities, subnormals, values that round up to infinity; odd lengths (vector tails).
+TEST_P(OpsAtLevel, ConversionsMatchScalarBitForBit) {
+  Rng rng(91);
+  Vec x = rng.uniform(1037, -3.0f, 3.0f);
+  const std::uint32_t specials[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7f800000u, 0xff800000u, 0x00000001u,
+                                    0x80000001u, 0x007fffffu, 0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0xff7fffffu,
+                                    0x00000000u, 0x80000000u, 0x3f80ffffu, 0x7f7f8000u};
+  for (std::size_t i = 0; i < std::size(specials); ++i) std::memcpy(&x[i * 61], &specials[i], 4);
+  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{7}, std::int64_t{16}, std::int64_t{1037}}) {
+    std::vector<std::uint16_t> b(static_cast<std::size_t>(n));
+    ops::f32_to_bf16_n(x.data(), n, b.data());
+    Vec r(static_cast<std::size_t>(n)), w(static_cast<std::size_t>(n));
+    ops::round_to_bf16_n(x.data(), n, r.data());
+    ops::bf16_to_f32_n(b.data(), n, w.data());
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto u = static_cast<std::size_t>(i);
+      const std::uint16_t want = f32_to_bf16(x[u]);
+      ASSERT_EQ(b[u], want) << "f32_to_bf16_n n=" << n << " i=" << i;
+      const float wf = bf16_to_f32(want);
+      ASSERT_EQ(std::memcmp(&r[u], &wf, 4), 0) << "round_to_bf16_n n=" << n << " i=" << i;
+      ASSERT_EQ(std::memcmp(&w[u], &wf, 4), 0) << "bf16_to_f32_n n=" << n << " i=" << i;
     }
   }
 }

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/vmath-inl.h"
+#include "ops/convert.h"
 #include "ops/isa.h"
 #include "ops/ops.h"
 #include "ops/rope_freq.h"
@@ -154,8 +155,7 @@ void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::in
 #pragma omp parallel for schedule(static) if (n * h >= kParallelMin)
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t id = ids[static_cast<std::size_t>(i)];
-    convert_to_f32(dtype, bytes + static_cast<std::size_t>(id * h) * es, static_cast<std::size_t>(h),
-                   out + i * h);
+    widen_to_f32_n(dtype, bytes + static_cast<std::size_t>(id * h) * es, h, out + i * h);
   }
 }
 

@@ -11,6 +11,7 @@
 // summation order differs. The widened weight goes to per-call scratch, as in the fp32 mode.
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -21,6 +22,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/error.h"
+#include "ops/convert.h"
 #include "ops/gemm.h"
 #include "ops/isa.h"
 #include "ops/profile.h"
@@ -99,7 +101,19 @@ void widen_to_f32(DType dtype, const void* src, std::int64_t rows, std::int64_t 
 #pragma omp parallel for schedule(static)
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::size_t off = static_cast<std::size_t>(r * cols);
-    convert_to_f32(dtype, bytes + off * es, static_cast<std::size_t>(cols), dst + off);
+    widen_to_f32_n(dtype, bytes + off * es, cols, dst + off);
+  }
+}
+
+/// Splits [0, total) into blocks over the engine's threads.
+template <typename Fn>
+void parallel_blocks(std::int64_t total, Fn&& fn) {
+  constexpr std::int64_t kBlock = 1 << 14;
+  const std::int64_t blocks = (total + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t s = b * kBlock;
+    fn(s, std::min(kBlock, total - s));
   }
 }
 
@@ -167,9 +181,7 @@ void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool 
     }
     CLEF_PROF_SCOPE(">linear.x_to_bf16");
     float* buf = scratch(xr, static_cast<std::size_t>(m * k));
-    const std::int64_t total = m * k;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < total; ++i) buf[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    parallel_blocks(m * k, [&](std::int64_t s, std::int64_t len) { round_to_bf16_n(x + s, len, buf + s); });
     xptr = buf;
   } else if (wptr == nullptr) {  // kF32 with BF16/F16 (or misaligned F32) storage: widen per call
     CLEF_PROF_SCOPE(">linear.widen_weight");
@@ -180,9 +192,7 @@ void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool 
   if (bf16) {
     CLEF_PROF_SCOPE(">linear.x_to_bf16");
     std::uint16_t* buf = scratch(xb, static_cast<std::size_t>(m * k));
-    const std::int64_t total = m * k;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < total; ++i) buf[i] = f32_to_bf16(x[i]);
+    parallel_blocks(m * k, [&](std::int64_t s, std::int64_t len) { f32_to_bf16_n(x + s, len, buf + s); });
     xptr = buf;
   }
   Backend& b = backend();

@@ -62,6 +62,7 @@ bool apply_onednn(IsaLevel level) {
 struct State {
   std::once_flag once;
   IsaLevel level = IsaLevel::kBaseline;
+  IsaLevel configured = IsaLevel::kBaseline;  ///< what init_isa chose (tests may move `level`)
   bool forced = false;
   bool onednn_capped = true;
 };
@@ -138,6 +139,7 @@ IsaLevel init_isa() {
     apply_hwy(level);
     s.onednn_capped = apply_onednn(level);
     s.level = level;
+    s.configured = level;
   });
   return s.level;
 }
@@ -154,6 +156,11 @@ std::string isa_description() {
 }
 
 std::string supported_isa_list() { return levels_upto(best_supported_isa()); }
+
+IsaLevel configured_isa() {
+  init_isa();
+  return state().configured;
+}
 
 void set_isa_for_testing(IsaLevel level) {
   init_isa();
