@@ -16,6 +16,7 @@
 
 #include "ops/gemm.h"
 #include "ops/isa.h"
+#include "ops/parallel.h"
 #include "core/error.h"
 #include "decide_jsonl.h"
 #include "engine_flags.h"
@@ -236,6 +237,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  clef::ops::apply_default_wait_policy(argv);  // may re-execute this program once (ops/parallel.h)
   try {
     // `clef hidden`: the backbone's final-norm hidden states for given ids, as .npy (debugging and
     // parity work; flags in src/runtime/backbone_dump.cc).

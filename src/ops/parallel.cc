@@ -2,6 +2,10 @@
 
 #include <omp.h>
 #include <sched.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 
 namespace clef::ops {
 
@@ -26,5 +30,15 @@ int set_num_threads(int n) {
 }
 
 int num_threads() { return omp_get_max_threads(); }
+
+void apply_default_wait_policy(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  const char* opt = std::getenv("CLEF_OMP_REEXEC");
+  if (opt != nullptr && std::strcmp(opt, "0") == 0) return;
+  if (setenv("GOMP_SPINCOUNT", kDefaultGompSpinCount, 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  // exec failed (no /proc, say): run on with libgomp's defaults; leave the variable set so a
+  // child process does not try again.
+}
 
 }  // namespace clef::ops

@@ -17,4 +17,16 @@ int num_threads();
 /// Logical CPUs available to this process (sched_getaffinity), at least 1.
 int hardware_threads();
 
+/// The OpenMP wait policy clef runs with unless the user set one (docs/PERFORMANCE.md "Threads on
+/// a busy machine"): libgomp's default spins up to 300,000 iterations in every barrier, which on a
+/// machine whose other CPU-bound work shares our cores steals the time the slowest thread needs.
+inline constexpr const char* kDefaultGompSpinCount = "10000";
+
+/// Call first thing in main(). libgomp reads OMP_WAIT_POLICY / GOMP_SPINCOUNT once, when it is
+/// loaded (before main), so when neither is set (and CLEF_OMP_REEXEC is not "0") this sets
+/// GOMP_SPINCOUNT=kDefaultGompSpinCount and re-executes the program (/proc/self/exe) with the same
+/// arguments; it returns normally when there is nothing to do or the re-exec fails (the program
+/// then runs with libgomp's defaults). Any OMP_WAIT_POLICY or GOMP_SPINCOUNT the user sets wins.
+void apply_default_wait_policy(char** argv);
+
 }  // namespace clef::ops

@@ -76,7 +76,12 @@ TEST_F(BackboneTest, PaddedReadoutEqualsUnpadded) {
     po.padded_readout = true;
     Backbone padded(*release_, po);
     EXPECT_EQ(padded.pad_id(), 436);  // the tiny tokenizer's <|endoftext|>
-    EXPECT_LE(rel(padded.hidden_states(x), plain.hidden_states(x)), 1e-6) << "T=" << t;
+    // The padded call runs every GEMM with m = 64 instead of m = T: the same math, but the GEMM
+    // library may block the k-sum differently per m and per ISA level (AVX2 vs AVX-512 register
+    // tiles), so rows agree to fp32 summation-order error, not bit for bit; the same bound as
+    // ChunkSizeDoesNotChangeHiddenRows, which differs from it in the same way (measured 1.26e-6
+    // on Zen 3 AVX2, below 1e-6 on AVX-512).
+    EXPECT_LE(rel(padded.hidden_states(x), plain.hidden_states(x)), 1e-5) << "T=" << t;
     // Every call is exactly 64 positions: the state holds ceil(T/64)*64 tokens afterwards.
     SequenceState st = padded.new_state();
     padded.prefill(x, st, {});
