@@ -36,7 +36,7 @@ struct Backend {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::mutex mu;
-  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int, bool>, dnnl::matmul> cache;
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int, bool, std::int64_t>, dnnl::matmul> cache;
 };
 
 Backend& backend() {
@@ -49,14 +49,16 @@ Backend& backend() {
 /// Set once a bf16 primitive could not be created: from then on bf16 runs the fp32 fallback.
 std::atomic<bool> g_bf16_emulated{false};
 
-using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, bool>;
+/// (m, n, k, bf16, accumulate, ldc): ldc is the row stride of y (n, or the full width when a
+/// column panel of y is computed).
+using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, bool, std::int64_t>;
 
 dnnl::matmul create_primitive(Backend& b, const Key& key) {
-  const auto [m, n, k, bf16i, acc] = key;
+  const auto [m, n, k, bf16i, acc, ldc] = key;
   const dt in_t = bf16i != 0 ? dt::bf16 : dt::f32;
   const dnnl::memory::desc src_md({m, k}, in_t, dnnl::memory::dims{k, 1});
   const dnnl::memory::desc wei_md({k, n}, in_t, dnnl::memory::dims{1, k});
-  const dnnl::memory::desc dst_md({m, n}, dt::f32, dnnl::memory::dims{n, 1});
+  const dnnl::memory::desc dst_md({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   if (acc) {
     dnnl::post_ops po;
@@ -73,10 +75,11 @@ dnnl::matmul create_primitive(Backend& b, const Key& key) {
 
 /// The cached primitive, or an empty one when oneDNN has no bf16 matmul at this level (then
 /// g_bf16_emulated is set and the caller takes the fp32 fallback).
-dnnl::matmul get_primitive(std::int64_t m, std::int64_t n, std::int64_t k, bool bf16, bool acc) {
+dnnl::matmul get_primitive(std::int64_t m, std::int64_t n, std::int64_t k, bool bf16, bool acc,
+                           std::int64_t ldc = 0) {
   Backend& b = backend();
   std::lock_guard<std::mutex> lock(b.mu);
-  const Key key = std::make_tuple(m, n, k, bf16 ? 1 : 0, acc);
+  const Key key = std::make_tuple(m, n, k, bf16 ? 1 : 0, acc, ldc > 0 ? ldc : n);
   auto it = b.cache.find(key);
   if (it != b.cache.end()) return it->second;
   if (!bf16) return create_primitive(b, key);
@@ -160,49 +163,70 @@ GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64
   }
 }
 
+/// Rows of W widened per panel when the weight is not stored in the dtype the matmul reads:
+/// about 2 MiB of fp32, so the widened panel stays in L2/L3 between its conversion and its GEMM
+/// instead of making a round trip through DRAM (a whole widened weight would: 8 extra bytes of
+/// traffic per parameter and call). A multiple of 16 rows, at least 16.
+std::int64_t widen_panel_rows(std::int64_t n, std::int64_t k) {
+  constexpr std::int64_t kPanelBytes = std::int64_t{2} << 20;
+  std::int64_t rows = kPanelBytes / (4 * k) / 16 * 16;
+  rows = std::max<std::int64_t>(16, rows);
+  return std::min(rows, n);
+}
+
+void execute(dnnl::matmul& prim, dt in_t, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t ldc,
+             const void* x, const void* w, float* y) {
+  Backend& b = backend();
+  dnnl::memory src({{m, k}, in_t, dnnl::memory::dims{k, 1}}, b.engine, const_cast<void*>(x));
+  dnnl::memory wei({{k, n}, in_t, dnnl::memory::dims{1, k}}, b.engine, const_cast<void*>(w));
+  dnnl::memory dst({{m, n}, dt::f32, dnnl::memory::dims{ldc, 1}}, b.engine, y);
+  prim.execute(b.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+  b.stream.wait();
+}
+
 void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate) {
   if (!w.valid() || m <= 0) throw InvalidArgument("linear: empty weight or m <= 0");
   const std::int64_t n = w.n(), k = w.k();
   thread_local std::vector<float> wide, xr;
   thread_local std::vector<std::uint16_t> xb;
-  bool bf16 = w.precision() == Precision::kBF16;
+  const bool bf16 = w.precision() == Precision::kBF16;
   dnnl::matmul prim;
   if (bf16 && !g_bf16_emulated.load(std::memory_order_relaxed)) prim = get_primitive(m, n, k, true, accumulate);
-  const bool emulate = bf16 && !prim;  // bf16 numerics through the fp32 matmul
-  const void* wptr = w.operand();
-  const void* xptr = x;
-  if (emulate) {
-    bf16 = false;
-    {
-      CLEF_PROF_SCOPE(">linear.widen_weight");
-      float* buf = scratch(wide, static_cast<std::size_t>(n * k));
-      widen_to_f32(DType::kBF16, wptr, n, k, buf);  // the bf16 operand (zero-copy or converted once)
-      wptr = buf;
-    }
+  if (bf16 && prim) {  // oneDNN's bf16 matmul on the bf16 weight in place
+    CLEF_PROF_SCOPE(">linear.x_to_bf16");
+    std::uint16_t* buf = scratch(xb, static_cast<std::size_t>(m * k));
+    parallel_blocks(m * k, [&](std::int64_t s, std::int64_t len) { f32_to_bf16_n(x + s, len, buf + s); });
+    execute(prim, dt::bf16, m, n, k, n, buf, w.operand(), y);
+    return;
+  }
+  const float* xptr = x;
+  if (bf16) {  // no bf16 matmul here: bf16 values through the fp32 matmul (file comment)
     CLEF_PROF_SCOPE(">linear.x_to_bf16");
     float* buf = scratch(xr, static_cast<std::size_t>(m * k));
     parallel_blocks(m * k, [&](std::int64_t s, std::int64_t len) { round_to_bf16_n(x + s, len, buf + s); });
     xptr = buf;
-  } else if (wptr == nullptr) {  // kF32 with BF16/F16 (or misaligned F32) storage: widen per call
-    CLEF_PROF_SCOPE(">linear.widen_weight");
-    float* buf = scratch(wide, static_cast<std::size_t>(n * k));
-    widen_to_f32(w.stored_dtype(), w.stored_data(), n, k, buf);
-    wptr = buf;
   }
-  if (bf16) {
-    CLEF_PROF_SCOPE(">linear.x_to_bf16");
-    std::uint16_t* buf = scratch(xb, static_cast<std::size_t>(m * k));
-    parallel_blocks(m * k, [&](std::int64_t s, std::int64_t len) { f32_to_bf16_n(x + s, len, buf + s); });
-    xptr = buf;
+  if (!bf16 && w.operand() != nullptr) {  // fp32 weight in place
+    prim = get_primitive(m, n, k, false, accumulate);
+    execute(prim, dt::f32, m, n, k, n, xptr, w.operand(), y);
+    return;
   }
-  Backend& b = backend();
-  if (!prim) prim = get_primitive(m, n, k, false, accumulate);
-  const dt in_t = bf16 ? dt::bf16 : dt::f32;
-  dnnl::memory src({{m, k}, in_t, dnnl::memory::dims{k, 1}}, b.engine, const_cast<void*>(xptr));
-  dnnl::memory wei({{k, n}, in_t, dnnl::memory::dims{1, k}}, b.engine, const_cast<void*>(wptr));
-  dnnl::memory dst({{m, n}, dt::f32, dnnl::memory::dims{n, 1}}, b.engine, y);
-  prim.execute(b.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
-  b.stream.wait();
+  // Widen W to fp32 panel by panel: the stored weight (fp32 mode) or the bf16 operand (bf16 on a
+  // level without a bf16 matmul), then y[:, j0:j0+rows] (+)= x · W[j0:j0+rows]ᵀ.
+  const DType src_t = bf16 ? DType::kBF16 : w.stored_dtype();
+  const auto* src = static_cast<const std::byte*>(bf16 ? w.operand() : w.stored_data());
+  const std::size_t es = dtype_size(src_t);
+  const std::int64_t rows = widen_panel_rows(n, k);
+  float* buf = scratch(wide, static_cast<std::size_t>(rows * k));
+  for (std::int64_t j0 = 0; j0 < n; j0 += rows) {
+    const std::int64_t nr = std::min(rows, n - j0);
+    {
+      CLEF_PROF_SCOPE(">linear.widen_weight");
+      widen_to_f32(src_t, src + static_cast<std::size_t>(j0 * k) * es, nr, k, buf);
+    }
+    dnnl::matmul p = get_primitive(m, nr, k, false, accumulate, n);
+    execute(p, dt::f32, m, nr, k, n, xptr, buf, y + j0);
+  }
 }
 
 bool bf16_gemm_emulated() {
