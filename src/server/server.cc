@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include "ops/isa.h"
+
 #include <cctype>
 
 #include <arpa/inet.h>
@@ -455,9 +457,9 @@ int HttpServer::run() {
     throw IoError("cannot bind " + options_.host + ":" + std::to_string(port) +
                   " (address in use, not local, or a privileged port)");
   }
-  std::fprintf(stderr, "clef serve: listening on http://%s:%d (model %s, queue %zu)\n",
+  std::fprintf(stderr, "clef serve: listening on http://%s:%d (model %s, queue %zu, kernels %s)\n",
                options_.host.find(':') != std::string::npos ? ("[" + options_.host + "]").c_str() : options_.host.c_str(),
-               port, printable(engine_.model_name()).c_str(), options_.queue);
+               port, printable(engine_.model_name()).c_str(), options_.queue, ops::isa_name(ops::active_isa()));
   std::fflush(stderr);
 
   // The signal thread: the first SIGINT/SIGTERM stops accepting (in-flight and queued requests
