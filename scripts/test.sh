@@ -4,13 +4,19 @@
 #   2. live comparisons against the Python reference toolkit (pytest tests/reference), the CLI
 #      tests (tests/cli) and the live `clef serve` tests (tests/server);
 #   3. ASan + UBSan build of the unit tests, run;
-#   4. the libFuzzer target for the safetensors header parser, briefly (clang).
-# Exits non-zero on the first failure.
+#   4. the libFuzzer targets (safetensors header, request, image), briefly (clang).
+# Installs the full tier first (scripts/setup.sh --dev): test libraries, clang, and the Python
+# reference toolkit in the virtual environment .venv/ ($CLEF_VENV), whose python runs every Python
+# step here. Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SECONDS=${CLEF_FUZZ_SECONDS:-30}
 
-bash scripts/setup.sh
+bash scripts/setup.sh --dev
+# Every Python step (and anything the tests start by name, e.g. `jevcompat`) uses the venv.
+export VIRTUAL_ENV=${CLEF_VENV:-$PWD/.venv}
+export PATH="$VIRTUAL_ENV/bin:$PATH"
+PY="$VIRTUAL_ENV/bin/python"
 
 echo "== release build (-Werror) + unit tests"
 cmake --preset release -DCLEF_WERROR=ON >/dev/null
@@ -20,9 +26,9 @@ ctest --preset release -j2
 echo "== live comparisons against the reference toolkit"
 export CLEF_BIN="$PWD/build/release/bin/clef"
 # Separate processes: each folder's conftest.py is imported as the module "conftest".
-python3 -m pytest -q tests/reference
-python3 -m pytest -q tests/cli
-python3 -m pytest -q tests/server
+"$PY" -m pytest -q tests/reference
+"$PY" -m pytest -q tests/cli
+"$PY" -m pytest -q tests/server
 
 echo "== ASan + UBSan unit tests"
 cmake --preset asan -DCLEF_WERROR=ON >/dev/null
@@ -35,20 +41,20 @@ cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz --target fuzz_safetensors_header fuzz_request
 corpus=build/fuzz/corpus
 mkdir -p "$corpus"
-python3 tests/fuzz/make_seeds.py "$corpus"
+"$PY" tests/fuzz/make_seeds.py "$corpus"
 ./build/fuzz/tests/fuzz/fuzz_safetensors_header -max_total_time="$FUZZ_SECONDS" -max_len=65536 \
   -print_final_stats=1 "$corpus" > build/fuzz/fuzz.log 2>&1 || { tail -n 40 build/fuzz/fuzz.log; exit 1; }
 grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz.log
 rcorpus=build/fuzz/request_corpus
 mkdir -p "$rcorpus"
-python3 tests/fuzz/make_request_seeds.py ../shared/requests "$rcorpus"
+"$PY" tests/fuzz/make_request_seeds.py ../shared/requests "$rcorpus"
 ./build/fuzz/tests/fuzz/fuzz_request -max_total_time="$FUZZ_SECONDS" -max_len=65536 \
   -print_final_stats=1 "$rcorpus" > build/fuzz/fuzz_request.log 2>&1 || { tail -n 40 build/fuzz/fuzz_request.log; exit 1; }
 grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz_request.log
 icorpus=build/fuzz/image_corpus
 mkdir -p "$icorpus"
 cmake --build --preset fuzz --target fuzz_image
-python3 tests/fuzz/make_image_seeds.py "$icorpus"
+"$PY" tests/fuzz/make_image_seeds.py "$icorpus"
 ./build/fuzz/tests/fuzz/fuzz_image -max_total_time="$FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
   -print_final_stats=1 "$icorpus" > build/fuzz/fuzz_image.log 2>&1 || { tail -n 40 build/fuzz/fuzz_image.log; exit 1; }
 grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz_image.log

@@ -5,6 +5,7 @@ docs/COMPATIBILITY.md explains every allowed failure."""
 from __future__ import annotations
 
 import json
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -32,11 +33,12 @@ def require(module: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        pytest.fail(f"{module} is missing: pip install -r tools/reference/requirements.txt (or scripts/setup.sh)")
+        pytest.fail(f"{module} is missing: run `bash scripts/setup.sh --dev` and the tests with .venv/bin/python")
 
 
 def jevcompat_cmd():
-    exe = shutil.which("jevcompat")
+    # The jevcompat of this interpreter's environment (the venv), not whichever is first on PATH.
+    exe = shutil.which("jevcompat", path=str(pathlib.Path(sys.executable).parent))
     return [exe] if exe else [sys.executable, "-m", "jevcompat"]
 
 
