@@ -59,8 +59,13 @@ if ((${#missing[@]})); then
     command -v sudo >/dev/null || { echo "setup: not root and no sudo; install as root: apt-get install ${missing[*]}" >&2; exit 1; }
     SUDO=(sudo)
   fi
-  "${SUDO[@]}" apt-get update -qq
-  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # apt's per-package chatter goes to a log, shown only if it fails.
+  log=$(mktemp /tmp/clef-setup-apt.XXXXXX.log)
+  { "${SUDO[@]}" apt-get update -qq &&
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  } >"$log" 2>&1 || { tail -n 40 "$log" >&2; echo "setup: apt-get failed (full log: $log)" >&2; exit 1; }
+  rm -f "$log"
+  echo "setup: Debian packages installed"
 else
   echo "setup: Debian packages present ($tier tier)"
 fi
