@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Backbone prefill, clef.cpp vs llama.cpp in one run, per CPU level (issue 14 benchmark).
+
+For each T, each level and each round, runs clef.cpp's `clef_backbone_dump` (CLEF_ISA=<level>, fp32
+and bf16 modes) and then llama.cpp's `llama-bench -p T -n 0 -t THREADS` (the llama build given for
+that level; f32, bf16 and Q8_0 GGUFs of the same random folder), alternating engines so a drift of
+the machine's speed hits both. Prints a markdown table: T, level, engine, mode, tokens/s (best over
+rounds; clef: best of --repeat passes per process; llama: llama-bench's mean of -r repetitions),
+spread over rounds, GFLOP/s and % of the level's measured peak (`clef_bench_ops --peak-only` with
+CLEF_ISA=<level>: fp32 FMA peak for fp32 / f32, bf16 peak for bf16; Q8_0 is int8 work, no %), and
+the ratio clef.cpp / llama.cpp for the same level and dtype (fp32 vs f32, bf16 vs bf16). The
+commits of both engines, the machine and the 1-minute load average go with the table.
+
+  python3 bench/bench_vs_llama.py --model /tmp/clef-0.8b --gguf-dir /tmp/clef-0.8b-gguf \\
+      --isa avx2,avx512bf16 --threads 2 --T 512,1024 \\
+      --llama-bench avx2=../peers/build-avx2/bin/llama-bench,avx512bf16=../peers/build-native/bin/llama-bench
+
+llama.cpp is built beside the project (never inside it) from its public repository; the GGUFs come
+from its own `convert_hf_to_gguf.py --no-mtp --outtype f32|bf16|q8_0` on the release folder (the
+backbone only: llama.cpp does not run the Clef head, so this compares backbones). The GGUF of each
+dtype is the file in --gguf-dir whose name ends in -<dtype>.gguf. A level without a llama build is
+timed for clef.cpp only. llama-bench's GGML threads poll (`--poll`, default 50) and use OpenMP, as
+clef.cpp does; set OMP_WAIT_POLICY for both through the environment. Not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import re
+import statistics
+import subprocess
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from bench_backbone import find_bin, flops_per_token, load1  # noqa: E402
+
+LLAMA_DTYPES = ("f32", "bf16", "q8_0")
+SAME_DTYPE = {"fp32": "f32", "bf16": "bf16"}
+
+
+def env_for(level: str | None) -> dict:
+    env = dict(os.environ)
+    if level and level != "default":
+        env["CLEF_ISA"] = level
+    else:
+        env.pop("CLEF_ISA", None)
+    return env
+
+
+def git_desc(path: pathlib.Path) -> str:
+    try:
+        sha = subprocess.run(["git", "-C", str(path), "log", "-1", "--format=%h %cs %s"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        return sha + (" (+ uncommitted changes)" if dirty else "")
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return "?"
+
+
+def llama_source(exe: pathlib.Path) -> pathlib.Path | None:
+    """The llama.cpp source tree of a build, from the build folder's CMakeCache.txt."""
+    for d in (exe.parent, *exe.parents):
+        cache = d / "CMakeCache.txt"
+        if cache.exists():
+            m = re.search(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$", cache.read_text(errors="replace"), re.M)
+            return pathlib.Path(m.group(1)) if m else None
+    return None
+
+
+def llama_build_flags(exe: pathlib.Path) -> str:
+    for d in (exe.parent, *exe.parents):
+        cache = d / "CMakeCache.txt"
+        if cache.exists():
+            txt = cache.read_text(errors="replace")
+            keys = ("GGML_NATIVE", "GGML_AVX2", "GGML_AVX512", "GGML_AVX512_BF16")
+            vals = {k: m.group(1) for k in keys if (m := re.search(rf"^{k}:BOOL=(\w+)$", txt, re.M))}
+            if vals.get("GGML_NATIVE") == "ON":
+                return "GGML_NATIVE=ON: -march=native"
+            return " ".join(f"{k}={v}" for k, v in vals.items())
+    return "?"
+
+
+def measure_peaks(bindir: pathlib.Path, threads: int, level: str | None) -> tuple[float, float, str]:
+    """(fp32 peak, bf16 peak, what the bf16 peak measures) of `clef_bench_ops --peak-only` at a level."""
+    exe = bindir / "clef_bench_ops"
+    if not exe.exists():
+        return 0.0, 0.0, "no clef_bench_ops"
+    r = subprocess.run([str(exe), "--peak-only", "--threads", str(threads)], capture_output=True, text=True,
+                       env=env_for(level))
+    m = re.search(r"fp32 FMA ([\d.]+) GFLOP/s, bf16 (?:vdpbf16ps )?([\d.]+) GFLOP/s(?: \(([^)]*)\))?", r.stdout)
+    if r.returncode != 0 or not m:
+        return 0.0, 0.0, (r.stderr.strip() or r.stdout.strip())[:80]
+    return float(m.group(1)), float(m.group(2)), m.group(3) or "vdpbf16ps"
+
+
+def clef_level_line(bindir: pathlib.Path, level: str | None) -> str:
+    """What the binary says about the level in use (`clef --version`), or the error it gives."""
+    exe = bindir / "clef"
+    if not exe.exists():
+        return "?"
+    r = subprocess.run([str(exe), "--version"], capture_output=True, text=True, env=env_for(level))
+    out = (r.stdout + r.stderr).strip().replace("\n", "; ")
+    return out
+
+
+def run_clef(bindir, model, t, precision, threads, chunk, repeat, level) -> dict:
+    cmd = [str(bindir / "clef_backbone_dump"), "--model", str(model), "--random-ids", f"{t}:0",
+           "--chunks", str(chunk), "--precision", precision, "--threads", str(threads), "--repeat", str(repeat)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env_for(level))
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    if r.returncode != 0 or not lines:
+        return {"error": (r.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(lines[0])
+
+
+def run_llama(exe, gguf, t, threads, reps, extra) -> dict:
+    cmd = [str(exe), "-m", str(gguf), "-p", str(t), "-n", "0", "-t", str(threads), "-r", str(reps), "-o", "json",
+           *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"error": (r.stderr.strip().splitlines() or ["failed"])[-1]}
+    try:
+        rows = json.loads(r.stdout)
+    except json.JSONDecodeError:
+        return {"error": "unparsable llama-bench output"}
+    row = rows[0]
+    return {"tokens_per_s": row["avg_ts"], "stddev_ts": row.get("stddev_ts", 0.0),
+            "samples": row.get("samples_ts", []), "build_commit": row.get("build_commit", "?"),
+            "build_number": row.get("build_number", "?"), "model_type": row.get("model_type", "?"),
+            "n_batch": row.get("n_batch"), "n_ubatch": row.get("n_ubatch"), "flash_attn": row.get("flash_attn"),
+            "poll": row.get("poll"), "cpu_info": row.get("cpu_info", "")}
+
+
+def parse_map(text: str) -> dict[str, pathlib.Path]:
+    out = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        if "=" not in item:
+            sys.exit(f"--llama-bench: expected LEVEL=PATH, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = pathlib.Path(v).expanduser().resolve()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="the Clef release folder (clef.cpp reads it)")
+    ap.add_argument("--gguf-dir", default=None, help="folder with *-f32.gguf, *-bf16.gguf, *-q8_0.gguf of --model")
+    ap.add_argument("--llama-bench", default="", help="LEVEL=PATH[,LEVEL=PATH]: the llama-bench built for a level")
+    ap.add_argument("--isa", default="default",
+                    help="clef levels (CLEF_ISA values: baseline, avx2, avx512, avx512bf16, native; 'default' leaves "
+                         "CLEF_ISA unset)")
+    ap.add_argument("--T", default="512,1024")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--chunk", type=int, default=512, help="clef prefill chunk (llama-bench: -ub 512 by default)")
+    ap.add_argument("--modes", default="fp32,bf16", help="clef precisions")
+    ap.add_argument("--llama-dtypes", default=",".join(LLAMA_DTYPES))
+    ap.add_argument("--rounds", type=int, default=2, help="alternating clef/llama rounds per point")
+    ap.add_argument("--repeat", type=int, default=2, help="clef timed passes per process (best is kept)")
+    ap.add_argument("--llama-reps", type=int, default=3, help="llama-bench -r")
+    ap.add_argument("--llama-args", default="", help="extra llama-bench arguments, one string (e.g. '--poll 0')")
+    ap.add_argument("--bin", default=None, help="clef binaries (default: newest build/*/bin)")
+    ap.add_argument("--json", default=None, help="also write all results to this file")
+    a = ap.parse_args()
+
+    model = pathlib.Path(a.model)
+    cfg = json.loads((model / "config.json").read_text())
+    bindir = find_bin(a.bin)
+    clef_levels = [x.strip() for x in a.isa.split(",") if x.strip()]
+    builds = parse_map(a.llama_bench)
+    levels = clef_levels + [lv for lv in builds if lv not in clef_levels]  # llama-only levels last
+    ggufs: dict[str, pathlib.Path] = {}
+    if a.gguf_dir:
+        for dt in a.llama_dtypes.split(","):
+            hits = sorted(pathlib.Path(a.gguf_dir).glob(f"*-{dt}.gguf"))
+            if hits:
+                ggufs[dt] = hits[0]
+            else:
+                print(f"note: no *-{dt}.gguf in {a.gguf_dir}; llama.cpp {dt} skipped")
+    if builds and not ggufs:
+        sys.exit("--llama-bench needs --gguf-dir with at least one GGUF")
+    extra = a.llama_args.split()
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    flags = next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "")
+    isa = ",".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16") if f" {f}" in flags)
+    mem = next((int(ln.split()[1]) for ln in open("/proc/meminfo") if ln.startswith("MemTotal")), 0) / 2**20
+    print(f"machine: {cpu} ({isa}), {os.cpu_count()} logical CPUs, {mem:.0f} GiB RAM, {platform.system()} "
+          f"{platform.release()}; {a.threads} threads; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
+    print(f"clef.cpp: {git_desc(REPO)}; binaries {bindir}")
+    print(f"model {model}; clef chunk {a.chunk}, {a.repeat} passes per process; {a.rounds} alternating rounds")
+    seen_src = set()
+    for lv, exe in builds.items():
+        src = llama_source(exe)
+        print(f"llama.cpp [{lv}]: {exe} ({llama_build_flags(exe)}); source {src}: "
+              f"{git_desc(src) if src else '?'}")
+        seen_src.add(src)
+    for dt, p in ggufs.items():
+        print(f"gguf {dt}: {p} ({p.stat().st_size / 2**30:.2f} GiB)")
+    peaks: dict[str, tuple[float, float, str]] = {}
+    for lv in levels:
+        peaks[lv] = measure_peaks(bindir, a.threads, None if lv == "default" else lv)
+        says = clef_level_line(bindir, None if lv == "default" else lv)
+        if lv != "default" and not any(x in says for x in ("baseline", "avx2", "avx512")):
+            says += " [no level in --version: a binary without run-time dispatch ignores CLEF_ISA]"
+        print(f"level {lv}: clef --version says: {says}; measured peak "
+              f"fp32 {peaks[lv][0]:.0f} GFLOP/s, bf16 {peaks[lv][1]:.0f} GFLOP/s ({peaks[lv][2]})"
+              + ("" if lv in clef_levels else "; llama.cpp only"))
+    print(flush=True)
+
+    results = []
+    llama_info: dict = {}
+    for t in [int(x) for x in a.T.split(",")]:
+        fpt = flops_per_token(cfg, t)
+        for lv in levels:
+            samples: dict[tuple[str, str], list[dict]] = {}
+            loads = []
+            for _ in range(a.rounds):
+                loads.append(load1())
+                for mode in (a.modes.split(",") if lv in clef_levels else []):
+                    r = run_clef(bindir, model, t, mode, a.threads, a.chunk, a.repeat, None if lv == "default" else lv)
+                    samples.setdefault(("clef.cpp", mode), []).append(r)
+                if lv in builds:
+                    for dt, g in ggufs.items():
+                        r = run_llama(builds[lv], g, t, a.threads, a.llama_reps, extra)
+                        samples.setdefault(("llama.cpp", dt), []).append(r)
+                        if "error" not in r:
+                            llama_info[lv] = r
+            best: dict[tuple[str, str], float] = {}
+            rows = []
+            for (eng, mode), runs in samples.items():
+                ok = [r for r in runs if "error" not in r]
+                if not ok:
+                    rows.append((eng, mode, None, runs[0]["error"]))
+                    continue
+                tps = [r["tokens_per_s"] for r in ok]
+                best[(eng, mode)] = max(tps)
+                rows.append((eng, mode, ok, None))
+            if t == int(a.T.split(",")[0]) and lv == levels[0]:
+                print("| T | level | engine | mode | tokens/s | spread | GFLOP/s | % of level peak | "
+                      "clef / llama (same dtype) | load1 |")
+                print("|---|---|---|---|---|---|---|---|---|---|")
+            for eng, mode, ok, err in rows:
+                if err is not None:
+                    print(f"| {t} | {lv} | {eng} | {mode} | error: {err[:70]} | | | | | |", flush=True)
+                    continue
+                tps = [r["tokens_per_s"] for r in ok]
+                b = max(tps)
+                spread = (b - min(tps)) / b if b else 0.0
+                gf = b * fpt / 1e9
+                pf, pb, _ = peaks[lv]
+                peak = pb if mode == "bf16" else (pf if mode in ("fp32", "f32") else 0.0)
+                pct = f"{100 * gf / peak:.0f}%" if peak else "–"
+                ratio = ""
+                if eng == "clef.cpp" and ("llama.cpp", SAME_DTYPE.get(mode, "")) in best:
+                    ratio = f"{b / best[('llama.cpp', SAME_DTYPE[mode])]:.2f}x"
+                name = eng if eng == "clef.cpp" else f"llama.cpp {ok[0].get('build_commit', '')}"
+                print(f"| {t} | {lv} | {name} | {mode} | {b:.1f} | {100 * spread:.0f}% | {gf:.0f} | {pct} | {ratio} | "
+                      f"{max(loads):.1f} |", flush=True)
+                results.append({"T": t, "level": lv, "engine": eng, "mode": mode, "tokens_per_s": b,
+                                "samples": tps, "gflops": gf, "peak": peak, "load1": loads, "runs": ok})
+    print()
+    for lv, info in llama_info.items():
+        print(f"llama.cpp [{lv}]: build {info['build_commit']} ({info['build_number']}), model {info['model_type']}, "
+              f"n_batch {info['n_batch']}, n_ubatch {info['n_ubatch']}, flash_attn {info['flash_attn']}, "
+              f"poll {info['poll']}, -r {a.llama_reps}; CPU as llama.cpp saw it: {info['cpu_info']}")
+    for lv in levels:
+        pf, pb, what = measure_peaks(bindir, a.threads, None if lv == "default" else lv)
+        print(f"measured peak after, level {lv}: fp32 {pf:.0f} GFLOP/s, bf16 {pb:.0f} GFLOP/s "
+              f"(the % column uses the 'before' values)")
+    if a.json:
+        pathlib.Path(a.json).write_text(json.dumps({"peaks": peaks, "results": results, "llama": llama_info},
+                                                   indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
