@@ -33,6 +33,8 @@ import pytest
 from conftest import CORPUS, REPO_ROOT
 from test_backbone import _hf_hidden, _ids_for, _run_dump, dump_bin  # noqa: F401  (fixture)
 
+pytestmark = pytest.mark.slow  # the 0.8b preset (pytest.ini): CI runs it at the native and AVX2 levels
+
 BF16_PROB_BOUND = 5e-3   # issue 5: the bound a mode must meet to be the default
 BF16_REGRESSION = 2e-2   # measured 0.0116 on this folder; a bf16 kernel bug shows up far above it
 ROUNDING = 1e-4          # both responses carry 4-decimal probabilities

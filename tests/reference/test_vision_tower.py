@@ -128,6 +128,7 @@ def test_tower_tiny_matches_transformers(driver, tiny_dir, tmp_path, grids):
     assert rel16 <= BF16_REL
 
 
+@pytest.mark.slow
 def test_tower_0_8b_matches_transformers(driver, folder_08b, tmp_path):
     folder = folder_08b
     grids = [(1, 16, 16)]
