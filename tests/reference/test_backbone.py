@@ -29,7 +29,10 @@ T_VALUES = [1, 7, 63, 64, 65, 200, 1000]
 CHUNKS = [1, 16, 64, 4096]
 PARITY_REL = 1e-4     # issue 5: max |dh| <= 1e-4 * max |h| at every position
 CHUNK_REL = 1e-4      # chunked vs unchunked: fp32 rounding only (same bound as parity)
-PADDED_REL = 1e-6     # padded readout vs unpadded: same math, different GEMM row counts
+# padded readout vs unpadded: same math, but GEMMs with other row counts, which the GEMM library may
+# block differently (and differently per ISA level: AVX2 vs AVX-512 tiles), so fp32 summation order
+# differs: the chunked-vs-unchunked bound, for the same reason (AVX-512 happens to give ~1e-7).
+PADDED_REL = CHUNK_REL
 THREADS = os.environ.get("CLEF_TEST_THREADS", "1")
 
 
