@@ -33,6 +33,11 @@ CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "Backbone precision: fp32 (parity; also spelled f32) or bf16 (bf16 weights, fp32 accumulation)")
       ->check(CLI::IsMember({"fp32", "f32", "bf16"}))
       ->capture_default_str();
+  app.add_option("--fp32-weights", f.fp32_weights,
+                 "fp32 mode on a bf16 checkpoint: stream (widen each weight per call; memory = the mmapped file) "
+                 "or resident (fp32 copies: 4 bytes per parameter, ~7-10% faster prefill); same results")
+      ->check(CLI::IsMember({"stream", "resident"}))
+      ->capture_default_str();
   // More threads than CPUs only makes OpenMP threads spin against each other (never faster).
   const auto cpus = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   app.add_option("--threads", f.threads, "Threads of the engine pool (0: all CPUs; at most the CPU count)")
@@ -65,6 +70,7 @@ CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f) {
 EngineOptions engine_options(const EngineFlags& f) {
   EngineOptions eo;
   eo.backbone.precision = f.precision == "bf16" ? ops::Precision::kBF16 : ops::Precision::kF32;
+  eo.backbone.fp32_resident_weights = f.fp32_weights == "resident";
   eo.backbone.threads = static_cast<int>(f.threads);
   eo.backbone.chunk_size = f.chunk;
   eo.record.max_length = f.max_tokens;

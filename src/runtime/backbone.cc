@@ -15,6 +15,7 @@ qwen35::TextModelOptions model_options(const BackboneOptions& o) {
   }
   qwen35::TextModelOptions m;
   m.precision = o.precision;
+  ops::set_fp32_resident_weights(o.fp32_resident_weights);  // before the model binds its weights
   return m;
 }
 

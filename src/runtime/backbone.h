@@ -26,6 +26,9 @@ struct BackboneOptions {
   /// Numeric mode: kF32 (parity) or kBF16 (bf16 weights and GEMM inputs, fp32 accumulation,
   /// fp32 norms / states / residual stream).
   ops::Precision precision = ops::Precision::kF32;
+  /// fp32 mode on a BF16/F16 checkpoint: keep fp32 copies of the linear weights (4 bytes per
+  /// parameter; faster) instead of widening per call (ops::set_fp32_resident_weights).
+  bool fp32_resident_weights = false;
   /// Tokens per prefill chunk (>= 1). Activation memory is O(chunk_size).
   std::int64_t chunk_size = 512;
   /// Seed-000 static-shape readout: run ceil(T/64) calls of exactly 64 positions, the last one

@@ -3,7 +3,7 @@
 // (tests/reference/test_backbone.py) and the benchmark script (bench/bench_backbone.py).
 //
 //   clef_backbone_dump --model DIR (--ids FILE | --ids-list 1,2,3 | --random-ids T[:SEED])
-//                      [--out PREFIX] [--chunks 1,16,64] [--padded] [--precision fp32|bf16]
+//                      [--out PREFIX] [--chunks 1,16,64] [--padded] [--precision fp32|bf16] [--fp32-weights stream|resident]
 //                      [--threads N] [--repeat N] [--fork-check]
 //
 // Writes PREFIX.chunk<C>.npy for each chunk size and PREFIX.padded.npy with --padded (no files
@@ -86,6 +86,7 @@ struct Args {
   std::vector<std::int64_t> chunks;
   bool padded = false, fork_check = false;
   ops::Precision precision = ops::Precision::kF32;
+  bool fp32_resident = false;
   int threads = 0, repeat = 1;
 };
 
@@ -111,6 +112,10 @@ Args parse(int argc, char** argv) {
       const auto pr = ops::precision_from_name(p);
       if (!pr) throw InvalidArgument("--precision must be fp32 or bf16, got " + p);
       a.precision = *pr;
+    } else if (f == "--fp32-weights") {
+      const std::string v = need(i);
+      if (v != "stream" && v != "resident") throw InvalidArgument("--fp32-weights must be stream or resident, got " + v);
+      a.fp32_resident = v == "resident";
     } else if (f == "--threads") a.threads = std::stoi(need(i));
     else if (f == "--repeat") a.repeat = std::max(1, std::stoi(need(i)));
     else throw InvalidArgument("unknown flag " + f);
@@ -174,6 +179,7 @@ int backbone_dump_main(int argc, char** argv) {
     };
     BackboneOptions base;
     base.precision = a.precision;
+    base.fp32_resident_weights = a.fp32_resident;
     base.threads = a.threads;
     std::vector<float> first;
     for (std::int64_t c : a.chunks) {

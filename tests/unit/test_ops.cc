@@ -3,6 +3,7 @@
 // shapes, the first bad index with both values, and how many elements are off.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -527,6 +528,32 @@ TEST(Ops, LinearAllDtypesAndPrecisions) {
         }
       }
     }
+  }
+}
+
+// fp32 mode on a bf16 checkpoint: resident fp32 copies and per-call widening (in 2 MiB panels) are
+// the same exact weights through the same fp32 matmul; outputs within fp32 summation-order error
+// (the panel GEMMs have fewer columns, which the library may block differently).
+TEST(Ops, LinearResidentFp32WeightsMatchStreamed) {
+  Rng rng(77);
+  for (const auto& [m, n, k] : std::vector<std::array<std::int64_t, 3>>{{5, 1040, 1024}, {64, 3, 17}, {33, 700, 3000}}) {
+    const Vec wf = rng.uniform(n * k), x = rng.uniform(m * k);
+    std::vector<std::uint16_t> wb(wf.size());
+    for (std::size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+    ops::set_fp32_resident_weights(false);
+    const ops::GemmWeight streamed(DType::kBF16, wb.data(), n, k, Precision::kF32);
+    ops::set_fp32_resident_weights(true);
+    const ops::GemmWeight resident(DType::kBF16, wb.data(), n, k, Precision::kF32);
+    ops::set_fp32_resident_weights(false);
+    EXPECT_EQ(streamed.owned_bytes(), 0u);
+    EXPECT_EQ(resident.owned_bytes(), static_cast<std::size_t>(n * k) * sizeof(float));
+    Vec a(static_cast<std::size_t>(m * n)), b(a.size()), want(a.size());
+    ops::linear(x.data(), m, streamed, a.data());
+    ops::linear(x.data(), m, resident, b.data());
+    ops::ref::linear(x.data(), m, DType::kBF16, wb.data(), n, k, want.data(), false, Precision::kF32);
+    const double tol = 2e-6 * std::sqrt(static_cast<double>(k));
+    EXPECT_TRUE(close("linear(streamed)", "m,n,k=" + dims({m, n, k}), want, a, {tol, 1e-5}));
+    EXPECT_TRUE(close("linear(resident)", "m,n,k=" + dims({m, n, k}), want, b, {tol, 1e-5}));
   }
 }
 

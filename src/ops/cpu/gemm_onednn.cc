@@ -46,6 +46,8 @@ Backend& backend() {
   return b;
 }
 
+std::atomic<bool> g_fp32_resident{false};
+
 /// Set once a bf16 primitive could not be created: from then on bf16 runs the fp32 fallback.
 std::atomic<bool> g_bf16_emulated{false};
 
@@ -122,6 +124,9 @@ void parallel_blocks(std::int64_t total, Fn&& fn) {
 
 }  // namespace
 
+void set_fp32_resident_weights(bool resident) noexcept { g_fp32_resident.store(resident); }
+bool fp32_resident_weights() noexcept { return g_fp32_resident.load(); }
+
 const char* precision_name(Precision p) noexcept {
   return p == Precision::kBF16 ? "bf16" : "fp32";
 }
@@ -160,6 +165,10 @@ GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64
     }
   } else if (dtype == DType::kF32 && addr % alignof(float) == 0) {
     operand_ = data;
+  } else if (fp32_resident_weights()) {
+    owned_f32_.resize(static_cast<std::size_t>(n * k));
+    widen_to_f32(dtype, data, n, k, owned_f32_.data());
+    operand_ = owned_f32_.data();
   }
 }
 
