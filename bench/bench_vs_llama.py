@@ -40,7 +40,11 @@ sys.path.insert(0, str(REPO / "bench"))
 from bench_backbone import find_bin, flops_per_token, load1  # noqa: E402
 
 LLAMA_DTYPES = ("f32", "bf16", "q8_0")
-SAME_DTYPE = {"fp32": "f32", "bf16": "bf16"}
+SAME_DTYPE = {"fp32": "f32", "fp32-resident": "f32", "bf16": "bf16"}
+# clef modes: a precision, or fp32-resident = fp32 with --fp32-weights resident (fp32 weight copies,
+# the memory class of llama.cpp's f32 GGUF)
+CLEF_MODE_FLAGS = {"fp32": ["--precision", "fp32"], "bf16": ["--precision", "bf16"],
+                   "fp32-resident": ["--precision", "fp32", "--fp32-weights", "resident"]}
 
 
 def env_for(level: str | None) -> dict:
@@ -111,7 +115,7 @@ def clef_level_line(bindir: pathlib.Path, level: str | None) -> str:
 
 def run_clef(bindir, model, t, precision, threads, chunk, repeat, level) -> dict:
     cmd = [str(bindir / "clef_backbone_dump"), "--model", str(model), "--random-ids", f"{t}:0",
-           "--chunks", str(chunk), "--precision", precision, "--threads", str(threads), "--repeat", str(repeat)]
+           "--chunks", str(chunk), *CLEF_MODE_FLAGS[precision], "--threads", str(threads), "--repeat", str(repeat)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env_for(level))
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
     if r.returncode != 0 or not lines:
@@ -158,7 +162,8 @@ def main() -> int:
     ap.add_argument("--T", default="512,1024")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--chunk", type=int, default=512, help="clef prefill chunk (llama-bench: -ub 512 by default)")
-    ap.add_argument("--modes", default="fp32,bf16", help="clef precisions")
+    ap.add_argument("--modes", default="fp32,fp32-resident,bf16",
+                    help="clef modes: fp32, fp32-resident (--fp32-weights resident), bf16")
     ap.add_argument("--llama-dtypes", default=",".join(LLAMA_DTYPES))
     ap.add_argument("--rounds", type=int, default=2, help="alternating clef/llama rounds per point")
     ap.add_argument("--repeat", type=int, default=2, help="clef timed passes per process (best is kept)")
@@ -254,7 +259,7 @@ def main() -> int:
                 spread = (b - min(tps)) / b if b else 0.0
                 gf = b * fpt / 1e9
                 pf, pb, _ = peaks[lv]
-                peak = pb if mode == "bf16" else (pf if mode in ("fp32", "f32") else 0.0)
+                peak = pb if mode == "bf16" else (pf if mode in ("fp32", "fp32-resident", "f32") else 0.0)
                 pct = f"{100 * gf / peak:.0f}%" if peak else "–"
                 ratio = ""
                 if eng == "clef.cpp" and ("llama.cpp", SAME_DTYPE.get(mode, "")) in best:
