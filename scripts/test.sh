@@ -33,18 +33,22 @@ export CLEF_BIN="$PWD/build/release/bin/clef"
 "$PY" -m pytest -q tests/server
 
 # Every other kernel level this CPU has (issue 14): the unit tests switch levels in-process for the
-# kernels; here the whole engine (oneDNN capped too) runs forced to each level. AVX2 (x86-64-v3,
-# the most common user CPU) gets the full live suite incl. the 0.8b preset; baseline and the other
-# AVX-512 level get everything but the slow 0.8b tests.
+# kernels; here the whole engine (oneDNN capped too) runs forced to each level, through the live
+# comparisons whose numbers come from the kernels (backbone, vision tower, decide end to end, state
+# cache, images; the tokenizer/render/request parity tests run no kernel and ran above). AVX2
+# (x86-64-v3, the most common user CPU) also gets the 0.8b preset (slow mark).
 native_isa=$("$CLEF_BIN" --version | sed -n 's/^kernels: \([a-z0-9]*\) .*/\1/p')
 supported=$("$CLEF_BIN" --version | sed -n 's/.*supported here: \([a-z0-9, ]*\) (.*/\1/p' | tr -d ' ' | tr ',' ' ')
+kernel_tests=(tests/reference/test_backbone.py tests/reference/test_vision_tower.py tests/reference/test_decide_e2e.py
+              tests/reference/test_state_cache.py tests/reference/test_decide_images.py tests/reference/test_head_parity.py
+              tests/reference/test_08b.py)
 for isa in ${CLEF_TEST_ISA_LEVELS:-$supported}; do
   [[ "$isa" == "$native_isa" ]] && continue
-  echo "== CLEF_ISA=$isa: unit tests and live comparisons (native level: $native_isa)"
+  echo "== CLEF_ISA=$isa: unit tests and the kernel-dependent live comparisons (native level: $native_isa)"
   CLEF_ISA=$isa ctest --preset release -j2
   marks=(-m "not slow")
   [[ "$isa" == "avx2" ]] && marks=()
-  CLEF_ISA=$isa "$PY" -m pytest -q "${marks[@]}" tests/reference
+  CLEF_ISA=$isa "$PY" -m pytest -q "${marks[@]}" "${kernel_tests[@]}"
 done
 
 echo "== ASan + UBSan unit tests"
