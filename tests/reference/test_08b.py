@@ -6,15 +6,21 @@
   * bf16 drift on the head's probabilities: `clef decide --precision bf16` against `clef decide
     --precision fp32` for every request of ../shared/requests/corpus.jsonl, every option of every
     question. The fp32 side is tied to transformers by the cosine test above and, on the tiny preset,
-    by test_decide_e2e.py (full pipeline vs the Python reference); running the Python reference itself
-    on the 20k corpus tokens at 0.8B would take ~10 min on two cores.
-    Issue 5 asks for |dp| <= 5e-3 and for the default precision to be the fastest mode within that
-    bound. Measured on this random-weight folder (2026-11-29): max |dp| = 0.0116 (7 of 24 requests
-    above 5e-3; transformers' own bf16 mode drifts 0.0157 on the same requests), and the error is
-    spread over every projection (docs/NUMERICS.md), so bf16 is NOT within the bound and fp32 stays
-    the default. This test enforces both halves: bf16 drift stays below a regression bound (2e-2),
-    and while it exceeds 5e-3 the default precision must be fp32 (an answer without --precision is
-    byte-identical to the fp32 answer). Responses carry 4-decimal probabilities (+1e-4 rounding).
+    by test_decide_e2e.py (full pipeline vs the Python reference).
+    Issue 5 asked for |dp| <= 5e-3 and for the default precision to be the fastest mode within that
+    bound; bf16 is not within it on this random-weight folder (the error is spread over every
+    projection, docs/NUMERICS.md), so fp32 stays the default. Issue 14 (item 4) decided the bf16
+    bound: bf16 stays opt-in and its drift must stay at or below transformers' own bf16 drift on the
+    same requests, at every ISA level (CLEF_ISA). That bound is not typed here: it is the golden file
+    golden/transformers_bf16_drift.json, written by tools/reference/bf16_drift.py (the Python
+    reference, ClefReference(folder, "bf16") vs "f32", on every corpus request; 43 min on two shared
+    cores, so it is committed rather than re-run; 2026-12-01: 0.0289 at request 13; ours 0.0090 at
+    avx512bf16).
+    This test enforces: our max |dp| over the requests the golden covers <= the golden's max over
+    them (+1e-4: our responses carry 4-decimal probabilities, the golden is computed from the
+    reference's raw floats); the golden belongs to this folder and corpus (same model.safetensors
+    and corpus sha256); and while our drift exceeds 5e-3 the default precision must be fp32 (an
+    answer without --precision is byte-identical to the fp32 answer).
 
 The folder is generated once per session with tools/reference/make_model.py (seed 2, ~15 s, 3 GB);
 set CLEF_08B_DIR to reuse an existing one.
@@ -22,6 +28,7 @@ set CLEF_08B_DIR to reuse an existing one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pathlib
@@ -36,8 +43,10 @@ from test_backbone import _hf_hidden, _ids_for, _run_dump, dump_bin  # noqa: F40
 pytestmark = pytest.mark.slow  # the 0.8b preset (pytest.ini): CI runs it at the native and AVX2 levels
 
 BF16_PROB_BOUND = 5e-3   # issue 5: the bound a mode must meet to be the default
-BF16_REGRESSION = 2e-2   # measured 0.0116 on this folder; a bf16 kernel bug shows up far above it
-ROUNDING = 1e-4          # both responses carry 4-decimal probabilities
+ROUNDING = 1e-4          # our responses carry 4-decimal probabilities (the golden is raw floats)
+# transformers' own bf16 drift on this folder (issue 14 item 4); regenerate with
+# `python tools/reference/bf16_drift.py` when the folder, the corpus or the reference changes.
+TRANSFORMERS_BF16_DRIFT = pathlib.Path(__file__).resolve().parent / "golden" / "transformers_bf16_drift.json"
 THREADS = os.environ.get("CLEF_TEST_THREADS", "2")
 
 
@@ -80,15 +89,39 @@ def _decide_all(clef: pathlib.Path, folder: pathlib.Path, requests: list, precis
     return [json.loads(ln) for ln in lines]
 
 
+def _model_sha256(folder: pathlib.Path) -> str:
+    """sha256 of the folder's model.safetensors, from its SHA256SUMS line (make_model.py writes it)."""
+    for ln in (folder / "SHA256SUMS").read_text().splitlines():
+        if ln.endswith(" model.safetensors"):
+            return ln.split()[0]
+    raise AssertionError(f"{folder}/SHA256SUMS has no model.safetensors line")
+
+
+def _transformers_bf16_drift(folder: pathlib.Path) -> dict:
+    """The golden: overall max and per-request max |p_bf16 - p_fp32| of the reference on ``folder``."""
+    golden = json.loads(TRANSFORMERS_BF16_DRIFT.read_text(encoding="utf-8"))
+    assert golden["complete"], f"{TRANSFORMERS_BF16_DRIFT} is a partial run"
+    assert golden["folder"]["model_safetensors_sha256"] == _model_sha256(folder), (
+        f"{TRANSFORMERS_BF16_DRIFT} was measured on another folder "
+        f"({golden['folder']['preset']} seed {golden['folder']['seed']}); regenerate it with "
+        f"tools/reference/bf16_drift.py --model {folder}")
+    assert golden["corpus"]["sha256"] == hashlib.sha256(CORPUS.read_bytes()).hexdigest(), (
+        f"{CORPUS} changed since {TRANSFORMERS_BF16_DRIFT}; regenerate it with tools/reference/bf16_drift.py")
+    return golden
+
+
 def test_bf16_head_probabilities_within_5e3_on_corpus(dump_bin, folder_08b, tmp_path):  # noqa: F811
     import reference
 
+    golden = _transformers_bf16_drift(folder_08b)
+    covered = {r["index"] for r in golden["per_request"]}
+    theirs = max(r["max_abs_dp"] for r in golden["per_request"])
     n = sum(1 for ln in CORPUS.read_text(encoding="utf-8").splitlines() if ln.strip())
     requests = [reference.load_jsonl_request(CORPUS, i) for i in range(n)]
     clef = dump_bin.parent / "clef"
     fp32 = _decide_all(clef, folder_08b, requests, "fp32", tmp_path)
     bf16 = _decide_all(clef, folder_08b, requests, "bf16", tmp_path)
-    worst = (0.0, None)
+    worst, worst_covered = (0.0, None), (0.0, None)
     for i, (a, b) in enumerate(zip(fp32, bf16)):
         assert "answers" in a and "answers" in b, (i, a, b)
         assert list(a["answers"]) == list(b["answers"])
@@ -99,8 +132,14 @@ def test_bf16_head_probabilities_within_5e3_on_corpus(dump_bin, folder_08b, tmp_
                 d = abs(float(pa[opt]) - float(pb[opt]))
                 if d > worst[0]:
                     worst = (d, (i, qid, opt))
-    print(f"0.8b corpus ({n} requests): max |p_bf16 - p_fp32| = {worst[0]:.4f} at {worst[1]}")
-    assert worst[0] <= BF16_REGRESSION + ROUNDING, f"bf16 drift {worst[0]:.4f} at {worst[1]}"
+                if i in covered and d > worst_covered[0]:
+                    worst_covered = (d, (i, qid, opt))
+    print(f"0.8b corpus ({n} requests): max |p_bf16 - p_fp32| = {worst[0]:.4f} at {worst[1]}; on the "
+          f"{len(covered)} requests of the golden {worst_covered[0]:.4f} at {worst_covered[1]}, transformers' "
+          f"own bf16 drift {theirs:.4f} at request {golden['overall']['request']}")
+    assert worst_covered[0] <= theirs + ROUNDING, (
+        f"bf16 drift {worst_covered[0]:.4f} at {worst_covered[1]} exceeds transformers' own bf16 drift "
+        f"{theirs:.4f} on the same requests ({TRANSFORMERS_BF16_DRIFT.name})")
     if worst[0] > BF16_PROB_BOUND + ROUNDING:
         # Not within the bound: the default must be the parity mode.
         default = _decide_all(clef, folder_08b, requests[:2], None, tmp_path)
