@@ -15,7 +15,7 @@
     golden/transformers_bf16_drift.json, written by tools/reference/bf16_drift.py (the Python
     reference, ClefReference(folder, "bf16") vs "f32", on every corpus request; 43 min on two shared
     cores, so it is committed rather than re-run; 2026-12-01: 0.0289 at request 13; ours 0.0090 at
-    avx512bf16).
+    avx512bf16, 0.0102 at avx2).
     This test enforces: our max |dp| over the requests the golden covers <= the golden's max over
     them (+1e-4: our responses carry 4-decimal probabilities, the golden is computed from the
     reference's raw floats); the golden belongs to this folder and corpus (same model.safetensors
