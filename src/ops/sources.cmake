@@ -29,6 +29,12 @@ target_sources(clef_engine PRIVATE
 # (Ice Lake / Zen 4 set; its bf16 kernels add the avx512bf16 attribute). SSSE3/SSE4 are left out:
 # their masked loads/stores touch whole vectors (ops/isa.h).
 target_compile_definitions(clef_engine PRIVATE HWY_WANT_AVX3_DL "HWY_DISABLED_TARGETS=(HWY_SSSE3|HWY_SSE4)")
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 15)
+  # clang 14 (the fuzz preset's compiler) crashes in its backend on the AVX-512 copies ("Do not know
+  # how to split the result of this operator"): such builds get the baseline kernels only.
+  message(STATUS "clef: clang ${CMAKE_CXX_COMPILER_VERSION}: kernels compiled for the baseline level only")
+  target_compile_definitions(clef_engine PRIVATE HWY_COMPILE_ONLY_STATIC)
+endif()
 target_link_libraries(clef_engine PRIVATE DNNL::dnnl OpenMP::OpenMP_CXX hwy::hwy)
 # GCC notes that vector-typed returns of the per-target inline helpers would change the ABI
 # between targets; they never cross a target boundary (all internal, inlined per target).
