@@ -40,11 +40,14 @@ sys.path.insert(0, str(REPO / "bench"))
 from bench_backbone import find_bin, flops_per_token, load1  # noqa: E402
 
 LLAMA_DTYPES = ("f32", "bf16", "q8_0")
-SAME_DTYPE = {"fp32": "f32", "fp32-resident": "f32", "bf16": "bf16"}
-# clef modes: a precision, or fp32-resident = fp32 with --fp32-weights resident (fp32 weight copies,
-# the memory class of llama.cpp's f32 GGUF)
+SAME_DTYPE = {"fp32": "f32", "fp32-resident": "f32", "fp32-stream": "f32", "bf16": "bf16"}
+# clef modes: a precision with the default --fp32-weights auto (fp32 copies of a bf16 checkpoint's
+# linear weights when they take at most 1/4 of the memory: the 0.8b preset on any machine with
+# 8 GB), or fp32 with the weights policy forced: fp32-resident (fp32 copies, the memory class of
+# llama.cpp's f32 GGUF) / fp32-stream (widened per call; memory = the bf16 file)
 CLEF_MODE_FLAGS = {"fp32": ["--precision", "fp32"], "bf16": ["--precision", "bf16"],
-                   "fp32-resident": ["--precision", "fp32", "--fp32-weights", "resident"]}
+                   "fp32-resident": ["--precision", "fp32", "--fp32-weights", "resident"],
+                   "fp32-stream": ["--precision", "fp32", "--fp32-weights", "stream"]}
 
 
 def env_for(level: str | None) -> dict:
@@ -162,8 +165,9 @@ def main() -> int:
     ap.add_argument("--T", default="512,1024")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--chunk", type=int, default=512, help="clef prefill chunk (llama-bench: -ub 512 by default)")
-    ap.add_argument("--modes", default="fp32,fp32-resident,bf16",
-                    help="clef modes: fp32, fp32-resident (--fp32-weights resident), bf16")
+    ap.add_argument("--modes", default="fp32,fp32-stream,bf16",
+                    help="clef modes: fp32 (default weights policy, auto), fp32-resident, fp32-stream "
+                         "(--fp32-weights resident|stream), bf16")
     ap.add_argument("--llama-dtypes", default=",".join(LLAMA_DTYPES))
     ap.add_argument("--rounds", type=int, default=2, help="alternating clef/llama rounds per point")
     ap.add_argument("--repeat", type=int, default=2, help="clef timed passes per process (best is kept)")

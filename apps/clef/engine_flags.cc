@@ -34,9 +34,10 @@ CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f) {
       ->check(CLI::IsMember({"fp32", "f32", "bf16"}))
       ->capture_default_str();
   app.add_option("--fp32-weights", f.fp32_weights,
-                 "fp32 mode on a bf16 checkpoint: stream (widen each weight per call; memory = the mmapped file) "
-                 "or resident (fp32 copies: 4 bytes per parameter, ~7-10% faster prefill); same results")
-      ->check(CLI::IsMember({"stream", "resident"}))
+                 "fp32 mode on a bf16 checkpoint: resident (fp32 copies of the linear weights: 4 bytes per "
+                 "parameter, 7-25% faster prefill), stream (widen each weight per call; memory = the mmapped "
+                 "file) or auto (resident when the copies take at most 1/4 of the memory, else stream); same results")
+      ->check(CLI::IsMember({"auto", "stream", "resident"}))
       ->capture_default_str();
   // More threads than CPUs only makes OpenMP threads spin against each other (never faster).
   const auto cpus = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
@@ -70,7 +71,9 @@ CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f) {
 EngineOptions engine_options(const EngineFlags& f) {
   EngineOptions eo;
   eo.backbone.precision = f.precision == "bf16" ? ops::Precision::kBF16 : ops::Precision::kF32;
-  eo.backbone.fp32_resident_weights = f.fp32_weights == "resident";
+  eo.backbone.fp32_weights = f.fp32_weights == "resident" ? Fp32Weights::kResident
+                             : f.fp32_weights == "stream" ? Fp32Weights::kStream
+                                                          : Fp32Weights::kAuto;
   eo.backbone.threads = static_cast<int>(f.threads);
   eo.backbone.chunk_size = f.chunk;
   eo.record.max_length = f.max_tokens;

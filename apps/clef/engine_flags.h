@@ -19,7 +19,7 @@ struct EngineFlags {
   std::string model_dir;           ///< --model (empty with model_given false: the embedded default)
   bool model_given = false;
   std::string precision = "fp32";  ///< fp32 (or f32) | bf16
-  std::string fp32_weights = "stream";  ///< stream | resident (fp32 mode on a bf16 checkpoint)
+  std::string fp32_weights = "auto";  ///< auto | stream | resident (fp32 mode on a bf16 checkpoint)
   std::int64_t threads = 0;        ///< 0 = all CPUs
   std::int64_t chunk = 512;        ///< prefill chunk (tokens)
   std::int64_t max_tokens = 16384; ///< record token budget

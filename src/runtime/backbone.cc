@@ -1,6 +1,9 @@
 #include "runtime/backbone.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
 #include <string>
 
 #include "core/error.h"
@@ -9,20 +12,67 @@
 namespace clef {
 namespace {
 
-qwen35::TextModelOptions model_options(const BackboneOptions& o) {
+qwen35::TextModelOptions model_options(const ReleaseFolder& release, const BackboneOptions& o) {
   if (o.chunk_size < 1) {
     throw InvalidArgument("backbone: chunk size must be >= 1, got " + std::to_string(o.chunk_size));
   }
   qwen35::TextModelOptions m;
   m.precision = o.precision;
-  ops::set_fp32_resident_weights(o.fp32_resident_weights);  // before the model binds its weights
+  // Before the model binds its weights (GemmWeight reads the flag when it is made).
+  ops::set_fp32_resident_weights(fp32_weights_resident(o.fp32_weights, o.precision,
+                                                       fp32_copy_bytes(release.model.text), usable_memory_bytes()));
   return m;
+}
+
+void add_copy_bytes(const WeightView& w, std::uint64_t& total) {
+  if (w.valid() && w.dtype() != DType::kF32) total += 4 * w.numel();
 }
 
 }  // namespace
 
+std::uint64_t fp32_copy_bytes(const qwen35::TextWeights& w) {
+  std::uint64_t total = 0;
+  for (const auto& layer : w.layers) {
+    for (const WeightView* v : {&layer.gate_proj, &layer.up_proj, &layer.down_proj}) add_copy_bytes(*v, total);
+    if (layer.linear_attn) {
+      const auto& a = *layer.linear_attn;
+      for (const WeightView* v : {&a.in_proj_qkv, &a.in_proj_z, &a.in_proj_b, &a.in_proj_a, &a.out_proj}) {
+        add_copy_bytes(*v, total);
+      }
+    }
+    if (layer.self_attn) {
+      const auto& a = *layer.self_attn;
+      for (const WeightView* v : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj}) add_copy_bytes(*v, total);
+    }
+  }
+  return total;
+}
+
+bool fp32_weights_resident(Fp32Weights policy, ops::Precision precision, std::uint64_t copy_bytes,
+                           std::uint64_t memory_bytes) noexcept {
+  switch (policy) {
+    case Fp32Weights::kResident: return true;
+    case Fp32Weights::kStream: return false;
+    case Fp32Weights::kAuto: break;
+  }
+  return precision == ops::Precision::kF32 && copy_bytes > 0 && copy_bytes <= memory_bytes / 4;
+}
+
+std::uint64_t usable_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  std::uint64_t bytes = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+  std::ifstream f("/sys/fs/cgroup/memory.max");
+  std::string limit;
+  if (f >> limit && !limit.empty() && limit != "max" &&
+      std::all_of(limit.begin(), limit.end(), [](char c) { return c >= '0' && c <= '9'; }) && limit.size() < 20) {
+    const std::uint64_t cg = std::stoull(limit);
+    if (cg > 0 && (bytes == 0 || cg < bytes)) bytes = cg;
+  }
+  return bytes;
+}
+
 Backbone::Backbone(const ReleaseFolder& release, const BackboneOptions& options)
-    : options_(options), model_(release.config.text, release.model.text, model_options(options)) {
+    : options_(options), model_(release.config.text, release.model.text, model_options(release, options)) {
   ops::set_num_threads(options.threads);
   if (options.pad_id >= 0) {
     pad_id_ = options.pad_id;

@@ -22,13 +22,24 @@ inline constexpr std::int32_t kEndOfTextId = 248044;
 /// Rows per call of the seed's static-shape readout (seed 000, decision.readout).
 inline constexpr std::int64_t kStaticReadoutRows = 64;
 
+/// Where fp32 mode reads the linear weights of a BF16/F16 checkpoint from (issue 14).
+enum class Fp32Weights {
+  /// kResident when the fp32 copies take at most a quarter of the machine's memory
+  /// (fp32_weights_resident()), else kStream. The default.
+  kAuto,
+  /// Widen each weight to fp32 per call, panel by panel (memory = the mmapped file).
+  kStream,
+  /// Keep fp32 copies (4 bytes per parameter; faster prefill, same results).
+  kResident,
+};
+
 struct BackboneOptions {
   /// Numeric mode: kF32 (parity) or kBF16 (bf16 weights and GEMM inputs, fp32 accumulation,
   /// fp32 norms / states / residual stream).
   ops::Precision precision = ops::Precision::kF32;
-  /// fp32 mode on a BF16/F16 checkpoint: keep fp32 copies of the linear weights (4 bytes per
-  /// parameter; faster) instead of widening per call (ops::set_fp32_resident_weights).
-  bool fp32_resident_weights = false;
+  /// fp32 mode on a BF16/F16 checkpoint: fp32 copies of the linear weights or widening per call
+  /// (ops::set_fp32_resident_weights); answers are identical either way.
+  Fp32Weights fp32_weights = Fp32Weights::kAuto;
   /// Tokens per prefill chunk (>= 1). Activation memory is O(chunk_size).
   std::int64_t chunk_size = 512;
   /// Seed-000 static-shape readout: run ceil(T/64) calls of exactly 64 positions, the last one
@@ -59,6 +70,21 @@ struct PrefillMedia {
   /// the number of pads among the ids).
   std::span<const float> image_rows;
 };
+
+/// Bytes fp32 copies of the text model's non-F32 linear weights (the GEMM operands of every
+/// decoder layer) would take: 4 per element; 0 for an F32 checkpoint.
+std::uint64_t fp32_copy_bytes(const qwen35::TextWeights& w);
+
+/// Resolves the fp32-weights policy: kResident → true, kStream → false, kAuto → true iff
+/// `precision` is fp32 and 0 < copy_bytes <= memory_bytes / 4 (so the 0.8b preset, 2.0 GB of
+/// copies, is resident on an 8 GB machine and flash, about 32 GB, streams on every common one).
+/// `memory_bytes` is usable_memory_bytes() in the engine.
+bool fp32_weights_resident(Fp32Weights policy, ops::Precision precision, std::uint64_t copy_bytes,
+                           std::uint64_t memory_bytes) noexcept;
+
+/// Memory this process may use, in bytes: the physical memory, or the cgroup v2 limit
+/// (/sys/fs/cgroup/memory.max) when that is smaller.
+std::uint64_t usable_memory_bytes();
 
 class Backbone {
  public:

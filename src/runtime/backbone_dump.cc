@@ -3,12 +3,12 @@
 // (tests/reference/test_backbone.py) and the benchmark script (bench/bench_backbone.py).
 //
 //   clef_backbone_dump --model DIR (--ids FILE | --ids-list 1,2,3 | --random-ids T[:SEED])
-//                      [--out PREFIX] [--chunks 1,16,64] [--padded] [--precision fp32|bf16] [--fp32-weights stream|resident]
+//                      [--out PREFIX] [--chunks 1,16,64] [--padded] [--precision fp32|bf16] [--fp32-weights auto|stream|resident]
 //                      [--threads N] [--repeat N] [--fork-check]
 //
 // Writes PREFIX.chunk<C>.npy for each chunk size and PREFIX.padded.npy with --padded (no files
 // without --out). Prints one JSON line per run: {"run", "tokens", "seconds", "tokens_per_s",
-// "peak_rss_bytes", "precision", "threads", "gemm"}. --fork-check runs the first half, forks the
+// "peak_rss_bytes", "precision", "fp32_weights", "threads", "gemm"}. --fork-check runs the first half, forks the
 // state, runs the second half on the fork and on a restored copy, and reports the max difference
 // against the one-shot run. Exit codes: 0 ok, 2 bad arguments, others per core/error.h.
 #include <sys/resource.h>
@@ -86,7 +86,7 @@ struct Args {
   std::vector<std::int64_t> chunks;
   bool padded = false, fork_check = false;
   ops::Precision precision = ops::Precision::kF32;
-  bool fp32_resident = false;
+  Fp32Weights fp32_weights = Fp32Weights::kAuto;
   int threads = 0, repeat = 1;
 };
 
@@ -114,8 +114,10 @@ Args parse(int argc, char** argv) {
       a.precision = *pr;
     } else if (f == "--fp32-weights") {
       const std::string v = need(i);
-      if (v != "stream" && v != "resident") throw InvalidArgument("--fp32-weights must be stream or resident, got " + v);
-      a.fp32_resident = v == "resident";
+      if (v != "stream" && v != "resident" && v != "auto") {
+        throw InvalidArgument("--fp32-weights must be auto, stream or resident, got " + v);
+      }
+      a.fp32_weights = v == "resident" ? Fp32Weights::kResident : v == "stream" ? Fp32Weights::kStream : Fp32Weights::kAuto;
     } else if (f == "--threads") a.threads = std::stoi(need(i));
     else if (f == "--repeat") a.repeat = std::max(1, std::stoi(need(i)));
     else throw InvalidArgument("unknown flag " + f);
@@ -149,9 +151,11 @@ std::vector<std::int32_t> load_ids(const Args& a, std::int64_t vocab) {
 
 void report(const std::string& run, std::size_t tokens, double secs, const Args& a) {
   std::printf("{\"run\": \"%s\", \"tokens\": %zu, \"seconds\": %.6f, \"tokens_per_s\": %.3f, "
-              "\"peak_rss_bytes\": %lld, \"precision\": \"%s\", \"threads\": %d, \"gemm\": \"%s\"}\n",
+              "\"peak_rss_bytes\": %lld, \"precision\": \"%s\", \"fp32_weights\": \"%s\", \"threads\": %d, "
+              "\"gemm\": \"%s\"}\n",
               run.c_str(), tokens, secs, secs > 0 ? static_cast<double>(tokens) / secs : 0.0, peak_rss_bytes(),
-              ops::precision_name(a.precision), ops::num_threads(), ops::gemm_backend_name().c_str());
+              ops::precision_name(a.precision), ops::fp32_resident_weights() ? "resident" : "stream",
+              ops::num_threads(), ops::gemm_backend_name().c_str());
   std::fflush(stdout);
 }
 
@@ -179,7 +183,7 @@ int backbone_dump_main(int argc, char** argv) {
     };
     BackboneOptions base;
     base.precision = a.precision;
-    base.fp32_resident_weights = a.fp32_resident;
+    base.fp32_weights = a.fp32_weights;
     base.threads = a.threads;
     std::vector<float> first;
     for (std::int64_t c : a.chunks) {

@@ -265,18 +265,19 @@ def test_stray_entries_in_the_model_folder_do_not_break_decide(cpp_tiny, tmp_pat
 
 
 def test_fp32_resident_weights_give_the_same_answers(cpp_tiny, tmp_path):
-    """--fp32-weights resident (fp32 copies of the bf16 checkpoint's linear weights) changes memory
-    and speed, not answers: identical bodies to the default per-call widening on 8 corpus requests."""
+    """--fp32-weights resident (fp32 copies of the bf16 checkpoint's linear weights), stream (per-call
+    widening) and auto (the default: one of the two by memory) change memory and speed, not answers:
+    identical bodies on 8 corpus requests."""
     inp = tmp_path / "in.jsonl"
     write_lines(inp, [json.dumps(r, ensure_ascii=False) for r in corpus_requests()[:8]])
     outs = {}
-    for mode in ("stream", "resident"):
+    for mode in ("stream", "resident", "auto"):
         out = tmp_path / f"{mode}.jsonl"
         r = run_clef("decide", "-m", str(cpp_tiny), "--fp32-weights", mode, "--jsonl", str(inp), "--out", str(out),
                      "--no-progress")
         assert r.returncode == 0, r.stderr
         outs[mode] = out.read_text(encoding="utf-8")
-    assert outs["stream"] == outs["resident"]
+    assert outs["stream"] == outs["resident"] == outs["auto"]
     assert len(outs["stream"].splitlines()) == 8
     r = run_clef("decide", "-m", str(cpp_tiny), "--fp32-weights", "fp16", "-")
     assert r.returncode == 2 and "--fp32-weights" in r.stderr

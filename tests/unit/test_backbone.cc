@@ -160,6 +160,34 @@ TEST_F(BackboneTest, RejectsBadInput) {
   EXPECT_THROW(bb.prefill(one, empty, {}), InvalidArgument);  // state of another model
 }
 
+TEST_F(BackboneTest, Fp32CopyBytesFollowTheArchitecture) {
+  // architecture.md §9 linear layers: per GDN layer (conv_dim + Hv*dv + 2*Hv) x H + H x Hv*dv,
+  // per attention layer (2*nh*hd + 2*nkv*hd) x H + H x nh*hd, per layer 3 x I x H (SwiGLU).
+  const auto& c = release_->config.text;
+  const std::int64_t H = c.hidden_size;
+  const std::int64_t gdn = (c.gdn_conv_dim() + c.gdn_value_dim() + 2 * c.linear_num_value_heads) * H +
+                           H * c.gdn_value_dim();
+  const std::int64_t attn = (2 * c.num_attention_heads * c.head_dim + 2 * c.num_key_value_heads * c.head_dim) * H +
+                            H * c.num_attention_heads * c.head_dim;
+  const std::int64_t params = c.count(LayerType::kLinearAttention) * gdn + c.count(LayerType::kFullAttention) * attn +
+                              c.num_hidden_layers * 3 * c.intermediate_size * H;
+  ASSERT_NE(release_->model.text.layers.at(0).gate_proj.dtype(), DType::kF32);  // the tiny model is bf16
+  EXPECT_EQ(fp32_copy_bytes(release_->model.text), static_cast<std::uint64_t>(4 * params));
+}
+
+TEST_F(BackboneTest, Fp32WeightsPolicy) {
+  using ops::Precision;
+  constexpr std::uint64_t GiB = std::uint64_t{1} << 30;
+  EXPECT_TRUE(fp32_weights_resident(Fp32Weights::kResident, Precision::kF32, 40 * GiB, 8 * GiB));
+  EXPECT_FALSE(fp32_weights_resident(Fp32Weights::kStream, Precision::kF32, 1, 64 * GiB));
+  EXPECT_TRUE(fp32_weights_resident(Fp32Weights::kAuto, Precision::kF32, 2 * GiB, 8 * GiB));   // 0.8b, 8 GB
+  EXPECT_FALSE(fp32_weights_resident(Fp32Weights::kAuto, Precision::kF32, 2 * GiB + 1, 8 * GiB));
+  EXPECT_FALSE(fp32_weights_resident(Fp32Weights::kAuto, Precision::kF32, 32 * GiB, 24 * GiB));  // flash
+  EXPECT_FALSE(fp32_weights_resident(Fp32Weights::kAuto, Precision::kF32, 0, 24 * GiB));  // F32 checkpoint
+  EXPECT_FALSE(fp32_weights_resident(Fp32Weights::kAuto, Precision::kBF16, 1, 24 * GiB)); // bf16 reads bf16
+  EXPECT_GT(usable_memory_bytes(), std::uint64_t{0});
+}
+
 TEST_F(BackboneTest, ThreadsOptionSizesThePool) {
   BackboneOptions o = opts(8);
   o.threads = 1;
