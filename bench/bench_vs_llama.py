@@ -263,7 +263,7 @@ def main() -> int:
                 spread = (b - min(tps)) / b if b else 0.0
                 gf = b * fpt / 1e9
                 pf, pb, _ = peaks[lv]
-                peak = pb if mode == "bf16" else (pf if mode in ("fp32", "fp32-resident", "f32") else 0.0)
+                peak = pb if mode == "bf16" else (pf if mode == "f32" or mode.startswith("fp32") else 0.0)
                 pct = f"{100 * gf / peak:.0f}%" if peak else "–"
                 ratio = ""
                 if eng == "clef.cpp" and ("llama.cpp", SAME_DTYPE.get(mode, "")) in best:

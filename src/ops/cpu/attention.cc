@@ -165,7 +165,7 @@ void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
           for (std::int64_t e = 0; e < hd; ++e) Qt[e * ncol + hh * nq + i] = qi[e] * scale;
         }
       }
-      if (round_bf16) cpu::round_to_bf16_inplace(Qt, hd * ncol);
+      if (round_bf16) cpu::round_to_bf16(Qt, hd * ncol, Qt);
       for (std::int64_t c = 0; c < ncol; ++c) {
         m[c] = kNegInf;
         l[c] = 0.0f;
@@ -178,7 +178,7 @@ void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
         const float* Vb = vc + p0 * ldk + j * hd;
         cpu::small_gemm(nk, ncol, hd, Kb, ldk, Qt, ncol, St, ncol);
         softmax_block(St, nk, ncol, nq, p0, first_pos, m, l, corr);
-        if (round_bf16) cpu::round_to_bf16_inplace(St, nk * ncol);
+        if (round_bf16) cpu::round_to_bf16(St, nk * ncol, St);
         if (p0 == 0) {
           cpu::small_gemm_at(hd, ncol, nk, Vb, ldk, St, ncol, Ot, ncol);
         } else {
@@ -308,10 +308,8 @@ void attention_bf16_emulated(const AttentionDims& d, std::int64_t t, std::int64_
 #pragma omp parallel for schedule(static)
   for (std::int64_t b = 0; b < blocks; ++b) {
     const std::int64_t s0 = b * kBlock, len = std::min(kBlock, n - s0);
-    std::copy(kc + s0, kc + s0 + len, kp + s0);
-    std::copy(vc + s0, vc + s0 + len, vp + s0);
-    cpu::round_to_bf16_inplace(kp + s0, len);
-    cpu::round_to_bf16_inplace(vp + s0, len);
+    cpu::round_to_bf16(kc + s0, len, kp + s0);
+    cpu::round_to_bf16(vc + s0, len, vp + s0);
   }
   attention_impl(d, t, tk, q, kp, vp, o, causal, true);
 }

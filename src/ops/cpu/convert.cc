@@ -9,33 +9,18 @@
 
 #include "ops/convert.h"
 #include "ops/isa.h"
+#include "ops/cpu/vmath-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace clef::ops {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+namespace cpu = ::clef::ops::cpu::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using DU32 = hn::RebindToUnsigned<DF>;
 using DI32 = hn::RebindToSigned<DF>;
 using DU16 = hn::Rebind<std::uint16_t, DF>;  // as many u16 lanes as floats
-
-/// bf16 bits (as u32 lanes, upper half zero) of each float: f32_to_bf16 of core/dtype.h.
-HWY_INLINE hn::Vec<DI32> bf16_bits(DF d, hn::Vec<DF> v) {
-  const DI32 di;
-  const auto u = hn::BitCast(di, v);
-  const auto abs = hn::And(u, hn::Set(di, 0x7fffffff));
-  const auto is_nan = hn::Gt(abs, hn::Set(di, 0x7f800000));
-  // Round to nearest even on the unsigned bit pattern (the add may carry into the sign bit, the
-  // logical shift below takes that as the unsigned arithmetic of the scalar code does).
-  const DU32 du;
-  const auto uu = hn::BitCast(du, v);
-  const auto lsb = hn::And(hn::ShiftRight<16>(uu), hn::Set(du, 1u));
-  const auto rounded = hn::ShiftRight<16>(hn::Add(uu, hn::Add(hn::Set(du, 0x7fffu), lsb)));
-  const auto nan = hn::Or(hn::ShiftRight<16>(uu), hn::Set(du, 0x40u));
-  (void)d;
-  return hn::BitCast(di, hn::IfThenElse(hn::RebindMask(du, is_nan), nan, rounded));
-}
 
 void Bf16ToF32Impl(const std::uint16_t* src, std::int64_t n, float* dst) {
   const DF d;
@@ -55,19 +40,13 @@ void F32ToBf16Impl(const float* src, std::int64_t n, std::uint16_t* dst) {
   const DU16 d16;
   const auto N = static_cast<std::int64_t>(hn::Lanes(d));
   std::int64_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(hn::DemoteTo(d16, bf16_bits(d, hn::LoadU(d, src + i))), d16, dst + i);
+  for (; i + N <= n; i += N) {
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(DI32(), cpu::bf16_bits(hn::LoadU(d, src + i)))), d16, dst + i);
+  }
   for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
-void RoundToBf16Impl(const float* src, std::int64_t n, float* dst) {
-  const DF d;
-  const auto N = static_cast<std::int64_t>(hn::Lanes(d));
-  std::int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    hn::StoreU(hn::BitCast(d, hn::ShiftLeft<16>(bf16_bits(d, hn::LoadU(d, src + i)))), d, dst + i);
-  }
-  for (; i < n; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
-}
+void RoundToBf16Impl(const float* src, std::int64_t n, float* dst) { cpu::round_to_bf16(src, n, dst); }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace clef::ops

@@ -134,26 +134,31 @@ HWY_INLINE void scale_inplace(std::int64_t n, float s, float* __restrict y) {
   for (std::int64_t i = 0; i < n; ++i) y[i] *= s;
 }
 
-/// Rounds n floats to the nearest bf16 value (round to nearest even, as core/dtype.h
-/// f32_to_bf16; finite inputs), in place: the operand rounding of the bf16 precision mode on
-/// targets without a bf16 dot product.
-HWY_INLINE void round_to_bf16_inplace(float* x, std::int64_t n) {
-  const DF d;
+/// The bf16 bits (u32 lanes, upper half zero) of each float: round to nearest even, NaN kept a
+/// (quiet) NaN; lane by lane what f32_to_bf16 of core/dtype.h does.
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> bf16_bits(VF v) {
   const hn::RebindToUnsigned<DF> du;
+  const auto u = hn::BitCast(du, v);
+  const auto is_nan = hn::Gt(hn::And(u, hn::Set(du, 0x7fffffffu)), hn::Set(du, 0x7f800000u));
+  // The add may carry into the sign bit; the logical shift takes it as the scalar code's unsigned
+  // arithmetic does.
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), lsb)));
+  const auto nan = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
+  return hn::IfThenElse(is_nan, nan, rounded);
+}
+
+/// dst[i] = src[i] rounded to the nearest bf16 value, kept as float (bit-identical to
+/// bf16_to_f32(f32_to_bf16(src[i]))); dst may equal src.
+HWY_INLINE void round_to_bf16(const float* src, std::int64_t n, float* dst) {
+  const DF d;
   const std::int64_t N = lanes();
-  const auto half = hn::Set(du, 0x7fffu);
-  const auto one = hn::Set(du, 1u);
-  const auto hi_mask = hn::Set(du, 0xffff0000u);
+  auto round = [&](VF v) { return hn::BitCast(d, hn::ShiftLeft<16>(bf16_bits(v))); };
   std::int64_t i = 0;
-  auto round = [&](VF v) {
-    const auto u = hn::BitCast(du, v);
-    const auto lsb = hn::And(hn::ShiftRight<16>(u), one);
-    return hn::BitCast(d, hn::And(hn::Add(u, hn::Add(half, lsb)), hi_mask));
-  };
-  for (; i + N <= n; i += N) hn::StoreU(round(hn::LoadU(d, x + i)), d, x + i);
+  for (; i + N <= n; i += N) hn::StoreU(round(hn::LoadU(d, src + i)), d, dst + i);
   if (i < n) {
     const auto k = hn::FirstN(d, static_cast<std::size_t>(n - i));
-    hn::BlendedStore(round(hn::MaskedLoad(k, d, x + i)), k, d, x + i);
+    hn::BlendedStore(round(hn::MaskedLoad(k, d, src + i)), k, d, dst + i);
   }
 }
 
