@@ -57,9 +57,9 @@ cmake --build --preset asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --preset asan -j2
 
-echo "== fuzz: safetensors header parser, request parser + validator (${FUZZ_SECONDS}s each)"
+echo "== fuzz: safetensors and GGUF header parsers, request parser + validator, image decoder (${FUZZ_SECONDS}s each)"
 cmake --preset fuzz >/dev/null
-if ! cmake --build --preset fuzz --target fuzz_safetensors_header fuzz_request fuzz_image > build/fuzz-build.log 2>&1; then
+if ! cmake --build --preset fuzz --target fuzz_safetensors_header fuzz_gguf_header fuzz_request fuzz_image > build/fuzz-build.log 2>&1; then
   tail -n 40 build/fuzz-build.log
   echo "test.sh: the fuzz build (clang-14, preset fuzz) failed; see build/fuzz-build.log"
   exit 1
@@ -70,6 +70,12 @@ mkdir -p "$corpus"
 ./build/fuzz/tests/fuzz/fuzz_safetensors_header -max_total_time="$FUZZ_SECONDS" -max_len=65536 \
   -print_final_stats=1 "$corpus" > build/fuzz/fuzz.log 2>&1 || { tail -n 40 build/fuzz/fuzz.log; exit 1; }
 grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz.log
+gcorpus=build/fuzz/gguf_corpus
+mkdir -p "$gcorpus"
+"$PY" tests/fuzz/make_gguf_seeds.py "$gcorpus"
+./build/fuzz/tests/fuzz/fuzz_gguf_header -max_total_time="$FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
+  -print_final_stats=1 "$gcorpus" > build/fuzz/fuzz_gguf.log 2>&1 || { tail -n 40 build/fuzz/fuzz_gguf.log; exit 1; }
+grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz_gguf.log
 rcorpus=build/fuzz/request_corpus
 mkdir -p "$rcorpus"
 "$PY" tests/fuzz/make_request_seeds.py ../shared/requests "$rcorpus"
