@@ -13,8 +13,10 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,8 +36,9 @@ std::optional<Precision> precision_from_name(std::string_view s) noexcept;
 
 /// The weight of one linear layer, W [n, k], prepared for one precision. Zero-copy when the
 /// stored dtype is what the precision consumes (BF16 for kBF16, F32 for kF32) and the data is
-/// suitably aligned; otherwise converted once here (F32/F16 -> bf16 for kBF16) or widened per
-/// call into scratch (BF16/F16 -> fp32 for kF32, so fp32 mode does not double resident memory).
+/// suitably aligned; otherwise converted once here (F32/F16 -> bf16 for kBF16), or for kF32 on a
+/// BF16/F16 weight either widened per call into scratch or, with resident fp32 weights
+/// (set_fp32_resident_weights), widened once on first use into an fp32 copy kept from then on.
 /// A zero-copy GemmWeight points into `data`, which must outlive it. Movable, not copyable.
 class GemmWeight {
  public:
@@ -53,15 +56,19 @@ class GemmWeight {
   Precision precision() const noexcept { return precision_; }
   DType stored_dtype() const noexcept { return dtype_; }
   const void* stored_data() const noexcept { return data_; }
-  /// Bytes this object allocated (0 when zero-copy).
-  std::size_t owned_bytes() const noexcept {
-    return owned_.size() * sizeof(std::uint16_t) + owned_f32_.size() * sizeof(float);
-  }
+  /// Bytes this object allocated so far (0 when zero-copy; a resident fp32 copy counts once it
+  /// was made).
+  std::size_t owned_bytes() const noexcept;
   bool valid() const noexcept { return data_ != nullptr; }
 
   /// Pointer to the operand the backend multiplies with (bf16 bits for kBF16; fp32 when the
-  /// stored weight is aligned F32 in kF32), or nullptr when it must be widened per call.
+  /// stored weight is aligned F32 in kF32), or nullptr when it must be widened (per call, or once
+  /// into the resident copy: resident_f32()).
   const void* operand() const noexcept { return operand_; }
+  /// kF32 with resident fp32 weights on a BF16/F16 weight: the fp32 copy [n, k], made (widened
+  /// exactly, on the engine's threads) by the first call; nullptr in every other case.
+  /// Thread-safe.
+  const float* resident_f32() const;
 
  private:
   DType dtype_ = DType::kF32;
@@ -70,13 +77,19 @@ class GemmWeight {
   std::int64_t n_ = 0, k_ = 0;
   Precision precision_ = Precision::kF32;
   std::vector<std::uint16_t> owned_;  ///< bf16 copy when the stored dtype is not BF16
-  std::vector<float> owned_f32_;      ///< fp32 copy (kF32 with resident fp32 weights)
+  struct Fp32Copy {  ///< the fp32 copy of kF32 with resident weights, made by the first call
+    std::once_flag once;
+    std::unique_ptr<float[]> data;  ///< not value-initialized: every element is written once
+    std::atomic<bool> made{false};
+  };
+  std::unique_ptr<Fp32Copy> fp32_copy_;
 };
 
 /// fp32 mode with a BF16/F16 checkpoint: whether GemmWeights built from now on keep an fp32 copy
-/// of the weight (resident: 4 bytes per parameter, no per-call widening, ~7-10% faster prefill on
-/// the 0.8b preset) or widen it per call panel by panel (stream, the default: resident memory stays
-/// the mmapped checkpoint). Both give identical results (widening is exact). Process-wide, like the
+/// of the weight, made on its first use (resident: 4 bytes per parameter, no per-call widening,
+/// 15-20% faster prefill on the 0.8b preset at AVX2) or widen it per call panel by panel (stream:
+/// resident memory stays the mmapped checkpoint). The engine decides per model
+/// (runtime/backbone.h, Fp32Weights). Both give identical results (widening is exact). Process-wide, like the
 /// thread count; set it before the model is built.
 void set_fp32_resident_weights(bool resident) noexcept;
 bool fp32_resident_weights() noexcept;

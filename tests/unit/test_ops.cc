@@ -546,10 +546,16 @@ TEST(Ops, LinearResidentFp32WeightsMatchStreamed) {
     const ops::GemmWeight resident(DType::kBF16, wb.data(), n, k, Precision::kF32);
     ops::set_fp32_resident_weights(false);
     EXPECT_EQ(streamed.owned_bytes(), 0u);
-    EXPECT_EQ(resident.owned_bytes(), static_cast<std::size_t>(n * k) * sizeof(float));
-    Vec a(static_cast<std::size_t>(m * n)), b(a.size()), want(a.size());
+    EXPECT_EQ(resident.owned_bytes(), 0u);  // the copy is made by the first call
+    EXPECT_EQ(streamed.resident_f32(), nullptr);
+    Vec a(static_cast<std::size_t>(m * n)), b(a.size()), b2(a.size()), want(a.size());
     ops::linear(x.data(), m, streamed, a.data());
     ops::linear(x.data(), m, resident, b.data());
+    EXPECT_EQ(resident.owned_bytes(), static_cast<std::size_t>(n * k) * sizeof(float));
+    EXPECT_EQ(streamed.owned_bytes(), 0u);
+    for (std::int64_t i = 0; i < n * k; ++i) ASSERT_EQ(resident.resident_f32()[i], bf16_to_f32(wb[static_cast<std::size_t>(i)]));
+    ops::linear(x.data(), m, resident, b2.data());  // the kept copy: the same bits again
+    EXPECT_EQ(b, b2);
     ops::ref::linear(x.data(), m, DType::kBF16, wb.data(), n, k, want.data(), false, Precision::kF32);
     const double tol = 2e-6 * std::sqrt(static_cast<double>(k));
     EXPECT_TRUE(close("linear(streamed)", "m,n,k=" + dims({m, n, k}), want, a, {tol, 1e-5}));

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -166,10 +167,26 @@ GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64
   } else if (dtype == DType::kF32 && addr % alignof(float) == 0) {
     operand_ = data;
   } else if (fp32_resident_weights()) {
-    owned_f32_.resize(static_cast<std::size_t>(n * k));
-    widen_to_f32(dtype, data, n, k, owned_f32_.data());
-    operand_ = owned_f32_.data();
+    fp32_copy_ = std::make_unique<Fp32Copy>();  // made by the first linear() (resident_f32)
   }
+}
+
+
+std::size_t GemmWeight::owned_bytes() const noexcept {
+  std::size_t bytes = owned_.size() * sizeof(std::uint16_t);
+  if (fp32_copy_ && fp32_copy_->made.load()) bytes += static_cast<std::size_t>(n_ * k_) * sizeof(float);
+  return bytes;
+}
+
+const float* GemmWeight::resident_f32() const {
+  if (!fp32_copy_) return nullptr;
+  Fp32Copy& c = *fp32_copy_;
+  std::call_once(c.once, [&] {
+    c.data.reset(new float[static_cast<std::size_t>(n_ * k_)]);
+    widen_to_f32(dtype_, data_, n_, k_, c.data.get());
+    c.made.store(true);
+  });
+  return c.data.get();
 }
 
 /// Rows of W widened per panel when the weight is not stored in the dtype the matmul reads:
@@ -215,9 +232,10 @@ void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool 
     parallel_blocks(m * k, [&](std::int64_t s, std::int64_t len) { round_to_bf16_n(x + s, len, buf + s); });
     xptr = buf;
   }
-  if (!bf16 && w.operand() != nullptr) {  // fp32 weight in place
+  const void* fp32_operand = bf16 ? nullptr : w.operand() != nullptr ? w.operand() : w.resident_f32();
+  if (fp32_operand != nullptr) {  // fp32 weight in place, or its resident fp32 copy
     prim = get_primitive(m, n, k, false, accumulate);
-    execute(prim, dt::f32, m, n, k, n, xptr, w.operand(), y);
+    execute(prim, dt::f32, m, n, k, n, xptr, fp32_operand, y);
     return;
   }
   // Widen W to fp32 panel by panel: the stored weight (fp32 mode) or the bf16 operand (bf16 on a
