@@ -4,12 +4,14 @@ against transformers (the independent reference), and one clear error line per b
 from __future__ import annotations
 
 import json
+import pathlib
+import subprocess
 import struct
 
 import pytest
 import torch
 
-from conftest import run_clef
+from conftest import REPO_ROOT, clef_bin, run_clef
 
 
 def inspect_json(folder, *extra):
@@ -386,3 +388,30 @@ def test_decide_threads_capped_at_cpu_count(cpp_tiny, tmp_path):
 
     r = run_clef("decide", "-m", str(cpp_tiny), "--threads", str((os.cpu_count() or 1) + 1), str(_req(tmp_path)))
     _one_error_line(r, 2)
+
+
+def _dynamic_loader() -> str | None:
+    """The ELF interpreter of the clef binary (PT_INTERP), e.g. /lib64/ld-linux-x86-64.so.2."""
+    data = pathlib.Path(clef_bin()).read_bytes()
+    i = data.find(b"/lib")
+    if i < 0:
+        return None
+    path = data[i:data.index(b"\0", i)].decode()
+    return path if "ld-linux" in path and pathlib.Path(path).exists() else None
+
+
+def test_started_through_the_dynamic_loader_gives_the_same_answer(cpp_tiny):
+    """`ld.so clef ...` (how some packagers and sandboxes start binaries): /proc/self/exe is then the
+    loader, so the one-time re-exec that sets the OpenMP spin default must not happen (it would run
+    ld.so with clef's arguments); the answer is the one a direct start gives."""
+    loader = _dynamic_loader()
+    if loader is None:
+        pytest.skip("no ld-linux interpreter found in the binary")
+    req = REPO_ROOT / "examples" / "request.json"
+    direct = run_clef("decide", "-m", str(cpp_tiny), "--threads", "1", str(req), check=True)
+    r = subprocess.run([loader, clef_bin(), "decide", "-m", str(cpp_tiny), "--threads", "1", str(req)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == direct.stdout
+    v = subprocess.run([loader, clef_bin(), "--version"], capture_output=True, text=True, timeout=60)
+    assert v.returncode == 0 and v.stdout.startswith("clef "), v.stdout
