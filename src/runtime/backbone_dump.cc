@@ -13,7 +13,9 @@
 // against the one-shot run. Exit codes: 0 ok, 2 bad arguments, others per core/error.h.
 #include <sys/resource.h>
 
+#include <charconv>
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -75,6 +77,27 @@ void write_npy(const std::string& path, const std::vector<float>& data, std::int
   if (!f) throw IoError("short write to " + path);
 }
 
+constexpr const char* kUsage =
+    "usage: clef hidden --model DIR (--ids FILE | --ids-list 1,2,3 | --random-ids T[:SEED])\n"
+    "                   [--out PREFIX] [--chunks 1,16,64] [--padded] [--precision fp32|bf16]\n"
+    "                   [--fp32-weights auto|stream|resident] [--threads N] [--repeat N] [--fork-check]\n"
+    "Runs the backbone on the token ids and writes the final-norm hidden states as float32 .npy\n"
+    "files PREFIX.chunk<C>.npy (and PREFIX.padded.npy with --padded); prints one JSON line per run\n"
+    "(tokens/s, peak RSS, precision, fp32 weights, threads, GEMM library). --fork-check also checks\n"
+    "state fork/restore against the one-shot run. (Also installed as clef_backbone_dump.)\n";
+
+/// `text` as an integer in [lo, hi]; InvalidArgument naming `flag` otherwise.
+long long integer_flag(const std::string& flag, const std::string& text, long long lo, long long hi) {
+  long long v = 0;
+  const char* end = text.data() + text.size();
+  const auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || p != end || v < lo || v > hi) {
+    throw InvalidArgument(flag + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                          "], got '" + text + "'");
+  }
+  return v;
+}
+
 long long peak_rss_bytes() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -104,7 +127,11 @@ Args parse(int argc, char** argv) {
     else if (f == "--random-ids") a.random_ids = need(i);
     else if (f == "--out") a.out = need(i);
     else if (f == "--chunks") {
-      for (std::int32_t c : parse_ints(need(i))) a.chunks.push_back(c);
+      std::string list = need(i);
+      for (char& c : list) c = c == ',' ? ' ' : c;
+      std::istringstream in(list);
+      for (std::string c; in >> c;) a.chunks.push_back(integer_flag("--chunks", c, 1, 1 << 24));
+      if (a.chunks.empty()) throw InvalidArgument("--chunks needs at least one chunk size");
     } else if (f == "--padded") a.padded = true;
     else if (f == "--fork-check") a.fork_check = true;
     else if (f == "--precision") {
@@ -118,9 +145,12 @@ Args parse(int argc, char** argv) {
         throw InvalidArgument("--fp32-weights must be auto, stream or resident, got " + v);
       }
       a.fp32_weights = v == "resident" ? Fp32Weights::kResident : v == "stream" ? Fp32Weights::kStream : Fp32Weights::kAuto;
-    } else if (f == "--threads") a.threads = std::stoi(need(i));
-    else if (f == "--repeat") a.repeat = std::max(1, std::stoi(need(i)));
-    else throw InvalidArgument("unknown flag " + f);
+    } else if (f == "--threads") a.threads = static_cast<int>(integer_flag(f, need(i), 0, 4096));
+    else if (f == "--repeat") a.repeat = static_cast<int>(integer_flag(f, need(i), 1, 1000));
+    else if (f == "--help" || f == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else throw InvalidArgument("unknown flag " + f + " (--help lists them)");
   }
   if (a.model.empty()) throw InvalidArgument("--model DIR is required");
   if (a.chunks.empty() && !a.padded) a.chunks.push_back(512);
@@ -129,6 +159,8 @@ Args parse(int argc, char** argv) {
 
 std::vector<std::int32_t> load_ids(const Args& a, std::int64_t vocab) {
   if (!a.ids_file.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(a.ids_file, ec)) throw IoError("--ids " + a.ids_file + " is not a readable regular file");
     std::ifstream f(a.ids_file);
     if (!f) throw IoError("cannot read " + a.ids_file);
     std::stringstream ss;
@@ -138,8 +170,10 @@ std::vector<std::int32_t> load_ids(const Args& a, std::int64_t vocab) {
   if (!a.ids_list.empty()) return parse_ints(a.ids_list);
   if (!a.random_ids.empty()) {
     const auto colon = a.random_ids.find(':');
-    const long long t = std::stoll(a.random_ids.substr(0, colon));
-    const unsigned seed = colon == std::string::npos ? 0u : static_cast<unsigned>(std::stoul(a.random_ids.substr(colon + 1)));
+    const long long t = integer_flag("--random-ids T", a.random_ids.substr(0, colon), 1, 1 << 24);
+    const auto seed = colon == std::string::npos
+                          ? 0u
+                          : static_cast<unsigned>(integer_flag("--random-ids SEED", a.random_ids.substr(colon + 1), 0, 0xffffffffLL));
     std::mt19937 gen(seed);
     std::uniform_int_distribution<std::int32_t> d(0, static_cast<std::int32_t>(std::min<std::int64_t>(vocab, 248000) - 1));
     std::vector<std::int32_t> ids(static_cast<std::size_t>(t));

@@ -276,7 +276,10 @@ std::string gemm_backend_name() {
     case dnnl::cpu_isa::avx512_core_bf16: isa = "avx512_core_bf16"; break;
     case dnnl::cpu_isa::avx512_core_vnni: isa = "avx512_core_vnni"; break;
     case dnnl::cpu_isa::avx512_core: isa = "avx512_core"; break;
+    case dnnl::cpu_isa::avx2_vnni: isa = "avx2_vnni"; break;
     case dnnl::cpu_isa::avx2: isa = "avx2"; break;
+    case dnnl::cpu_isa::avx: isa = "avx"; break;
+    case dnnl::cpu_isa::sse41: isa = "sse41"; break;
     default: isa = "other"; break;
   }
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
