@@ -33,6 +33,8 @@ struct FileCloser {
 using File = std::unique_ptr<std::FILE, FileCloser>;
 
 /// Reads '\n'-terminated lines from a stream, never holding more than kMaxLineBytes of one line.
+/// Reads with read(2) on the stream's descriptor (the stream itself is never read through stdio),
+/// so a line that arrives on a pipe is handed over at once, not when 64 KiB have piled up.
 class LineReader {
  public:
   explicit LineReader(std::FILE* f) : f_(f) {}
@@ -45,10 +47,14 @@ class LineReader {
     bool any = false;
     for (;;) {
       if (pos_ == len_) {
-        len_ = std::fread(buf_, 1, sizeof buf_, f_);
+        ssize_t got = 0;
+        do {
+          got = ::read(::fileno(f_), buf_, sizeof buf_);
+        } while (got < 0 && errno == EINTR);
+        if (got < 0) throw IoError("cannot read the request lines: " + errno_message(errno));
+        len_ = static_cast<std::size_t>(got);
         pos_ = 0;
         if (len_ == 0) {
-          if (std::ferror(f_)) throw IoError("cannot read the request lines");
           terminated_ = false;
           return any;
         }

@@ -281,3 +281,29 @@ def test_fp32_resident_weights_give_the_same_answers(cpp_tiny, tmp_path):
     assert len(outs["stream"].splitlines()) == 8
     r = run_clef("decide", "-m", str(cpp_tiny), "--fp32-weights", "fp16", "-")
     assert r.returncode == 2 and "--fp32-weights" in r.stderr
+
+
+def test_lines_on_a_pipe_are_answered_as_they_arrive(cpp_tiny):
+    """`producer | clef decide --jsonl -`: each line is answered when it arrives, not when the
+    input closes or 64 KiB have piled up (the reader uses read(2), not a buffered fread)."""
+    import select
+    lines = [json.dumps(r, ensure_ascii=False) for r in corpus_requests()[:2]]
+    p = subprocess.Popen([clef_bin(), "decide", "-m", str(cpp_tiny), "--threads", "1", "--jsonl", "-", "--no-progress"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        p.stdin.write((lines[0] + "\n").encode())
+        p.stdin.flush()
+        ready, _, _ = select.select([p.stdout], [], [], 120)
+        assert ready, "no answer to the first line while the input stays open"
+        first = p.stdout.readline()
+        assert json.loads(first)["model"]
+        p.stdin.write((lines[1] + "\n").encode())
+        p.stdin.close()
+        rest = p.stdout.read()
+        err = p.stderr.read()
+        p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert len(rest.splitlines()) == 1
