@@ -82,8 +82,9 @@ std::uint64_t fp32_copy_bytes(const qwen35::TextWeights& w);
 bool fp32_weights_resident(Fp32Weights policy, ops::Precision precision, std::uint64_t copy_bytes,
                            std::uint64_t memory_bytes) noexcept;
 
-/// Memory this process may use, in bytes: the physical memory, or the cgroup v2 limit
-/// (/sys/fs/cgroup/memory.max) when that is smaller.
+/// Memory this process may use, in bytes: the physical memory, or the smallest memory limit of
+/// this process's cgroup and its ancestors when that is smaller (cgroup v2 memory.max, v1
+/// memory.limit_in_bytes, found through /proc/self/cgroup).
 std::uint64_t usable_memory_bytes();
 
 class Backbone {
