@@ -38,9 +38,10 @@ constexpr const char* kExitCodes =
     "Exit codes: 0 success; 1 decide --jsonl finished but refused at least one line (see its error lines);\n"
     "2 invalid argument, usage or a refused request; 3 model folder or file malformed, missing or\n"
     "inconsistent; 4 valid but unsupported model option; 5 I/O error; 70 internal error (a bug).\n"
-    "Environment: CLEF_ISA=baseline|avx2|avx512|avx512bf16|native forces the CPU kernel level (default: the\n"
-    "best this CPU has; clef --version prints it); OMP_WAIT_POLICY / GOMP_SPINCOUNT override clef's default\n"
-    "OpenMP wait (bounded spinning, GOMP_SPINCOUNT=10000; CLEF_OMP_REEXEC=0 keeps libgomp's own default).";
+    "Environment: CLEF_ISA=baseline|avx2|avx512|avx512bf16|native forces the CPU kernel level (default, and\n"
+    "when empty: the best this CPU has; clef --version prints it; a bad value is exit 2, a level this CPU\n"
+    "lacks exit 4, for every command); OMP_WAIT_POLICY / GOMP_SPINCOUNT override clef's default OpenMP wait\n"
+    "(bounded spinning, GOMP_SPINCOUNT=10000; CLEF_OMP_REEXEC=0|false|off|no keeps libgomp's own default).";
 
 /// Largest request body `clef decide` reads (a SystemOne body is kilobytes to a few megabytes).
 constexpr std::size_t kMaxRequestBytes = std::size_t{64} << 20;

@@ -124,13 +124,15 @@ IsaLevel init_isa() {
     if (env != nullptr && *env != '\0') {
       bool native = false;
       const auto want = isa_from_name(env, &native);
+      const std::string value(env);
+      const std::string shown = value.size() > 40 ? value.substr(0, 40) + "... (" + std::to_string(value.size()) + " bytes)" : value;
       if (!native) {
         if (!want) {
-          throw InvalidArgument(std::string("CLEF_ISA: unknown level \"") + env +
+          throw InvalidArgument("CLEF_ISA: unknown level \"" + shown +
                                 "\"; expected one of baseline, avx2, avx512, avx512bf16, native");
         }
         if (*want > best) {
-          throw Unsupported(std::string("CLEF_ISA=") + env + ": this CPU supports only " + levels_upto(best));
+          throw Unsupported("CLEF_ISA=" + shown + ": this CPU supports only " + levels_upto(best));
         }
         level = *want;
         s.forced = level != best;
