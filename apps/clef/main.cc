@@ -46,15 +46,18 @@ constexpr const char* kExitCodes =
 /// Largest request body `clef decide` reads (a SystemOne body is kilobytes to a few megabytes).
 constexpr std::size_t kMaxRequestBytes = std::size_t{64} << 20;
 
-/// Reads a request body from a file or standard input ("-"), refusing directories, devices that never
-/// end and bodies over kMaxRequestBytes without reading them whole.
+/// Reads a request body from a file, a pipe or FIFO (`<(...)`, mkfifo) or standard input ("-"),
+/// refusing directories, devices (that may never end) and bodies over kMaxRequestBytes without
+/// reading them whole.
 std::string read_request(const std::string& path) {
   std::ifstream file;
   std::istream* in = &std::cin;
   if (path != "-") {
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) {
-      throw clef::InvalidArgument("the request " + clef::printable(path) + " is not a readable regular file");
+    const auto st = std::filesystem::status(path, ec);
+    if (!std::filesystem::is_regular_file(st) && !std::filesystem::is_fifo(st)) {
+      throw clef::InvalidArgument("the request " + clef::printable(path) +
+                                  " is not a readable regular file or pipe");
     }
     file.open(path, std::ios::binary);
     if (!file) throw clef::InvalidArgument("cannot read the request file " + clef::printable(path));

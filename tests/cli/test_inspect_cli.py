@@ -415,3 +415,31 @@ def test_started_through_the_dynamic_loader_gives_the_same_answer(cpp_tiny):
     assert r.stdout == direct.stdout
     v = subprocess.run([loader, clef_bin(), "--version"], capture_output=True, text=True, timeout=60)
     assert v.returncode == 0 and v.stdout.startswith("clef "), v.stdout
+
+
+def test_decide_reads_a_request_from_a_pipe_or_fifo(cpp_tiny, tmp_path):
+    """`clef decide <(cat req.json)` and a named FIFO give the answer a file gives (as --jsonl
+    accepts them); a device stays refused (it may never end)."""
+    import os
+    import threading
+    req = (REPO_ROOT / "examples" / "request.json").read_bytes()
+    want = run_clef("decide", "-m", str(cpp_tiny), "--threads", "1", str(REPO_ROOT / "examples" / "request.json"),
+                    check=True).stdout
+    r_fd, w_fd = os.pipe()
+    p = subprocess.Popen([clef_bin(), "decide", "-m", str(cpp_tiny), "--threads", "1", f"/dev/fd/{r_fd}"],
+                         pass_fds=(r_fd,), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    os.close(r_fd)
+    os.write(w_fd, req)
+    os.close(w_fd)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    assert out == want
+    fifo = tmp_path / "req.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(req))
+    writer.start()
+    r = run_clef("decide", "-m", str(cpp_tiny), "--threads", "1", str(fifo))
+    writer.join(timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == want
+    assert "not a readable regular file or pipe" in _one_error_line(run_clef("decide", "-m", str(cpp_tiny), "/dev/zero"), 2)
