@@ -7,18 +7,13 @@
 
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "io/safetensors.h"  // shape_to_string
 
 namespace clef {
 namespace {
 
 constexpr std::uint64_t kMaxDims = 4;             // GGML_MAX_DIMS
 constexpr std::uint64_t kMaxAlignment = 1 << 20;  // far above what any writer uses (32)
-
-std::string dims_to_string(const std::vector<std::int64_t>& ne) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
-  return s + "]";
-}
 
 /// A bounds-checked little-endian reader over the file; every failure names the byte offset.
 class Cursor {
@@ -278,7 +273,7 @@ GgufHeader parse_gguf_header(std::span<const std::byte> file, const std::string&
     std::uint64_t end = 0;
     if (__builtin_add_overflow(t.offset, t.nbytes, &end) || end > h.data_bytes) {
       throw ModelLoadError(label + ": tensor \"" + printable(t.name) + "\" " + ggml_type_name(t.type) + " " +
-                           dims_to_string(t.ne) + ": bytes [" + std::to_string(t.offset) + ", " +
+                           shape_to_string(t.ne) + ": bytes [" + std::to_string(t.offset) + ", " +
                            std::to_string(t.offset) + " + " + std::to_string(t.nbytes) +
                            ") run past the data section of " + std::to_string(h.data_bytes) +
                            " bytes (truncated file?)");
