@@ -14,12 +14,13 @@ struct DTypeInfo {
   std::size_t size;
 };
 
-constexpr std::array<DTypeInfo, 15> kInfo{{
+constexpr std::array<DTypeInfo, 16> kInfo{{
     {DType::kBool, "BOOL", 1}, {DType::kU8, "U8", 1},       {DType::kI8, "I8", 1},
     {DType::kI16, "I16", 2},   {DType::kU16, "U16", 2},     {DType::kF16, "F16", 2},
     {DType::kBF16, "BF16", 2}, {DType::kI32, "I32", 4},     {DType::kU32, "U32", 4},
     {DType::kF32, "F32", 4},   {DType::kF64, "F64", 8},     {DType::kI64, "I64", 8},
     {DType::kU64, "U64", 8},   {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kQ8_0, "Q8_0", 0},
 }};
 
 const DTypeInfo& info(DType t) noexcept { return kInfo[static_cast<std::size_t>(t)]; }
@@ -29,9 +30,14 @@ const DTypeInfo& info(DType t) noexcept { return kInfo[static_cast<std::size_t>(
 std::size_t dtype_size(DType t) noexcept { return info(t).size; }
 std::string_view dtype_name(DType t) noexcept { return info(t).name; }
 
+std::uint64_t dtype_bytes(DType t, std::uint64_t numel) noexcept {
+  if (t == DType::kQ8_0) return numel / kQ8_0BlockElems * kQ8_0BlockBytes;
+  return numel * info(t).size;
+}
+
 std::optional<DType> dtype_from_name(std::string_view name) noexcept {
   for (const auto& i : kInfo) {
-    if (i.name == name) return i.type;
+    if (i.name == name && !is_block_quantized(i.type)) return i.type;
   }
   return std::nullopt;
 }

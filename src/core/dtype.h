@@ -13,13 +13,23 @@ namespace clef {
 /// Element type of a tensor. Names follow the safetensors header ("F32", "BF16", ...).
 enum class DType : std::uint8_t {
   kBool, kU8, kI8, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64, kF8E4M3, kF8E5M2,
+  /// ggml's Q8_0 block type (GGUF only, never a safetensors dtype): blocks of 32 elements along a
+  /// row, each 2 bytes of IEEE fp16 scale d then 32 int8 q; element = d * q. 34 bytes per block.
+  kQ8_0,
 };
 
-/// Size of one element in bytes.
+/// Size of one element in bytes; 0 for a block type (kQ8_0: use dtype_bytes).
 std::size_t dtype_size(DType t) noexcept;
+/// Bytes of `numel` elements (a block type: whole blocks; numel must be a multiple of the block).
+std::uint64_t dtype_bytes(DType t, std::uint64_t numel) noexcept;
+/// True for block-quantized types (kQ8_0).
+inline bool is_block_quantized(DType t) noexcept { return t == DType::kQ8_0; }
+/// Q8_0: elements per block and bytes per block.
+inline constexpr std::int64_t kQ8_0BlockElems = 32;
+inline constexpr std::int64_t kQ8_0BlockBytes = 34;
 /// The safetensors name ("BF16").
 std::string_view dtype_name(DType t) noexcept;
-/// Parses a safetensors dtype name; nullopt when unknown.
+/// Parses a safetensors dtype name; nullopt when unknown (block types are not safetensors names).
 std::optional<DType> dtype_from_name(std::string_view name) noexcept;
 /// True for the floating types clef reads weights from: F32, BF16, F16.
 inline bool is_weight_float(DType t) noexcept {

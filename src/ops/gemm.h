@@ -27,11 +27,15 @@
 namespace clef::ops {
 
 /// Numeric mode of the backbone's linear layers.
-enum class Precision : std::uint8_t { kF32, kBF16 };
+///   kInt8: weights in ggml's Q8_0 scheme (symmetric int8, one scale per block of 32 along k; made
+///          at load from F32/BF16/F16 weights exactly as gguf-py's quantize_q8_0 does, or taken
+///          from Q8_0 GGUF tensors), activations quantized per row and block of 32 at each call,
+///          integer dot products per block, fp32 sums (ops/int8_gemm.h).
+enum class Precision : std::uint8_t { kF32, kBF16, kInt8 };
 
-/// "fp32" / "bf16".
+/// "fp32" / "bf16" / "int8".
 const char* precision_name(Precision p) noexcept;
-/// Parses "fp32"/"f32" or "bf16"; nullopt otherwise.
+/// Parses "fp32"/"f32", "bf16" or "int8"; nullopt otherwise.
 std::optional<Precision> precision_from_name(std::string_view s) noexcept;
 
 /// The weight of one linear layer, W [n, k], prepared for one precision. Zero-copy when the

@@ -129,12 +129,18 @@ void set_fp32_resident_weights(bool resident) noexcept { g_fp32_resident.store(r
 bool fp32_resident_weights() noexcept { return g_fp32_resident.load(); }
 
 const char* precision_name(Precision p) noexcept {
-  return p == Precision::kBF16 ? "bf16" : "fp32";
+  switch (p) {
+    case Precision::kBF16: return "bf16";
+    case Precision::kInt8: return "int8";
+    case Precision::kF32: break;
+  }
+  return "fp32";
 }
 
 std::optional<Precision> precision_from_name(std::string_view s) noexcept {
   if (s == "fp32" || s == "f32" || s == "float32") return Precision::kF32;
   if (s == "bf16" || s == "bfloat16") return Precision::kBF16;
+  if (s == "int8" || s == "q8_0") return Precision::kInt8;
   return std::nullopt;
 }
 
