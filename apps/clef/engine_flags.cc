@@ -30,8 +30,10 @@ int parse_command_line(CLI::App& app, int argc, char** argv, const char* help_hi
 CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f) {
   auto* model = app.add_option("--model,-m", f.model_dir, "Release folder (default: the embedded tiny random-weight model)");
   app.add_option("--precision", f.precision,
-                 "Backbone precision: fp32 (parity; also spelled f32) or bf16 (bf16 weights, fp32 accumulation)")
-      ->check(CLI::IsMember({"fp32", "f32", "bf16"}))
+                 "Backbone precision: fp32 (parity; also spelled f32), bf16 (bf16 weights, fp32 accumulation) or "
+                 "int8 (Q8_0: int8 weights with a scale per 32 inputs, made at load or read from a Q8_0 GGUF; "
+                 "activations quantized per 32 at each layer; int32 dot products, fp32 sums; docs/NUMERICS.md)")
+      ->check(CLI::IsMember({"fp32", "f32", "bf16", "int8"}))
       ->capture_default_str();
   app.add_option("--fp32-weights", f.fp32_weights,
                  "fp32 mode on a bf16 checkpoint: resident (fp32 copies of the linear weights: 4 bytes per "
@@ -70,7 +72,7 @@ CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f) {
 
 EngineOptions engine_options(const EngineFlags& f) {
   EngineOptions eo;
-  eo.backbone.precision = f.precision == "bf16" ? ops::Precision::kBF16 : ops::Precision::kF32;
+  eo.backbone.precision = ops::precision_from_name(f.precision).value_or(ops::Precision::kF32);
   eo.backbone.fp32_weights = f.fp32_weights == "resident" ? Fp32Weights::kResident
                              : f.fp32_weights == "stream" ? Fp32Weights::kStream
                                                           : Fp32Weights::kAuto;

@@ -23,6 +23,13 @@ class MappedFile {
   std::size_t size() const noexcept { return size_; }
   const std::string& path() const noexcept { return path_; }
 
+  /// Drops this process's resident pages of [p, p + n) when that range lies inside a live
+  /// MappedFile (madvise MADV_DONTNEED on the whole pages inside it; the mapping is read-only and
+  /// private, so a later read simply faults the file back in). Used once a weight was converted
+  /// into an owned copy (int8), so resident memory holds the copy only. Returns the bytes released
+  /// (0 when the range is not mapped by a MappedFile, e.g. heap memory, which is never touched).
+  static std::size_t drop_pages(const void* p, std::size_t n) noexcept;
+
  private:
   void release() noexcept;
   std::string path_;

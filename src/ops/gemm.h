@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "ops/int8_gemm.h"
 
 namespace clef::ops {
 
@@ -47,8 +48,12 @@ std::optional<Precision> precision_from_name(std::string_view s) noexcept;
 class GemmWeight {
  public:
   GemmWeight() = default;
-  /// `data` holds n x k little-endian elements of `dtype` (F32, BF16 or F16), any alignment.
-  /// Throws Unsupported for another dtype, InvalidArgument for non-positive sizes.
+  /// `data` holds n x k little-endian elements of `dtype` (F32, BF16 or F16), any alignment, or
+  /// with kInt8 also ggml Q8_0 blocks (DType::kQ8_0). kInt8 quantizes (or repacks) here, on the
+  /// engine's threads, into an owned Int8Weight (ops/int8_gemm.h) and then drops the resident
+  /// pages of `data` when it is a MappedFile's (MappedFile::drop_pages): memory holds the int8
+  /// copy only. Throws Unsupported for another dtype (Q8_0 outside kInt8 included),
+  /// InvalidArgument for non-positive sizes.
   GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64_t k, Precision p);
   GemmWeight(GemmWeight&&) noexcept = default;
   GemmWeight& operator=(GemmWeight&&) noexcept = default;
@@ -73,6 +78,8 @@ class GemmWeight {
   /// exactly, on the engine's threads) by the first call; nullptr in every other case.
   /// Thread-safe.
   const float* resident_f32() const;
+  /// kInt8: the packed int8 weight; nullptr otherwise.
+  const Int8Weight* int8() const noexcept { return int8_.get(); }
 
  private:
   DType dtype_ = DType::kF32;
@@ -87,6 +94,7 @@ class GemmWeight {
     std::atomic<bool> made{false};
   };
   std::unique_ptr<Fp32Copy> fp32_copy_;
+  std::unique_ptr<Int8Weight> int8_;  ///< kInt8
 };
 
 /// fp32 mode with a BF16/F16 checkpoint: whether GemmWeights built from now on keep an fp32 copy
@@ -98,7 +106,8 @@ class GemmWeight {
 void set_fp32_resident_weights(bool resident) noexcept;
 bool fp32_resident_weights() noexcept;
 
-/// y [m, n] = x [m, k] · Wᵀ, or y += x · Wᵀ when `accumulate` (fused residual add).
+/// y [m, n] = x [m, k] · Wᵀ, or y += x · Wᵀ when `accumulate` (fused residual add). kInt8
+/// weights run ops::int8_linear.
 /// x and y are contiguous fp32 and must not alias. m >= 1. Throws InvalidArgument on a bad size.
 void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate = false);
 

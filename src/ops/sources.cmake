@@ -14,6 +14,8 @@ target_sources(clef_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/ref/ref_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/ref/gdn.cc
   ${CMAKE_CURRENT_LIST_DIR}/ref/gemm.cc
+  ${CMAKE_CURRENT_LIST_DIR}/ref/int8_gemm.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/int8_gemm.cc
   ${CMAKE_CURRENT_LIST_DIR}/ref/vision_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/elementwise.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/conv1d.cc
@@ -33,7 +35,7 @@ if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND CMAKE_CXX_COMPILER_VERSION VERSION
   # clang 14 (the fuzz preset's compiler) crashes in its backend on the AVX-512 copies ("Do not know
   # how to split the result of this operator"): such builds get the baseline kernels only.
   message(STATUS "clef: clang ${CMAKE_CXX_COMPILER_VERSION}: kernels compiled for the baseline level only")
-  target_compile_definitions(clef_engine PRIVATE HWY_COMPILE_ONLY_STATIC)
+  target_compile_definitions(clef_engine PRIVATE HWY_COMPILE_ONLY_STATIC CLEF_INT8_SCALAR_ONLY)
 endif()
 target_link_libraries(clef_engine PRIVATE DNNL::dnnl OpenMP::OpenMP_CXX hwy::hwy)
 # GCC notes that vector-typed returns of the per-target inline helpers would change the ABI
@@ -44,6 +46,10 @@ set_source_files_properties(
   ${CMAKE_CURRENT_LIST_DIR}/cpu/vision_ops.cc ${CMAKE_CURRENT_LIST_DIR}/cpu/peak.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/convert.cc
   PROPERTIES COMPILE_OPTIONS "-Wno-psabi")
+# The int8 kernels: register tiles are arrays sized by int template parameters (sign-conversion
+# noise), and GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized inside _mm512_cvtph_ps.
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cpu/int8_gemm.cc
+  PROPERTIES COMPILE_OPTIONS "-Wno-psabi;-Wno-sign-conversion;-Wno-maybe-uninitialized")
 
 target_sources(clef_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/../nn/state.cc

@@ -137,7 +137,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--precision") {
       const std::string p = need(i);
       const auto pr = ops::precision_from_name(p);
-      if (!pr) throw InvalidArgument("--precision must be fp32 or bf16, got " + p);
+      if (!pr) throw InvalidArgument("--precision must be fp32, bf16 or int8, got " + p);
       a.precision = *pr;
     } else if (f == "--fp32-weights") {
       const std::string v = need(i);

@@ -2,6 +2,7 @@
 # hidden-state dump tool the pytest parity suite (tests/reference/test_backbone.py) drives.
 add_executable(clef_ops_tests
   ${CMAKE_CURRENT_LIST_DIR}/test_ops.cc
+  ${CMAKE_CURRENT_LIST_DIR}/test_int8_gemm.cc
 )
 if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/test_backbone.cc)
   target_sources(clef_ops_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/test_backbone.cc)

@@ -23,6 +23,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "ops/convert.h"
 #include "ops/gemm.h"
 #include "ops/isa.h"
@@ -149,9 +150,19 @@ GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64
   if (n <= 0 || k <= 0 || data == nullptr) {
     throw InvalidArgument("GemmWeight: bad shape [" + std::to_string(n) + ", " + std::to_string(k) + "]");
   }
-  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+  if (dtype == DType::kQ8_0 && p != Precision::kInt8) {
+    throw Unsupported(std::string("GemmWeight: Q8_0 weights run in int8 precision (--precision int8), not ") +
+                      precision_name(p));
+  }
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16 && dtype != DType::kQ8_0) {
     throw Unsupported(std::string("GemmWeight: weights of dtype ") + std::string(dtype_name(dtype)) +
-                      " are not supported (F32, BF16, F16)");
+                      " are not supported (F32, BF16, F16; Q8_0 in int8 precision)");
+  }
+  if (p == Precision::kInt8) {
+    int8_ = std::make_unique<Int8Weight>(dtype == DType::kQ8_0 ? Int8Weight::from_q8_0(data, n, k)
+                                                               : Int8Weight::quantize(dtype, data, n, k));
+    (void)MappedFile::drop_pages(data, static_cast<std::size_t>(dtype_bytes(dtype, static_cast<std::uint64_t>(n * k))));
+    return;
   }
   const auto addr = reinterpret_cast<std::uintptr_t>(data);
   if (p == Precision::kBF16) {
@@ -180,6 +191,7 @@ GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64
 
 std::size_t GemmWeight::owned_bytes() const noexcept {
   std::size_t bytes = owned_.size() * sizeof(std::uint16_t);
+  if (int8_) bytes += int8_->bytes();
   if (fp32_copy_ && fp32_copy_->made.load()) bytes += static_cast<std::size_t>(n_ * k_) * sizeof(float);
   return bytes;
 }
@@ -218,6 +230,10 @@ void execute(dnnl::matmul& prim, dt in_t, std::int64_t m, std::int64_t n, std::i
 
 void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate) {
   if (!w.valid() || m <= 0) throw InvalidArgument("linear: empty weight or m <= 0");
+  if (w.int8() != nullptr) {
+    int8_linear(x, m, *w.int8(), y, accumulate);
+    return;
+  }
   const std::int64_t n = w.n(), k = w.k();
   thread_local std::vector<float> wide, xr;
   thread_local std::vector<std::uint16_t> xb;

@@ -1,0 +1,563 @@
+// int8 (Q8_0) linear layers: packing, activation quantization and the kernels of ops/int8_gemm.h.
+//
+// Register tiles: a micro-kernel keeps MR rows × (16 · NP) columns of int32 block sums in registers
+// for one block of 32 k, then folds them into fp32 accumulators with one FMA per element:
+// acc = fma(float(isum), dw · da, acc), the order of ref::int8_linear. Loop order per thread: a
+// range of panels (the weights of a panel, 16 · k bytes, stay in L2 while every row tile passes),
+// row tiles inside. Each kernel is compiled with a target attribute and only called after a CPUID
+// check, so the binary stays portable.
+//
+// Performance notes (2 vCPUs, see docs/PERFORMANCE.md): per 32 multiply-adds the AVX2 kernel spends
+// vpsignb + vpmaddubsw + vpmaddwd + vpaddd (the sign trick; no VNNI), the VNNI kernels one
+// vpdpbusd; per block and 16 columns, one cvt + mul + fma per row.
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#if defined(__x86_64__) && !defined(CLEF_INT8_SCALAR_ONLY)
+#include <immintrin.h>
+#define CLEF_INT8_X86 1
+#endif
+
+#include "core/error.h"
+#include "ops/int8_gemm.h"
+#include "ops/isa.h"
+#include "ops/profile.h"
+
+namespace clef::ops {
+
+// ---------------------------------------------------------------------------------------------
+// Int8Weight
+
+void Int8Weight::allocate(std::int64_t n, std::int64_t k) {
+  if (n <= 0 || k <= 0) {
+    throw InvalidArgument("Int8Weight: bad shape [" + std::to_string(n) + ", " + std::to_string(k) + "]");
+  }
+  n_ = n;
+  k_ = k;
+  nb_ = (k + kInt8Block - 1) / kInt8Block;
+  np_ = (n + kInt8PanelCols - 1) / kInt8PanelCols;
+  q_.assign(static_cast<std::size_t>(np_ * nb_ * kInt8PanelCols * kInt8Block), 0);
+  d_.assign(static_cast<std::size_t>(np_ * nb_ * kInt8PanelCols), 0);
+}
+
+void Int8Weight::set_block(std::int64_t j, std::int64_t b, const std::int8_t* q32, std::uint16_t d) noexcept {
+  const std::int64_t p = j / kInt8PanelCols, c = j % kInt8PanelCols;
+  std::int8_t* dst = q_.data() + static_cast<std::size_t>((p * nb_ + b) * kInt8PanelCols * kInt8Block);
+  for (std::int64_t g = 0; g < kInt8Block / 4; ++g) {
+    std::memcpy(dst + (g * kInt8PanelCols + c) * 4, q32 + g * 4, 4);
+  }
+  d_[static_cast<std::size_t>((p * nb_ + b) * kInt8PanelCols + c)] = d;
+}
+
+std::int8_t Int8Weight::q_at(std::int64_t j, std::int64_t kk) const noexcept {
+  if (j < 0 || j >= n_ || kk < 0 || kk >= nb_ * kInt8Block) return 0;
+  const std::int64_t p = j / kInt8PanelCols, c = j % kInt8PanelCols;
+  const std::int64_t b = kk / kInt8Block, i = kk % kInt8Block;
+  return q_block(p, b)[((i / 4) * kInt8PanelCols + c) * 4 + i % 4];
+}
+
+std::uint16_t Int8Weight::d_at(std::int64_t j, std::int64_t b) const noexcept {
+  if (j < 0 || j >= n_ || b < 0 || b >= nb_) return 0;
+  return d_block(j / kInt8PanelCols, b)[j % kInt8PanelCols];
+}
+
+float Int8Weight::value_at(std::int64_t j, std::int64_t kk) const noexcept {
+  return f16_to_f32(d_at(j, kk / kInt8Block)) * static_cast<float>(q_at(j, kk));
+}
+
+Int8Weight Int8Weight::quantize(DType dtype, const void* data, std::int64_t n, std::int64_t k) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    throw Unsupported("Int8Weight: cannot quantize weights of dtype " + std::string(dtype_name(dtype)) +
+                      " (F32, BF16, F16)");
+  }
+  if (data == nullptr) throw InvalidArgument("Int8Weight: null weight");
+  Int8Weight w;
+  w.allocate(n, k);
+  const auto* bytes = static_cast<const std::byte*>(data);
+  const std::size_t es = dtype_size(dtype);
+#pragma omp parallel
+  {
+    std::vector<float> row(static_cast<std::size_t>(k));
+    std::int8_t q32[kInt8Block];
+#pragma omp for schedule(static)
+    for (std::int64_t j = 0; j < n; ++j) {
+      convert_to_f32(dtype, bytes + static_cast<std::size_t>(j * k) * es, row.size(), row.data());
+      for (std::int64_t b = 0; b < w.nb_; ++b) {
+        const std::int64_t c0 = b * kInt8Block;
+        const std::uint16_t d = ref::quantize_q8_0_block(row.data() + c0, std::min(kInt8Block, k - c0), q32);
+        w.set_block(j, b, q32, d);
+      }
+    }
+  }
+  return w;
+}
+
+Int8Weight Int8Weight::from_q8_0(const void* blocks, std::int64_t n, std::int64_t k) {
+  if (k % kInt8Block != 0) {
+    throw InvalidArgument("Int8Weight: a Q8_0 row of " + std::to_string(k) + " elements is not whole blocks of 32");
+  }
+  if (blocks == nullptr) throw InvalidArgument("Int8Weight: null weight");
+  Int8Weight w;
+  w.allocate(n, k);
+  const auto* src = static_cast<const std::byte*>(blocks);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t j = 0; j < n; ++j) {
+    for (std::int64_t b = 0; b < w.nb_; ++b) {
+      const std::byte* blk = src + static_cast<std::size_t>((j * w.nb_ + b) * kQ8_0BlockBytes);
+      std::uint16_t d;
+      std::memcpy(&d, blk, 2);  // little-endian fp16 (x86-64 / ARM64 hosts)
+      std::int8_t q32[kInt8Block];
+      std::memcpy(q32, blk + 2, kInt8Block);
+      w.set_block(j, b, q32, d);
+    }
+  }
+  return w;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel selection
+
+const char* int8_kernel_name(Int8Kernel k) noexcept {
+  switch (k) {
+    case Int8Kernel::kAvx2: return "avx2";
+    case Int8Kernel::kAvxVnni: return "avxvnni";
+    case Int8Kernel::kAvx512Vnni: return "avx512vnni";
+    case Int8Kernel::kScalar: break;
+  }
+  return "scalar";
+}
+
+namespace {
+
+bool cpu_has(Int8Kernel k) {
+#ifdef CLEF_INT8_X86
+  switch (k) {
+    case Int8Kernel::kScalar: return true;
+    case Int8Kernel::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                                   __builtin_cpu_supports("f16c");
+    case Int8Kernel::kAvxVnni:
+      return cpu_has(Int8Kernel::kAvx2) && __builtin_cpu_supports("avxvnni");
+    case Int8Kernel::kAvx512Vnni:
+      return cpu_has(Int8Kernel::kAvx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512vnni");
+  }
+  return false;
+#else
+  return k == Int8Kernel::kScalar;
+#endif
+}
+
+Int8Kernel kernel_for_level(IsaLevel level) {
+  switch (level) {
+    case IsaLevel::kBaseline: return Int8Kernel::kScalar;
+    case IsaLevel::kAvx2:
+      // An AVX2-class CPU with AVX-VNNI and no AVX-512 (Alder Lake and later client cores).
+      if (best_supported_isa() == IsaLevel::kAvx2 && cpu_has(Int8Kernel::kAvxVnni)) return Int8Kernel::kAvxVnni;
+      return cpu_has(Int8Kernel::kAvx2) ? Int8Kernel::kAvx2 : Int8Kernel::kScalar;
+    case IsaLevel::kAvx512:
+    case IsaLevel::kAvx512Bf16:
+      if (cpu_has(Int8Kernel::kAvx512Vnni)) return Int8Kernel::kAvx512Vnni;
+      return cpu_has(Int8Kernel::kAvx2) ? Int8Kernel::kAvx2 : Int8Kernel::kScalar;
+  }
+  return Int8Kernel::kScalar;
+}
+
+Int8Kernel choose_kernel() {
+  const char* env = std::getenv("CLEF_INT8_KERNEL");
+  if (env != nullptr && *env != '\0') {
+    const std::string s(env);
+    for (Int8Kernel k : {Int8Kernel::kScalar, Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni}) {
+      if (s == int8_kernel_name(k)) {
+        if (!cpu_has(k)) {
+          throw Unsupported("CLEF_INT8_KERNEL=" + s + ": this CPU cannot run that kernel");
+        }
+        return k;
+      }
+    }
+    throw InvalidArgument("CLEF_INT8_KERNEL must be scalar, avx2, avxvnni or avx512vnni (got '" +
+                          s.substr(0, 40) + "')");
+  }
+  return kernel_for_level(active_isa());
+}
+
+}  // namespace
+
+std::vector<Int8Kernel> int8_kernels_supported() {
+  std::vector<Int8Kernel> out;
+  for (Int8Kernel k : {Int8Kernel::kScalar, Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni}) {
+    if (cpu_has(k)) out.push_back(k);
+  }
+  return out;
+}
+
+Int8Kernel active_int8_kernel() {
+  // Follows set_isa_for_testing: recomputed from the level in use each time (cheap).
+  return choose_kernel();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation quantization
+
+namespace {
+
+#ifdef CLEF_INT8_X86
+/// AVX2 version of ref::quantize_activation_block for full blocks: same operations per element
+/// (|x| max, d = amax / 127, id = 1 / d, cvtps (round to nearest even, as nearbyint), clamp).
+__attribute__((target("avx2,fma"))) float quantize_block_avx2(const float* x, std::int8_t* q32) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+  }
+  // NaN/inf anywhere: the scalar path decides (returns NaN).
+  __m256 fin = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) fin = _mm256_or_ps(fin, _mm256_cmp_ps(_mm256_andnot_ps(sign, v[i]), _mm256_set1_ps(INFINITY), _CMP_NLT_UQ));
+  if (_mm256_movemask_ps(fin) != 0) return ref::quantize_activation_block(x, kInt8Block, q32);
+  __m128 hi = _mm256_extractf128_ps(amax, 1);
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), hi);
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+  const float am = _mm_cvtss_f32(m4);
+  const float d = am / 127.0f;
+  const float id = d == 0.0f ? 0.0f : 1.0f / d;
+  const __m256 vid = _mm256_set1_ps(id);
+  const __m256 lo = _mm256_set1_ps(-127.0f), up = _mm256_set1_ps(127.0f);
+  __m256i qi[4];
+  for (int i = 0; i < 4; ++i) {
+    __m256 t = _mm256_mul_ps(v[i], vid);
+    t = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    t = _mm256_min_ps(up, _mm256_max_ps(lo, t));
+    qi[i] = _mm256_cvtps_epi32(t);
+  }
+  // int32 -> int16 -> int8 with lane fix-ups (packs work per 128-bit lane).
+  const __m256i p01 = _mm256_packs_epi32(qi[0], qi[1]);
+  const __m256i p23 = _mm256_packs_epi32(qi[2], qi[3]);
+  __m256i b = _mm256_packs_epi16(p01, p23);
+  b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q32), b);
+  return d;
+}
+#endif
+
+}  // namespace
+
+void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Int8Activations& out) {
+  const std::int64_t nb = (k + kInt8Block - 1) / kInt8Block;
+  out.m = m;
+  out.blocks = nb;
+  const auto need = static_cast<std::size_t>(m * nb);
+  if (out.q.size() < need * kInt8Block) out.q.resize(need * kInt8Block);
+  if (out.d.size() < need) out.d.resize(need);
+  if (out.sum128.size() < need) out.sum128.resize(need);
+#ifdef CLEF_INT8_X86
+  const bool simd = active_int8_kernel() != Int8Kernel::kScalar;
+#else
+  const bool simd = false;
+#endif
+#pragma omp parallel for schedule(static) if (m * k > (1 << 15))
+  for (std::int64_t r = 0; r < m; ++r) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const std::int64_t c0 = b * kInt8Block;
+      const std::int64_t cnt = std::min(kInt8Block, k - c0);
+      std::int8_t* q = out.q.data() + static_cast<std::size_t>((r * nb + b) * kInt8Block);
+      float d;
+#ifdef CLEF_INT8_X86
+      if (simd && cnt == kInt8Block) {
+        d = quantize_block_avx2(x + r * k + c0, q);
+      } else
+#endif
+      {
+        (void)simd;
+        d = ref::quantize_activation_block(x + r * k + c0, cnt, q);
+      }
+      std::int32_t s = 0;
+      for (std::int64_t i = 0; i < kInt8Block; ++i) s += q[i];
+      out.d[static_cast<std::size_t>(r * nb + b)] = d;
+      out.sum128[static_cast<std::size_t>(r * nb + b)] = 128 * s;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels. Each computes rows [r0, r0 + mr) × panels [p0, p0 + np) of y.
+
+namespace {
+
+struct Job {
+  const Int8Activations* a;
+  const Int8Weight* w;
+  float* y;
+  std::int64_t n;  ///< row stride of y
+  bool accumulate;
+};
+
+/// Writes the fp32 tile acc [mr][16·np] to y (only columns < n), adding when accumulating.
+inline void store_tile(const Job& j, std::int64_t r0, int mr, std::int64_t p0, int np, const float* acc, int ld) {
+  for (int r = 0; r < mr; ++r) {
+    float* yr = j.y + (r0 + r) * j.n;
+    for (int c = 0; c < np * kInt8PanelCols; ++c) {
+      const std::int64_t col = p0 * kInt8PanelCols + c;
+      if (col >= j.n) break;
+      yr[col] = j.accumulate ? yr[col] + acc[r * ld + c] : acc[r * ld + c];
+    }
+  }
+}
+
+/// Plain C++ tile (the baseline level): the reference expression on the packed layout.
+void tile_scalar(const Job& j, std::int64_t r0, int mr, std::int64_t p0) {
+  const std::int64_t nb = j.w->blocks();
+  float acc[4 * kInt8PanelCols] = {};
+  for (int r = 0; r < mr; ++r) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const std::int8_t* qa = j.a->q.data() + static_cast<std::size_t>(((r0 + r) * nb + b) * kInt8Block);
+      const float da = j.a->d[static_cast<std::size_t>((r0 + r) * nb + b)];
+      const std::int8_t* qw = j.w->q_block(p0, b);
+      const std::uint16_t* dw = j.w->d_block(p0, b);
+      std::int32_t dot[kInt8PanelCols] = {};
+      for (int g = 0; g < kInt8Block / 4; ++g) {
+        for (int c = 0; c < kInt8PanelCols; ++c) {
+          for (int i = 0; i < 4; ++i) dot[c] += qa[g * 4 + i] * qw[(g * kInt8PanelCols + c) * 4 + i];
+        }
+      }
+      for (int c = 0; c < kInt8PanelCols; ++c) {
+        acc[r * kInt8PanelCols + c] =
+            std::fma(static_cast<float>(dot[c]), f16_to_f32(dw[c]) * da, acc[r * kInt8PanelCols + c]);
+      }
+    }
+  }
+  store_tile(j, r0, mr, p0, 1, acc, kInt8PanelCols);
+}
+
+#ifdef CLEF_INT8_X86
+
+/// AVX2: MR rows × one panel (2 ymm of 8 columns), sign trick.
+template <int MR>
+__attribute__((target("avx2,fma,f16c"))) void tile_avx2(const Job& j, std::int64_t r0, std::int64_t p0) {
+  const std::int64_t nb = j.w->blocks();
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const std::int8_t* qa[MR];
+  for (int r = 0; r < MR; ++r) qa[r] = j.a->q.data() + static_cast<std::size_t>((r0 + r) * nb * kInt8Block);
+  const float* da = j.a->d.data() + static_cast<std::size_t>(r0 * nb);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::int8_t* qw = j.w->q_block(p0, b);
+    __m256i is[MR][2];
+    for (int r = 0; r < MR; ++r) is[r][0] = is[r][1] = _mm256_setzero_si256();
+    for (int g = 0; g < kInt8Block / 4; ++g) {
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qw + g * 64));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qw + g * 64 + 32));
+      for (int r = 0; r < MR; ++r) {
+        std::int32_t a4;
+        std::memcpy(&a4, qa[r] + b * kInt8Block + g * 4, 4);
+        const __m256i a = _mm256_set1_epi32(a4);
+        const __m256i ua = _mm256_abs_epi8(a);
+        const __m256i p0v = _mm256_maddubs_epi16(ua, _mm256_sign_epi8(w0, a));
+        const __m256i p1v = _mm256_maddubs_epi16(ua, _mm256_sign_epi8(w1, a));
+        is[r][0] = _mm256_add_epi32(is[r][0], _mm256_madd_epi16(p0v, ones));
+        is[r][1] = _mm256_add_epi32(is[r][1], _mm256_madd_epi16(p1v, ones));
+      }
+    }
+    const std::uint16_t* dw = j.w->d_block(p0, b);
+    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw)));
+    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + 8)));
+    for (int r = 0; r < MR; ++r) {
+      const __m256 s = _mm256_set1_ps(da[r * nb + b]);
+      acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][0]), _mm256_mul_ps(d0, s), acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][1]), _mm256_mul_ps(d1, s), acc[r][1]);
+    }
+  }
+  float out[MR * kInt8PanelCols];
+  for (int r = 0; r < MR; ++r) {
+    _mm256_storeu_ps(out + r * kInt8PanelCols, acc[r][0]);
+    _mm256_storeu_ps(out + r * kInt8PanelCols + 8, acc[r][1]);
+  }
+  store_tile(j, r0, MR, p0, 1, out, kInt8PanelCols);
+}
+
+/// AVX-VNNI: MR rows × one panel, vpdpbusd on (qw + 128) and qa, minus 128 · Σ qa per block.
+template <int MR>
+__attribute__((target("avx2,fma,f16c,avxvnni"))) void tile_avxvnni(const Job& j, std::int64_t r0, std::int64_t p0) {
+  const std::int64_t nb = j.w->blocks();
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256 acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const std::int8_t* qa[MR];
+  for (int r = 0; r < MR; ++r) qa[r] = j.a->q.data() + static_cast<std::size_t>((r0 + r) * nb * kInt8Block);
+  const float* da = j.a->d.data() + static_cast<std::size_t>(r0 * nb);
+  const std::int32_t* s128 = j.a->sum128.data() + static_cast<std::size_t>(r0 * nb);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::int8_t* qw = j.w->q_block(p0, b);
+    __m256i is[MR][2];
+    for (int r = 0; r < MR; ++r) is[r][0] = is[r][1] = _mm256_set1_epi32(-s128[r * nb + b]);
+    for (int g = 0; g < kInt8Block / 4; ++g) {
+      const __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qw + g * 64)), flip);
+      const __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qw + g * 64 + 32)), flip);
+      for (int r = 0; r < MR; ++r) {
+        std::int32_t a4;
+        std::memcpy(&a4, qa[r] + b * kInt8Block + g * 4, 4);
+        const __m256i a = _mm256_set1_epi32(a4);
+        is[r][0] = _mm256_dpbusd_avx_epi32(is[r][0], w0, a);
+        is[r][1] = _mm256_dpbusd_avx_epi32(is[r][1], w1, a);
+      }
+    }
+    const std::uint16_t* dw = j.w->d_block(p0, b);
+    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw)));
+    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + 8)));
+    for (int r = 0; r < MR; ++r) {
+      const __m256 s = _mm256_set1_ps(da[r * nb + b]);
+      acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][0]), _mm256_mul_ps(d0, s), acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][1]), _mm256_mul_ps(d1, s), acc[r][1]);
+    }
+  }
+  float out[MR * kInt8PanelCols];
+  for (int r = 0; r < MR; ++r) {
+    _mm256_storeu_ps(out + r * kInt8PanelCols, acc[r][0]);
+    _mm256_storeu_ps(out + r * kInt8PanelCols + 8, acc[r][1]);
+  }
+  store_tile(j, r0, MR, p0, 1, out, kInt8PanelCols);
+}
+
+/// AVX512-VNNI: MR rows × NP panels (one zmm of 16 columns each).
+template <int MR, int NP>
+__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))) void tile_avx512vnni(
+    const Job& j, std::int64_t r0, std::int64_t p0) {
+  const std::int64_t nb = j.w->blocks();
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[MR][NP];
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+  const std::int8_t* qa[MR];
+  for (int r = 0; r < MR; ++r) qa[r] = j.a->q.data() + static_cast<std::size_t>((r0 + r) * nb * kInt8Block);
+  const float* da = j.a->d.data() + static_cast<std::size_t>(r0 * nb);
+  const std::int32_t* s128 = j.a->sum128.data() + static_cast<std::size_t>(r0 * nb);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::int8_t* qw[NP];
+    for (int p = 0; p < NP; ++p) qw[p] = j.w->q_block(p0 + p, b);
+    __m512i is[MR][NP];
+    for (int r = 0; r < MR; ++r) {
+      const __m512i c = _mm512_set1_epi32(-s128[r * nb + b]);
+      for (int p = 0; p < NP; ++p) is[r][p] = c;
+    }
+    for (int g = 0; g < kInt8Block / 4; ++g) {
+      __m512i w[NP];
+      for (int p = 0; p < NP; ++p) w[p] = _mm512_xor_si512(_mm512_loadu_si512(qw[p] + g * 64), flip);
+      for (int r = 0; r < MR; ++r) {
+        std::int32_t a4;
+        std::memcpy(&a4, qa[r] + b * kInt8Block + g * 4, 4);
+        const __m512i a = _mm512_set1_epi32(a4);
+        for (int p = 0; p < NP; ++p) is[r][p] = _mm512_dpbusd_epi32(is[r][p], w[p], a);
+      }
+    }
+    __m512 d[NP];
+    for (int p = 0; p < NP; ++p) {
+      d[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(j.w->d_block(p0 + p, b))));
+    }
+    for (int r = 0; r < MR; ++r) {
+      const __m512 s = _mm512_set1_ps(da[r * nb + b]);
+      for (int p = 0; p < NP; ++p) {
+        acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][p]), _mm512_mul_ps(d[p], s), acc[r][p]);
+      }
+    }
+  }
+  float out[MR * NP * kInt8PanelCols];
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) _mm512_storeu_ps(out + (r * NP + p) * kInt8PanelCols, acc[r][p]);
+  store_tile(j, r0, MR, p0, NP, out, NP * static_cast<int>(kInt8PanelCols));
+}
+
+void tiles_avx2(const Job& j, std::int64_t p0, std::int64_t m) {
+  std::int64_t r = 0;
+  for (; r + 4 <= m; r += 4) tile_avx2<4>(j, r, p0);
+  switch (m - r) {
+    case 3: tile_avx2<3>(j, r, p0); break;
+    case 2: tile_avx2<2>(j, r, p0); break;
+    case 1: tile_avx2<1>(j, r, p0); break;
+    default: break;
+  }
+}
+
+void tiles_avxvnni(const Job& j, std::int64_t p0, std::int64_t m) {
+  std::int64_t r = 0;
+  for (; r + 4 <= m; r += 4) tile_avxvnni<4>(j, r, p0);
+  switch (m - r) {
+    case 3: tile_avxvnni<3>(j, r, p0); break;
+    case 2: tile_avxvnni<2>(j, r, p0); break;
+    case 1: tile_avxvnni<1>(j, r, p0); break;
+    default: break;
+  }
+}
+
+template <int NP>
+void tiles_avx512vnni(const Job& j, std::int64_t p0, std::int64_t m) {
+  std::int64_t r = 0;
+  for (; r + 6 <= m; r += 6) tile_avx512vnni<6, NP>(j, r, p0);
+  switch (m - r) {
+    case 5: tile_avx512vnni<5, NP>(j, r, p0); break;
+    case 4: tile_avx512vnni<4, NP>(j, r, p0); break;
+    case 3: tile_avx512vnni<3, NP>(j, r, p0); break;
+    case 2: tile_avx512vnni<2, NP>(j, r, p0); break;
+    case 1: tile_avx512vnni<1, NP>(j, r, p0); break;
+    default: break;
+  }
+}
+
+#endif  // CLEF_INT8_X86
+
+void tiles_scalar(const Job& j, std::int64_t p0, std::int64_t m) {
+  for (std::int64_t r = 0; r < m; r += 4) tile_scalar(j, r, static_cast<int>(std::min<std::int64_t>(4, m - r)), p0);
+}
+
+}  // namespace
+
+void int8_linear_with(Int8Kernel kernel, const float* x, std::int64_t m, const Int8Weight& w, float* y,
+                      bool accumulate) {
+  if (!w.valid() || m <= 0) throw InvalidArgument("int8_linear: empty weight or m <= 0");
+  if (!cpu_has(kernel)) {
+    throw Unsupported(std::string("int8_linear: this CPU cannot run the ") + int8_kernel_name(kernel) + " kernel");
+  }
+  thread_local Int8Activations act;
+  {
+    CLEF_PROF_SCOPE(">linear.quantize_x");
+    quantize_activations(x, m, w.k(), act);
+  }
+  const Job job{&act, &w, y, w.n(), accumulate};
+  // Units of work: panels (pairs of panels for the 512-bit kernel), split over the threads.
+  const std::int64_t step = kernel == Int8Kernel::kAvx512Vnni ? 2 : 1;
+  const std::int64_t units = (w.panels() + step - 1) / step;
+  CLEF_PROF_SCOPE(">linear.int8_gemm");
+#pragma omp parallel for schedule(static) if (units > 1 && m * w.n() * w.k() > (1 << 18))
+  for (std::int64_t u = 0; u < units; ++u) {
+    const std::int64_t p0 = u * step;
+    switch (kernel) {
+#ifdef CLEF_INT8_X86
+      case Int8Kernel::kAvx2: tiles_avx2(job, p0, m); break;
+      case Int8Kernel::kAvxVnni: tiles_avxvnni(job, p0, m); break;
+      case Int8Kernel::kAvx512Vnni:
+        if (p0 + 1 < w.panels()) {
+          tiles_avx512vnni<2>(job, p0, m);
+        } else {
+          tiles_avx512vnni<1>(job, p0, m);
+        }
+        break;
+#endif
+      default: tiles_scalar(job, p0, m); break;
+    }
+  }
+}
+
+void int8_linear(const float* x, std::int64_t m, const Int8Weight& w, float* y, bool accumulate) {
+  int8_linear_with(active_int8_kernel(), x, m, w, y, accumulate);
+}
+
+}  // namespace clef::ops
