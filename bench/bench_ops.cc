@@ -19,6 +19,7 @@
 
 #include "core/dtype.h"
 #include "ops/gemm.h"
+#include "ops/int8_gemm.h"
 #include "ops/isa.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
@@ -88,9 +89,10 @@ int main(int argc, char** argv) {
   };
   if (quick) shapes.resize(3);
   std::printf("GEMM, m = %lld rows, best of %d (GFLOP/s; %% of the matching measured peak)\n", static_cast<long long>(m), reps);
-  std::printf("%-22s %6s %6s | %15s %15s %15s | %s\n", "shape", "n", "k", "oneDNN fp32", "oneDNN bf16", "OpenBLAS sgemm",
-              "bf16 / best fp32");
-  double tot_flop = 0, tot_f32 = 0, tot_b16 = 0, tot_blas = 0;
+  const std::string i8name = std::string("int8 ") + clef::ops::int8_kernel_name(clef::ops::active_int8_kernel());
+  std::printf("%-22s %6s %6s | %15s %15s %15s %15s | %s\n", "shape", "n", "k", "oneDNN fp32", "oneDNN bf16", "OpenBLAS sgemm",
+              i8name.c_str(), "bf16, int8 / best fp32");
+  double tot_flop = 0, tot_f32 = 0, tot_b16 = 0, tot_blas = 0, tot_i8 = 0;
   for (const Shape& s : shapes) {
     const std::vector<float> x = randv(static_cast<std::size_t>(m * s.k), 1);
     const std::vector<float> wf = randv(static_cast<std::size_t>(s.n * s.k), 2);
@@ -99,9 +101,11 @@ int main(int argc, char** argv) {
     std::vector<float> y(static_cast<std::size_t>(m * s.n));
     const clef::ops::GemmWeight g32(clef::DType::kF32, wf.data(), s.n, s.k, clef::ops::Precision::kF32);
     const clef::ops::GemmWeight g16(clef::DType::kBF16, wb.data(), s.n, s.k, clef::ops::Precision::kBF16);
+    const clef::ops::GemmWeight g8(clef::DType::kF32, wf.data(), s.n, s.k, clef::ops::Precision::kInt8);
     const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k);
     const double t32 = best_seconds(reps, [&] { clef::ops::linear(x.data(), m, g32, y.data()); });
     const double t16 = best_seconds(reps, [&] { clef::ops::linear(x.data(), m, g16, y.data()); });
+    const double t8 = best_seconds(reps, [&] { clef::ops::linear(x.data(), m, g8, y.data()); });
     const double tbl = best_seconds(reps, [&] {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(s.n),
                   static_cast<int>(s.k), 1.0f, x.data(), static_cast<int>(s.k), wf.data(), static_cast<int>(s.k), 0.0f,
@@ -111,17 +115,20 @@ int main(int argc, char** argv) {
     tot_f32 += t32;
     tot_b16 += t16;
     tot_blas += tbl;
+    tot_i8 += t8;
     auto cell = [&](double t, double peak) {
       static char buf[64];
       std::snprintf(buf, sizeof buf, "%7.1f (%3.0f%%)", flop / t / 1e9, peak > 0 ? 100.0 * flop / t / 1e9 / peak : 0.0);
       return std::string(buf);
     };
-    std::printf("%-22s %6lld %6lld | %15s %15s %15s | %.2fx\n", s.name, static_cast<long long>(s.n),
-                static_cast<long long>(s.k), cell(t32, pf).c_str(), cell(t16, pb).c_str(), cell(tbl, pf).c_str(),
-                std::min(t32, tbl) / t16);
+    const std::string c32 = cell(t32, pf), c16 = cell(t16, pb), cbl = cell(tbl, pf), c8 = cell(t8, 0);
+    std::printf("%-22s %6lld %6lld | %15s %15s %15s %15s | %.2fx, %.2fx\n", s.name, static_cast<long long>(s.n),
+                static_cast<long long>(s.k), c32.c_str(), c16.c_str(), cbl.c_str(), c8.c_str(),
+                std::min(t32, tbl) / t16, std::min(t32, tbl) / t8);
   }
-  std::printf("%-22s %13s | %15.1f %15.1f %15.1f | %.2fx\n\n", "all shapes (time-weighted)", "", tot_flop / tot_f32 / 1e9,
-              tot_flop / tot_b16 / 1e9, tot_flop / tot_blas / 1e9, std::min(tot_f32, tot_blas) / tot_b16);
+  std::printf("%-22s %13s | %15.1f %15.1f %15.1f %15.1f | %.2fx, %.2fx\n\n", "all shapes (time-weighted)", "",
+              tot_flop / tot_f32 / 1e9, tot_flop / tot_b16 / 1e9, tot_flop / tot_blas / 1e9, tot_flop / tot_i8 / 1e9,
+              std::min(tot_f32, tot_blas) / tot_b16, std::min(tot_f32, tot_blas) / tot_i8);
 
   // Chunked gated delta rule, 0.8b dims, one layer.
   {

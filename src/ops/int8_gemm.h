@@ -95,11 +95,13 @@ std::vector<Int8Kernel> int8_kernels_supported();
 /// (Unsupported otherwise; InvalidArgument for an unknown name).
 Int8Kernel active_int8_kernel();
 
-/// Activations of one call, quantized: qa [m, blocks·32] int8, da [m, blocks] fp32 and
-/// 128 · Σ qa per block [m, blocks] int32 (the VNNI kernels' correction).
+/// Activations of one call, quantized: qa [m, blocks·32] int8, |qa| (the AVX2 kernel's unsigned
+/// operand), da [m, blocks] fp32 and 128 · Σ qa per block [m, blocks] int32 (the VNNI kernels'
+/// correction).
 struct Int8Activations {
   std::int64_t m = 0, blocks = 0;
   std::vector<std::int8_t> q;
+  std::vector<std::uint8_t> absq;
   std::vector<float> d;
   std::vector<std::int32_t> sum128;
 };

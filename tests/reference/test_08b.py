@@ -110,16 +110,24 @@ def _transformers_bf16_drift(folder: pathlib.Path) -> dict:
     return golden
 
 
-def test_bf16_head_probabilities_within_5e3_on_corpus(dump_bin, folder_08b, tmp_path):  # noqa: F811
+@pytest.fixture(scope="module")
+def corpus_fp32(dump_bin, folder_08b, tmp_path_factory):  # noqa: F811
+    """(requests, fp32 answers) of every corpus request on the 0.8b folder, shared by the drift tests."""
     import reference
 
-    golden = _transformers_bf16_drift(folder_08b)
-    covered = {r["index"] for r in golden["per_request"]}
-    theirs = max(r["max_abs_dp"] for r in golden["per_request"])
     n = sum(1 for ln in CORPUS.read_text(encoding="utf-8").splitlines() if ln.strip())
     requests = [reference.load_jsonl_request(CORPUS, i) for i in range(n)]
     clef = dump_bin.parent / "clef"
-    fp32 = _decide_all(clef, folder_08b, requests, "fp32", tmp_path)
+    return requests, _decide_all(clef, folder_08b, requests, "fp32", tmp_path_factory.mktemp("fp32"))
+
+
+def test_bf16_head_probabilities_within_5e3_on_corpus(dump_bin, folder_08b, corpus_fp32, tmp_path):  # noqa: F811
+    golden = _transformers_bf16_drift(folder_08b)
+    covered = {r["index"] for r in golden["per_request"]}
+    theirs = max(r["max_abs_dp"] for r in golden["per_request"])
+    requests, fp32 = corpus_fp32
+    n = len(requests)
+    clef = dump_bin.parent / "clef"
     bf16 = _decide_all(clef, folder_08b, requests, "bf16", tmp_path)
     worst, worst_covered = (0.0, None), (0.0, None)
     for i, (a, b) in enumerate(zip(fp32, bf16)):
@@ -144,3 +152,47 @@ def test_bf16_head_probabilities_within_5e3_on_corpus(dump_bin, folder_08b, tmp_
         # Not within the bound: the default must be the parity mode.
         default = _decide_all(clef, folder_08b, requests[:2], None, tmp_path)
         assert default == fp32[:2], "bf16 exceeds the 5e-3 bound, so the default precision must be fp32"
+
+
+INT8_PROB_BOUND = 0.02   # issue 13: int8 mode's max |dp| against fp32 on the corpus
+TIE = 2e-4               # top-two fp32 probabilities this close (4-decimal responses) are a tie
+
+
+def _argmax_flip(pa: dict, pb: dict):
+    """(flipped, tie): whether the top option differs, and whether fp32's top two are a tie."""
+    if list(pa) == ["true"]:
+        a, b = float(pa["true"]), float(pb["true"])
+        return (a >= 0.5) != (b >= 0.5), abs(a - 0.5) <= TIE / 2
+    ranked = sorted(pa, key=lambda o: -float(pa[o]))
+    top_b = max(pb, key=lambda o: float(pb[o]))
+    tie = len(ranked) > 1 and float(pa[ranked[0]]) - float(pa[ranked[1]]) <= TIE
+    return ranked[0] != top_b and float(pb[top_b]) != float(pb[ranked[0]]), tie
+
+
+def test_int8_head_probabilities_on_corpus(dump_bin, folder_08b, corpus_fp32, tmp_path):  # noqa: F811
+    """Issue 13: --precision int8 (Q8_0 weights made at load, dynamic per-block activations) against
+    fp32 on every corpus request: max |dp| <= 0.02 and no argmax flip outside ties."""
+    requests, fp32 = corpus_fp32
+    clef = dump_bin.parent / "clef"
+    int8 = _decide_all(clef, folder_08b, requests, "int8", tmp_path)
+    worst, flips, ties, total, diffs = (0.0, None), [], 0, 0, []
+    for i, (a, b) in enumerate(zip(fp32, int8)):
+        assert "answers" in a and "answers" in b, (i, a, b)
+        assert list(a["answers"]) == list(b["answers"])
+        for qid in a["answers"]:
+            pa, pb = _probabilities(a["answers"][qid]), _probabilities(b["answers"][qid])
+            assert list(pa) == list(pb), (i, qid)
+            total += 1
+            for opt in pa:
+                d = abs(float(pa[opt]) - float(pb[opt]))
+                diffs.append(d)
+                if d > worst[0]:
+                    worst = (d, (i, qid, opt))
+            flipped, tie = _argmax_flip(pa, pb)
+            ties += tie
+            if flipped and not tie:
+                flips.append((i, qid))
+    print(f"0.8b corpus ({len(requests)} requests, {total} questions): int8 max |p_int8 - p_fp32| = {worst[0]:.4f} "
+          f"at {worst[1]}, mean {np.mean(diffs):.5f}; {len(flips)} argmax flips outside {ties} ties")
+    assert worst[0] <= INT8_PROB_BOUND, f"int8 drift {worst[0]:.4f} at {worst[1]} exceeds {INT8_PROB_BOUND}"
+    assert not flips, f"int8 flips the answer of {flips}"

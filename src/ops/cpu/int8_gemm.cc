@@ -257,6 +257,7 @@ void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Int8Ac
   out.blocks = nb;
   const auto need = static_cast<std::size_t>(m * nb);
   if (out.q.size() < need * kInt8Block) out.q.resize(need * kInt8Block);
+  if (out.absq.size() < need * kInt8Block) out.absq.resize(need * kInt8Block);
   if (out.d.size() < need) out.d.resize(need);
   if (out.sum128.size() < need) out.sum128.resize(need);
 #ifdef CLEF_INT8_X86
@@ -281,7 +282,11 @@ void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Int8Ac
         d = ref::quantize_activation_block(x + r * k + c0, cnt, q);
       }
       std::int32_t s = 0;
-      for (std::int64_t i = 0; i < kInt8Block; ++i) s += q[i];
+      std::uint8_t* aq = out.absq.data() + static_cast<std::size_t>((r * nb + b) * kInt8Block);
+      for (std::int64_t i = 0; i < kInt8Block; ++i) {
+        s += q[i];
+        aq[i] = static_cast<std::uint8_t>(q[i] < 0 ? -q[i] : q[i]);
+      }
       out.d[static_cast<std::size_t>(r * nb + b)] = d;
       out.sum128[static_cast<std::size_t>(r * nb + b)] = 128 * s;
     }
@@ -348,7 +353,11 @@ __attribute__((target("avx2,fma,f16c"))) void tile_avx2(const Job& j, std::int64
   __m256 acc[MR][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   const std::int8_t* qa[MR];
-  for (int r = 0; r < MR; ++r) qa[r] = j.a->q.data() + static_cast<std::size_t>((r0 + r) * nb * kInt8Block);
+  const std::uint8_t* ua_row[MR];
+  for (int r = 0; r < MR; ++r) {
+    qa[r] = j.a->q.data() + static_cast<std::size_t>((r0 + r) * nb * kInt8Block);
+    ua_row[r] = j.a->absq.data() + static_cast<std::size_t>((r0 + r) * nb * kInt8Block);
+  }
   const float* da = j.a->d.data() + static_cast<std::size_t>(r0 * nb);
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::int8_t* qw = j.w->q_block(p0, b);
@@ -360,8 +369,10 @@ __attribute__((target("avx2,fma,f16c"))) void tile_avx2(const Job& j, std::int64
       for (int r = 0; r < MR; ++r) {
         std::int32_t a4;
         std::memcpy(&a4, qa[r] + b * kInt8Block + g * 4, 4);
+        std::int32_t u4;
+        std::memcpy(&u4, ua_row[r] + b * kInt8Block + g * 4, 4);
         const __m256i a = _mm256_set1_epi32(a4);
-        const __m256i ua = _mm256_abs_epi8(a);
+        const __m256i ua = _mm256_set1_epi32(u4);
         const __m256i p0v = _mm256_maddubs_epi16(ua, _mm256_sign_epi8(w0, a));
         const __m256i p1v = _mm256_maddubs_epi16(ua, _mm256_sign_epi8(w1, a));
         is[r][0] = _mm256_add_epi32(is[r][0], _mm256_madd_epi16(p0v, ones));
