@@ -28,7 +28,7 @@ int parse_command_line(CLI::App& app, int argc, char** argv, const char* help_hi
 }
 
 CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f) {
-  auto* model = app.add_option("--model,-m", f.model_dir, "Release folder (default: the embedded tiny random-weight model)");
+  auto* model = app.add_option("--model,-m", f.model_dir, "Release folder, FILE.gguf (llama.cpp's Qwen3.5 GGUF; joint_head.safetensors + joint_head_config.json beside it), or a folder holding one .gguf (default: the embedded tiny random-weight model)");
   app.add_option("--precision", f.precision,
                  "Backbone precision: fp32 (parity; also spelled f32), bf16 (bf16 weights, fp32 accumulation) or "
                  "int8 (Q8_0: int8 weights with a scale per 32 inputs, made at load or read from a Q8_0 GGUF; "

@@ -108,7 +108,7 @@ int run(int argc, char** argv) {
   auto* inspect = app.add_subcommand(
       "inspect", "Validate a Clef release folder and print its architecture, layer pattern, parameter counts, "
                  "dtypes, head and tokenizer summary, and memory needs.");
-  auto* dir_pos = inspect->add_option("DIR", inspect_dir, "Release folder (default: the embedded tiny random-weight model)");
+  auto* dir_pos = inspect->add_option("DIR", inspect_dir, "Release folder, FILE.gguf (joint head files beside it), or a folder holding one .gguf (default: the embedded tiny random-weight model)");
   auto* dir_opt = inspect->add_option("--model,-m", inspect_dir, "Same as DIR");
   inspect->add_flag("--verify", verify, "Check the sha256 of every file against the manifest first");
   inspect->add_option("--manifest", manifest, "sha256 manifest to verify against (implies --verify; default DIR/SHA256SUMS)");
@@ -135,7 +135,7 @@ int run(int argc, char** argv) {
   auto* tokenize = app.add_subcommand("tokenize", "Print the token ids of TEXT (exactly as Hugging Face tokenizers), "
                                                   "its pieces, or decode ids. Invalid UTF-8 is rejected (exit 2).");
   tokenize->add_option("TEXT", tk.text, "Text to encode, ids to --decode, or - to read standard input")->required();
-  auto* tk_model = tokenize->add_option("--model,-m", tk.model_dir, "Folder with tokenizer.json (default: the embedded tiny model)");
+  auto* tk_model = tokenize->add_option("--model,-m", tk.model_dir, "Folder with tokenizer.json, or a GGUF model (tokenizer.json beside it, else its tokenizer.ggml.* metadata) (default: the embedded tiny model)");
   tokenize->add_flag("--pieces", tk.pieces, "One line per token: id, TAB, token string");
   tokenize->add_flag("--decode", tk.decode, "TEXT holds token ids: print the decoded text");
   tokenize->add_flag("--skip-special", tk.skip_special, "With --decode: drop special added tokens");

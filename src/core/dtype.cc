@@ -107,6 +107,23 @@ void convert_to_f32(DType src_type, const std::byte* src, std::size_t n, float* 
       }
       return;
     }
+    case DType::kQ8_0: {
+      // Blocks of 32: fp16 scale d, then 32 int8 q; element = d * q (exact in fp32: 11 x 8 bits).
+      constexpr std::size_t kE = kQ8_0BlockElems, kB = kQ8_0BlockBytes;
+      if (n % kE != 0) {
+        throw Unsupported("cannot convert " + std::to_string(n) + " Q8_0 elements: not whole blocks of 32");
+      }
+      for (std::size_t b = 0; b < n / kE; ++b) {
+        const std::byte* blk = src + b * kB;
+        std::uint16_t dh;
+        std::memcpy(&dh, blk, 2);
+        const float d = f16_to_f32(dh);
+        for (std::size_t i = 0; i < kE; ++i) {
+          dst[b * kE + i] = d * static_cast<float>(static_cast<std::int8_t>(blk[2 + i]));
+        }
+      }
+      return;
+    }
     default:
       throw Unsupported("cannot convert dtype " + std::string(dtype_name(src_type)) + " to F32");
   }

@@ -58,8 +58,9 @@ float f16_to_f32(std::uint16_t h) noexcept;
 /// float -> IEEE binary16 bits, round to nearest even, overflow to inf.
 std::uint16_t f32_to_f16(float f) noexcept;
 
-/// Converts `n` elements of type `src_type` (F32, BF16 or F16, little-endian, any alignment)
-/// at `src` to float. Throws Unsupported for any other dtype.
+/// Converts `n` elements of type `src_type` (F32, BF16 or F16, little-endian, any alignment; or
+/// Q8_0 whole blocks starting at a block boundary, n a multiple of 32) at `src` to float. Throws
+/// Unsupported for any other dtype.
 void convert_to_f32(DType src_type, const std::byte* src, std::size_t n, float* dst);
 
 }  // namespace clef

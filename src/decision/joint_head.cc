@@ -305,7 +305,7 @@ JointHeadRecord::JointHeadRecord(const JointHead& head, std::vector<HeadQuestion
   // Lexical vectors: the mean of the raw output-embedding rows of each option span's ids (§4.4 step 5).
   const WeightView& table = *head.output_embeddings_;
   const std::int64_t vocab = table.shape()[0];
-  const std::size_t row_bytes = H * dtype_size(table.dtype());
+  const std::size_t row_bytes = dtype_bytes(table.dtype(), H);  // Q8_0 (a GGUF table): whole blocks
   lexical_.assign(n_options * H, 0.0f);
   std::vector<float> row(H);
   std::vector<double> acc(H);

@@ -106,6 +106,7 @@ class GgufFile {
 
   const GgufHeader& header() const noexcept { return header_; }
   const std::string& label() const noexcept { return label_; }
+  std::uint64_t file_bytes() const noexcept { return map_.size(); }
   /// nullptr when the file has no tensor of that name.
   const GgufTensorInfo* find(const std::string& name) const;
   /// The tensor's bytes inside the mapping (zero-copy; aligned to the file's alignment relative

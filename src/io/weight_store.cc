@@ -17,12 +17,11 @@ std::vector<float> WeightView::to_f32() const {
 }
 
 void WeightStore::add_file(std::unique_ptr<SafetensorsFile> f) {
-  const std::size_t idx = files_.size();
   for (const auto& t : f->header().tensors) {
-    auto [it, inserted] = entries_.emplace(t.name, Entry{idx, &t, Use::kUnused});
+    auto [it, inserted] = entries_.emplace(t.name, Entry{&f->label(), &t, f->data(t), Use::kUnused});
     if (!inserted) {
       throw ModelLoadError(f->label() + ": tensor \"" + printable(t.name) + "\" is also stored in " +
-                           files_[it->second.file]->label());
+                           *it->second.file);
     }
     order_.push_back(t.name);
   }
@@ -34,6 +33,36 @@ WeightStore WeightStore::open_file(const std::string& path, const std::string& l
   WeightStore s;
   s.label_ = label;
   s.add_file(std::make_unique<SafetensorsFile>(path, label));
+  return s;
+}
+
+WeightStore WeightStore::open_gguf(const std::string& path, const std::string& label) {
+  require_regular_file(path, label);
+  WeightStore s;
+  s.label_ = label;
+  s.gguf_ = std::make_unique<GgufFile>(path, label);
+  const GgufFile& g = *s.gguf_;
+  for (const GgufTensorInfo& t : g.header().tensors) {
+    DType dt;
+    switch (static_cast<GgmlType>(t.type)) {
+      case GgmlType::kF32: dt = DType::kF32; break;
+      case GgmlType::kF16: dt = DType::kF16; break;
+      case GgmlType::kBF16: dt = DType::kBF16; break;
+      case GgmlType::kQ8_0: dt = DType::kQ8_0; break;
+      default:
+        throw Unsupported(label + ": tensor " + printable(t.name) + " has ggml type " + ggml_type_name(t.type) +
+                          "; clef reads GGUF tensors in F32, F16, BF16 and Q8_0 only");
+    }
+    TensorInfo& info = s.gguf_infos_.emplace_back();
+    info.name = t.name;
+    info.dtype = dt;
+    info.shape = t.torch_shape();
+    info.begin = t.offset;
+    info.end = t.offset + t.nbytes;
+    // The reader guarantees unique names.
+    s.entries_.emplace(t.name, Entry{&g.label(), &info, g.data(t), Use::kUnused});
+    s.order_.push_back(t.name);
+  }
   return s;
 }
 
@@ -106,17 +135,21 @@ WeightView WeightStore::take(const std::string& name, const std::vector<std::int
     throw ModelLoadError(label_ + ": missing tensor " + name + " (expected shape " + shape_to_string(expected_shape) + ")");
   }
   Entry& e = it->second;
-  const SafetensorsFile& f = *files_[e.file];
   if (e.info->shape != expected_shape) {
-    throw ModelLoadError(f.label() + ": tensor " + name + " has shape " + shape_to_string(e.info->shape) +
+    throw ModelLoadError(*e.file + ": tensor " + name + " has shape " + shape_to_string(e.info->shape) +
                          ", expected " + shape_to_string(expected_shape));
   }
-  if (!is_weight_float(e.info->dtype)) {
-    throw ModelLoadError(f.label() + ": tensor " + name + " has dtype " + std::string(dtype_name(e.info->dtype)) +
+  if (e.info->dtype == DType::kQ8_0) {
+    if (expected_shape.size() != 2) {
+      throw ModelLoadError(*e.file + ": tensor " + name + " has dtype Q8_0; only 2-D weights (linear layers, the "
+                           "embedding table) may be Q8_0, this one must be F32, BF16 or F16");
+    }
+  } else if (!is_weight_float(e.info->dtype)) {
+    throw ModelLoadError(*e.file + ": tensor " + name + " has dtype " + std::string(dtype_name(e.info->dtype)) +
                          "; weights must be F32, BF16 or F16");
   }
   e.use = Use::kTaken;
-  return WeightView{e.info, f.data(*e.info), &f.label()};
+  return WeightView{e.info, e.data, e.file};
 }
 
 std::size_t WeightStore::ignore_prefix(const std::string& prefix) {
@@ -147,7 +180,7 @@ void WeightStore::require_all_consumed(const std::string& loader_name) const {
   }
   if (first != nullptr) {
     const Entry& e = entries_.at(*first);
-    throw ModelLoadError(files_[e.file]->label() + ": unexpected tensor " + printable(*first) + " " +
+    throw ModelLoadError(*e.file + ": unexpected tensor " + printable(*first) + " " +
                          shape_to_string(e.info->shape) + " is not used by the " + loader_name + " loader" +
                          (count > 1 ? " (and " + std::to_string(count - 1) + " more)" : ""));
   }
@@ -156,6 +189,7 @@ void WeightStore::require_all_consumed(const std::string& loader_name) const {
 std::vector<std::pair<std::string, std::uint64_t>> WeightStore::files() const {
   std::vector<std::pair<std::string, std::uint64_t>> out;
   for (const auto& f : files_) out.emplace_back(f->label(), f->file_bytes());
+  if (gguf_) out.emplace_back(gguf_->label(), gguf_->file_bytes());
   return out;
 }
 

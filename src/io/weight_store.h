@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <span>
@@ -10,20 +11,33 @@
 #include <unordered_map>
 #include <vector>
 
+#include "io/gguf.h"
 #include "io/safetensors.h"
 
 namespace clef {
 
+/// How a small tensor's numbers are stored relative to the checkpoint parameter the model is
+/// defined with (architecture.md). The release folder stores every tensor as the parameter
+/// itself (kParameter); llama.cpp's GGUF converter stores some as a function of it, and clef reads
+/// the stored form rather than inverting it (the inverse is not exact in floating point).
+enum class StoredAs : std::uint8_t {
+  kParameter,   ///< the parameter itself
+  kOnePlus,     ///< offset RMSNorm weight stored as fp32(1 + w) (GGUF attn_norm, output_norm, q/k norms)
+  kNegExp,      ///< GDN decay stored as A = fp32(-exp(A_log)) (GGUF ssm_a)
+};
+
 /// A zero-copy view of one checkpoint tensor. Valid as long as its WeightStore lives.
 struct WeightView {
   const TensorInfo* info = nullptr;
-  std::span<const std::byte> bytes;  ///< little-endian elements, any alignment
+  std::span<const std::byte> bytes;  ///< little-endian elements (Q8_0: ggml blocks), any alignment
   const std::string* file = nullptr; ///< label of the file holding it
+  StoredAs stored = StoredAs::kParameter;
   bool valid() const noexcept { return info != nullptr; }
   DType dtype() const noexcept { return info->dtype; }
   const std::vector<std::int64_t>& shape() const noexcept { return info->shape; }
   std::uint64_t numel() const noexcept { return info->numel(); }
-  /// Copies the elements to float (exact for F32/BF16/F16). Throws Unsupported otherwise.
+  /// Copies the elements to float (exact for F32/BF16/F16; Q8_0: d * q per element, exact in fp32).
+  /// Throws Unsupported otherwise.
   std::vector<float> to_f32() const;
 };
 
@@ -43,6 +57,11 @@ class WeightStore {
   static WeightStore open_model_dir(const std::string& dir);
   /// Opens one safetensors file.
   static WeightStore open_file(const std::string& path, const std::string& label);
+  /// Opens one GGUF file (llama.cpp's format, io/gguf.h): its tensors under their GGUF names with
+  /// PyTorch-order shapes (ggml ne reversed), zero-copy over the mapping. Tensors must be F32,
+  /// F16, BF16 or Q8_0; any other ggml type is refused naming the tensor (ModelLoadError). The
+  /// metadata stays readable through gguf().
+  static WeightStore open_gguf(const std::string& path, const std::string& label);
 
   /// nullptr when absent. Does not mark the tensor consumed.
   const TensorInfo* find(const std::string& name) const;
@@ -50,7 +69,8 @@ class WeightStore {
 
   /// Returns the tensor and marks it consumed. Throws ModelLoadError when it is missing
   /// ("missing tensor NAME (expected shape [..])"), when its shape differs ("tensor NAME in FILE
-  /// has shape [..], expected [..]") or when its dtype is not F32, BF16 or F16.
+  /// has shape [..], expected [..]") or when its dtype is not F32, BF16 or F16 (Q8_0 is accepted
+  /// for 2-D tensors only: linear weights and the embedding table).
   WeightView take(const std::string& name, const std::vector<std::int64_t>& expected_shape);
   /// Marks every tensor whose name starts with `prefix` as deliberately ignored; returns how many.
   std::size_t ignore_prefix(const std::string& prefix);
@@ -64,17 +84,22 @@ class WeightStore {
   std::vector<std::pair<std::string, std::uint64_t>> files() const;
   /// Total tensor bytes per dtype name.
   std::map<std::string, std::uint64_t> bytes_by_dtype() const;
+  /// The GGUF file behind a store made by open_gguf(); nullptr for safetensors stores.
+  const GgufFile* gguf() const noexcept { return gguf_.get(); }
 
  private:
   enum class Use : std::uint8_t { kUnused, kTaken, kIgnored };
   struct Entry {
-    std::size_t file = 0;
+    const std::string* file = nullptr;  ///< label of the file holding it
     const TensorInfo* info = nullptr;
+    std::span<const std::byte> data;
     Use use = Use::kUnused;
   };
   void add_file(std::unique_ptr<SafetensorsFile> f);
   std::string label_;  ///< names the store in "missing tensor" errors (the file or the index)
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::deque<TensorInfo> gguf_infos_;  ///< TensorInfo of each GGUF tensor (stable addresses)
   std::vector<std::string> order_;  ///< names in file order, for deterministic reports
   std::unordered_map<std::string, Entry> entries_;
 };

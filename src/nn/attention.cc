@@ -16,8 +16,8 @@ GatedAttention::GatedAttention(const AttentionConfig& cfg, const AttentionWeight
       k_(linear_weight(w.k_proj, p, name + ".k_proj")),
       v_(linear_weight(w.v_proj, p, name + ".v_proj")),
       o_(linear_weight(w.o_proj, p, name + ".o_proj")),
-      q_norm_(small_f32(w.q_norm, name + ".q_norm")),
-      k_norm_(small_f32(w.k_norm, name + ".k_norm")) {
+      q_norm_(offset_norm_f32(w.q_norm, name + ".q_norm")),
+      k_norm_(offset_norm_f32(w.k_norm, name + ".k_norm")) {
   const ops::AttentionDims& d = cfg.dims;
   if (q_.n() != 2 * d.nh * d.hd || k_.n() != d.nkv * d.hd || o_.k() != d.nh * d.hd ||
       cfg.rotary_dim > d.hd || cfg.rotary_dim % 2 != 0) {

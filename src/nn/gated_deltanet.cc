@@ -1,5 +1,6 @@
 #include "nn/gated_deltanet.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -7,22 +8,83 @@
 #include "ops/profile.h"
 
 namespace clef::nn {
+namespace {
+
+bool tiled(const GdnConfig& c) { return c.v_heads_tiled && c.dims.hv != c.dims.hk; }
+
+/// out_proj [H, Hv*dv] with its column blocks (one per V head, dv wide) moved from the stored
+/// tiled order to the grouped order; bytes in the stored dtype (Q8_0: dv must be whole blocks).
+std::shared_ptr<const std::vector<std::byte>> grouped_out_proj(const GdnConfig& c, const WeightView& w,
+                                                               const std::string& name) {
+  if (!tiled(c)) return nullptr;
+  if (!w.valid() || w.shape().size() != 2 || w.shape()[1] != c.value_dim()) {
+    throw ModelLoadError("linear weight " + name + " is missing or not [H, Hv*dv]");
+  }
+  if (is_block_quantized(w.dtype()) && c.dims.dv % kQ8_0BlockElems != 0) {
+    throw Unsupported(*w.file + ": " + name + " is " + std::string(dtype_name(w.dtype())) + " with V heads in tiled order "
+                      "and a value head dim " + std::to_string(c.dims.dv) + " that is not a multiple of 32");
+  }
+  const std::int64_t hk = c.dims.hk, hv = c.dims.hv, r = hv / hk;
+  const std::size_t head = dtype_bytes(w.dtype(), static_cast<std::uint64_t>(c.dims.dv));
+  const std::size_t row = head * static_cast<std::size_t>(hv);
+  const std::size_t rows = static_cast<std::size_t>(w.shape()[0]);
+  auto out = std::make_shared<std::vector<std::byte>>(rows * row);
+  for (std::size_t i = 0; i < rows; ++i) {
+    for (std::int64_t h = 0; h < hv; ++h) {
+      const std::int64_t t = (h % r) * hk + h / r;
+      std::copy_n(w.bytes.data() + i * row + static_cast<std::size_t>(t) * head, head,
+                  out->data() + i * row + static_cast<std::size_t>(h) * head);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::int64_t GatedDeltaNet::stored_head(std::int64_t h) const noexcept {
+  if (!tiled(cfg_)) return h;
+  const std::int64_t r = cfg_.dims.hv / cfg_.dims.hk;
+  return (h % r) * cfg_.dims.hk + h / r;
+}
+
+void GatedDeltaNet::to_grouped(float* x, std::int64_t rows, std::int64_t stride, std::int64_t offset,
+                               std::int64_t width, float* tmp) const {
+  const std::int64_t hv = cfg_.dims.hv;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    float* row = x + i * stride + offset;
+    for (std::int64_t h = 0; h < hv; ++h) std::copy_n(row + stored_head(h) * width, width, tmp + h * width);
+    std::copy_n(tmp, hv * width, row);
+  }
+}
 
 GatedDeltaNet::GatedDeltaNet(const GdnConfig& cfg, const GdnWeights& w, ops::Precision p,
                              const std::string& name)
     : cfg_(cfg),
+      out_grouped_(grouped_out_proj(cfg, w.out_proj, name + ".out_proj")),
       qkv_(linear_weight(w.in_proj_qkv, p, name + ".in_proj_qkv")),
       z_(linear_weight(w.in_proj_z, p, name + ".in_proj_z")),
       b_(linear_weight(w.in_proj_b, p, name + ".in_proj_b")),
       a_(linear_weight(w.in_proj_a, p, name + ".in_proj_a")),
-      out_(linear_weight(w.out_proj, p, name + ".out_proj")),
+      out_(out_grouped_ ? ops::GemmWeight(w.out_proj.dtype(), out_grouped_->data(), w.out_proj.shape()[0],
+                                          w.out_proj.shape()[1], p)
+                        : linear_weight(w.out_proj, p, name + ".out_proj")),
       conv_w_(small_f32(w.conv1d, name + ".conv1d")),  // [C, 1, K] == [C, K]
       dt_bias_(small_f32(w.dt_bias, name + ".dt_bias")),
-      a_log_(small_f32(w.a_log, name + ".A_log")),
+      neg_a_(neg_exp_a(w.a_log, name + ".A_log")),
       norm_w_(small_f32(w.norm, name + ".norm")) {
   if (static_cast<std::int64_t>(conv_w_.size()) != cfg.conv_dim() * cfg.conv_k ||
-      qkv_.n() != cfg.conv_dim() || out_.k() != cfg.value_dim()) {
+      qkv_.n() != cfg.conv_dim() || out_.k() != cfg.value_dim() ||
+      static_cast<std::int64_t>(dt_bias_.size()) != cfg.dims.hv || static_cast<std::int64_t>(neg_a_.size()) != cfg.dims.hv) {
     throw ModelLoadError(name + ": tensor shapes disagree with the GDN config");
+  }
+  if (tiled(cfg)) {
+    if (cfg.dims.hv % cfg.dims.hk != 0) throw ModelLoadError(name + ": Hv is not a multiple of Hk");
+    // Small tensors: conv V channels (rows of K taps), dt_bias and A to grouped order.
+    const std::int64_t K = cfg.conv_k, dv = cfg.dims.dv;
+    std::vector<float> tmp(static_cast<std::size_t>(cfg.value_dim() * K));
+    to_grouped(conv_w_.data(), 1, 0, 2 * cfg.key_dim() * K, dv * K, tmp.data());
+    to_grouped(dt_bias_.data(), 1, 0, 0, 1, tmp.data());
+    to_grouped(neg_a_.data(), 1, 0, 0, 1, tmp.data());
   }
 }
 
@@ -52,6 +114,13 @@ void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float*
     ops::linear(x, n, z_, z);
     ops::linear(x, n, b_, b);
     ops::linear(x, n, a_, a);
+    if (tiled(cfg_)) {  // stored (tiled) V-head order -> grouped, per token (see GdnConfig)
+      float* tmp = s.get(kSlotBase + 5, vd);
+      to_grouped(mixed, n, cd, 2 * kd, d.dv, tmp);
+      to_grouped(z, n, vd, 0, d.dv, tmp);
+      to_grouped(b, n, d.hv, 0, 1, tmp);
+      to_grouped(a, n, d.hv, 0, 1, tmp);
+    }
   }
   {
     CLEF_PROF_SCOPE("gdn.conv+l2norm+gates");
@@ -64,7 +133,7 @@ void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float*
       ops::l2norm_rows(u + i * cd, d.hk, d.dk, d.dk, 1e-6f, qscale);
       ops::l2norm_rows(u + i * cd + kd, d.hk, d.dk, d.dk, 1e-6f, 1.0f);
     }
-    ops::gdn_gates(b, a, n, d.hv, a_log_.data(), dt_bias_.data(), beta, g);
+    ops::gdn_gates(b, a, n, d.hv, neg_a_.data(), dt_bias_.data(), beta, g);
   }
   {
     CLEF_PROF_SCOPE("gdn.delta_rule");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,12 +21,21 @@ struct GdnConfig {
   ops::GdnDims dims;        ///< Hk, Hv, dk, dv
   std::int64_t conv_k = 4;  ///< causal conv width K
   float eps = 1e-6f;        ///< gated RMSNorm epsilon (rms_norm_eps)
+  /// The checkpoint stores the V heads in llama.cpp's tiled order (GGUF with Hk != Hv): stored
+  /// head t = j*Hk + kh holds grouped head h = kh*r + j (r = Hv/Hk; grouped: v-head h reads
+  /// k-head h / r). The layer restores the grouped order: the small tensors (conv V channels,
+  /// dt_bias, A) are permuted at load, the qkv V rows, z, b and a projection outputs are permuted
+  /// per token right after their GEMMs (each output element is the same dot product wherever its
+  /// row sits), and out_proj's columns are copied once in grouped order (so its reduction over
+  /// Hv*dv runs in the folder's order). Results equal the grouped checkpoint's bit for bit.
+  bool v_heads_tiled = false;
   std::int64_t key_dim() const noexcept { return dims.hk * dims.dk; }
   std::int64_t value_dim() const noexcept { return dims.hv * dims.dv; }
   std::int64_t conv_dim() const noexcept { return 2 * key_dim() + value_dim(); }
 };
 
-/// The checkpoint tensors of one GDN layer (shapes in models/qwen35/weights.h).
+/// The checkpoint tensors of one GDN layer (shapes in models/qwen35/weights.h; conv1d may also
+/// be [conv_dim, K], as GGUF stores it). a_log is A_log, or A itself when a_log.stored is kNegExp.
 struct GdnWeights {
   WeightView in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, conv1d, dt_bias, a_log, norm, out_proj;
 };
@@ -46,9 +56,17 @@ class GatedDeltaNet {
 
  private:
   GdnConfig cfg_;
+  /// Stored (tiled) V-head position of grouped head h, h in [0, Hv) (identity when not tiled).
+  std::int64_t stored_head(std::int64_t h) const noexcept;
+  /// x [rows, stride]: the Hv blocks of `width` floats at `offset` of each row, from stored to
+  /// grouped order (tmp: Hv*width floats).
+  void to_grouped(float* x, std::int64_t rows, std::int64_t stride, std::int64_t offset, std::int64_t width,
+                  float* tmp) const;
+
+  std::shared_ptr<const std::vector<std::byte>> out_grouped_;  ///< out_proj copy (tiled checkpoints)
   ops::GemmWeight qkv_, z_, b_, a_, out_;
   std::vector<float> conv_w_;  ///< [conv_dim, K]
-  std::vector<float> dt_bias_, a_log_, norm_w_;
+  std::vector<float> dt_bias_, neg_a_, norm_w_;  ///< neg_a_: A = -exp(A_log), [Hv]
 };
 
 }  // namespace clef::nn

@@ -1,5 +1,8 @@
 #include "nn/linear.h"
 
+#include <cmath>
+
+#include "core/json_reader.h"
 #include "core/error.h"
 
 namespace clef::nn {
@@ -8,12 +11,62 @@ ops::GemmWeight linear_weight(const WeightView& w, ops::Precision p, const std::
   if (!w.valid() || w.shape().size() != 2) {
     throw ModelLoadError("linear weight " + name + " is missing or not 2-D");
   }
+  if (w.dtype() == DType::kQ8_0 && p != ops::Precision::kInt8) {
+    throw Unsupported(*w.file + ": tensor " + w.info->name + " (" + name + ") is Q8_0: a Q8_0 GGUF runs with "
+                      "--precision int8 only (fp32/bf16 would need a dequantized copy of every weight, which clef "
+                      "does not make; use an F32/BF16/F16 GGUF or the release folder for those)");
+  }
   return ops::GemmWeight(w.dtype(), w.bytes.data(), w.shape()[0], w.shape()[1], p);
 }
 
 std::vector<float> small_f32(const WeightView& w, const std::string& name) {
   if (!w.valid()) throw ModelLoadError("tensor " + name + " is missing");
+  if (w.stored != StoredAs::kParameter) {
+    throw InternalError("tensor " + name + " is stored as a function of its parameter; small_f32 reads parameters only");
+  }
   return w.to_f32();
+}
+
+std::vector<float> offset_norm_f32(const WeightView& w, const std::string& name) {
+  if (!w.valid()) throw ModelLoadError("tensor " + name + " is missing");
+  std::vector<float> v = w.to_f32();
+  if (w.stored == StoredAs::kParameter) return v;
+  if (w.stored != StoredAs::kOnePlus) throw InternalError("tensor " + name + ": not an offset RMSNorm weight");
+  for (std::size_t j = 0; j < v.size(); ++j) {
+    const float u = v[j];
+    const float c = u - 1.0f;
+    float found = c;
+    bool ok = std::isfinite(u) && 1.0f + c == u;
+    for (const float cand : {std::nextafter(c, -INFINITY), std::nextafter(c, INFINITY)}) {
+      if (!ok && std::isfinite(u) && 1.0f + cand == u) {
+        found = cand;
+        ok = true;
+      }
+    }
+    if (!ok) {
+      throw ModelLoadError(*w.file + ": tensor " + name + "[" + std::to_string(j) + "] = " + std::to_string(u) +
+                           " is not 1 + w for any float w (GGUF stores offset RMSNorm weights as 1 + w)");
+    }
+    v[j] = found;
+  }
+  return v;
+}
+
+std::vector<float> neg_exp_a(const WeightView& w, const std::string& name) {
+  if (!w.valid()) throw ModelLoadError("tensor " + name + " is missing");
+  std::vector<float> v = w.to_f32();
+  if (w.stored == StoredAs::kParameter) {
+    for (float& x : v) x = -std::exp(x);
+    return v;
+  }
+  if (w.stored != StoredAs::kNegExp) throw InternalError("tensor " + name + ": not a GDN decay");
+  for (std::size_t j = 0; j < v.size(); ++j) {
+    if (!(v[j] <= 0.0f) || !std::isfinite(v[j])) {
+      throw ModelLoadError(*w.file + ": tensor " + name + "[" + std::to_string(j) + "] = " + std::to_string(v[j]) +
+                           " is not a decay A = -exp(A_log) (must be <= 0 and finite)");
+    }
+  }
+  return v;
 }
 
 }  // namespace clef::nn

@@ -10,11 +10,28 @@
 namespace clef::nn {
 
 /// GemmWeight over a 2-D checkpoint tensor [out, in] (zero-copy where the precision allows).
-/// Throws ModelLoadError when the view is absent or not 2-D.
+/// Throws ModelLoadError when the view is absent or not 2-D, Unsupported for a Q8_0 weight with a
+/// precision other than kInt8 (naming the file and tensor, telling to use --precision int8).
 ops::GemmWeight linear_weight(const WeightView& w, ops::Precision p, const std::string& name);
 
 /// The tensor's elements as float (small tensors: norms, A_log, dt_bias, conv taps).
-/// Throws ModelLoadError when absent.
+/// Throws ModelLoadError when absent or when it is not stored as the parameter itself
+/// (w.stored != kParameter: use offset_norm_f32 / neg_exp_a).
 std::vector<float> small_f32(const WeightView& w, const std::string& name);
+
+/// The weight w of an offset RMSNorm (architecture.md §2.2: y = x̂ · (1 + w), the kernels compute
+/// 1.0f + w[j] in fp32), [n] fp32. kParameter: w as stored. kOnePlus (GGUF: u = fp32(1 + w)
+/// stored): a v with fp32(1.0f + v) == u bit for bit, so the kernel's factor equals the stored u
+/// and a GGUF made from a folder gives the folder's numbers exactly. v = u - 1 (exact for every u
+/// that is a rounded 1 + w except -2^24, checked over all 2^32 floats), else the neighbour of v
+/// that rounds back. Throws ModelLoadError naming the tensor when no float v does (u not of the
+/// form fp32(1 + w)), or when absent.
+std::vector<float> offset_norm_f32(const WeightView& w, const std::string& name);
+
+/// A = -exp(A_log) of a GDN layer, [Hv] fp32, as ops::gdn_gates consumes it. kParameter (A_log
+/// stored): -std::exp(float) per element, what the CPU kernels computed from A_log before
+/// this was hoisted to load time. kNegExp (GGUF ssm_a): A as stored. Throws ModelLoadError when
+/// absent, or when a stored A is not <= 0 and finite (naming the tensor and the index).
+std::vector<float> neg_exp_a(const WeightView& w, const std::string& name);
 
 }  // namespace clef::nn

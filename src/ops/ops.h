@@ -43,7 +43,8 @@ struct RopeDims {
 };
 
 /// Embedding gather (§2.3): out [n, h] = float(table[ids[i], :]). `table` holds rows x h
-/// elements of `dtype` (F32, BF16 or F16). Throws InvalidArgument for an id outside [0, rows),
+/// elements of `dtype` (F32, BF16, F16, or Q8_0 with h a multiple of 32: rows of h/32 blocks,
+/// element d * q). Throws InvalidArgument for an id outside [0, rows),
 /// Unsupported for another dtype.
 void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::int64_t h,
                       std::span<const std::int32_t> ids, float* out);
@@ -80,9 +81,11 @@ void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t strid
 void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w,
                         std::int64_t k, float* state, float* y);
 
-/// GDN gates (§4.3): beta = sigmoid(b); g = -exp(a_log) * softplus(a + dt_bias) with PyTorch's
-/// softplus (threshold 20). b, a, beta, g [t, hv]; a_log, dt_bias [hv].
-void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* a_log,
+/// GDN gates (§4.3): beta = sigmoid(b); g = neg_a * softplus(a + dt_bias) with PyTorch's
+/// softplus (threshold 20), where neg_a = A = -exp(A_log) is computed once at load by the caller
+/// (nn::neg_exp_a: from A_log in a release folder, read as stored from a GGUF's ssm_a).
+/// b, a, beta, g [t, hv]; neg_a, dt_bias [hv].
+void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* neg_a,
                const float* dt_bias, float* beta, float* g);
 
 /// Gated delta rule (§4.5 / §4.6) over t tokens with carried state.
@@ -139,7 +142,7 @@ void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t strid
                  float scale);
 void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w,
                         std::int64_t k, float* state, float* y);
-void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* a_log,
+void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* neg_a,
                const float* dt_bias, float* beta, float* g);
 void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k,
                       std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,

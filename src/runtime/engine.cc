@@ -22,6 +22,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 std::string engine_identity(const ReleaseFolder& r, const Backbone& b) {
   namespace fs = std::filesystem;
   std::string text = "dir=" + fs::weakly_canonical(fs::path(r.dir)).string() + "\n";
+  if (!r.gguf.empty()) text += "gguf=" + fs::path(r.gguf).filename().string() + "\n";
   // Every regular file of the folder; entries that cannot be examined (a symlink loop, a file
   // removed meanwhile) are skipped, never an error: the loader has already read what it needs.
   std::vector<std::string> files;
@@ -88,7 +89,7 @@ const char* state_cache_use_name(StateCacheUse u) noexcept {
 }
 
 Engine::Engine(const std::string& model_dir, const EngineOptions& options)
-    : options_(options), release_(open_release(model_dir)), tokenizer_(Tokenizer::load(model_dir)) {
+    : options_(options), release_(open_release(model_dir)), tokenizer_(load_model_tokenizer(model_dir)) {
   if (options.state_cache_mb < 0 || options.state_cache_mb > (std::int64_t{1} << 30)) {
     throw InvalidArgument("state cache budget must be in [0, 2^30] MiB, got " + std::to_string(options.state_cache_mb));
   }

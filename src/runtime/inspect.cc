@@ -1,10 +1,12 @@
 #include "runtime/inspect.h"
 
+#include "core/json_reader.h"
 #include "ops/gemm.h"
 #include "ops/isa.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 namespace clef {
@@ -157,7 +159,17 @@ std::string format_inspect_report(const ReleaseFolder& r, const ModelSummary& s,
   const auto& t = c.text;
   std::ostringstream o;
   o << "model        " << r.model_name << (r.random_weights ? "  (RANDOM WEIGHTS: answers are meaningless)" : "")
-    << "\nfolder       " << r.dir << "\narchitecture " << (c.architectures.empty() ? "?" : c.architectures[0])
+    << "\nfolder       " << r.dir;
+  if (!r.gguf.empty()) {
+    o << "\ngguf         " << std::filesystem::path(r.gguf).filename().string() << ": GGUF v"
+      << r.weights->gguf()->header().version << ", architecture " << r.gguf_info.architecture
+      << (r.gguf_info.name.empty() ? "" : ", name \"" + printable(r.gguf_info.name) + "\"")
+      << "\n  tokenizer        " << (r.tokenizer_source == "tokenizer.json" ? "tokenizer.json beside the GGUF (it wins over the GGUF metadata)"
+                                                                           : "GGUF metadata (tokenizer.ggml.*)")
+      << "\n  joint head       joint_head.safetensors + joint_head_config.json beside the GGUF (llama.cpp writes no head)"
+      << "\n  vision           none: text-only (llama.cpp writes the vision tower to a separate mmproj file)";
+  }
+  o << "\narchitecture " << (c.architectures.empty() ? "?" : c.architectures[0])
     << " (model_type " << c.model_type << ", " << (c.composite ? "composite text+vision config" : "text-only config")
     << ")\n\n";
   o << "backbone     Qwen3.5: hidden " << t.hidden_size << ", " << t.num_hidden_layers << " layers, MLP "
@@ -196,7 +208,11 @@ std::string format_inspect_report(const ReleaseFolder& r, const ModelSummary& s,
     << human_count(s.head_params) << ")\n";
   o << "dtypes       backbone: " << dtype_mix(r.weights->bytes_by_dtype())
     << "\n             head: " << dtype_mix(r.head_weights->bytes_by_dtype()) << "\n";
-  if (r.model.ignored_tensors) o << "ignored      " << r.model.ignored_tensors << " tensors (mtp.* multi-token prediction)\n";
+  if (r.model.ignored_tensors) {
+    o << "ignored      " << r.model.ignored_tensors << " tensors ("
+      << (r.gguf.empty() ? "mtp.*" : "MTP blocks of " + r.gguf_info.architecture + ".nextn_predict_layers")
+      << " multi-token prediction)\n";
+  }
   const auto& k = r.tokenizer;
   o << "\ntokenizer    " << k.model_type << ", " << k.vocab_entries << " vocab entries, " << k.merges << " merges ("
     << k.merges_form << "), normalizer " << k.normalizer << ", " << k.added.size() << " added tokens ("
@@ -232,6 +248,16 @@ nlohmann::ordered_json inspect_json(const ReleaseFolder& r, const ModelSummary& 
   const auto& t = r.config.text;
   j["model"] = r.model_name;
   j["random_weights"] = r.random_weights.has_value();
+  if (r.gguf.empty()) {
+    j["gguf"] = nullptr;
+  } else {
+    j["gguf"] = {{"file", std::filesystem::path(r.gguf).filename().string()},
+                 {"version", r.weights->gguf()->header().version},
+                 {"architecture", r.gguf_info.architecture},
+                 {"name", printable(r.gguf_info.name)},
+                 {"tokenizer", r.tokenizer_source},
+                 {"head", "joint_head.safetensors + joint_head_config.json beside the GGUF"}};
+  }
   j["model_type"] = r.config.model_type;
   j["composite"] = r.config.composite;
   std::string pattern;

@@ -1,5 +1,6 @@
 #include "runtime/release.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -44,7 +45,154 @@ std::vector<std::string> loaded_files(const std::string& dir) {
   return out;
 }
 
+bool ends_with_gguf(const std::string& name) {
+  if (name.size() < 5) return false;
+  std::string tail = name.substr(name.size() - 5);
+  for (auto& c : tail) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return tail == ".gguf";
+}
+
+/// joint_head.safetensors + joint_head_config.json of `dir` (folder or beside a GGUF).
+void open_head(ReleaseFolder& r, const fs::path& d, const std::string& what) {
+  const bool has_head = path_exists((d / "joint_head.safetensors").string());
+  const bool has_head_cfg = path_exists((d / "joint_head_config.json").string());
+  if (!has_head || !has_head_cfg) {
+    const std::string missing = has_head ? "joint_head_config.json" : has_head_cfg ? "joint_head.safetensors"
+                                                                                  : "joint_head.safetensors and joint_head_config.json";
+    if (!r.gguf.empty()) {
+      throw ModelLoadError(printable(r.gguf) + ": " + missing + " missing beside it: a GGUF holds only the Qwen3.5 "
+                           "backbone (llama.cpp's converter does not write the Clef joint schema head); put the release's "
+                           "joint_head.safetensors and joint_head_config.json in " + printable(r.dir));
+    }
+    throw ModelLoadError(what + ": " + missing +
+                         " missing: this is a bare Qwen3.5 backbone, not a Clef release (a Clef release ships the "
+                         "joint schema head next to the backbone)");
+  }
+  r.head_config = parse_joint_head_config(read_json_file((d / "joint_head_config.json").string(), "joint_head_config.json"));
+  if (r.head_config.hidden_size != r.config.text.hidden_size) {
+    throw ModelLoadError("joint_head_config.json: hidden_size: " + std::to_string(r.head_config.hidden_size) +
+                         " does not match the backbone's hidden_size " + std::to_string(r.config.text.hidden_size));
+  }
+}
+
+/// random_weights.json of `d` (when present) and the model name.
+void read_name(ReleaseFolder& r, const fs::path& d, const std::string& fallback_path) {
+  std::error_code ec;
+  if (path_exists((d / "random_weights.json").string())) {
+    const auto j = read_json_file((d / "random_weights.json").string(), "random_weights.json");
+    JsonObjectReader rr(j, "random_weights.json", "");
+    RandomWeightsInfo info;
+    info.model_name = printable(rr.get_string("model_name"));
+    info.preset = rr.get_string("preset", "");
+    info.generator = rr.get_string("generator", "");
+    info.tokenizer = rr.get_string("tokenizer", "");
+    const std::string suffix = "-random";
+    if (info.model_name.size() < suffix.size() ||
+        info.model_name.compare(info.model_name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      rr.fail("model_name", "a random-weight model's name must end in \"-random\"");
+    }
+    r.random_weights = info;
+    r.model_name = info.model_name;
+  } else if (!r.gguf.empty()) {
+    r.model_name = printable(fs::path(r.gguf).stem().string());
+    if (r.model_name.empty()) r.model_name = "model";
+  } else {
+    // The folder's own name ("." and trailing slashes resolved), made printable.
+    const fs::path canon = fs::weakly_canonical(fs::path(fallback_path), ec);
+    r.model_name = printable((ec ? fs::path(fallback_path).lexically_normal() : canon).filename().string());
+    if (r.model_name.empty()) r.model_name = "model";
+  }
+}
+
+ReleaseFolder open_gguf_release(const std::string& gguf, const OpenReleaseOptions& options) {
+  ReleaseFolder r;
+  r.gguf = gguf;
+  fs::path parent = fs::path(gguf).parent_path();
+  r.dir = parent.empty() ? std::string(".") : parent.string();
+  const fs::path d(r.dir);
+  if (options.verify) {
+    r.verified_files = verify_manifest(r.dir, options.manifest.empty() ? (d / "SHA256SUMS").string() : options.manifest);
+    const std::string name = fs::path(gguf).filename().string();
+    if (std::find(r.verified_files.begin(), r.verified_files.end(), name) == r.verified_files.end()) {
+      throw ModelLoadError((options.manifest.empty() ? (d / "SHA256SUMS").string() : options.manifest) + ": " +
+                           printable(name) + " is not covered by the manifest");
+    }
+  }
+  const std::string label = printable(fs::path(gguf).filename().string());
+  r.weights = std::make_unique<WeightStore>(WeightStore::open_gguf(gguf, label));
+  r.config = model_config_from_gguf(*r.weights->gguf(), &r.gguf_info);
+  open_head(r, d, r.dir);
+  if (path_exists((d / "tokenizer.json").string())) {
+    r.tokenizer = read_tokenizer_summary(r.dir, r.config);
+    r.tokenizer_source = "tokenizer.json";
+  } else {
+    r.tokenizer = tokenizer_summary_from_gguf(*r.weights->gguf());
+    r.tokenizer_source = "GGUF metadata";
+  }
+  read_name(r, d, r.dir);
+  try {
+    r.model = qwen35::bind_gguf_model_weights(*r.weights, r.config);
+  } catch (const ModelLoadError& e) {
+    throw ModelLoadError(std::string(e.what()) + " (expected shapes follow from the " + r.gguf_info.architecture +
+                         ".* metadata of " + label + ")");
+  }
+  r.head_weights = std::make_unique<WeightStore>(
+      WeightStore::open_file((d / "joint_head.safetensors").string(), "joint_head.safetensors"));
+  r.head = bind_joint_head_weights(*r.head_weights, r.head_config);
+  return r;
+}
+
 }  // namespace
+
+std::optional<std::string> find_gguf_model(const std::string& path) {
+  std::error_code ec;
+  if (path.empty()) return std::nullopt;
+  if (fs::is_regular_file(path, ec)) {
+    if (ends_with_gguf(path)) return path;
+    throw ModelLoadError(printable(path) + ": not a folder or a .gguf file (--model takes a Clef release folder, a "
+                         ".gguf file, or a folder holding one .gguf)");
+  }
+  if (!fs::is_directory(path, ec)) return std::nullopt;
+  std::vector<std::string> ggufs;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code fe;
+    if (it->is_regular_file(fe) && !fe && ends_with_gguf(it->path().filename().string())) {
+      ggufs.push_back(it->path().filename().string());
+    }
+  }
+  if (ggufs.empty()) return std::nullopt;
+  std::sort(ggufs.begin(), ggufs.end());
+  const fs::path d(path);
+  const bool safetensors = path_exists((d / "model.safetensors").string()) ||
+                           path_exists((d / "model.safetensors.index.json").string());
+  if (safetensors) {
+    throw ModelLoadError(printable(path) + ": holds both safetensors weights and " + printable(ggufs.front()) +
+                         "; it is ambiguous which to load (pass the .gguf file itself to use it)");
+  }
+  if (ggufs.size() > 1) {
+    throw ModelLoadError(printable(path) + ": holds " + std::to_string(ggufs.size()) + " .gguf files (" +
+                         printable(ggufs[0]) + ", " + printable(ggufs[1]) + (ggufs.size() > 2 ? ", ..." : "") +
+                         "); pass the one to load as --model FILE.gguf");
+  }
+  return (d / ggufs.front()).string();
+}
+
+Tokenizer load_model_tokenizer(const std::string& path, std::string* source) {
+  const std::optional<std::string> gguf = find_gguf_model(path);
+  if (!gguf) {
+    if (source != nullptr) *source = "tokenizer.json";
+    return Tokenizer::load(path);
+  }
+  fs::path parent = fs::path(*gguf).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+  if (path_exists((fs::path(dir) / "tokenizer.json").string())) {
+    if (source != nullptr) *source = "tokenizer.json";
+    return Tokenizer::load(dir);
+  }
+  if (source != nullptr) *source = "GGUF metadata";
+  const GgufFile g(*gguf, printable(fs::path(*gguf).filename().string()));
+  return Tokenizer::from_json(tokenizer_json_from_gguf(g), "", {}, g.label() + " tokenizer.ggml.*");
+}
 
 std::vector<std::string> verify_manifest(const std::string& dir, const std::string& manifest_path) {
   require_regular_file(manifest_path, "sha256 manifest");
@@ -93,6 +241,7 @@ std::vector<std::string> verify_manifest(const std::string& dir, const std::stri
 ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& options) {
   std::error_code ec;
   if (dir.empty()) throw InvalidArgument("empty model folder path");
+  if (const std::optional<std::string> gguf = find_gguf_model(dir)) return open_gguf_release(*gguf, options);
   if (!fs::is_directory(dir, ec)) throw ModelLoadError(printable(dir) + ": not a directory");
   ReleaseFolder r;
   r.dir = dir;
@@ -103,19 +252,7 @@ ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& opt
   const fs::path d(dir);
   if (!path_exists((d / "config.json").string())) throw ModelLoadError(printable(dir) + ": config.json is missing");
   r.config = parse_model_config(read_json_file((d / "config.json").string(), "config.json"));
-  const bool has_head = path_exists((d / "joint_head.safetensors").string());
-  const bool has_head_cfg = path_exists((d / "joint_head_config.json").string());
-  if (!has_head || !has_head_cfg) {
-    throw ModelLoadError(dir + ": " + (has_head ? "joint_head_config.json" : has_head_cfg ? "joint_head.safetensors"
-                                                                                          : "joint_head.safetensors and joint_head_config.json") +
-                         " missing: this is a bare Qwen3.5 backbone, not a Clef release (a Clef release ships the "
-                         "joint schema head next to the backbone)");
-  }
-  r.head_config = parse_joint_head_config(read_json_file((d / "joint_head_config.json").string(), "joint_head_config.json"));
-  if (r.head_config.hidden_size != r.config.text.hidden_size) {
-    throw ModelLoadError("joint_head_config.json: hidden_size: " + std::to_string(r.head_config.hidden_size) +
-                         " does not match the backbone's hidden_size " + std::to_string(r.config.text.hidden_size));
-  }
+  open_head(r, d, dir);
   if (path_exists((d / "preprocessor_config.json").string())) {
     r.preprocessor = parse_preprocessor_config(
         read_json_file((d / "preprocessor_config.json").string(), "preprocessor_config.json"));
@@ -131,27 +268,7 @@ ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& opt
     }
   }
   r.tokenizer = read_tokenizer_summary(dir, r.config);
-  if (path_exists((d / "random_weights.json").string())) {
-    const auto j = read_json_file((d / "random_weights.json").string(), "random_weights.json");
-    JsonObjectReader rr(j, "random_weights.json", "");
-    RandomWeightsInfo info;
-    info.model_name = printable(rr.get_string("model_name"));
-    info.preset = rr.get_string("preset", "");
-    info.generator = rr.get_string("generator", "");
-    info.tokenizer = rr.get_string("tokenizer", "");
-    const std::string suffix = "-random";
-    if (info.model_name.size() < suffix.size() ||
-        info.model_name.compare(info.model_name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-      rr.fail("model_name", "a random-weight model's name must end in \"-random\"");
-    }
-    r.random_weights = info;
-    r.model_name = info.model_name;
-  } else {
-    // The folder's own name ("." and trailing slashes resolved), made printable.
-    const fs::path canon = fs::weakly_canonical(fs::path(dir), ec);
-    r.model_name = printable((ec ? fs::path(dir).lexically_normal() : canon).filename().string());
-    if (r.model_name.empty()) r.model_name = "model";
-  }
+  read_name(r, d, dir);
   r.weights = std::make_unique<WeightStore>(WeightStore::open_model_dir(dir));
   r.model = qwen35::bind_model_weights(*r.weights, r.config);
   r.head_weights = std::make_unique<WeightStore>(

@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "decision/joint_head_weights.h"
+#include "io/gguf_model.h"
 #include "io/hf_config.h"
 #include "io/tokenizer_files.h"
 #include "io/weight_store.h"
 #include "models/qwen35/weights.h"
+#include "tokenizer/tokenizer.h"
 
 namespace clef {
 
@@ -37,7 +39,12 @@ struct RandomWeightsInfo {
 /// A loaded release folder. Weights stay memory-mapped; every view points into the mappings
 /// owned here, so a ReleaseFolder must outlive anything that reads its weights. Move-only.
 struct ReleaseFolder {
-  std::string dir;
+  std::string dir;         ///< the release folder; for a GGUF model, the folder holding the .gguf
+  std::string gguf;        ///< the GGUF file's path when the backbone comes from one, else ""
+  GgufModelInfo gguf_info; ///< its general.* / block metadata (gguf only)
+  /// Where the tokenizer comes from: "tokenizer.json" (the folder, or beside the GGUF) or
+  /// "GGUF metadata" (a GGUF with no tokenizer.json beside it).
+  std::string tokenizer_source = "tokenizer.json";
   std::string model_name;  ///< random_weights.json's name, else the folder's base name
   ModelConfig config;
   JointHeadConfig head_config;
@@ -55,7 +62,27 @@ struct ReleaseFolder {
 /// strict tensor binding of the backbone and the head. A folder without joint_head.* is refused
 /// as a bare backbone. Throws ModelLoadError / Unsupported / IoError with a one-line message
 /// naming the file and the problem.
+/// `dir` may also name a GGUF model (find_gguf_model): the backbone, its configuration and (when
+/// no tokenizer.json is beside it) the tokenizer come from the GGUF (model_config_from_gguf,
+/// qwen35::bind_gguf_model_weights); joint_head.safetensors + joint_head_config.json must be
+/// beside it (llama.cpp's converter does not write the Clef head), random_weights.json beside it
+/// is read as in a folder; the model is text-only (no vision tower in a llama.cpp text GGUF).
+/// Its name is random_weights.json's, else the GGUF file's stem.
 ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& options = {});
+
+/// A GGUF model path: `path` itself when it is a regular file whose name ends in ".gguf" (any
+/// case), or the single *.gguf of a folder without model.safetensors / model.safetensors.index.json;
+/// nullopt for a release folder (or a path that does not exist: open_release reports it). Throws
+/// ModelLoadError for a folder with several .gguf files or with both safetensors weights and a
+/// .gguf (naming them), and for a regular file that is not a .gguf.
+std::optional<std::string> find_gguf_model(const std::string& path);
+
+/// The tokenizer of the model at `path` (a release folder or a GGUF model, see find_gguf_model):
+/// tokenizer.json (+ tokenizer_config.json) of the folder, or beside the GGUF when present (it
+/// wins: it is the release's own file), else the GGUF's tokenizer.ggml.* metadata
+/// (tokenizer_json_from_gguf). `source` receives "tokenizer.json" or "GGUF metadata".
+/// Throws what Tokenizer::load / tokenizer_json_from_gguf throw.
+Tokenizer load_model_tokenizer(const std::string& path, std::string* source = nullptr);
 
 /// Checks the files named in a coreutils-format manifest (`<sha256>  <name>` lines) and that
 /// every file the loader reads is covered. Returns the names checked. Throws ModelLoadError on a

@@ -7,12 +7,13 @@
 #include <vector>
 
 #include "core/error.h"
+#include "runtime/release.h"
 #include "tokenizer/tokenizer.h"
 
 namespace clef {
 
 void run_tokenize_command(const TokenizeCommandOptions& options, std::istream& in, std::ostream& out) {
-  const Tokenizer tok = Tokenizer::load(options.model_dir);
+  const Tokenizer tok = load_model_tokenizer(options.model_dir);  // a folder or a GGUF model
   const std::string text =
       options.text == "-" ? std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()) : options.text;
   if (options.decode) {

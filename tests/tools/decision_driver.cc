@@ -1,12 +1,15 @@
 // Test driver for the live comparisons of the decision chain against the Python toolkit
 // (tests/reference/test_record_parity.py):
-//   clef_decision_driver encode MODEL_DIR [MAX_LENGTH [truncate]] < requests.jsonl
+//   clef_decision_driver encode MODEL [MAX_LENGTH [truncate]] < requests.jsonl
+//     (MODEL: a release folder or a GGUF model, runtime/release.h load_model_tokenizer)
 //     (a request member "x_image_token_counts": [N, ...] adds image blocks of those sizes)
 //       one JSON line per request: {"input_ids": [...], "prefix_len", "state_len", "state_len_full",
 //       "schema_len", "suffix_len", "questions": [{"type_id", "span": [a, b], "options": [[s, e], ...]}]}
 //       or {"error": "<code>", "path": "<json path>", "message": "..."} for a refused request.
 //   clef_decision_driver respond MODEL_NAME REQUEST.json LOGITS.npy INPUT_TOKENS [jev]
 //       prints the SystemOne response body for the given option logits (model order).
+//   clef_decision_driver tokenize MODEL < texts.jsonl
+//       for each line (a JSON string), prints the token ids as a JSON array (tests/reference/test_gguf_model.py).
 //   clef_decision_driver round4 < doubles.txt
 //       for each line (a double in Python repr), prints python_float_repr(python_round4(x)).
 #include <cstdlib>
@@ -23,6 +26,7 @@
 #include "decision/request.h"
 #include "decision/request_error.h"
 #include "io/npy.h"
+#include "runtime/release.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -35,7 +39,7 @@ clef::ServedModel any_model() {
 }
 
 int encode(int argc, char** argv) {
-  const clef::Tokenizer tok = clef::Tokenizer::load(argv[2]);
+  const clef::Tokenizer tok = clef::load_model_tokenizer(argv[2]);
   clef::RecordOptions opt;
   if (argc > 3) opt.max_length = std::stoll(argv[3]);
   if (argc > 4 && std::string(argv[4]) == "truncate") opt.overflow = clef::OverflowPolicy::kTruncateState;
@@ -103,10 +107,21 @@ int round4() {
   return 0;
 }
 
+int tokenize(char** argv) {
+  const clef::Tokenizer tok = clef::load_model_tokenizer(argv[2]);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    std::cout << nlohmann::json(tok.encode(nlohmann::json::parse(line).get<std::string>())).dump() << "\n";
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   try {
     if (argc >= 2 && std::string(argv[1]) == "round4") return round4();
     if (argc >= 3 && std::string(argv[1]) == "encode") return encode(argc, argv);
+    if (argc >= 3 && std::string(argv[1]) == "tokenize") return tokenize(argv);
     if (argc >= 6 && std::string(argv[1]) == "respond") return respond(argv);
     std::cerr << "usage: clef_decision_driver encode MODEL_DIR [MAX_LENGTH [truncate]] < requests.jsonl\n"
                  "       clef_decision_driver respond MODEL_NAME REQUEST.json LOGITS.npy INPUT_TOKENS [jev]\n";

@@ -274,9 +274,10 @@ TEST_P(OpsAtLevel, GdnGates) {
     for (std::int64_t hv : {1, 4, 17}) {
       const Vec b = rng.uniform(t * hv, -8.0f, 8.0f), a = rng.uniform(t * hv, -25.0f, 25.0f);
       const Vec alog = rng.uniform(hv, -1.0f, 2.0f), dtb = rng.uniform(hv, -1.0f, 1.0f);
-      Vec bw(b.size()), gw(b.size()), bg(b.size()), gg(b.size());
-      ops::ref::gdn_gates(b.data(), a.data(), t, hv, alog.data(), dtb.data(), bw.data(), gw.data());
-      ops::gdn_gates(b.data(), a.data(), t, hv, alog.data(), dtb.data(), bg.data(), gg.data());
+      Vec bw(b.size()), gw(b.size()), bg(b.size()), gg(b.size()), neg_a(alog.size());
+      for (std::size_t h = 0; h < alog.size(); ++h) neg_a[h] = -std::exp(alog[h]);
+      ops::ref::gdn_gates(b.data(), a.data(), t, hv, neg_a.data(), dtb.data(), bw.data(), gw.data());
+      ops::gdn_gates(b.data(), a.data(), t, hv, neg_a.data(), dtb.data(), bg.data(), gg.data());
       EXPECT_TRUE(close("gdn_gates(beta)", dims({t, hv}), bw, bg, {1e-7, 4e-6}));
       EXPECT_TRUE(close("gdn_gates(g)", dims({t, hv}), gw, gg, {1e-7, 4e-6}));
       for (float g : gg) EXPECT_LE(g, 0.0f);

@@ -48,14 +48,16 @@ TextModel::TextModel(const TextConfig& cfg, const TextWeights& w, const TextMode
     Layer& L = layers_[i];
     const std::string name = w.prefix + "layers." + std::to_string(i);
     L.type = lw.type;
-    L.input_norm = nn::small_f32(lw.input_layernorm, name + ".input_layernorm");
-    L.post_norm = nn::small_f32(lw.post_attention_layernorm, name + ".post_attention_layernorm");
+    L.input_norm = nn::offset_norm_f32(lw.input_layernorm, name + ".input_layernorm");
+    L.post_norm = nn::offset_norm_f32(lw.post_attention_layernorm, name + ".post_attention_layernorm");
     if (lw.type == LayerType::kLinearAttention) {
       if (!lw.linear_attn) throw ModelLoadError(name + ": linear_attn weights missing");
       const LinearAttentionWeights& g = *lw.linear_attn;
       const nn::GdnWeights gw{g.in_proj_qkv, g.in_proj_z, g.in_proj_b, g.in_proj_a, g.conv1d,
                               g.dt_bias,     g.a_log,     g.norm,      g.out_proj};
-      L.gdn = nn::GatedDeltaNet(gc, gw, opt.precision, name + ".linear_attn");
+      nn::GdnConfig lc = gc;
+      lc.v_heads_tiled = g.v_heads_tiled;
+      L.gdn = nn::GatedDeltaNet(lc, gw, opt.precision, name + ".linear_attn");
     } else {
       if (!lw.self_attn) throw ModelLoadError(name + ": self_attn weights missing");
       const FullAttentionWeights& a = *lw.self_attn;
@@ -64,7 +66,7 @@ TextModel::TextModel(const TextConfig& cfg, const TextWeights& w, const TextMode
     }
     L.mlp = nn::SwiGluMlp(lw.gate_proj, lw.up_proj, lw.down_proj, opt.precision, name + ".mlp");
   }
-  final_norm_ = nn::small_f32(w.norm, w.prefix + "norm");
+  final_norm_ = nn::offset_norm_f32(w.norm, w.prefix + "norm");
 }
 
 nn::ModelState TextModel::new_state() const {

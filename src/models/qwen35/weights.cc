@@ -112,4 +112,71 @@ ModelWeights bind_model_weights(WeightStore& s, const ModelConfig& cfg) {
   return mw;
 }
 
+ModelWeights bind_gguf_model_weights(WeightStore& s, const ModelConfig& cfg) {
+  const TextConfig& t = cfg.text;
+  ModelWeights mw;
+  TextWeights& w = mw.text;
+  w.prefix = "";  // GGUF names carry no prefix
+  const std::int64_t h = t.hidden_size, inter = t.intermediate_size;
+  auto one_plus = [](WeightView v) {
+    v.stored = StoredAs::kOnePlus;
+    return v;
+  };
+  w.embed_tokens = s.take("token_embd.weight", {t.vocab_size, h});
+  const bool tiled = t.linear_num_key_heads != t.linear_num_value_heads;
+  for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
+    const std::string q = "blk." + std::to_string(i) + ".";
+    DecoderLayerWeights L;
+    L.type = t.layer_types[static_cast<std::size_t>(i)];
+    L.input_layernorm = one_plus(s.take(q + "attn_norm.weight", {h}));
+    L.post_attention_layernorm = one_plus(s.take(q + "post_attention_norm.weight", {h}));
+    L.gate_proj = s.take(q + "ffn_gate.weight", {inter, h});
+    L.up_proj = s.take(q + "ffn_up.weight", {inter, h});
+    L.down_proj = s.take(q + "ffn_down.weight", {h, inter});
+    if (L.type == LayerType::kLinearAttention) {
+      const std::int64_t hv = t.linear_num_value_heads;
+      LinearAttentionWeights g;
+      g.in_proj_qkv = s.take(q + "attn_qkv.weight", {t.gdn_conv_dim(), h});
+      g.in_proj_z = s.take(q + "attn_gate.weight", {t.gdn_value_dim(), h});
+      g.in_proj_b = s.take(q + "ssm_beta.weight", {hv, h});
+      g.in_proj_a = s.take(q + "ssm_alpha.weight", {hv, h});
+      g.conv1d = s.take(q + "ssm_conv1d.weight", {t.gdn_conv_dim(), t.linear_conv_kernel_dim});
+      g.dt_bias = s.take(q + "ssm_dt.bias", {hv});
+      g.a_log = s.take(q + "ssm_a", {hv});
+      g.a_log.stored = StoredAs::kNegExp;
+      g.norm = s.take(q + "ssm_norm.weight", {t.linear_value_head_dim});
+      g.out_proj = s.take(q + "ssm_out.weight", {h, t.gdn_value_dim()});
+      g.v_heads_tiled = tiled;
+      L.linear_attn = g;
+    } else {
+      const std::int64_t nh = t.num_attention_heads, nkv = t.num_key_value_heads, hd = t.head_dim;
+      FullAttentionWeights f;
+      f.q_proj = s.take(q + "attn_q.weight", {2 * nh * hd, h});
+      f.k_proj = s.take(q + "attn_k.weight", {nkv * hd, h});
+      f.v_proj = s.take(q + "attn_v.weight", {nkv * hd, h});
+      f.o_proj = s.take(q + "attn_output.weight", {h, nh * hd});
+      f.q_norm = one_plus(s.take(q + "attn_q_norm.weight", {hd}));
+      f.k_norm = one_plus(s.take(q + "attn_k_norm.weight", {hd}));
+      L.self_attn = f;
+    }
+    w.layers.push_back(std::move(L));
+  }
+  w.norm = one_plus(s.take("output_norm.weight", {h}));
+  // llama.cpp writes output.weight only for untied models; without it the output table is the
+  // embedding table, as in the tied folder.
+  w.tied = !s.contains("output.weight");
+  w.lm_head = w.tied ? w.embed_tokens : s.take("output.weight", {t.vocab_size, h});
+  // The MTP blocks (blk.L .. blk.L+nextn-1, ARCH.nextn_predict_layers), ignored like the folder's mtp.*.
+  std::int64_t nextn = 0;
+  if (const GgufFile* g = s.gguf()) {
+    const std::string key = g->get_string("general.architecture") + ".nextn_predict_layers";
+    if (g->find_value(key) != nullptr) nextn = g->get_int(key);
+  }
+  for (std::int64_t i = t.num_hidden_layers; i < t.num_hidden_layers + nextn; ++i) {
+    mw.ignored_tensors += s.ignore_prefix("blk." + std::to_string(i) + ".");
+  }
+  s.require_all_consumed("qwen35 (GGUF)");
+  return mw;
+}
+
 }  // namespace clef::qwen35

@@ -19,11 +19,13 @@ struct LinearAttentionWeights {
   WeightView in_proj_z;    ///< [Hv*dv, H]
   WeightView in_proj_b;    ///< [Hv, H]
   WeightView in_proj_a;    ///< [Hv, H]
-  WeightView conv1d;       ///< [conv_dim, 1, K]
+  WeightView conv1d;       ///< [conv_dim, 1, K] (GGUF: [conv_dim, K], same bytes)
   WeightView dt_bias;      ///< [Hv]
-  WeightView a_log;        ///< [Hv] (A_log)
+  WeightView a_log;        ///< [Hv] A_log (GGUF: A = -exp(A_log), stored == kNegExp)
   WeightView norm;         ///< [dv] gated RMSNorm weight, used directly (no +1)
   WeightView out_proj;     ///< [H, Hv*dv]
+  /// V heads in llama.cpp's tiled order (GGUF with Hk != Hv; nn::GdnConfig::v_heads_tiled).
+  bool v_heads_tiled = false;
 };
 
 /// Gated full attention of one layer (`self_attn.*`, architecture.md §3).
@@ -32,8 +34,8 @@ struct FullAttentionWeights {
   WeightView k_proj;  ///< [nkv*hd, H]
   WeightView v_proj;  ///< [nkv*hd, H]
   WeightView o_proj;  ///< [H, nh*hd]
-  WeightView q_norm;  ///< [hd] offset RMSNorm (1 + w)
-  WeightView k_norm;  ///< [hd] offset RMSNorm (1 + w)
+  WeightView q_norm;  ///< [hd] offset RMSNorm (1 + w; GGUF stores 1 + w, stored == kOnePlus)
+  WeightView k_norm;  ///< [hd] offset RMSNorm (1 + w; GGUF stores 1 + w, stored == kOnePlus)
 };
 
 /// One decoder layer.
@@ -92,5 +94,19 @@ struct ModelWeights {
 /// Binds every tensor of `store` to the fields above, checking shapes against `cfg`, then
 /// requires that nothing is left over (mtp.* is ignored). Throws ModelLoadError.
 ModelWeights bind_model_weights(WeightStore& store, const ModelConfig& cfg);
+
+/// The same for a GGUF file as llama.cpp's convert_hf_to_gguf.py writes a Qwen3.5 text model
+/// (architecture "qwen35"): token_embd, output_norm, blk.N.{attn_norm, post_attention_norm,
+/// ffn_gate/up/down; GDN layers attn_qkv, attn_gate (z), ssm_beta (b), ssm_alpha (a), ssm_conv1d
+/// [conv_dim, K], ssm_dt.bias, ssm_a (A = -exp(A_log)), ssm_norm, ssm_out; attention layers
+/// attn_q (per head [q | gate], as in the folder), attn_k, attn_v, attn_output, attn_q_norm,
+/// attn_k_norm}, shapes in PyTorch order. Offset norms are stored as 1 + w (StoredAs::kOnePlus),
+/// ssm_a as A (kNegExp); with Hk != Hv the V heads are in tiled order (v_heads_tiled). No
+/// lm_head (the converter ties output to token_embd when the model is tied; a GGUF with
+/// output.weight binds it as lm_head), no vision tower (llama.cpp writes it to a separate mmproj
+/// file). Nothing may be left over except the MTP blocks blk.L .. blk.L+n-1 that
+/// ARCH.nextn_predict_layers = n declares (ignored, like the folder's mtp.*). Throws
+/// ModelLoadError naming the tensor.
+ModelWeights bind_gguf_model_weights(WeightStore& store, const ModelConfig& cfg);
 
 }  // namespace clef::qwen35

@@ -84,16 +84,14 @@ void L2normRowsImpl(float* x, std::int64_t rows, std::int64_t n, std::int64_t st
   }
 }
 
-void GdnGatesImpl(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* a_log,
+void GdnGatesImpl(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* neg_a,
                const float* dt_bias, float* beta, float* g) {
-  std::vector<float> neg_a(static_cast<std::size_t>(hv));
-  for (std::int64_t h = 0; h < hv; ++h) neg_a[static_cast<std::size_t>(h)] = -std::exp(a_log[h]);
   cpu::sigmoid_times(b, nullptr, beta, t * hv);
   for (std::int64_t i = 0; i < t; ++i) {
     for (std::int64_t h = 0; h < hv; ++h) {
       const float xs = a[i * hv + h] + dt_bias[h];
       const float sp = xs > 20.0f ? xs : std::log1p(std::exp(xs));
-      g[i * hv + h] = neg_a[static_cast<std::size_t>(h)] * sp;
+      g[i * hv + h] = neg_a[h] * sp;
     }
   }
 }
@@ -148,14 +146,15 @@ void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::in
     }
   }
   const auto* bytes = static_cast<const std::byte*>(table);
-  const std::size_t es = dtype_size(dtype);
-  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16 &&
+      !(dtype == DType::kQ8_0 && h % kQ8_0BlockElems == 0)) {
     throw Unsupported("embedding_gather: table dtype " + std::string(dtype_name(dtype)));
   }
+  const std::size_t row_bytes = dtype_bytes(dtype, static_cast<std::uint64_t>(h));  // Q8_0: whole blocks
 #pragma omp parallel for schedule(static) if (n * h >= kParallelMin)
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t id = ids[static_cast<std::size_t>(i)];
-    widen_to_f32_n(dtype, bytes + static_cast<std::size_t>(id * h) * es, h, out + i * h);
+    widen_to_f32_n(dtype, bytes + static_cast<std::size_t>(id) * row_bytes, h, out + i * h);
   }
 }
 
@@ -186,9 +185,9 @@ void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t strid
   CLEF_DISPATCH(L2normRowsImpl)(x, rows, n, stride, eps, scale);
 }
 
-void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* a_log,
+void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* neg_a,
                const float* dt_bias, float* beta, float* g) {
-  CLEF_DISPATCH(GdnGatesImpl)(b, a, t, hv, a_log, dt_bias, beta, g);
+  CLEF_DISPATCH(GdnGatesImpl)(b, a, t, hv, neg_a, dt_bias, beta, g);
 }
 
 void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim,

@@ -26,7 +26,7 @@ void check(bool ok, const char* op, const char* what) {
 void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::int64_t h,
                       std::span<const std::int32_t> ids, float* out) {
   const auto* bytes = static_cast<const std::byte*>(table);
-  const std::size_t es = dtype_size(dtype);
+  const std::size_t row_bytes = dtype_bytes(dtype, static_cast<std::uint64_t>(h));  // Q8_0: whole blocks
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::int64_t id = ids[i];
     if (id < 0 || id >= rows) {
@@ -34,7 +34,7 @@ void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::in
                             std::to_string(rows) + ")");
     }
     // out[i, :] = table[id, :]
-    convert_to_f32(dtype, bytes + static_cast<std::size_t>(id * h) * es, static_cast<std::size_t>(h),
+    convert_to_f32(dtype, bytes + static_cast<std::size_t>(id) * row_bytes, static_cast<std::size_t>(h),
                    out + static_cast<std::int64_t>(i) * h);
   }
 }
@@ -120,7 +120,7 @@ void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const fl
   for (std::size_t i = 0; i < next.size(); ++i) state[i] = next[i];
 }
 
-void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* a_log,
+void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* neg_a,
                const float* dt_bias, float* beta, float* g) {
   for (std::int64_t i = 0; i < t; ++i) {
     for (std::int64_t h = 0; h < hv; ++h) {
@@ -129,7 +129,7 @@ void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, 
       const float xs = a[j] + dt_bias[h];
       // PyTorch softplus(beta=1, threshold=20): x if x > 20 else log1p(exp(x))
       const float sp = xs > 20.0f ? xs : static_cast<float>(std::log1p(std::exp(static_cast<double>(xs))));
-      g[j] = -static_cast<float>(std::exp(static_cast<double>(a_log[h]))) * sp;
+      g[j] = neg_a[h] * sp;
     }
   }
 }

@@ -1,0 +1,349 @@
+"""GGUF model input (issue 13 part 2): a GGUF written from a random release folder the way llama.cpp's
+convert_hf_to_gguf.py writes it (tools/reference/make_gguf.py, PyPI gguf 0.19.0) must give clef's
+answers exactly as the folder it came from.
+
+For the Python tiny preset (tools/reference/make_model.py) and the C++ tiny preset (`clef make-model`),
+both with Hk = 2 != Hv = 4 (so the V heads are stored in llama.cpp's tiled order):
+  * F32 and BF16 GGUF: the final-norm hidden states (`clef hidden`) byte-identical to the folder's at
+    fp32 and bf16 precision, and `clef decide --jsonl` over every corpus request byte-identical;
+  * F16 GGUF: identical to the folder with the same 2-D tensors rounded to F16 (what the GGUF stores);
+  * the GGUF tokenizer (tokenizer.ggml.* metadata, no tokenizer.json beside it) gives the release
+    tokenizer.json's ids on every corpus request line and on every rendered record;
+  * inspect reports the GGUF, the tokenizer source and the head beside it;
+  * bad files (truncated, mis-shaped / missing / unused tensor, wrong architecture, no head beside,
+    two GGUFs in a folder) are refused with a named error and the model-load exit code (3), never a crash.
+Q8_0: answers within |dp| <= 0.02 of the fp32 folder's, run only once `--precision int8` works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import CORPUS, REPO_ROOT
+
+MODEL_LOAD_EXIT = 3  # core/error.cc exit_code_for(kModelLoad)
+HEAD_FILES = ("joint_head.safetensors", "joint_head_config.json", "random_weights.json")
+
+
+def clef_bin() -> str:
+    path = os.environ.get("CLEF_BIN", str(REPO_ROOT / "build" / "release" / "bin" / "clef"))
+    if not pathlib.Path(path).exists():
+        pytest.fail(f"{path} missing: build the release preset first")
+    return path
+
+
+def driver_bin() -> str:
+    return str(pathlib.Path(clef_bin()).parent / "clef_decision_driver")
+
+
+def run(*args, **kw):
+    return subprocess.run([clef_bin(), *map(str, args)], capture_output=True, timeout=600, **kw)
+
+
+def gguf_beside(folder: pathlib.Path, out_dir: pathlib.Path, outtype: str, with_tokenizer: bool = False,
+                mutate=None, arch: str = "qwen35") -> pathlib.Path:
+    """out_dir/model-<outtype>.gguf from `folder`, with the head files (and tokenizer files) beside it."""
+    import make_gguf
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"model-{outtype}.gguf"
+    make_gguf.convert(folder, path, outtype, mutate=mutate, arch=arch)
+    for f in HEAD_FILES + (("tokenizer.json", "tokenizer_config.json") if with_tokenizer else ()):
+        shutil.copy(folder / f, out_dir / f)
+    return path
+
+
+@pytest.fixture(scope="session")
+def cpp_tiny(tmp_path_factory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("clef-tiny-cpp")
+    r = run("make-model", "--preset", "tiny", "--out", out, "--force")
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.fixture(scope="session", params=["py-tiny", "cpp-tiny"])
+def folder(request, tiny_dir, cpp_tiny) -> pathlib.Path:
+    return tiny_dir if request.param == "py-tiny" else cpp_tiny
+
+
+@pytest.fixture(scope="session")
+def corpus_jsonl() -> pathlib.Path:
+    return CORPUS
+
+
+_GGUF_CACHE: dict = {}
+
+
+def cached_gguf(folder: pathlib.Path, outtype: str, tmp_root: pathlib.Path) -> pathlib.Path:
+    key = (str(folder), outtype)
+    if key not in _GGUF_CACHE:
+        _GGUF_CACHE[key] = gguf_beside(folder, tmp_root / f"{folder.name}-{outtype}", outtype)
+    return _GGUF_CACHE[key]
+
+
+@pytest.fixture(scope="session")
+def gguf_root(tmp_path_factory) -> pathlib.Path:
+    return tmp_path_factory.mktemp("gguf")
+
+
+def hidden(model, out: pathlib.Path, precision: str) -> bytes:
+    r = run("hidden", "--model", model, "--random-ids", "40:7", "--chunks", "1,16", "--precision", precision,
+            "--threads", "2", "--out", out)
+    assert r.returncode == 0, r.stderr.decode()
+    return b"".join((out.parent / f"{out.name}.chunk{c}.npy").read_bytes() for c in (1, 16))
+
+
+N_CORPUS = sum(1 for ln in CORPUS.read_text(encoding="utf-8").splitlines() if ln.strip())
+
+
+def corpus_bodies(tmp: pathlib.Path) -> pathlib.Path:
+    """The corpus requests unwrapped (reference.load_jsonl_request), one JSON body per line."""
+    import reference
+
+    path = tmp / "bodies.jsonl"
+    path.write_text("".join(json.dumps(reference.load_jsonl_request(CORPUS, i), ensure_ascii=False) + "\n"
+                            for i in range(N_CORPUS)), encoding="utf-8")
+    return path
+
+
+def decide_all(model, tmp: pathlib.Path, *extra) -> bytes:
+    out = tmp / "answers.jsonl"
+    if out.exists():
+        out.unlink()
+    r = run("decide", "--model", model, "--jsonl", corpus_bodies(tmp), "--out", out, "--no-progress", "--threads", "2",
+            *extra)
+    assert r.returncode in (0, 1), r.stderr.decode()  # 1: a refused corpus request (an error line)
+    answers = out.read_bytes()
+    assert answers.count(b'"answers"') >= N_CORPUS - 2, answers[:400]  # (nearly) every request answered
+    return answers
+
+
+@pytest.mark.parametrize("outtype", ["f32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_hidden_states_identical(folder, gguf_root, tmp_path, outtype, precision):
+    g = cached_gguf(folder, outtype, gguf_root)
+    want = hidden(folder, tmp_path / "folder", precision)
+    got = hidden(g, tmp_path / "gguf", precision)
+    assert got == want, f"{outtype} GGUF hidden states differ from the folder's at {precision}"
+
+
+@pytest.mark.parametrize("outtype", ["f32", "bf16"])
+def test_decide_corpus_byte_identical(folder, gguf_root, tmp_path, outtype):
+    g = cached_gguf(folder, outtype, gguf_root)
+    want = decide_all(folder, tmp_path)
+    got = decide_all(g, tmp_path)
+    assert len(want.splitlines()) == N_CORPUS
+    assert got == want
+
+
+def f16_folder(folder: pathlib.Path, types: dict, out: pathlib.Path) -> pathlib.Path:
+    """A copy of `folder` whose 2-D backbone tensors that the GGUF stores as F16 are rounded to F16."""
+    import make_gguf
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(folder, out)
+    (out / "SHA256SUMS").unlink(missing_ok=True)
+    cfg = json.loads((folder / "config.json").read_text())
+    tensors = load_file(str(folder / "model.safetensors"))
+    prefix = "model.language_model." if "model.language_model.embed_tokens.weight" in tensors else "model."
+    for name, t in list(tensors.items()):
+        g = make_gguf.gguf_name(name, prefix)
+        if g is not None and types.get(g) == make_gguf.Q.F16:
+            tensors[name] = t.to(torch.float32).to(torch.float16)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    assert cfg  # the config is unchanged
+    return out
+
+
+def test_f16_equals_the_folder_rounded_to_f16(folder, gguf_root, tmp_path):
+    import make_gguf
+
+    out_dir = gguf_root / f"{folder.name}-f16"
+    g = out_dir / "model-f16.gguf"
+    if not g.exists():
+        g = gguf_beside(folder, out_dir, "f16")
+    types = {t.name: make_gguf.Q(int(t.tensor_type)) for t in __import__("gguf").GGUFReader(str(g)).tensors}
+    assert make_gguf.Q.F16 in types.values()
+    ref = f16_folder(folder, types, tmp_path / "f16-folder")
+    assert hidden(g, tmp_path / "gguf", "fp32") == hidden(ref, tmp_path / "folder", "fp32")
+    assert decide_all(g, tmp_path) == decide_all(ref, tmp_path)
+
+
+def test_tokenizer_from_gguf_metadata_matches_tokenizer_json(tiny_dir, gguf_root, tokenizer, tmp_path):
+    g = cached_gguf(tiny_dir, "bf16", gguf_root)
+    assert not (g.parent / "tokenizer.json").exists()  # the GGUF metadata is the only tokenizer there
+    lines = [ln for ln in CORPUS.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in lines), encoding="utf-8")
+    r = subprocess.run([driver_bin(), "tokenize", str(g)], stdin=texts.open("rb"), capture_output=True, timeout=600)
+    assert r.returncode == 0, r.stderr.decode()
+    got = [json.loads(x) for x in r.stdout.decode().splitlines()]
+    want = [tokenizer.encode(t, add_special_tokens=False).ids for t in lines]
+    assert got == want
+    # Every rendered record (the ids the backbone reads), folder vs GGUF, through the same driver.
+    encoded = []
+    for model in (tiny_dir, g):
+        r = subprocess.run([driver_bin(), "encode", str(model)], stdin=CORPUS.open("rb"), capture_output=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stderr.decode()
+        encoded.append(r.stdout)
+    assert encoded[0] == encoded[1]
+    assert len(encoded[0].splitlines()) == len(lines)
+
+
+def test_inspect_reports_the_gguf(tiny_dir, gguf_root, tmp_path):
+    g = cached_gguf(tiny_dir, "bf16", gguf_root)
+    r = run("inspect", "--json", g)
+    assert r.returncode == 0, r.stderr.decode()
+    got = json.loads(r.stdout)
+    want = json.loads(run("inspect", "--json", tiny_dir).stdout)
+    assert got["gguf"]["file"] == g.name and got["gguf"]["architecture"] == "qwen35"
+    assert got["gguf"]["tokenizer"] == "GGUF metadata"
+    assert got["gguf"]["head"] == "joint_head.safetensors + joint_head_config.json beside the GGUF"
+    assert want["gguf"] is None
+    for key in ("model", "layer_pattern", "hidden_size", "num_hidden_layers", "tied_lm_head", "head_config"):
+        assert got[key] == want[key], key
+    assert got["params"]["text"] == want["params"]["text"] and got["params"]["head"] == want["params"]["head"]
+    assert got["params"]["vision"] == 0  # text-only: llama.cpp writes the vision tower to an mmproj file
+    text = run("inspect", g).stdout.decode()
+    assert f"gguf         {g.name}: GGUF v3, architecture qwen35" in text
+    assert "tokenizer        GGUF metadata" in text and "joint_head_config.json beside the GGUF" in text
+    # With tokenizer.json beside the GGUF, that file is used (and said).
+    d = tmp_path / "with-tok"
+    shutil.copytree(g.parent, d)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_dir / f, d / f)
+    got = json.loads(run("inspect", "--json", d).stdout)  # a folder holding one .gguf
+    assert got["gguf"]["tokenizer"] == "tokenizer.json"
+
+
+def first_request(tmp: pathlib.Path) -> pathlib.Path:
+    import reference
+
+    path = tmp / "request.json"
+    path.write_text(json.dumps(reference.load_jsonl_request(CORPUS, 0), ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def expect_load_error(model, *needles):
+    r = run("inspect", model)
+    err = r.stderr.decode()
+    assert r.returncode == MODEL_LOAD_EXIT, (r.returncode, err)
+    assert err.startswith("clef: error: "), err
+    for n in needles:
+        assert n in err, (n, err)
+    r = run("decide", "--model", model, first_request(pathlib.Path(model).parent))
+    assert r.returncode == MODEL_LOAD_EXIT, (r.returncode, r.stderr.decode())
+
+
+def test_truncated_file(tiny_dir, gguf_root, tmp_path):
+    g = cached_gguf(tiny_dir, "bf16", gguf_root)
+    d = tmp_path / "trunc"
+    shutil.copytree(g.parent, d)
+    data = (d / g.name).read_bytes()
+    for cut in (len(data) // 2, len(data) - 1, 100):
+        (d / g.name).write_bytes(data[:cut])
+        expect_load_error(d / g.name, g.name)
+
+
+def _bad(tiny_dir, tmp_path, mutate, arch="qwen35"):
+    return gguf_beside(tiny_dir, tmp_path / "bad", "bf16", mutate=mutate, arch=arch)
+
+
+def test_wrong_shape_tensor(tiny_dir, tmp_path):
+    def mutate(t, md):
+        arr, qt = t["blk.1.ffn_up.weight"]
+        t["blk.1.ffn_up.weight"] = (arr[:-1], qt)
+
+    expect_load_error(_bad(tiny_dir, tmp_path, mutate), "blk.1.ffn_up.weight", "has shape", "expected")
+
+
+def test_missing_tensor(tiny_dir, tmp_path):
+    expect_load_error(_bad(tiny_dir, tmp_path, lambda t, md: t.pop("blk.0.ssm_a")), "missing tensor blk.0.ssm_a")
+
+
+def test_unused_tensor(tiny_dir, tmp_path):
+    def mutate(t, md):
+        t["blk.0.extra.weight"] = (np.zeros(32, np.float32), __import__("gguf").GGMLQuantizationType.F32)
+
+    expect_load_error(_bad(tiny_dir, tmp_path, mutate), "unexpected tensor blk.0.extra.weight")
+
+
+def test_wrong_architecture(tiny_dir, tmp_path):
+    r = run("inspect", _bad(tiny_dir, tmp_path, None, arch="llama"))
+    assert r.returncode not in (0, 1) and r.returncode < 128, r.returncode
+    assert "general.architecture is \"llama\"" in r.stderr.decode()
+
+
+def test_missing_metadata_key(tiny_dir, tmp_path):
+    expect_load_error(_bad(tiny_dir, tmp_path, lambda t, md: md.pop("qwen35.ssm.group_count")),
+                      "qwen35.ssm.group_count")
+
+
+def test_missing_head_beside(tiny_dir, gguf_root, tmp_path):
+    g = cached_gguf(tiny_dir, "bf16", gguf_root)
+    d = tmp_path / "nohead"
+    d.mkdir()
+    shutil.copy(g, d / g.name)
+    expect_load_error(d / g.name, "joint_head.safetensors and joint_head_config.json missing beside it")
+
+
+def test_two_ggufs_in_a_folder(tiny_dir, gguf_root, tmp_path):
+    g = cached_gguf(tiny_dir, "bf16", gguf_root)
+    d = tmp_path / "two"
+    shutil.copytree(g.parent, d)
+    shutil.copy(g, d / "other.gguf")
+    expect_load_error(d, "holds 2 .gguf files")
+    r = run("inspect", d / "other.gguf")  # naming the file picks it
+    assert r.returncode == 0, r.stderr.decode()
+
+
+def test_image_request_is_refused(tiny_dir, gguf_root, tmp_path):
+    g = cached_gguf(tiny_dir, "bf16", gguf_root)
+    import reference
+
+    req = reference.load_jsonl_request(CORPUS, 0)
+    req["images"] = ["data:image/png;base64,iVBORw0KGgo="]
+    path = tmp_path / "img.json"
+    path.write_text(json.dumps(req, ensure_ascii=False), encoding="utf-8")
+    r = run("decide", "--model", g, path)
+    assert r.returncode == 2, r.stderr.decode()
+    assert "images" in r.stderr.decode() and "not" in r.stderr.decode(), r.stderr.decode()
+
+
+def _int8_works(model, tmp: pathlib.Path) -> bool:
+    r = run("decide", "--model", model, "--precision", "int8", first_request(tmp))
+    return r.returncode == 0
+
+
+def _probs(answers: bytes):
+    out = []
+    for ln in answers.splitlines():
+        obj = json.loads(ln)
+        for a in obj.get("answers", {}).values():
+            for k in ("probabilities", "scores"):
+                if isinstance(a.get(k), dict):
+                    out.extend(float(v) for v in a[k].values() if isinstance(v, (int, float)))
+    return out
+
+
+def test_q8_0_within_int8_drift(folder, gguf_root, tmp_path):
+    g = cached_gguf(folder, "q8_0", gguf_root)
+    r = run("inspect", g)
+    assert r.returncode == 0, r.stderr.decode()  # binds (Q8_0 views) whatever the GEMM supports
+    r = run("decide", "--model", g, "--precision", "fp32", first_request(tmp_path))
+    assert r.returncode != 0 and "--precision int8" in r.stderr.decode(), r.stderr.decode()
+    if not _int8_works(g, tmp_path):
+        pytest.skip("clef --precision int8 does not run yet (the int8 GEMM of issue 13 has not landed)")
+    want = _probs(decide_all(folder, tmp_path))
+    got = _probs(decide_all(g, tmp_path, "--precision", "int8"))
+    assert len(got) == len(want) and want
+    assert max(abs(a - b) for a, b in zip(got, want)) <= 0.02

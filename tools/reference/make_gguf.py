@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Write a GGUF file from a Clef release folder the way llama.cpp's convert_hf_to_gguf.py writes a
+Qwen3.5 text model (architecture "qwen35"), with PyPI ``gguf`` (the writer llama.cpp itself uses).
+
+Usage:
+    python tools/reference/make_gguf.py --model DIR --out FILE.gguf [--outtype f32|f16|bf16|q8_0]
+
+What it writes (facts read from llama.cpp 3f545becc conversion/qwen.py, gguf-py/gguf/constants.py and
+tensor_mapping.py, and checked against files its converter wrote; no code copied):
+    metadata   general.architecture "qwen35", general.name, general.file_type, general.quantization_version 2,
+               qwen35.{block_count, context_length, embedding_length, feed_forward_length,
+               attention.head_count, attention.head_count_kv, attention.key_length, attention.value_length,
+               attention.layer_norm_rms_epsilon (f32), rope.freq_base (f32), rope.dimension_count,
+               rope.dimension_sections [t, h, w, 0] (i32), ssm.conv_kernel, ssm.state_size (= dk),
+               ssm.group_count (= Hk), ssm.time_step_rank (= Hv), ssm.inner_size (= Hv*dv),
+               full_attention_interval}; tokenizer.ggml.{model "gpt2", pre "qwen35", tokens (padded with
+               [PADn] to vocab_size), token_type (1 normal, 3 control = special added token or one shaped
+               <|...|>, 4 user defined = other added token, 5 unused = padding), merges ("a b"), eos_token_id, padding_token_id,
+               add_bos_token false}
+    tensors    token_embd, output_norm, (output when untied), blk.N.{attn_norm, post_attention_norm,
+               ffn_gate/up/down; attn_qkv, attn_gate (in_proj_z), ssm_beta (in_proj_b), ssm_alpha
+               (in_proj_a), ssm_conv1d [C, K], ssm_dt.bias, ssm_a, ssm_norm, ssm_out; attn_q (per head
+               [q | gate], unchanged), attn_k, attn_v, attn_output, attn_q_norm, attn_k_norm}
+    transforms offset RMSNorm weights (all but the GDN gated norm) stored as fp32(1 + w); A_log stored as
+               A = -exp(A_log); conv1d squeezed; with Hk != Hv the V heads reordered from grouped to tiled
+               order in the qkv V rows, z rows, a/b rows, A, dt_bias, conv V channels and out_proj columns
+    dtypes     1-D tensors and ssm_conv1d F32; the other 2-D tensors in --outtype (q8_0 through
+               gguf.quants.quantize; a row length that is not whole blocks falls back to F16, as llama.cpp does)
+    dropped    model.visual.* (llama.cpp writes the vision tower to a separate mmproj file), mtp.* (as
+               --no-mtp), lm_head.weight when tied
+
+One deliberate difference: the converter computes -exp(A_log) with torch.exp in fp32; this script calls
+the C library's expf, which is what clef computes from a folder's A_log, so that a GGUF made here gives
+the folder's numbers bit for bit (torch's fp32 exp can differ from expf in the last bit; clef reads the
+stored A either way).
+
+For tests, ``convert(..., mutate=f)`` lets f(tensors, metadata) edit the {name: (array, ggml type)} and
+{key: (value, GGUFValueType)} dicts before writing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import json
+import pathlib
+import sys
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import numpy as np
+
+import gguf
+from gguf import GGMLQuantizationType as Q, GGUFValueType as V
+
+_LIBM = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+_LIBM.expf.restype = ctypes.c_float
+_LIBM.expf.argtypes = [ctypes.c_float]
+
+OUTTYPES = {"f32": Q.F32, "f16": Q.F16, "bf16": Q.BF16, "q8_0": Q.Q8_0}
+FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7, "bf16": 32}  # llama_ftype values (ALL_F32, MOSTLY_F16, ...)
+
+GDN = {"in_proj_qkv.weight": "attn_qkv.weight", "in_proj_z.weight": "attn_gate.weight",
+       "in_proj_b.weight": "ssm_beta.weight", "in_proj_a.weight": "ssm_alpha.weight",
+       "conv1d.weight": "ssm_conv1d.weight", "dt_bias": "ssm_dt.bias", "A_log": "ssm_a",
+       "norm.weight": "ssm_norm.weight", "out_proj.weight": "ssm_out.weight"}
+ATTN = {"q_proj.weight": "attn_q.weight", "k_proj.weight": "attn_k.weight", "v_proj.weight": "attn_v.weight",
+        "o_proj.weight": "attn_output.weight", "q_norm.weight": "attn_q_norm.weight",
+        "k_norm.weight": "attn_k_norm.weight"}
+LAYER = {"input_layernorm.weight": "attn_norm.weight",
+         "post_attention_layernorm.weight": "post_attention_norm.weight",
+         "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+         "mlp.down_proj.weight": "ffn_down.weight"}
+
+
+def gguf_name(hf: str, prefix: str) -> Optional[str]:
+    """GGUF name of a checkpoint tensor; None for tensors llama.cpp's text GGUF leaves out."""
+    if hf.startswith("model.visual.") or hf.startswith("mtp."):
+        return None
+    if hf == "lm_head.weight":
+        return "output.weight"
+    if not hf.startswith(prefix):
+        raise ValueError(f"unexpected tensor {hf}")
+    rest = hf[len(prefix):]
+    if rest == "embed_tokens.weight":
+        return "token_embd.weight"
+    if rest == "norm.weight":
+        return "output_norm.weight"
+    parts = rest.split(".", 2)
+    if parts[0] != "layers":
+        raise ValueError(f"unexpected tensor {hf}")
+    blk, tail = f"blk.{int(parts[1])}.", parts[2]
+    if tail in LAYER:
+        return blk + LAYER[tail]
+    if tail.startswith("linear_attn.") and tail[len("linear_attn."):] in GDN:
+        return blk + GDN[tail[len("linear_attn."):]]
+    if tail.startswith("self_attn.") and tail[len("self_attn."):] in ATTN:
+        return blk + ATTN[tail[len("self_attn."):]]
+    raise ValueError(f"unexpected tensor {hf}")
+
+
+def tiled(x: np.ndarray, axis: int, hk: int, hv: int, width: int) -> np.ndarray:
+    """Reorders Hv blocks of `width` along `axis` from grouped (k-head major) to tiled order."""
+    r = hv // hk
+    shape = list(x.shape)
+    x = x.reshape(shape[:axis] + [hk, r, width] + shape[axis + 1:])
+    x = np.swapaxes(x, axis, axis + 1)
+    return np.ascontiguousarray(x).reshape(shape)
+
+
+def bf16_bits_to_f32(b: np.ndarray) -> np.ndarray:
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+
+
+def read_folder(model_dir: pathlib.Path) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+    """config.json text part and the tensors: BF16 as uint16 bits, F32 as float32, F16 as float16."""
+    import torch
+    from safetensors import safe_open
+
+    cfg = json.loads((model_dir / "config.json").read_text())
+    files = [model_dir / "model.safetensors"]
+    index = model_dir / "model.safetensors.index.json"
+    if index.exists():
+        files = sorted({model_dir / f for f in json.loads(index.read_text())["weight_map"].values()})
+    tensors: Dict[str, np.ndarray] = {}
+    for f in files:
+        with safe_open(str(f), "pt") as st:
+            for name in st.keys():
+                t = st.get_tensor(name)
+                if t.dtype == torch.bfloat16:
+                    tensors[name] = t.view(torch.int16).numpy().view(np.uint16)
+                elif t.dtype in (torch.float32, torch.float16):
+                    tensors[name] = t.numpy()
+                else:
+                    raise ValueError(f"{name}: dtype {t.dtype} not supported")
+    return cfg, tensors
+
+
+def as_f32(x: np.ndarray) -> np.ndarray:
+    return bf16_bits_to_f32(x) if x.dtype == np.uint16 else x.astype(np.float32)
+
+
+def tokenizer_metadata(model_dir: pathlib.Path, vocab_size: int) -> Dict[str, Tuple[Any, V]]:
+    """tokenizer.ggml.* from tokenizer.json + tokenizer_config.json."""
+    tj = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    tc = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    vocab = tj["model"]["vocab"]
+    added: Dict[int, Tuple[str, bool]] = {}
+    for a in tj.get("added_tokens", []):
+        added[a["id"]] = (a["content"], bool(a.get("special", False)))
+    for k, a in tc.get("added_tokens_decoder", {}).items():
+        added[int(k)] = (a["content"], bool(a.get("special", False)))
+    tokens = [f"[PAD{i}]" for i in range(vocab_size)]
+    types = [5] * vocab_size
+    for t, i in vocab.items():
+        tokens[i], types[i] = t, 1
+    for i, (content, special) in added.items():
+        # control: special, or shaped like <|...|> (llama.cpp marks those control whatever the flag says)
+        looks_special = content.startswith("<|") and content.endswith("|>")
+        tokens[i], types[i] = content, 3 if special or looks_special else 4
+    merges = [m if isinstance(m, str) else f"{m[0]} {m[1]}" for m in tj["model"]["merges"]]
+    ids = {c: i for i, (c, _) in added.items()}
+    md: Dict[str, Tuple[Any, V]] = {
+        "tokenizer.ggml.model": ("gpt2", V.STRING),
+        "tokenizer.ggml.pre": ("qwen35", V.STRING),
+        "tokenizer.ggml.tokens": (tokens, V.ARRAY),
+        "tokenizer.ggml.token_type": (types, V.ARRAY),
+        "tokenizer.ggml.merges": (merges, V.ARRAY),
+    }
+    if tc.get("eos_token") in ids:
+        md["tokenizer.ggml.eos_token_id"] = (ids[tc["eos_token"]], V.UINT32)
+    if tc.get("pad_token") in ids:
+        md["tokenizer.ggml.padding_token_id"] = (ids[tc["pad_token"]], V.UINT32)
+    md["tokenizer.ggml.add_bos_token"] = (False, V.BOOL)
+    return md
+
+
+def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
+            mutate: Optional[Callable[[Dict[str, Tuple[np.ndarray, Q]], Dict[str, Tuple[Any, V]]], None]] = None,
+            arch: str = "qwen35") -> Dict[str, Q]:
+    """Writes `out`; returns {gguf tensor name: ggml type written}."""
+    model_dir, out = pathlib.Path(model_dir), pathlib.Path(out)
+    cfg, hf = read_folder(model_dir)
+    text = cfg.get("text_config", cfg)
+    prefix = "model.language_model." if "model.language_model.embed_tokens.weight" in hf else "model."
+    L = text["num_hidden_layers"]
+    hk, hv = text["linear_num_key_heads"], text["linear_num_value_heads"]
+    dk, dv = text["linear_key_head_dim"], text["linear_value_head_dim"]
+    interval = text.get("full_attention_interval", 4)
+    want = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(L)]
+    if text.get("layer_types", want) != want:
+        raise ValueError("layer_types do not follow full_attention_interval; GGUF cannot describe them")
+    rope = text.get("rope_parameters", {})
+    head_dim = text["head_dim"]
+    tied = cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+
+    tensors: Dict[str, Tuple[np.ndarray, Q]] = {}
+    target = OUTTYPES[outtype]
+    for name, x in hf.items():
+        g = gguf_name(name, prefix)
+        if g is None or (g == "output.weight" and tied):
+            continue
+        if g.endswith("ssm_conv1d.weight"):
+            x = x.reshape(x.shape[0], x.shape[-1])
+        if hk != hv and ".linear_attn." in name:
+            key_dim = hk * dk
+            if g.endswith("attn_qkv.weight") or g.endswith("ssm_conv1d.weight"):
+                x = np.concatenate([x[: 2 * key_dim], tiled(x[2 * key_dim:], 0, hk, hv, dv)], axis=0)
+            elif g.endswith("attn_gate.weight"):
+                x = tiled(x, 0, hk, hv, dv)
+            elif g.endswith(("ssm_beta.weight", "ssm_alpha.weight", "ssm_a", "ssm_dt.bias")):
+                x = tiled(x, 0, hk, hv, 1)
+            elif g.endswith("ssm_out.weight"):
+                x = tiled(x, 1, hk, hv, dv)
+        if g.endswith("ssm_a"):
+            a = as_f32(x)
+            x = np.array([-_LIBM.expf(float(v)) for v in a], dtype=np.float32)
+        elif g.endswith("norm.weight") and not g.endswith("ssm_norm.weight"):
+            x = as_f32(x) + np.float32(1.0)
+        if x.ndim == 1 or g.endswith("ssm_conv1d.weight"):
+            tensors[g] = (as_f32(x), Q.F32)
+        elif target == Q.F32:
+            tensors[g] = (as_f32(x), Q.F32)
+        elif target == Q.BF16:
+            tensors[g] = (x if x.dtype == np.uint16 else f32_to_bf16_bits(as_f32(x)), Q.BF16)
+        elif target == Q.F16:
+            tensors[g] = (as_f32(x).astype(np.float16), Q.F16)
+        else:
+            try:
+                tensors[g] = (gguf.quants.quantize(as_f32(x), Q.Q8_0), Q.Q8_0)
+            except gguf.QuantError:
+                tensors[g] = (as_f32(x).astype(np.float16), Q.F16)
+
+    a = arch + "."
+    sec = list(rope.get("mrope_section", [11, 11, 10]))
+    md: Dict[str, Tuple[Any, V]] = {
+        "general.type": ("model", V.STRING),
+        "general.name": (model_dir.name, V.STRING),
+        a + "block_count": (L, V.UINT32),
+        a + "context_length": (text.get("max_position_embeddings", 262144), V.UINT32),
+        a + "embedding_length": (text["hidden_size"], V.UINT32),
+        a + "feed_forward_length": (text["intermediate_size"], V.UINT32),
+        a + "attention.head_count": (text["num_attention_heads"], V.UINT32),
+        a + "attention.head_count_kv": (text["num_key_value_heads"], V.UINT32),
+        a + "rope.dimension_sections": (sec + [0] * (4 - len(sec)), V.ARRAY),
+        a + "rope.freq_base": (float(rope.get("rope_theta", 10000.0)), V.FLOAT32),
+        a + "attention.layer_norm_rms_epsilon": (float(text.get("rms_norm_eps", 1e-6)), V.FLOAT32),
+        a + "attention.key_length": (head_dim, V.UINT32),
+        a + "attention.value_length": (head_dim, V.UINT32),
+        "general.file_type": (FILE_TYPE[outtype], V.UINT32),
+        a + "ssm.conv_kernel": (text["linear_conv_kernel_dim"], V.UINT32),
+        a + "ssm.state_size": (dk, V.UINT32),
+        a + "ssm.group_count": (hk, V.UINT32),
+        a + "ssm.time_step_rank": (hv, V.UINT32),
+        a + "ssm.inner_size": (hv * dv, V.UINT32),
+        a + "full_attention_interval": (interval, V.UINT32),
+        a + "rope.dimension_count": (int(head_dim * rope.get("partial_rotary_factor", 0.25)), V.UINT32),
+        "general.quantization_version": (2, V.UINT32),
+    }
+    md.update(tokenizer_metadata(model_dir, text["vocab_size"]))
+    if mutate is not None:
+        mutate(tensors, md)
+
+    w = gguf.GGUFWriter(str(out), arch)
+    for key, (val, vt) in md.items():
+        if vt == V.ARRAY:
+            if key.endswith("dimension_sections"):
+                w.add_key_value(key, val, V.ARRAY, sub_type=V.INT32)
+            else:
+                w.add_array(key, val)
+        else:
+            w.add_key_value(key, val, vt)
+    for name, (arr, qt) in tensors.items():
+        w.add_tensor(name, arr, raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return {n: qt for n, (_, qt) in tensors.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, type=pathlib.Path, help="Clef release folder")
+    ap.add_argument("--out", required=True, type=pathlib.Path, help="GGUF file to write")
+    ap.add_argument("--outtype", default="bf16", choices=sorted(OUTTYPES))
+    args = ap.parse_args()
+    types = convert(args.model, args.out, args.outtype)
+    print(f"wrote {args.out} ({len(types)} tensors)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
