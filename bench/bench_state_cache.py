@@ -8,10 +8,15 @@ Not a test. Runs tests/tools/cache_driver.cc (one Engine, many requests) on a re
      record budget is raised above the state so that 10 questions fit too);
   2. ``--rounds`` warm requests of 1 new question each on the same state;
   3. ``--rounds`` warm requests of 10 new questions each;
-  4. the cold request again (warm): its logits and body must be bit-identical to the cold ones.
+  4. the cold request again (warm): its logits and body must be bit-identical to the cold ones;
+  5. with --verify-off, the first warm request again on an engine without cache (bit-identical).
 
-Prints each request's latency (Decision timings), the cold latency, the warm medians, the
-speed-up cold / warm (goal: >= 20x for one new question), and the cache's bytes and entries.
+for each precision of ``--precision`` (default bf16 then f32, one after the other in one run, so
+their ratios share the machine's state). Prints each request's latency (Decision timings), then a
+markdown table: cold latency, warm medians, speed-ups cold / warm (issue 12 goals: >= 50x for one
+new question, >= 20x for 10, on a 16k-token state), the bit checks, and the cache's bytes per
+prefix+state token with the head's key/value part; and the CPU model (lscpu). Exit 1 when a bit
+check fails.
 
     OMP_WAIT_POLICY=passive nice python3 bench/bench_state_cache.py --model /tmp/clef-0.8b --threads 2
 """
@@ -80,19 +85,102 @@ def fit_state(model_dir: pathlib.Path, target_tokens: int) -> str:
     return log_state(lo, 7)
 
 
+def cpu_model() -> str:
+    """The `Model name` line of lscpu (what PERFORMANCE.md records), or "unknown"."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    for line in out.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def head_bytes_per_token(model: pathlib.Path) -> int:
+    """Bytes the head's cached keys/values take per prefix+state token: 2 · (R + L) · W · 4."""
+    c = json.loads((model / "joint_head_config.json").read_text())
+    return 2 * (c["routing_layers"] + c["layers"]) * c["width"] * 4
+
+
+def run_driver(a, model: pathlib.Path, precision: str, reqs, cache_mb: int, label: str):
+    """One engine (one driver process) answering `reqs` in order; returns its output lines."""
+    cmd = [a.driver, str(model), "--threads", str(a.threads), "--precision", precision, "--chunk", str(a.chunk),
+           "--max-tokens", str(a.state_tokens + 4096), "--state-cache-mb", str(cache_mb)]
+    print("$ " + " ".join(cmd), flush=True)
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    out = []
+    for i, r in enumerate(reqs):
+        proc.stdin.write(json.dumps(r) + "\n")
+        proc.stdin.flush()
+        line = json.loads(proc.stdout.readline())
+        if "error" in line:
+            raise SystemExit(f"request {i} refused: {line}")
+        out.append(line)
+        t = line["timings"]
+        print(f"{precision:4s} {i:2d} {label(i):8s} {line['cache']:4s} tokens {line['input_tokens']:6d} "
+              f"reused {line['reused_tokens']:6d}  total {t['total']:8.3f} s (prefill {t['prefill']:.3f}, "
+              f"head {t['head']:.3f}, restore {t['state_restore']:.3f}, tokenize {t['tokenize']:.3f})", flush=True)
+    proc.stdin.close()
+    proc.wait()
+    return out
+
+
+def run_precision(a, model: pathlib.Path, precision: str, reqs):
+    """Cold, warm 1-question, warm 10-question and re-asked requests on one engine; optionally the
+    first warm request again on an engine without cache (--verify-off). Returns the summary."""
+    rounds = a.rounds
+    label = lambda i: ("cold" if i == 0 else "warm 1q" if i <= rounds else  # noqa: E731
+                       "warm 10q" if i <= 2 * rounds else "re-ask")
+    t0 = time.time()
+    out = run_driver(a, model, precision, reqs, a.state_cache_mb, label)
+    cold = out[0]["timings"]["total"]
+    w1 = statistics.median(o["timings"]["total"] for o in out[1:1 + rounds])
+    w10 = statistics.median(o["timings"]["total"] for o in out[1 + rounds:1 + 2 * rounds])
+    same_bits = out[-1]["logits"] == out[0]["logits"] and out[-1]["body"] == out[0]["body"]
+    off_same = None
+    if a.verify_off:
+        off = run_driver(a, model, precision, [reqs[1]], 0, lambda i: "off 1q")
+        off_same = off[0]["logits"] == out[1]["logits"] and off[0]["body"] == out[1]["body"]
+    st = out[-1]["stats"]
+    reused = out[1]["reused_tokens"]
+    return {
+        "precision": precision, "threads": a.threads, "chunk": a.chunk,
+        "state_tokens_reused": reused, "cold_s": cold, "warm_1q_median_s": w1,
+        "warm_1q_best_s": min(o["timings"]["total"] for o in out[1:1 + rounds]),
+        "warm_10q_median_s": w10, "speedup_1q": cold / w1, "speedup_10q": cold / w10,
+        "warm_1q_new_tokens": statistics.median(o["input_tokens"] - o["reused_tokens"] for o in out[1:1 + rounds]),
+        "warm_10q_new_tokens": statistics.median(o["input_tokens"] - o["reused_tokens"]
+                                                 for o in out[1 + rounds:1 + 2 * rounds]),
+        "warm_1q_head_s": statistics.median(o["timings"]["head"] for o in out[1:1 + rounds]),
+        "warm_1q_prefill_s": statistics.median(o["timings"]["prefill"] for o in out[1:1 + rounds]),
+        "warm_1q_restore_s": statistics.median(o["timings"]["state_restore"] for o in out[1:1 + rounds]),
+        "reask_bit_identical": same_bits, "cache_off_bit_identical": off_same,
+        "cache_bytes": st["bytes"], "cache_entries": st["entries"], "hits": st["hits"], "misses": st["misses"],
+        "bytes_per_token": st["bytes"] / max(1, reused), "head_bytes_per_token": head_bytes_per_token(model),
+        "load1": os.getloadavg()[0], "wall_s": time.time() - t0, "lines": out,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="/tmp/clef-0.8b", help="release folder (made with --preset 0.8b if missing)")
     ap.add_argument("--driver", default=str(REPO / "build" / "release" / "bin" / "clef_cache_driver"))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--precision", choices=["f32", "bf16"], default="bf16")
+    ap.add_argument("--precision", default="bf16,f32", help="comma-separated list of f32 / bf16, run in this order")
     ap.add_argument("--chunk", type=int, default=512)
     ap.add_argument("--state-tokens", type=int, default=16384,
                     help="target prefix + state tokens (the part that is cached)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--state-cache-mb", type=int, default=2048)
-    ap.add_argument("--json", help="write the raw driver lines and the summary here")
+    ap.add_argument("--verify-off", action="store_true",
+                    help="also answer the first warm request on an engine with the cache off (one more cold "
+                         "run per precision) and check its logits and body are the same bits")
+    ap.add_argument("--json", help="write the raw driver lines and the summaries here")
     a = ap.parse_args()
+    precisions = [p.strip() for p in a.precision.split(",") if p.strip()]
+    if not precisions or any(p not in ("f32", "bf16") for p in precisions):
+        ap.error("--precision takes f32 and/or bf16, comma-separated")
 
     model = pathlib.Path(a.model)
     if not (model / "config.json").exists():
@@ -100,7 +188,6 @@ def main() -> int:
         subprocess.run([sys.executable, str(REPO / "tools" / "reference" / "make_model.py"), "--preset", "0.8b",
                         "--out", str(model), "--seed", "2"], check=True)
     state = fit_state(model, a.state_tokens - 36)  # the prefix is 36 tokens
-    max_tokens = a.state_tokens + 4096  # room for 10 questions' schema and the suffix
     reqs = [request(state, 0, 1)]
     k = 1
     for _ in range(a.rounds):
@@ -110,50 +197,32 @@ def main() -> int:
         reqs.append(request(state, k, 10))
         k += 10
     reqs.append(request(state, 0, 1))  # the cold request again, warm: its logits must be the same bits
-    cmd = [a.driver, str(model), "--threads", str(a.threads), "--precision", a.precision, "--chunk", str(a.chunk),
-           "--max-tokens", str(max_tokens), "--state-cache-mb", str(a.state_cache_mb)]
-    print("$ " + " ".join(cmd), flush=True)
-    t0 = time.time()
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    out = []
-    for i, r in enumerate(reqs):
-        proc.stdin.write(json.dumps(r) + "\n")
-        proc.stdin.flush()
-        line = json.loads(proc.stdout.readline())
-        if "error" in line:
-            print(f"request {i} refused: {line}", file=sys.stderr)
-            return 1
-        out.append(line)
-        t = line["timings"]
-        kind = "cold" if i == 0 else ("warm 1q" if i <= a.rounds else "warm 10q" if i <= 2 * a.rounds else "re-ask")
-        print(f"{i:2d} {kind:8s} {line['cache']:4s} tokens {line['input_tokens']:6d} reused {line['reused_tokens']:6d}  "
-              f"total {t['total']:8.3f} s (prefill {t['prefill']:.3f}, head {t['head']:.3f}, "
-              f"restore {t['state_restore']:.3f}, tokenize {t['tokenize']:.3f})", flush=True)
-    proc.stdin.close()
-    proc.wait()
-    cold = out[0]["timings"]["total"]
-    w1 = statistics.median(o["timings"]["total"] for o in out[1:1 + a.rounds])
-    w10 = statistics.median(o["timings"]["total"] for o in out[1 + a.rounds:1 + 2 * a.rounds])
-    same_bits = out[-1]["logits"] == out[0]["logits"] and out[-1]["body"] == out[0]["body"]
-    st = out[-1]["stats"]
-    summary = {
-        "model": str(model), "precision": a.precision, "threads": a.threads, "chunk": a.chunk,
-        "state_tokens_reused": out[1]["reused_tokens"], "cold_s": cold, "warm_1q_median_s": w1,
-        "warm_10q_median_s": w10, "speedup_1q": cold / w1, "speedup_10q": cold / w10,
-        "reask_bit_identical": same_bits, "cache_bytes": st["bytes"], "cache_entries": st["entries"], "hits": st["hits"], "misses": st["misses"],
-        "load1": os.getloadavg()[0], "wall_s": time.time() - t0,
-    }
-    print(f"\nprefix+state tokens reused: {summary['state_tokens_reused']}")
-    print(f"cold (1 question):           {cold:8.3f} s")
-    print(f"warm, 1 new question:        {w1:8.3f} s  (median of {a.rounds})  speed-up {cold / w1:6.1f}x")
-    print(f"warm, 10 new questions:      {w10:8.3f} s  (median of {a.rounds})  speed-up {cold / w10:6.1f}x")
-    print(f"cold request re-asked warm: {'bit-identical logits and body' if same_bits else 'DIFFERENT'}")
-    print(f"cache: {st['bytes'] / 2**20:.1f} MiB in {st['entries']} entries "
-          f"({st['bytes'] / max(1, summary['state_tokens_reused']):.0f} bytes per prefix+state token); "
-          f"hits {st['hits']}, misses {st['misses']}; load1 {summary['load1']:.1f}")
+    cpu = cpu_model()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    summaries = [run_precision(a, model, p, reqs) for p in precisions]
+
+    print(f"\nCPU: {cpu}; {a.threads} threads, chunk {a.chunk}; started {started}, load1 at the end "
+          f"{os.getloadavg()[0]:.1f}; model {model}")
+    print("\n| precision | prefix+state tokens | cold, 1 question | warm, 1 new question (median) | speed-up "
+          "| warm, 10 new questions (median) | speed-up | warm == cold bits | cache off == on bits "
+          "| cache bytes per token (head part) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for s in summaries:
+        off = {None: "not run", True: "yes", False: "**NO**"}[s["cache_off_bit_identical"]]
+        print(f"| {s['precision']} | {s['state_tokens_reused']:,} | {s['cold_s']:.1f} s "
+              f"| {s['warm_1q_median_s']:.3f} s ({s['warm_1q_new_tokens']:.0f} new tokens) | **{s['speedup_1q']:.1f}x** "
+              f"| {s['warm_10q_median_s']:.3f} s ({s['warm_10q_new_tokens']:.0f} new tokens) | **{s['speedup_10q']:.1f}x** "
+              f"| {'yes' if s['reask_bit_identical'] else '**NO**'} | {off} "
+              f"| {s['bytes_per_token']:,.0f} ({s['head_bytes_per_token']:,}) |")
+    for s in summaries:
+        print(f"{s['precision']}: warm 1q median prefill {s['warm_1q_prefill_s']:.3f} s, head {s['warm_1q_head_s']:.3f} s, "
+              f"state restore {s['warm_1q_restore_s']:.3f} s; best warm 1q {s['warm_1q_best_s']:.3f} s; "
+              f"cache {s['cache_bytes'] / 2**20:.1f} MiB in {s['cache_entries']} entries; load1 {s['load1']:.1f}; "
+              f"wall {s['wall_s']:.0f} s")
     if a.json:
-        pathlib.Path(a.json).write_text(json.dumps({"summary": summary, "lines": out}, indent=1))
-    return 0
+        pathlib.Path(a.json).write_text(json.dumps({"cpu": cpu, "started": started, "summaries": summaries}, indent=1))
+    ok = all(s["reask_bit_identical"] and s["cache_off_bit_identical"] in (None, True) for s in summaries)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

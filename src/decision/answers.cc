@@ -139,7 +139,7 @@ std::string build_response_json(const SystemOneRequest& request, const std::stri
         if (options.jev_legend && levels[i].is_null()) {
           out += "\"\"";
         } else {
-          append_dump_json(out, levels[i]);
+          append_echo_json(out, levels[i]);  // as given, never key-sorted (reference)
         }
       }
       out += "},";

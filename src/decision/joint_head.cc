@@ -192,12 +192,74 @@ void add_into(std::vector<float>& a, const std::vector<float>& b) {
   for (std::size_t i = 0; i < a.size(); ++i) a[i] += b[i];
 }
 
-/// nn.MultiheadAttention (batch_first, no mask): queries [nq, W], keys/values from kv [nk, W].
-std::vector<float> mha(const Mha& m, std::int64_t heads, const std::vector<float>& q_in, const std::vector<float>& kv_in) {
-  const std::int64_t W = m.q.in, d = W / heads;
-  const std::int64_t nq = static_cast<std::int64_t>(q_in.size()) / W, nk = static_cast<std::int64_t>(kv_in.size()) / W;
-  const std::vector<float> q = linear_rows(m.q, q_in), k = linear_gemm(m.k, *m.k_gemm, kv_in),
-                           v = linear_gemm(m.v, *m.v_gemm, kv_in);
+/// Queries per task and keys per block of attend(): a task's score rows stay in L2 and a block's
+/// key/value rows in L1/L2 while every query of the task reads them.
+constexpr std::int64_t kQueryBlock = 16, kKeyBlock = 128;
+
+}  // namespace
+
+namespace head_detail {
+
+std::vector<float> attend(const std::vector<float>& q, std::int64_t W, std::int64_t heads, std::span<const KvRun> runs) {
+  const std::int64_t d = W / heads, nq = static_cast<std::int64_t>(q.size()) / W;
+  std::int64_t nk = 0;
+  for (const KvRun& r : runs) nk += r.rows;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> ctx(static_cast<std::size_t>(nq * W), 0.0f);
+  const std::int64_t qblocks = (nq + kQueryBlock - 1) / kQueryBlock, tasks = heads * qblocks;
+#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1 && nq * nk * W >= (std::int64_t{1} << 20))
+  for (std::int64_t task = 0; task < tasks; ++task) {
+    const std::int64_t h = task / qblocks, i0 = (task % qblocks) * kQueryBlock, i1 = std::min(nq, i0 + kQueryBlock);
+    std::vector<float> p(static_cast<std::size_t>((i1 - i0) * nk));
+    // Scores, key block by key block (the block's rows are read once for every query).
+    std::int64_t base = 0;
+    for (const KvRun& r : runs) {
+      for (std::int64_t j0 = 0; j0 < r.rows; j0 += kKeyBlock) {
+        const std::int64_t j1 = std::min(r.rows, j0 + kKeyBlock);
+        for (std::int64_t i = i0; i < i1; ++i) {
+          const float* qi = q.data() + i * W + h * d;
+          float* pi = p.data() + (i - i0) * nk + base;
+          for (std::int64_t j = j0; j < j1; ++j) pi[j] = dot(qi, r.k + j * W + h * d, d) * scale;
+        }
+      }
+      base += r.rows;
+    }
+    // Softmax per query: max, exp, double sum over j ascending; weights rounded to float.
+    for (std::int64_t i = i0; i < i1; ++i) {
+      float* pi = p.data() + (i - i0) * nk;
+      float mx = -INFINITY;
+      for (std::int64_t j = 0; j < nk; ++j) mx = std::max(mx, pi[j]);
+      double sum = 0.0;
+      for (std::int64_t j = 0; j < nk; ++j) {
+        pi[j] = std::exp(pi[j] - mx);
+        sum += static_cast<double>(pi[j]);
+      }
+      for (std::int64_t j = 0; j < nk; ++j) pi[j] = static_cast<float>(static_cast<double>(pi[j]) / sum);
+    }
+    // Context: each query accumulates over j ascending, key block by key block.
+    base = 0;
+    for (const KvRun& r : runs) {
+      for (std::int64_t j0 = 0; j0 < r.rows; j0 += kKeyBlock) {
+        const std::int64_t j1 = std::min(r.rows, j0 + kKeyBlock);
+        for (std::int64_t i = i0; i < i1; ++i) {
+          const float* pi = p.data() + (i - i0) * nk + base;
+          float* out = ctx.data() + i * W + h * d;
+          for (std::int64_t j = j0; j < j1; ++j) {
+            const float w = pi[j];
+            const float* vj = r.v + j * W + h * d;
+            for (std::int64_t e = 0; e < d; ++e) out[e] += w * vj[e];
+          }
+        }
+      }
+      base += r.rows;
+    }
+  }
+  return ctx;
+}
+
+std::vector<float> attend_reference(const std::vector<float>& q, std::int64_t W, std::int64_t heads,
+                                    const std::vector<float>& k, const std::vector<float>& v) {
+  const std::int64_t d = W / heads, nq = static_cast<std::int64_t>(q.size()) / W, nk = static_cast<std::int64_t>(k.size()) / W;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<float> ctx(static_cast<std::size_t>(nq * W), 0.0f);
   std::vector<float> p(static_cast<std::size_t>(nk));
@@ -222,7 +284,27 @@ std::vector<float> mha(const Mha& m, std::int64_t heads, const std::vector<float
       }
     }
   }
-  return linear_rows(m.o, ctx);
+  return ctx;
+}
+
+}  // namespace head_detail
+
+namespace {
+
+using head_detail::attend;
+using head_detail::KvRun;
+
+/// nn.MultiheadAttention (batch_first, no mask) with already projected keys/values `runs`:
+/// queries [nq, W] -> out_proj(attend(q_in·Wqᵀ + bq)).
+std::vector<float> mha(const Mha& m, std::int64_t heads, const std::vector<float>& q_in, std::span<const KvRun> runs) {
+  return linear_rows(m.o, attend(linear_rows(m.q, q_in), m.q.in, heads, runs));
+}
+
+/// nn.MultiheadAttention (batch_first, no mask): queries [nq, W], keys/values from kv [nk, W].
+std::vector<float> mha(const Mha& m, std::int64_t heads, const std::vector<float>& q_in, const std::vector<float>& kv_in) {
+  const std::vector<float> k = linear_gemm(m.k, *m.k_gemm, kv_in), v = linear_gemm(m.v, *m.v_gemm, kv_in);
+  const KvRun run{k.data(), v.data(), static_cast<std::int64_t>(kv_in.size()) / m.q.in};
+  return mha(m, heads, q_in, std::span<const KvRun>(&run, 1));
 }
 
 std::vector<float> feed_forward(const Linear& l1, const Linear& l2, const std::vector<float>& x) {
@@ -278,8 +360,9 @@ JointHead::JointHead(const JointHeadWeights& w, const JointHeadConfig& cfg, cons
 }
 
 JointHeadRecord::JointHeadRecord(const JointHead& head, std::vector<HeadQuestion> questions,
-                                 std::span<const std::int32_t> input_ids)
-    : head_(head), questions_(std::move(questions)), total_(static_cast<std::int64_t>(input_ids.size())) {
+                                 std::span<const std::int32_t> input_ids, std::int64_t memory_split)
+    : head_(head), questions_(std::move(questions)), total_(static_cast<std::int64_t>(input_ids.size())),
+      split_(memory_split) {
   const JointHeadConfig& c = head.cfg_;
   const auto H = static_cast<std::size_t>(c.hidden_size);
   if (questions_.empty()) throw InvalidArgument("joint head: a record needs at least one question");
@@ -297,7 +380,8 @@ JointHeadRecord::JointHeadRecord(const JointHead& head, std::vector<HeadQuestion
     for (const auto& o : questions_[q].options) check(o, "option of question " + std::to_string(q));
     n_options += questions_[q].options.size();
   }
-  memory_.assign(static_cast<std::size_t>(total_ * c.width), 0.0f);
+  if (split_ != 0) check_split(split_);
+  // memory_ is sized by the first feed(): after restore_prefix it holds only rows [split_, T).
   question_sum_.assign(questions_.size() * H, 0.0);
   option_sum_.assign(n_options * H, 0.0);
   last_row_.assign(H, 0.0f);
@@ -333,23 +417,63 @@ std::vector<float> JointHead::project_memory(std::span<const float> hidden) cons
   return linear_rows(memory_, x.data(), n);
 }
 
-void JointHeadRecord::restore_prefix(std::span<const float> memory) {
-  const std::int64_t W = head_.cfg_.width;
-  if (fed_ != 0) throw InvalidArgument("joint head: restore_prefix() after rows were fed");
-  if (static_cast<std::int64_t>(memory.size()) % W != 0) throw InvalidArgument("joint head: restore_prefix() needs whole rows");
-  const std::int64_t n = static_cast<std::int64_t>(memory.size()) / W;
-  if (n >= total_) {
-    throw InvalidArgument("joint head: a restored prefix of " + std::to_string(n) + " rows must end before the record's last row " +
-                          std::to_string(total_ - 1));
+std::size_t HeadMemoryPrefix::bytes() const noexcept {
+  std::size_t b = 0;
+  for (const auto& k : keys) b += k.size() * sizeof(float);
+  for (const auto& v : values) b += v.size() * sizeof(float);
+  return b;
+}
+
+std::shared_ptr<const HeadMemoryPrefix> JointHead::memory_prefix(std::span<const float> memory) const {
+  const std::int64_t W = cfg_.width;
+  if (static_cast<std::int64_t>(memory.size()) % W != 0) throw InvalidArgument("joint head: memory_prefix() needs whole rows");
+  auto p = std::make_shared<HeadMemoryPrefix>();
+  p->rows = static_cast<std::int64_t>(memory.size()) / W;
+  p->width = W;
+  const std::vector<float> m(memory.begin(), memory.end());
+  // Step 7's keys/values read the memory normed per routing layer; step 11's read it raw.
+  for (const auto& r : routing_) {
+    const std::vector<float> mn = layer_norm(r.memory_norm, m);
+    p->keys.push_back(linear_gemm(r.attn.k, *r.attn.k_gemm, mn));
+    p->values.push_back(linear_gemm(r.attn.v, *r.attn.v_gemm, mn));
+  }
+  for (const auto& l : field_) {
+    p->keys.push_back(linear_gemm(l.cross_attn.k, *l.cross_attn.k_gemm, m));
+    p->values.push_back(linear_gemm(l.cross_attn.v, *l.cross_attn.v_gemm, m));
+  }
+  return p;
+}
+
+void JointHeadRecord::check_split(std::int64_t n) const {
+  if (n < 0 || n >= total_) {
+    throw InvalidArgument("joint head: a memory split / restored prefix of " + std::to_string(n) +
+                          " rows must end before the record's last row " + std::to_string(total_ - 1));
   }
   for (const auto& q : questions_) {
     bool before = q.span.begin < n;
     for (const auto& o : q.options) before = before || o.begin < n;
     if (before) {
-      throw InvalidArgument("joint head: a question/option span starts inside the restored prefix of " + std::to_string(n) + " rows");
+      throw InvalidArgument("joint head: a question/option span starts inside the memory split / restored prefix of " +
+                            std::to_string(n) + " rows");
     }
   }
-  std::copy(memory.begin(), memory.end(), memory_.begin());
+}
+
+void JointHeadRecord::restore_prefix(std::shared_ptr<const HeadMemoryPrefix> prefix) {
+  if (fed_ != 0) throw InvalidArgument("joint head: restore_prefix() after rows were fed");
+  if (!prefix || prefix->width != head_.cfg_.width ||
+      prefix->keys.size() != head_.routing_.size() + head_.field_.size() || prefix->values.size() != prefix->keys.size()) {
+    throw InvalidArgument("joint head: restore_prefix() needs the key/value rows of this head (memory_prefix)");
+  }
+  const std::int64_t n = prefix->rows;
+  if (split_ != 0 && n != split_) {
+    throw InvalidArgument("joint head: a restored prefix of " + std::to_string(n) + " rows differs from the memory split " +
+                          std::to_string(split_));
+  }
+  check_split(n);
+  split_ = n;
+  prefix_ = std::move(prefix);
+  memory_.clear();  // the first feed() sizes it for rows [n, T)
   fed_ = n;
 }
 
@@ -362,7 +486,9 @@ void JointHeadRecord::feed(std::span<const float> hidden) {
   // §4.4 steps 1-2: X = LN_hidden(rows); M = X · Wmemᵀ (as in JointHead::project_memory).
   const std::vector<float> x = layer_norm(head_.hidden_norm_, hidden.data(), n, H);
   const std::vector<float> m = linear_rows(head_.memory_, x.data(), n);
-  std::copy(m.begin(), m.end(), memory_.begin() + fed_ * c.width);
+  const std::int64_t base = prefix_ ? split_ : 0;  // memory_ holds rows [base, T)
+  if (memory_.empty()) memory_.resize(static_cast<std::size_t>((total_ - base) * c.width));
+  std::copy(m.begin(), m.end(), memory_.begin() + (fed_ - base) * c.width);
   // Running span sums (step 4) over the rows of this chunk.
   const std::int64_t r0 = fed_, r1 = fed_ + n;
   auto add_span = [&](const TokenSpan& s, double* sum) {
@@ -412,10 +538,26 @@ std::vector<float> JointHeadRecord::logits() const {
   for (std::size_t k = 0; k < N; ++k) {
     for (std::size_t i = 0; i < Ws; ++i) z[k * Ws + i] += uq[owner[k] * Ws + i];
   }
+  // Keys/values of the memory (steps 7 and 11) in two runs split at split_: the restored prefix (or
+  // the same function of this record's own rows [0, split_)), then rows [split_, T).
+  const std::int64_t base = prefix_ ? split_ : 0;
+  std::shared_ptr<const HeadMemoryPrefix> first = prefix_;
+  if (!first && split_ > 0) {
+    first = hd.memory_prefix(std::span<const float>(memory_).first(static_cast<std::size_t>(split_ * W)));
+  }
+  const std::shared_ptr<const HeadMemoryPrefix> rest =
+      hd.memory_prefix(std::span<const float>(memory_).subspan(static_cast<std::size_t>((split_ - base) * W),
+                                                               static_cast<std::size_t>((total_ - split_) * W)));
+  const auto memory_runs = [&](std::size_t layer) {
+    std::vector<KvRun> runs;
+    if (first) runs.push_back({first->keys[layer].data(), first->values[layer].data(), first->rows});
+    runs.push_back({rest->keys[layer].data(), rest->values[layer].data(), rest->rows});
+    return runs;
+  };
   // Step 7: evidence routing (pre-norm cross-attention over the normed memory, then feed-forward).
-  for (const auto& r : hd.routing_) {
-    const std::vector<float> mn = layer_norm(r.memory_norm, memory_);
-    add_into(z, mha(r.attn, c.heads, layer_norm(r.query_norm, z), mn));
+  for (std::size_t i = 0; i < hd.routing_.size(); ++i) {
+    const auto& r = hd.routing_[i];
+    add_into(z, mha(r.attn, c.heads, layer_norm(r.query_norm, z), memory_runs(i)));
     add_into(z, feed_forward(r.ff1, r.ff2, layer_norm(r.ff_norm, z)));
   }
   // Step 8-9: base fields and the per-question option summary (softmax scaled by sqrt(W)).
@@ -450,10 +592,11 @@ std::vector<float> JointHeadRecord::logits() const {
     for (std::size_t i = 0; i < Ws; ++i) f[q * Ws + i] += gw[i] + hd.type_embedding_[t * Ws + i];
   }
   // Step 11: field decoder (norm_first TransformerDecoderLayer; cross-attention to the raw memory).
-  for (const auto& l : hd.field_) {
+  for (std::size_t j = 0; j < hd.field_.size(); ++j) {
+    const auto& l = hd.field_[j];
     const std::vector<float> n1 = layer_norm(l.norm1, f);
     add_into(f, mha(l.self_attn, c.heads, n1, n1));
-    add_into(f, mha(l.cross_attn, c.heads, layer_norm(l.norm2, f), memory_));
+    add_into(f, mha(l.cross_attn, c.heads, layer_norm(l.norm2, f), memory_runs(hd.routing_.size() + j)));
     add_into(f, feed_forward(l.linear1, l.linear2, layer_norm(l.norm3, f)));
   }
   // Step 12.

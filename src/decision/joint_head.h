@@ -2,6 +2,13 @@
 // chunk by chunk: a record of any length never needs the [T, hidden] matrix at once. Per row the
 // head keeps only the projected memory row [W] and running span sums; everything else happens in
 // logits() once all T rows have arrived.
+//
+// State reuse (issues 7, 12): the memory rows before a record's state end depend only on the prefix
+// + state tokens, and so do the attention keys and values the head computes from them (steps 7 and
+// 11). HeadMemoryPrefix holds those keys/values for a run of leading rows; the state cache keeps it
+// with the backbone state, and a warm record attends over it plus its own new rows. A record that
+// computes everything itself splits its memory at the same row (`memory_split`) and runs the very
+// same code on both parts, so cached, just computed and cache-off answers are bit-identical.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +36,21 @@ struct HeadQuestion {
   std::vector<TokenSpan> options;   ///< tokens of render({option_id, description}), model order
 };
 
+/// The attention keys and values of the joint head over memory rows [0, rows) (protocol.md §4.4):
+/// for each routing layer i (step 7) K = LN_mem_i(M)·Wkᵀ + bk and V = LN_mem_i(M)·Wvᵀ + bv, then
+/// for each field-decoder layer j (step 11, cross-attention to the raw memory) K = M·Wkᵀ + bk and
+/// V = M·Wvᵀ + bv, all [rows, W] fp32 row-major, M the projected memory rows. Exact functions of
+/// those rows (computed once by JointHead::memory_prefix, never modified), so a state cache may
+/// share one instance between records and threads.
+struct HeadMemoryPrefix {
+  std::int64_t rows = 0;   ///< memory rows covered
+  std::int64_t width = 0;  ///< W
+  /// [routing_layers + layers] of [rows, W]: routing layers first, then field layers.
+  std::vector<std::vector<float>> keys, values;
+  /// Bytes held by the key/value rows: 2 · (routing_layers + layers) · rows · W · 4.
+  std::size_t bytes() const noexcept;
+};
+
 /// The head's weights converted to fp32 once, plus a reference to the output embedding table.
 /// Immutable after construction; share one instance between threads.
 class JointHead {
@@ -46,6 +68,13 @@ class JointHead {
   /// issue 7). Throws InvalidArgument unless `hidden` holds whole rows.
   std::vector<float> project_memory(std::span<const float> hidden) const;
 
+  /// The keys and values over memory rows `memory` [n, W] fp32 (project_memory of the rows), as
+  /// HeadMemoryPrefix documents: one GEMM per layer and matrix over all n rows (oneDNN fp32; its
+  /// blocking may depend on n, so a record must use the same row runs cold and warm, which
+  /// `memory_split` / restore_prefix guarantee). Cost 2·(R+L)·n·W² multiply-adds, memory
+  /// 8·(R+L)·n·W bytes. Throws InvalidArgument unless `memory` holds whole rows.
+  std::shared_ptr<const HeadMemoryPrefix> memory_prefix(std::span<const float> memory) const;
+
   struct Linear {
     std::vector<float> w;  ///< [out, in] row-major
     std::vector<float> b;  ///< [out] or empty
@@ -56,9 +85,10 @@ class JointHead {
   };
   struct Mha {
     Linear q, k, v, o;  ///< in_proj split into Wq | Wk | Wv, then out_proj
-    /// Wk, Wv bound to the GEMM library (pointing into k.w, v.w): the key/value projections run
-    /// over all T memory rows in logits(), the head's one large product. Not used per row, so
-    /// its blocking may depend on T without breaking state reuse (identical T, identical bits).
+    /// Wk, Wv bound to the GEMM library (pointing into k.w, v.w): the key/value projections over
+    /// the memory rows, the head's one large product. Run over whole row runs ([0, split) and
+    /// [split, T), JointHead::memory_prefix), so their blocking may depend on a run's length
+    /// without breaking state reuse (identical runs, identical bits).
     std::unique_ptr<ops::GemmWeight> k_gemm, v_gemm;
   };
   struct Routing {
@@ -92,35 +122,75 @@ class JointHead {
 class JointHeadRecord {
  public:
   /// `input_ids` [T] are the record's token ids (for the lexical rows); `questions` in request
-  /// order. Throws InvalidArgument if a span is empty or outside [0, T), or an id is outside the
-  /// output table (an empty span would be a NaN in the reference, protocol.md §5.3).
-  JointHeadRecord(const JointHead& head, std::vector<HeadQuestion> questions, std::span<const std::int32_t> input_ids);
+  /// order. `memory_split` (0: none) is the row where the memory's keys/values are split into two
+  /// runs, [0, split) through JointHead::memory_prefix and [split, T) likewise: the record's state
+  /// end, so that an uncached record does exactly the arithmetic of one whose prefix was restored
+  /// from a cache (restore_prefix with `split` rows). Throws InvalidArgument if a span is empty or
+  /// outside [0, T), an id is outside the output table (an empty span would be a NaN in the
+  /// reference, protocol.md §5.3), or the split is invalid (see restore_prefix).
+  JointHeadRecord(const JointHead& head, std::vector<HeadQuestion> questions, std::span<const std::int32_t> input_ids,
+                  std::int64_t memory_split = 0);
 
   /// Consumes the next rows: `hidden` is [n, H] fp32 row-major, final-norm hidden states.
   void feed(std::span<const float> hidden);
   std::int64_t rows_fed() const noexcept { return fed_; }
 
-  /// Takes rows [0, n) as already fed, from their projected memory rows `memory` [n, W]
-  /// (JointHead::project_memory of the same hidden rows; state reuse, issue 7). The head keeps no
-  /// other per-row value for rows before the first question/option span and before T-1, so the
-  /// result is exactly that of feed()-ing those rows. Throws InvalidArgument unless nothing was fed
-  /// yet, `memory` holds whole rows, n < T, and no span starts before n.
-  void restore_prefix(std::span<const float> memory);
+  /// Takes rows [0, n) as already fed, from `prefix` (JointHead::memory_prefix of their projected
+  /// memory rows; state reuse, issues 7 and 12), which the record keeps a reference to (no copy).
+  /// The head keeps no other per-row value for rows before the first question/option span and
+  /// before T-1, so the result is bit-identical to feeding those rows to a record constructed with
+  /// memory_split = n. Throws InvalidArgument unless nothing was fed yet, `prefix` is non-null with
+  /// the head's width, n equals the record's memory_split (when one was given), n < T, and no span
+  /// starts before n.
+  void restore_prefix(std::shared_ptr<const HeadMemoryPrefix> prefix);
 
   /// [N] option logits in model order (questions in request order, options in §3.4 order).
   /// Throws InternalError unless exactly T rows were fed.
   std::vector<float> logits() const;
 
  private:
+  /// Throws InvalidArgument unless rows [0, n) hold no question/option span and n < T.
+  void check_split(std::int64_t n) const;
+
   const JointHead& head_;
   std::vector<HeadQuestion> questions_;
   std::int64_t total_ = 0;  ///< T
   std::int64_t fed_ = 0;
-  std::vector<float> memory_;        ///< [T, W] projected memory rows M
+  std::int64_t split_ = 0;           ///< memory_split (rows of the first key/value run)
+  std::shared_ptr<const HeadMemoryPrefix> prefix_;  ///< restored keys/values of rows [0, split_), or null
+  std::vector<float> memory_;        ///< [T - base, W] projected memory rows M of rows [base, T),
+                                     ///< base = split_ when restored, else 0
   std::vector<double> question_sum_; ///< [Q, H] sums of normed rows over question spans
   std::vector<double> option_sum_;   ///< [N, H] sums over option spans
   std::vector<float> last_row_;      ///< [H] normed row T-1 (the global vector g)
   std::vector<float> lexical_;       ///< [N, H] mean lm_head rows of each option span
 };
+
+/// Internals of the head exposed for their unit tests (tests/unit/test_state_cache.cc).
+namespace head_detail {
+
+/// One run of projected key/value rows, [rows, W] fp32 row-major each.
+struct KvRun {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  std::int64_t rows = 0;
+};
+
+/// The attention core of nn.MultiheadAttention (no mask; protocol.md §4.4 step 7 MHA): for each
+/// head h (size d = W / heads) and query i, softmax_j(q_i,h · k_j,h / √d) over the keys of all
+/// `runs` concatenated in order, then Σ_j p_ij v_j,h. `q` [nq, W] fp32 holds the projected queries
+/// (in_proj applied); returns the context [nq, W] fp32 (before out_proj). Tasks of one head × up to
+/// 16 queries run in parallel and keys are visited in blocks of 128 rows (each block read once
+/// per task, not once per query), which changes no sum order: the result is bit-identical to
+/// attend_reference on the concatenated rows, whatever the thread count and the run boundaries.
+std::vector<float> attend(const std::vector<float>& q, std::int64_t W, std::int64_t heads, std::span<const KvRun> runs);
+
+/// The plain oracle of attend(): one thread, one query at a time over all `k`/`v` [nk, W] rows
+/// (scores by a 16-lane dot, max, exp, double sum over j ascending, weights rounded to float,
+/// context accumulated over j ascending).
+std::vector<float> attend_reference(const std::vector<float>& q, std::int64_t W, std::int64_t heads,
+                                    const std::vector<float>& k, const std::vector<float>& v);
+
+}  // namespace head_detail
 
 }  // namespace clef

@@ -90,7 +90,10 @@ void append_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
 }
 
-void append_dump_json(std::string& out, const JsonValue& v) {
+namespace {
+
+/// json.dumps(v, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys) appended to `out`.
+void append_json(std::string& out, const JsonValue& v, bool sort_keys) {
   switch (v.kind()) {
     case JsonValue::Kind::kNull: out += "null"; return;
     case JsonValue::Kind::kBool: out += v.as_bool() ? "true" : "false"; return;
@@ -103,34 +106,42 @@ void append_dump_json(std::string& out, const JsonValue& v) {
       for (const JsonValue& item : v.items()) {
         if (!first) out.push_back(',');
         first = false;
-        append_dump_json(out, item);
+        append_json(out, item, sort_keys);
       }
       out.push_back(']');
       return;
     }
     case JsonValue::Kind::kObject: {
-      // sort_keys=True: Python compares str keys by code point, which for valid UTF-8 is the
-      // unsigned byte order that std::string_view::compare uses (char_traits<char>).
-      std::vector<const JsonValue::Member*> sorted;
-      sorted.reserve(v.members().size());
-      for (const auto& m : v.members()) sorted.push_back(&m);
-      std::sort(sorted.begin(), sorted.end(), [](const JsonValue::Member* a, const JsonValue::Member* b) {
-        return std::string_view(a->first) < std::string_view(b->first);
-      });
+      std::vector<const JsonValue::Member*> members;
+      members.reserve(v.members().size());
+      for (const auto& m : v.members()) members.push_back(&m);
+      if (sort_keys) {
+        // Python compares str keys by code point, which for valid UTF-8 is the unsigned byte
+        // order that std::string_view::compare uses (char_traits<char>).
+        std::sort(members.begin(), members.end(), [](const JsonValue::Member* a, const JsonValue::Member* b) {
+          return std::string_view(a->first) < std::string_view(b->first);
+        });
+      }
       out.push_back('{');
       bool first = true;
-      for (const JsonValue::Member* m : sorted) {
+      for (const JsonValue::Member* m : members) {
         if (!first) out.push_back(',');
         first = false;
         append_json_string(out, m->first);
         out.push_back(':');
-        append_dump_json(out, m->second);
+        append_json(out, m->second, sort_keys);
       }
       out.push_back('}');
       return;
     }
   }
 }
+
+}  // namespace
+
+void append_dump_json(std::string& out, const JsonValue& v) { append_json(out, v, /*sort_keys=*/true); }
+
+void append_echo_json(std::string& out, const JsonValue& v) { append_json(out, v, /*sort_keys=*/false); }
 
 std::string dump_json(const JsonValue& value) {
   std::string out;

@@ -25,6 +25,14 @@ std::string dump_json(const JsonValue& value);
 /// Appends dump_json(value) to `out`.
 void append_dump_json(std::string& out, const JsonValue& value);
 
+/// Appends `value` as a response echoes a request value (protocol.md §2.1 rule 4: the reference
+/// returns the json.loads value inside its response dict, serialised without sort_keys):
+/// Python json.dumps(value, ensure_ascii=False, separators=(",", ":")) with object members in the
+/// order JsonValue keeps them (first position, last value of a repeated key, at every depth);
+/// strings, numbers and literals exactly as dump_json writes them. Returns UTF-8; never throws for
+/// a JsonValue.
+void append_echo_json(std::string& out, const JsonValue& value);
+
 /// Appends `s` (valid UTF-8) as a JSON string literal the way Python's json.dumps does with
 /// ensure_ascii=False: `"` and `\` escaped, \n \r \t \b \f as two-character escapes, every other
 /// byte below 0x20 as \u00xx (lower-case hex), everything else (DEL, U+2028, non-ASCII) raw.

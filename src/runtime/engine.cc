@@ -222,7 +222,11 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
   d.state_tokens_dropped = rec.state_tokens_dropped();
 
   const std::span<const std::int32_t> ids(rec.input_ids);
-  JointHeadRecord head(*head_, rec.questions, rec.input_ids);
+  // The split at state_end (issue 7). The padded readout keeps the seed's 64-position call grid
+  // over the whole record instead (no split, no cache). The head splits its memory keys/values at
+  // the same row, cache on or off (issue 12), so both do the same arithmetic.
+  const std::int64_t split = options_.backbone.padded_readout ? 0 : rec.state_end();
+  JointHeadRecord head(*head_, rec.questions, rec.input_ids, split);
   SequenceState state = backbone_->new_state();
   double head_seconds = 0;
   const auto t1 = std::chrono::steady_clock::now();
@@ -231,23 +235,23 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
     head.feed(std::span<const float>(rows, static_cast<std::size_t>(count * hidden)));
     head_seconds += seconds_since(th);
   };
-  // The split at state_end (issue 7). The padded readout keeps the seed's 64-position call grid
-  // over the whole record instead (no split, no cache).
-  const std::int64_t split = options_.backbone.padded_readout ? 0 : rec.state_end();
   if (split > 0 && cache_) {
     const std::span<const std::int32_t> prefix = ids.first(static_cast<std::size_t>(split));
     const auto compute = [&]() -> StateCache::EntryPtr {
       auto e = std::make_shared<StateCacheEntry>();
       e->state = backbone_->new_state();
       e->rows = split;
-      e->head_width = head_->config().width;
-      e->head_memory.reserve(static_cast<std::size_t>(split * e->head_width));
+      std::vector<float> memory;  // the prefix's projected memory rows [split, W]
+      memory.reserve(static_cast<std::size_t>(split * head_->config().width));
       prefill_part(0, split, e->state, [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
         const auto th = std::chrono::steady_clock::now();
         const std::vector<float> m = head_->project_memory(std::span<const float>(rows, static_cast<std::size_t>(count * hidden)));
-        e->head_memory.insert(e->head_memory.end(), m.begin(), m.end());
+        memory.insert(memory.end(), m.begin(), m.end());
         head_seconds += seconds_since(th);
       });
+      const auto th = std::chrono::steady_clock::now();
+      e->head = head_->memory_prefix(memory);  // what JointHeadRecord computes for rows [0, split)
+      head_seconds += seconds_since(th);
       return e;
     };
     const StateCache::Result r = cache_->get_or_compute(
@@ -257,7 +261,7 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
     d.reused_tokens = r.hit ? split : 0;
     const auto tr = std::chrono::steady_clock::now();
     restore_with_room(state, r.entry->state, static_cast<std::int64_t>(ids.size()) - split);
-    head.restore_prefix(r.entry->head_memory);
+    head.restore_prefix(r.entry->head);
     d.timings.state_restore = seconds_since(tr);
   } else if (split > 0) {
     prefill_part(0, split, state, feed_head);

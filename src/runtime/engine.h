@@ -39,8 +39,9 @@ struct EngineOptions {
   /// (the reference's behaviour, right for a CLI where the folder chooses the model).
   std::vector<std::string> aliases;
   bool accept_any_model = false;
-  /// Byte budget of the state cache in MiB (issue 7); 0 disables it. The default holds one
-  /// maximum-length (16,384-token) state of the flash preset (~1.1 GiB) or four of 0.8b (~0.46 GiB).
+  /// Byte budget of the state cache in MiB (issue 7); 0 disables it. Entries count the backbone
+  /// state and the head's cached keys/values (issue 12). The default holds one maximum-length
+  /// (16,384-token) state of the flash preset (~1.8 GiB) or two of 0.8b (~0.9 GiB each).
   /// Ignored (cache off) with backbone.padded_readout, whose 64-position call grid runs over the
   /// whole record.
   static constexpr std::int64_t kDefaultStateCacheMb = 2048;

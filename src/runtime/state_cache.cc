@@ -18,7 +18,7 @@ void put_u64(std::vector<std::byte>& out, std::uint64_t v) {
 }  // namespace
 
 std::size_t StateCacheEntry::bytes() const noexcept {
-  return state.bytes() + head_memory.size() * sizeof(float) + kEntryOverheadBytes;
+  return state.bytes() + (head ? head->bytes() : 0) + kEntryOverheadBytes;
 }
 
 std::string state_cache_key(std::string_view model_identity, std::span<const std::int32_t> ids,

@@ -25,21 +25,24 @@
 #include <unordered_set>
 #include <vector>
 
+#include "decision/joint_head.h"
 #include "runtime/state.h"
 
 namespace clef {
 
 /// What a cached prefix holds: the backbone state after the rows [0, rows) and the joint head's
-/// per-row input for those rows (the projected memory rows M, protocol.md §4.4 step 2). The head
-/// keeps nothing else per row before state_end: every question / option span and the global row
-/// lie after it.
+/// per-row work on those rows: the attention keys and values of every routing and field-decoder
+/// layer over their memory rows (protocol.md §4.4 steps 7 and 11; HeadMemoryPrefix, issue 12).
+/// The head keeps nothing else per row before state_end (every question / option span and the
+/// global row lie after it), and needs nothing else of those rows, so a warm request reads them
+/// and never recomputes them.
 struct StateCacheEntry {
-  SequenceState state;              ///< KV caches + GDN conv/recurrent states after `rows` tokens
-  std::vector<float> head_memory;   ///< [rows, W] fp32 projected memory rows
-  std::int64_t rows = 0;            ///< tokens covered (== state.n_tokens)
-  std::int64_t head_width = 0;      ///< W
+  SequenceState state;                            ///< KV caches + GDN conv/recurrent states after `rows` tokens
+  std::shared_ptr<const HeadMemoryPrefix> head;   ///< the head's keys/values over rows [0, rows); may be null
+  std::int64_t rows = 0;                          ///< tokens covered (== state.n_tokens)
 
-  /// Bytes this entry holds (state + head rows + a fixed bookkeeping estimate): what the budget counts.
+  /// Bytes this entry holds (state + the head's key/value rows + a fixed bookkeeping estimate):
+  /// what the budget counts.
   std::size_t bytes() const noexcept;
 };
 

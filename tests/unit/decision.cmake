@@ -3,6 +3,7 @@
 target_sources(clef_unit_tests PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/test_render.cc
   ${CMAKE_CURRENT_LIST_DIR}/test_request.cc
+  ${CMAKE_CURRENT_LIST_DIR}/test_response_echo.cc
 )
 add_executable(clef_render_driver ${PROJECT_SOURCE_DIR}/tests/tools/render_driver.cc)
 target_link_libraries(clef_render_driver PRIVATE clef_engine clef_warnings)

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <memory>
@@ -17,6 +18,7 @@
 
 #include "core/error.h"
 #include "decision/joint_head.h"
+#include "ops/parallel.h"
 #include "runtime/engine.h"
 #include "runtime/release.h"
 #include "runtime/state_cache.h"
@@ -28,14 +30,35 @@ namespace {
 
 /// An entry whose bytes() is exactly `kib` KiB plus the fixed overhead, tagged by its first float.
 StateCache::EntryPtr entry_of(std::size_t kib, float tag) {
+  auto h = std::make_shared<HeadMemoryPrefix>();
+  h->keys.emplace_back(kib * 256, tag);
+  h->rows = static_cast<std::int64_t>(kib);
+  h->width = 256;
   auto e = std::make_shared<StateCacheEntry>();
-  e->head_memory.assign(kib * 256, tag);
+  e->head = h;
   e->rows = static_cast<std::int64_t>(kib);
-  e->head_width = 256;
   return e;
 }
 
 std::size_t bytes_of(std::size_t kib) { return entry_of(kib, 0)->bytes(); }
+
+TEST(StateCacheEntry, BytesCountTheStateAndTheHeadKeysValues) {
+  StateCacheEntry e;
+  e.state.layers.resize(2);
+  e.state.layers[0].kv.k.assign(100, 0.0f);
+  e.state.layers[0].kv.v.assign(100, 0.0f);
+  e.state.layers[1].gdn.rec.assign(50, 0.0f);
+  const std::size_t without_head = e.bytes();
+  EXPECT_GE(without_head, e.state.bytes());
+  auto h = std::make_shared<HeadMemoryPrefix>();
+  h->rows = 3;
+  h->width = 4;
+  h->keys.assign(2, std::vector<float>(12, 1.0f));
+  h->values.assign(2, std::vector<float>(12, 2.0f));
+  EXPECT_EQ(h->bytes(), 4u * 12u * sizeof(float));
+  e.head = h;
+  EXPECT_EQ(e.bytes(), without_head + h->bytes());
+}
 
 TEST(StateCacheKey, DeterministicAndSensitiveToEveryInput) {
   const std::vector<std::int32_t> ids = {1, 2, 3, 248044};
@@ -97,12 +120,12 @@ TEST(StateCache, LeastRecentlyUsedIsEvictedFirstWithinTheBudget) {
   EXPECT_FALSE(c.insert("huge", entry_of(64, 'H')));
   const auto r = c.get_or_compute("huge", [] { return entry_of(64, 'H'); });
   EXPECT_FALSE(r.hit);
-  EXPECT_EQ(r.entry->head_memory[0], 'H');
+  EXPECT_EQ(r.entry->head->keys[0][0], 'H');
   EXPECT_EQ(c.stats().entries, 2u);
   EXPECT_EQ(c.stats().evictions, 3u);
   // A present key keeps its first entry.
   EXPECT_FALSE(c.insert("d", entry_of(4, 'X')));
-  EXPECT_EQ(c.find("d")->head_memory[0], 'd');
+  EXPECT_EQ(c.find("d")->head->keys[0][0], 'd');
 }
 
 TEST(StateCache, EntriesAreImmutableAndOutliveEviction) {
@@ -112,11 +135,11 @@ TEST(StateCache, EntriesAreImmutableAndOutliveEviction) {
   EXPECT_TRUE(c.get_or_compute("a", [] { return entry_of(4, 8.0f); }).hit);
   c.insert("b", entry_of(4, 9.0f));  // evicts a while `first` still points at it
   EXPECT_EQ(c.find("a"), nullptr);
-  ASSERT_EQ(first->head_memory.size(), 4u * 256u);
-  for (const float v : first->head_memory) ASSERT_EQ(v, 7.0f);
+  ASSERT_EQ(first->head->keys[0].size(), 4u * 256u);
+  for (const float v : first->head->keys[0]) ASSERT_EQ(v, 7.0f);
   const auto again = c.get_or_compute("a", [] { return entry_of(4, 10.0f); });
   EXPECT_FALSE(again.hit);  // re-inserted after eviction: computed anew
-  EXPECT_EQ(again.entry->head_memory[0], 10.0f);
+  EXPECT_EQ(again.entry->head->keys[0][0], 10.0f);
   EXPECT_EQ(c.stats().hits, 1u);
   EXPECT_EQ(c.stats().misses, 2u);
 }
@@ -197,7 +220,7 @@ TEST(StateCache, AFailedComputeLetsAWaiterComputeInstead) {
   failing.join();
   EXPECT_EQ(computes.load(), 2);
   EXPECT_FALSE(r.hit);
-  EXPECT_EQ(r.entry->head_memory[0], 5.0f);
+  EXPECT_EQ(r.entry->head->keys[0][0], 5.0f);
   EXPECT_EQ(c.stats().entries, 1u);
   EXPECT_THROW(c.get_or_compute("n", [] { return StateCache::EntryPtr(); }), InvalidArgument);
   EXPECT_THROW(c.insert("n", nullptr), InvalidArgument);
@@ -250,22 +273,70 @@ TEST_F(EngineStateCacheTest, HeadRestorePrefixEqualsFeedingTheRows) {
   const auto rows = [&](std::int64_t a, std::int64_t b) {
     return std::span<const float>(hidden).subspan(static_cast<std::size_t>(a * H), static_cast<std::size_t>((b - a) * H));
   };
-  JointHeadRecord fed(head, {q}, ids);
+  // The plain path: a record that computes everything from the hidden rows, its memory keys/values
+  // split at row 6 like a warm record's (issue 12).
+  JointHeadRecord fed(head, {q}, ids, /*memory_split=*/6);
   fed.feed(rows(0, 4));
   fed.feed(rows(4, T));
-  JointHeadRecord restored(head, {q}, ids);
-  restored.restore_prefix(head.project_memory(rows(0, 6)));  // up to the question span
+  const std::shared_ptr<const HeadMemoryPrefix> prefix = head.memory_prefix(head.project_memory(rows(0, 6)));
+  EXPECT_EQ(prefix->rows, 6);
+  EXPECT_EQ(prefix->keys.size(), static_cast<std::size_t>(r.head_config.routing_layers + r.head_config.layers));
+  EXPECT_EQ(prefix->bytes(), 2u * prefix->keys.size() * 6u * static_cast<std::size_t>(r.head_config.width) * sizeof(float));
+  JointHeadRecord restored(head, {q}, ids, 6);
+  restored.restore_prefix(prefix);  // up to the question span
   EXPECT_EQ(restored.rows_fed(), 6);
   restored.feed(rows(6, T));
-  EXPECT_TRUE(same_bits(fed.logits(), restored.logits()));
+  const std::vector<float> want = fed.logits();
+  EXPECT_TRUE(same_bits(want, restored.logits()));
+  JointHeadRecord restored_any(head, {q}, ids);  // no split given: the prefix sets it
+  restored_any.restore_prefix(prefix);
+  restored_any.feed(rows(6, T));
+  EXPECT_TRUE(same_bits(want, restored_any.logits()));
+  // Unsplit keys/values (one GEMM over all rows) differ from the split ones by GEMM rounding only.
+  JointHeadRecord unsplit(head, {q}, ids);
+  unsplit.feed(rows(0, T));
+  const std::vector<float> plain = unsplit.logits();
+  ASSERT_EQ(plain.size(), want.size());
+  for (std::size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(plain[i], want[i], 1e-5f * (1.0f + std::fabs(plain[i])));
 
   JointHeadRecord bad(head, {q}, ids);
-  EXPECT_THROW(bad.restore_prefix(head.project_memory(rows(0, 7))), InvalidArgument);  // covers the question span
+  EXPECT_THROW(bad.restore_prefix(head.memory_prefix(head.project_memory(rows(0, 7)))), InvalidArgument);  // covers the question span
+  EXPECT_THROW(bad.restore_prefix(nullptr), InvalidArgument);
+  EXPECT_THROW(JointHeadRecord(head, {q}, ids, 7), InvalidArgument);   // a split inside the question span
+  EXPECT_THROW(JointHeadRecord(head, {q}, ids, T), InvalidArgument);   // a split at or past the last row
+  JointHeadRecord other_split(head, {q}, ids, 5);
+  EXPECT_THROW(other_split.restore_prefix(prefix), InvalidArgument);  // prefix of 6 rows, split at 5
   const std::vector<float> m = head.project_memory(rows(0, 3));
-  EXPECT_THROW(bad.restore_prefix(std::span<const float>(m).first(m.size() - 1)), InvalidArgument);  // partial row
+  EXPECT_THROW(head.memory_prefix(std::span<const float>(m).first(m.size() - 1)), InvalidArgument);  // partial row
   bad.feed(rows(0, 1));
-  EXPECT_THROW(bad.restore_prefix(m), InvalidArgument);  // rows were already fed
+  EXPECT_THROW(bad.restore_prefix(head.memory_prefix(m)), InvalidArgument);  // rows were already fed
   EXPECT_THROW(head.project_memory(std::span<const float>(hidden).first(static_cast<std::size_t>(H - 1))), InvalidArgument);
+}
+
+TEST(HeadAttention, BlockedParallelAttendEqualsThePlainLoopBitForBit) {
+  // Sizes that cross the query block (16) and the key block (128) with ragged tails, and runs split
+  // at a row that is not a block boundary.
+  const std::int64_t W = 64, heads = 4, nq = 37, nk = 301;
+  std::vector<float> q(static_cast<std::size_t>(nq * W)), k(static_cast<std::size_t>(nk * W)), v(k.size());
+  std::uint32_t x = 12345;
+  const auto next = [&] {
+    x = x * 1664525u + 1013904223u;
+    return static_cast<float>(x >> 8) / static_cast<float>(1u << 24) * 8.0f - 4.0f;
+  };
+  for (auto* a : {&q, &k, &v}) {
+    for (auto& e : *a) e = next();
+  }
+  const std::vector<float> want = head_detail::attend_reference(q, W, heads, k, v);
+  for (const std::int64_t cut : {std::int64_t{0}, std::int64_t{1}, std::int64_t{130}, nk - 1}) {
+    std::vector<head_detail::KvRun> runs;
+    if (cut > 0) runs.push_back({k.data(), v.data(), cut});
+    runs.push_back({k.data() + cut * W, v.data() + cut * W, nk - cut});
+    for (const int threads : {1, 2, 3}) {
+      ops::set_num_threads(threads);
+      EXPECT_TRUE(same_bits(want, head_detail::attend(q, W, heads, runs))) << "cut " << cut << " threads " << threads;
+    }
+  }
+  ops::set_num_threads(0);
 }
 
 TEST_F(EngineStateCacheTest, HitMissAndOffGiveBitIdenticalLogits) {
@@ -299,7 +370,11 @@ TEST_F(EngineStateCacheTest, HitMissAndOffGiveBitIdenticalLogits) {
   EXPECT_EQ(st.misses, 2u);
   EXPECT_EQ(st.entries, 2u);
   EXPECT_EQ(st.budget, std::size_t{64} << 20);
-  EXPECT_GT(st.bytes, 0u);
+  // The budget counts the head's cached keys/values (issue 12): 2 (K, V) x (routing + field layers)
+  // x W floats per state row, for both entries (s2 differs by one digit: as many tokens as s1).
+  const JointHeadConfig hc = open_release(*model_).head_config;
+  const auto kv_per_row = static_cast<std::size_t>(2 * (hc.routing_layers + hc.layers) * hc.width) * sizeof(float);
+  EXPECT_GE(st.bytes, 2 * kv_per_row * static_cast<std::size_t>(warm.reused_tokens));
   const StateCacheStats none = off.state_cache_stats();
   EXPECT_EQ(none.budget, 0u);
   EXPECT_EQ(none.misses, 0u);
