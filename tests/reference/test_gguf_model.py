@@ -319,31 +319,51 @@ def test_image_request_is_refused(tiny_dir, gguf_root, tmp_path):
     assert "images" in r.stderr.decode() and "not" in r.stderr.decode(), r.stderr.decode()
 
 
-def _int8_works(model, tmp: pathlib.Path) -> bool:
-    r = run("decide", "--model", model, "--precision", "int8", first_request(tmp))
-    return r.returncode == 0
+def test_q8_0_gguf_answers_exactly_as_the_folder_in_int8(folder, gguf_root, tmp_path):
+    """The oracle for the int8 mode's quantizer: a Q8_0 GGUF quantized by gguf-py (llama.cpp's own
+    quantizer, gguf.quants) gives byte-identical answers to the release folder quantized at load
+    (--precision int8), because Int8Weight::quantize reproduces gguf-py's Q8_0 bits. token_embd
+    stays the folder's own tensor here (the folder path keeps the embedding table and the head's
+    lm_head rows in their stored dtype); the next test covers a Q8_0 table."""
+    import make_gguf
+    from gguf import GGMLQuantizationType as Q
 
+    _, hf = make_gguf.read_folder(folder)
+    prefix = "model.language_model." if "model.language_model.embed_tokens.weight" in hf else "model."
+    emb = hf[prefix + "embed_tokens.weight"]
+    qt = Q.BF16 if emb.dtype == np.uint16 else Q.F32
 
-def _probs(answers: bytes):
-    out = []
-    for ln in answers.splitlines():
-        obj = json.loads(ln)
-        for a in obj.get("answers", {}).values():
-            for k in ("probabilities", "scores"):
-                if isinstance(a.get(k), dict):
-                    out.extend(float(v) for v in a[k].values() if isinstance(v, (int, float)))
-    return out
+    def keep_embedding(tensors, md):
+        assert tensors["token_embd.weight"][1] == Q.Q8_0
+        tensors["token_embd.weight"] = (emb, qt)
 
-
-def test_q8_0_within_int8_drift(folder, gguf_root, tmp_path):
-    g = cached_gguf(folder, "q8_0", gguf_root)
-    r = run("inspect", g)
-    assert r.returncode == 0, r.stderr.decode()  # binds (Q8_0 views) whatever the GEMM supports
+    g = gguf_beside(folder, tmp_path / "q8-emb", "q8_0", mutate=keep_embedding)
     r = run("decide", "--model", g, "--precision", "fp32", first_request(tmp_path))
     assert r.returncode != 0 and "--precision int8" in r.stderr.decode(), r.stderr.decode()
-    if not _int8_works(g, tmp_path):
-        pytest.skip("clef --precision int8 does not run yet (the int8 GEMM of issue 13 has not landed)")
-    want = _probs(decide_all(folder, tmp_path))
-    got = _probs(decide_all(g, tmp_path, "--precision", "int8"))
-    assert len(got) == len(want) and want
-    assert max(abs(a - b) for a, b in zip(got, want)) <= 0.02
+    want = decide_all(folder, tmp_path, "--precision", "int8")
+    got = decide_all(g, tmp_path, "--precision", "int8")
+    assert got == want
+    assert hidden(g, tmp_path / "g", "int8") == hidden(folder, tmp_path / "f", "int8")
+
+
+def test_q8_0_gguf_as_llama_cpp_writes_it(folder, gguf_root, tmp_path):
+    """Everything 2-D in Q8_0, token_embd included (the converter's --outtype q8_0): the embedding
+    rows and the head's lm_head rows are read as d · q exactly, so the answers equal those of the
+    same GGUF whose token_embd holds gguf-py's dequantized values in F32."""
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+
+    g = cached_gguf(folder, "q8_0", gguf_root)
+    r = run("inspect", g)
+    assert r.returncode == 0, r.stderr.decode()
+
+    def dequantized_embedding(tensors, md):
+        blocks, qt = tensors["token_embd.weight"]
+        assert qt == Q.Q8_0
+        tensors["token_embd.weight"] = (gguf.quants.dequantize(blocks, Q.Q8_0).astype(np.float32), Q.F32)
+
+    g32 = gguf_beside(folder, tmp_path / "emb-f32", "q8_0", mutate=dequantized_embedding)
+    got = decide_all(g, tmp_path, "--precision", "int8")
+    want = decide_all(g32, tmp_path, "--precision", "int8")
+    assert got == want
+    assert hidden(g, tmp_path / "g", "int8") == hidden(g32, tmp_path / "f", "int8")
