@@ -40,14 +40,15 @@ sys.path.insert(0, str(REPO / "bench"))
 from bench_backbone import find_bin, flops_per_token, load1  # noqa: E402
 
 LLAMA_DTYPES = ("f32", "bf16", "q8_0")
-SAME_DTYPE = {"fp32": "f32", "fp32-resident": "f32", "fp32-stream": "f32", "bf16": "bf16"}
+SAME_DTYPE = {"fp32": "f32", "fp32-resident": "f32", "fp32-stream": "f32", "bf16": "bf16", "int8": "q8_0"}
 # clef modes: a precision with the default --fp32-weights auto (fp32 copies of a bf16 checkpoint's
 # linear weights when they take at most 1/4 of the memory: the 0.8b preset on any machine with
 # 8 GB), or fp32 with the weights policy forced: fp32-resident (fp32 copies, the memory class of
 # llama.cpp's f32 GGUF) / fp32-stream (widened per call; memory = the bf16 file)
 CLEF_MODE_FLAGS = {"fp32": ["--precision", "fp32"], "bf16": ["--precision", "bf16"],
                    "fp32-resident": ["--precision", "fp32", "--fp32-weights", "resident"],
-                   "fp32-stream": ["--precision", "fp32", "--fp32-weights", "stream"]}
+                   "fp32-stream": ["--precision", "fp32", "--fp32-weights", "stream"],
+                   "int8": ["--precision", "int8"]}
 
 
 def env_for(level: str | None) -> dict:
@@ -165,7 +166,7 @@ def main() -> int:
     ap.add_argument("--T", default="512,1024")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--chunk", type=int, default=512, help="clef prefill chunk (llama-bench: -ub 512 by default)")
-    ap.add_argument("--modes", default="fp32,fp32-stream,bf16",
+    ap.add_argument("--modes", default="fp32,fp32-stream,bf16,int8",
                     help="clef modes: fp32 (default weights policy, auto), fp32-resident, fp32-stream "
                          "(--fp32-weights resident|stream), bf16")
     ap.add_argument("--llama-dtypes", default=",".join(LLAMA_DTYPES))
@@ -268,6 +269,8 @@ def main() -> int:
                 ratio = ""
                 if eng == "clef.cpp" and ("llama.cpp", SAME_DTYPE.get(mode, "")) in best:
                     ratio = f"{b / best[('llama.cpp', SAME_DTYPE[mode])]:.2f}x"
+                if eng == "clef.cpp" and mode == "int8" and ("clef.cpp", "fp32") in best:
+                    ratio += f" ({b / best[('clef.cpp', 'fp32')]:.2f}x clef fp32)"
                 name = eng if eng == "clef.cpp" else f"llama.cpp {ok[0].get('build_commit', '')}"
                 print(f"| {t} | {lv} | {name} | {mode} | {b:.1f} | {100 * spread:.0f}% | {gf:.0f} | {pct} | {ratio} | "
                       f"{max(loads):.1f} |", flush=True)

@@ -116,7 +116,8 @@ void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool 
 /// widened exactly, fp32 sums; docs/NUMERICS.md).
 bool bf16_gemm_emulated();
 
-/// Name and version of the GEMM library in use, e.g. "oneDNN 2.6.3 (OpenMP, avx512_core_bf16)".
+/// Name and version of the GEMM library in use and the int8 kernel, e.g. "oneDNN 2.6.3 (OpenMP,
+/// avx512_core_bf16, 2 threads); int8: clef avx512vnni kernel".
 std::string gemm_backend_name();
 
 namespace ref {

@@ -306,7 +306,8 @@ std::string gemm_backend_name() {
   }
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
          std::to_string(v->patch) + " (OpenMP, " + isa + ", " + std::to_string(omp_get_max_threads()) +
-         " threads" + (bf16_gemm_emulated() ? "; bf16 via fp32 matmul on bf16 values" : "") + ")";
+         " threads" + (bf16_gemm_emulated() ? "; bf16 via fp32 matmul on bf16 values" : "") + "); int8: clef " +
+         int8_kernel_name(active_int8_kernel()) + " kernel";
 }
 
 }  // namespace clef::ops
