@@ -345,6 +345,34 @@ void tile_scalar(const Job& j, std::int64_t r0, int mr, std::int64_t p0) {
 
 #ifdef CLEF_INT8_X86
 
+/// 256-bit kernels: folds one block's int32 sums (MR rows × 16 columns, two vectors per row) into
+/// the fp32 accumulators: acc = fma(float(isum), dw · da, acc). `da_b` is row 0's scale of the
+/// block, rows `nb` apart.
+template <int MR>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void fold_block_256(
+    const std::uint16_t* dw, const float* da_b, std::int64_t nb, const __m256i (&is)[MR][2], __m256 (&acc)[MR][2]) {
+  const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw)));
+  const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + 8)));
+  for (int r = 0; r < MR; ++r) {
+    const __m256 s = _mm256_set1_ps(da_b[r * nb]);
+    acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][0]), _mm256_mul_ps(d0, s), acc[r][0]);
+    acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][1]), _mm256_mul_ps(d1, s), acc[r][1]);
+  }
+}
+
+/// 256-bit kernels: writes the MR × 16 fp32 tile to y.
+template <int MR>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void store_tile_256(const Job& j, std::int64_t r0,
+                                                                                    std::int64_t p0,
+                                                                                    const __m256 (&acc)[MR][2]) {
+  float out[MR * kInt8PanelCols];
+  for (int r = 0; r < MR; ++r) {
+    _mm256_storeu_ps(out + r * kInt8PanelCols, acc[r][0]);
+    _mm256_storeu_ps(out + r * kInt8PanelCols + 8, acc[r][1]);
+  }
+  store_tile(j, r0, MR, p0, 1, out, kInt8PanelCols);
+}
+
 /// AVX2: MR rows × one panel (2 ymm of 8 columns), sign trick.
 template <int MR>
 __attribute__((target("avx2,fma,f16c"))) void tile_avx2(const Job& j, std::int64_t r0, std::int64_t p0) {
@@ -379,21 +407,9 @@ __attribute__((target("avx2,fma,f16c"))) void tile_avx2(const Job& j, std::int64
         is[r][1] = _mm256_add_epi32(is[r][1], _mm256_madd_epi16(p1v, ones));
       }
     }
-    const std::uint16_t* dw = j.w->d_block(p0, b);
-    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw)));
-    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + 8)));
-    for (int r = 0; r < MR; ++r) {
-      const __m256 s = _mm256_set1_ps(da[r * nb + b]);
-      acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][0]), _mm256_mul_ps(d0, s), acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][1]), _mm256_mul_ps(d1, s), acc[r][1]);
-    }
+    fold_block_256<MR>(j.w->d_block(p0, b), da + b, nb, is, acc);
   }
-  float out[MR * kInt8PanelCols];
-  for (int r = 0; r < MR; ++r) {
-    _mm256_storeu_ps(out + r * kInt8PanelCols, acc[r][0]);
-    _mm256_storeu_ps(out + r * kInt8PanelCols + 8, acc[r][1]);
-  }
-  store_tile(j, r0, MR, p0, 1, out, kInt8PanelCols);
+  store_tile_256<MR>(j, r0, p0, acc);
 }
 
 /// AVX-VNNI: MR rows × one panel, vpdpbusd on (qw + 128) and qa, minus 128 · Σ qa per block.
@@ -422,21 +438,9 @@ __attribute__((target("avx2,fma,f16c,avxvnni"))) void tile_avxvnni(const Job& j,
         is[r][1] = _mm256_dpbusd_avx_epi32(is[r][1], w1, a);
       }
     }
-    const std::uint16_t* dw = j.w->d_block(p0, b);
-    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw)));
-    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + 8)));
-    for (int r = 0; r < MR; ++r) {
-      const __m256 s = _mm256_set1_ps(da[r * nb + b]);
-      acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][0]), _mm256_mul_ps(d0, s), acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][1]), _mm256_mul_ps(d1, s), acc[r][1]);
-    }
+    fold_block_256<MR>(j.w->d_block(p0, b), da + b, nb, is, acc);
   }
-  float out[MR * kInt8PanelCols];
-  for (int r = 0; r < MR; ++r) {
-    _mm256_storeu_ps(out + r * kInt8PanelCols, acc[r][0]);
-    _mm256_storeu_ps(out + r * kInt8PanelCols + 8, acc[r][1]);
-  }
-  store_tile(j, r0, MR, p0, 1, out, kInt8PanelCols);
+  store_tile_256<MR>(j, r0, p0, acc);
 }
 
 /// AVX512-VNNI: MR rows × NP panels (one zmm of 16 columns each).
