@@ -21,6 +21,7 @@
 #include <string>
 
 #if defined(__x86_64__) && !defined(CLEF_INT8_SCALAR_ONLY)
+#include <cpuid.h>
 #include <immintrin.h>
 #define CLEF_INT8_X86 1
 #endif
@@ -136,18 +137,27 @@ const char* int8_kernel_name(Int8Kernel k) noexcept {
 
 namespace {
 
+#ifdef CLEF_INT8_X86
+/// CPUID bit `bit` of register `reg` (0 eax, 1 ebx, 2 ecx, 3 edx) of leaf/subleaf. For features whose
+/// names not every compiler's __builtin_cpu_supports knows (f16c, avxvnni, avx512vnni); their
+/// register state is the AVX/AVX-512 state already checked through avx2/avx512f.
+bool cpuid_bit(unsigned leaf, unsigned subleaf, int reg, int bit) {
+  unsigned r[4] = {0, 0, 0, 0};
+  if (__get_cpuid_count(leaf, subleaf, &r[0], &r[1], &r[2], &r[3]) == 0) return false;
+  return ((r[reg] >> bit) & 1u) != 0;
+}
+#endif
+
 bool cpu_has(Int8Kernel k) {
 #ifdef CLEF_INT8_X86
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_bit(1, 0, 2, 29);
   switch (k) {
     case Int8Kernel::kScalar: return true;
-    case Int8Kernel::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                                   __builtin_cpu_supports("f16c");
-    case Int8Kernel::kAvxVnni:
-      return cpu_has(Int8Kernel::kAvx2) && __builtin_cpu_supports("avxvnni");
+    case Int8Kernel::kAvx2: return avx2;
+    case Int8Kernel::kAvxVnni: return avx2 && cpuid_bit(7, 1, 0, 4);
     case Int8Kernel::kAvx512Vnni:
-      return cpu_has(Int8Kernel::kAvx2) && __builtin_cpu_supports("avx512f") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("avx512vnni");
+      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && cpuid_bit(7, 0, 2, 11);
   }
   return false;
 #else
