@@ -26,14 +26,15 @@ llama.h; ~80 lines, kept out of the repository):
     "result_norm" so the [T, 248320] logits are never computed (same embeddings bit for bit; the
     LM head would otherwise be ~40% of the work).
 
-Steps, for every request of the corpus (short ones first):
+Steps, request by request (short ones first):
   1. ``encode_record`` (the Python reference's tokenizer) -> input_ids and the head's spans.
   2. llama.cpp hidden states for exactly those ids from the f32 GGUF and from the Q8_0 GGUF (both
      made by llama.cpp's own ``convert_hf_to_gguf.py --no-mtp --outtype f32|q8_0`` from the same
      release folder).
   3. our joint head in fp32 (clef_ref.head, the folder's fp32 lexical table) on each -> per-question
      softmax (clef_ref.response.question_probabilities), raw float32.
-  4. unless --no-reference: the Python reference's own fp32 hidden states
+  4. unless --no-reference (or the request is over --reference-max-tokens and not cached): the
+     Python reference's own fp32 hidden states
      (ClefReference(folder, "f32").hidden_states) through the same head: the sanity check that
      llama.cpp's f32 is near our reference.
 Options compared are test_08b.py's: noul -> p(true), choice -> criteria, score -> levels. Per pair
@@ -208,6 +209,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kv-type", choices=["f32", "f16"], default="f32", help="llama.cpp K/V cache type (its default is f16)")
     ap.add_argument("--requests", default=None, help="comma-separated request indices (default: all)")
     ap.add_argument("--no-reference", action="store_true", help="skip the Python reference fp32 hidden states")
+    ap.add_argument("--reference-max-tokens", type=int, default=None,
+                    help="run the reference only on requests of at most this many tokens (it is the slow part)")
     ap.add_argument("--clef", default=None, help="clef binary: also clef decide --precision int8 vs fp32")
     ap.add_argument("--cache", default="/tmp/llama-q8-drift-cache", help="hidden-state cache folder")
     a = ap.parse_args(argv)
@@ -331,26 +334,37 @@ def main(argv=None) -> int:
         tmp.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         tmp.replace(out_path)
 
-    seconds: Dict[str, Dict[int, float]] = {"f32": {}, "q8_0": {}, "ref": {}}
-    for tag in ("f32", "q8_0"):
-        drv = None
-        for i in order:
-            ids_path = cache / f"ids-{i}.bin"
-            np.asarray(records[i].input_ids, dtype="<i4").tofile(ids_path)
+    # Request by request (short ones first): llama f32, llama q8_0, then the reference, so complete rows come
+    # early. Both drivers stay up while requests are short; before a long one (> LONG tokens) every other
+    # driver is closed, so at most one large compute buffer (or the reference's activations) is resident.
+    LONG = 2048
+    drivers: Dict[str, Driver] = {}
+    ref_tag = (sha_lines.get("model.safetensors") or "nosha")[:12]
+
+    def close(keep: Optional[str] = None):
+        for t in [t for t in drivers if t != keep]:
+            drivers.pop(t).close()
+
+    for i in order:
+        ids_path = cache / f"ids-{i}.bin"
+        np.asarray(records[i].input_ids, dtype="<i4").tofile(ids_path)
+        for tag in ("f32", "q8_0"):
             hpath = cache / f"{key}-{tag}-{i}.f32"
             meta = cache / f"{key}-{tag}-{i}.json"
             if meta.exists() and hpath.exists():
                 h = np.fromfile(hpath, dtype=np.float32).reshape(tokens[i], H)
                 s = json.loads(meta.read_text())["seconds"]
             else:
-                if drv is None:
-                    drv = Driver(a.driver, str(gguf[tag]), a.threads, n_ctx, a.kv_type, cache / f"{key}-{tag}.log")
-                h, s = drv.hidden(ids_path, hpath, tokens[i], H)
+                if tokens[i] > LONG:
+                    close(keep=tag)
+                if tag not in drivers:
+                    drivers[tag] = Driver(a.driver, str(gguf[tag]), a.threads, n_ctx, a.kv_type,
+                                          cache / f"{key}-{tag}.log")
+                h, s = drivers[tag].hidden(ids_path, hpath, tokens[i], H)
                 meta.write_text(json.dumps({"seconds": s}))
             probs[tag][i] = head_probs(i, h)
             if tag == "f32":
                 hid["f32"][i] = h
-            seconds[tag][i] = s
             update(i)
             rows[i][f"seconds_llama_{tag}"] = round(s, 1)
             c = rows[i].get("q8_0_vs_llama_f32")
@@ -358,28 +372,29 @@ def main(argv=None) -> int:
                   (f"  q8_0 vs f32 max|dp| {c['max_abs_dp']:.5f} at {c['at']}, flips {c['argmax_flips']}" if c else ""),
                   file=sys.stderr, flush=True)
             write()
-        if drv is not None:
-            drv.close()
-
-    if not a.no_reference:
-        for i in order:
-            hpath = cache / f"ref-{i}.npy"
-            if hpath.exists():
-                h = np.load(hpath)
-                s = float("nan")
-            else:
-                t0 = time.perf_counter()
-                h = ref.hidden_states(torch.tensor(records[i].input_ids, dtype=torch.long)).numpy()
-                s = time.perf_counter() - t0
-                np.save(hpath, h)
-            hid["ref"][i] = h
-            probs["ref"][i] = head_probs(i, h)
-            update(i)
-            rows[i]["seconds_reference_fp32"] = None if s != s else round(s, 1)
-            c = rows[i]["llama_f32_vs_reference"]
-            print(f"reference request {i:2d} T={tokens[i]:5d}: llama f32 vs reference max|dp| {c['max_abs_dp']:.5f}, "
-                  f"min cos {rows[i]['hidden_min_cosine_llama_f32_vs_reference']:.6f}", file=sys.stderr, flush=True)
-            write()
+        hpath = cache / f"ref-{ref_tag}-{i}.npy"
+        if a.no_reference or (a.reference_max_tokens is not None and tokens[i] > a.reference_max_tokens
+                              and not hpath.exists()):
+            continue
+        if hpath.exists():
+            h = np.load(hpath)
+            s = None
+        else:
+            if tokens[i] > LONG:
+                close()
+            t0 = time.perf_counter()
+            h = ref.hidden_states(torch.tensor(records[i].input_ids, dtype=torch.long)).numpy()
+            s = round(time.perf_counter() - t0, 1)
+            np.save(hpath, h)
+        hid["ref"][i] = h
+        probs["ref"][i] = head_probs(i, h)
+        update(i)
+        rows[i]["seconds_reference_fp32"] = s
+        c = rows[i]["llama_f32_vs_reference"]
+        print(f"reference request {i:2d} T={tokens[i]:5d}: llama f32 vs reference max|dp| {c['max_abs_dp']:.2e}, "
+              f"min cos {rows[i]['hidden_min_cosine_llama_f32_vs_reference']:.7f}", file=sys.stderr, flush=True)
+        write()
+    close()
 
     if a.clef:
         inp = cache / "clef-in.jsonl"
