@@ -122,7 +122,17 @@ TEST(Int8, BF16AndF16SourcesQuantizeTheirValues) {
     for (std::int64_t kk = 0; kk < k; ++kk) ASSERT_EQ(a.q_at(j, kk), b.q_at(j, kk));
 }
 
-class Int8Kernels : public ::testing::TestWithParam<Int8Kernel> {};
+/// Skips kernels above the level CLEF_ISA configured (CLEF_ISA=avx2 never runs AVX-512 code).
+class Int8Kernels : public ::testing::TestWithParam<Int8Kernel> {
+ protected:
+  void SetUp() override {
+    const Int8Kernel k = GetParam();
+    const IsaLevel need = k == Int8Kernel::kScalar       ? IsaLevel::kBaseline
+                          : k == Int8Kernel::kAvx512Vnni ? IsaLevel::kAvx512
+                                                         : IsaLevel::kAvx2;
+    if (need > configured_isa()) GTEST_SKIP() << "above CLEF_ISA=" << isa_name(configured_isa());
+  }
+};
 
 TEST_P(Int8Kernels, BitIdenticalToScalarOracleOnOddShapes) {
   const Int8Kernel kernel = GetParam();
