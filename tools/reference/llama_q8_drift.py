@@ -77,21 +77,7 @@ DEFAULT_FOLDER = pathlib.Path("/tmp/clef-0.8b-seed2")
 TIE = 2e-4  # the same tie rule as test_08b.py's int8 test
 
 
-def option_probabilities(record, per_q) -> Dict[str, Dict[str, float]]:
-    """question id -> {option -> raw float probability}, the options of test_08b's ``_probabilities``."""
-    out: Dict[str, Dict[str, float]] = {}
-    for q, p_t in zip(record.questions, per_q):
-        p = {oid: float(v) for oid, v in zip(q.option_ids, p_t.tolist())}
-        out[q.question_id] = {"true": p["true"]} if q.type == "noul" else p
-    return out
-
-
-def response_probabilities(response: Dict[str, Any]) -> Dict[str, Dict[str, float]]:
-    out = {}
-    for qid, a in response["answers"].items():
-        out[qid] = ({"true": float(a["noul"])} if a["type"] == "noul"
-                    else {k: float(v) for k, v in a["probabilities"].items()})
-    return out
+from bf16_drift import option_probabilities, response_probabilities  # noqa: E402  (the same option sets)
 
 
 def _argmax_flip(pa: Dict[str, float], pb: Dict[str, float]):
