@@ -7,7 +7,11 @@ Not a test. Runs tests/tools/cache_driver.cc (one Engine, many requests) on a re
   1. a cold request: prefix + state of ~16,384 tokens (``--state-tokens``) and 1 question (the
      record budget is raised above the state so that 10 questions fit too);
   2. ``--rounds`` warm requests of 1 new question each on the same state;
-  3. ``--rounds`` warm requests of 10 new questions each;
+  3. ``--rounds`` warm requests of 10 new questions each: first the synthetic question() (about 110
+     tokens each), then 10 consecutive questions of the corpus (``--corpus``; the realistic mix,
+     median 104 bytes of JSON each) under new ids. The backbone must run every new token, so a warm
+     request's floor is the prefill of its new tokens: the 10-question speed-up is bounded by about
+     (cached tokens / new tokens), and the table prints the new-token count beside each ratio;
   4. the cold request again (warm): its logits and body must be bit-identical to the cold ones;
   5. with --verify-off, the first warm request again on an engine without cache (bit-identical).
 
@@ -62,9 +66,27 @@ def question(k: int) -> dict:
                          "unclear": f"some hints, needs review #{k}"}}
 
 
-def request(state: str, first_q: int, n_q: int) -> dict:
-    return {"model": "clef", "state": state,
-            "questions": {f"q{first_q + i}": question(first_q + i) for i in range(n_q)}}
+CORPUS = REPO.parent / "shared" / "requests" / "corpus.jsonl"
+
+
+def corpus_questions(path: pathlib.Path) -> list[dict]:
+    """Every question object of the corpus, in file order (the realistic question mix: median 104
+    bytes of JSON per question, against 233 for question())."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                out.extend(json.loads(line)["request"]["questions"].values())
+    return out
+
+
+def request(state: str, first_q: int, n_q: int, pool: list[dict] | None = None) -> dict:
+    """A request on `state` with questions q{first_q} .. q{first_q + n_q - 1}: the synthetic
+    question() when `pool` is None, else pool[(k - 1) % len(pool)] for question k (new ids, so every
+    warm request asks questions the cache has not seen)."""
+    def q(k: int) -> dict:
+        return question(k) if pool is None else pool[(k - 1) % len(pool)]
+    return {"model": "clef", "state": state, "questions": {f"q{first_q + i}": q(first_q + i) for i in range(n_q)}}
 
 
 def fit_state(model_dir: pathlib.Path, target_tokens: int) -> str:
@@ -106,7 +128,7 @@ def head_bytes_per_token(model: pathlib.Path) -> int:
 def run_driver(a, model: pathlib.Path, precision: str, reqs, cache_mb: int, label: str):
     """One engine (one driver process) answering `reqs` in order; returns its output lines."""
     cmd = [a.driver, str(model), "--threads", str(a.threads), "--precision", precision, "--chunk", str(a.chunk),
-           "--max-tokens", str(a.state_tokens + 4096), "--state-cache-mb", str(cache_mb)]
+           "--max-tokens", str(a.state_tokens + 16384), "--state-cache-mb", str(cache_mb)]
     print("$ " + " ".join(cmd), flush=True)
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     out = []
@@ -126,17 +148,24 @@ def run_driver(a, model: pathlib.Path, precision: str, reqs, cache_mb: int, labe
     return out
 
 
-def run_precision(a, model: pathlib.Path, precision: str, reqs):
-    """Cold, warm 1-question, warm 10-question and re-asked requests on one engine; optionally the
-    first warm request again on an engine without cache (--verify-off). Returns the summary."""
-    rounds = a.rounds
-    label = lambda i: ("cold" if i == 0 else "warm 1q" if i <= rounds else  # noqa: E731
-                       "warm 10q" if i <= 2 * rounds else "re-ask")
+def run_precision(a, model: pathlib.Path, precision: str, reqs, labels):
+    """Cold, warm 1-question, warm 10-question (synthetic and corpus questions) and re-asked requests
+    on one engine (`labels[i]` names request i); optionally the first warm request again on an engine
+    without cache (--verify-off). Returns the summary."""
     t0 = time.time()
-    out = run_driver(a, model, precision, reqs, a.state_cache_mb, label)
+    out = run_driver(a, model, precision, reqs, a.state_cache_mb, lambda i: labels[i])
+
+    def group(name):
+        return [o for o, l in zip(out, labels) if l == name]
+
+    def med(name, key):
+        return statistics.median(o["timings"][key] for o in group(name))
+
+    def new_tokens(name):
+        return statistics.median(o["input_tokens"] - o["reused_tokens"] for o in group(name))
+
     cold = out[0]["timings"]["total"]
-    w1 = statistics.median(o["timings"]["total"] for o in out[1:1 + rounds])
-    w10 = statistics.median(o["timings"]["total"] for o in out[1 + rounds:1 + 2 * rounds])
+    w1, w10, w10c = med("warm 1q", "total"), med("warm 10q", "total"), med("corpus 10q", "total")
     same_bits = out[-1]["logits"] == out[0]["logits"] and out[-1]["body"] == out[0]["body"]
     off_same = None
     if a.verify_off:
@@ -147,14 +176,15 @@ def run_precision(a, model: pathlib.Path, precision: str, reqs):
     return {
         "precision": precision, "threads": a.threads, "chunk": a.chunk,
         "state_tokens_reused": reused, "cold_s": cold, "warm_1q_median_s": w1,
-        "warm_1q_best_s": min(o["timings"]["total"] for o in out[1:1 + rounds]),
+        "warm_1q_best_s": min(o["timings"]["total"] for o in group("warm 1q")),
         "warm_10q_median_s": w10, "speedup_1q": cold / w1, "speedup_10q": cold / w10,
-        "warm_1q_new_tokens": statistics.median(o["input_tokens"] - o["reused_tokens"] for o in out[1:1 + rounds]),
-        "warm_10q_new_tokens": statistics.median(o["input_tokens"] - o["reused_tokens"]
-                                                 for o in out[1 + rounds:1 + 2 * rounds]),
-        "warm_1q_head_s": statistics.median(o["timings"]["head"] for o in out[1:1 + rounds]),
-        "warm_1q_prefill_s": statistics.median(o["timings"]["prefill"] for o in out[1:1 + rounds]),
-        "warm_1q_restore_s": statistics.median(o["timings"]["state_restore"] for o in out[1:1 + rounds]),
+        "warm_10q_corpus_median_s": w10c, "speedup_10q_corpus": cold / w10c,
+        "warm_1q_new_tokens": new_tokens("warm 1q"), "warm_10q_new_tokens": new_tokens("warm 10q"),
+        "warm_10q_corpus_new_tokens": new_tokens("corpus 10q"),
+        "warm_10q_prefill_share": med("warm 10q", "prefill") / w10,
+        "warm_10q_corpus_prefill_share": med("corpus 10q", "prefill") / w10c,
+        "warm_1q_head_s": med("warm 1q", "head"), "warm_1q_prefill_s": med("warm 1q", "prefill"),
+        "warm_1q_restore_s": med("warm 1q", "state_restore"),
         "reask_bit_identical": same_bits, "cache_off_bit_identical": off_same,
         "cache_bytes": st["bytes"], "cache_entries": st["entries"], "hits": st["hits"], "misses": st["misses"],
         "bytes_per_token": st["bytes"] / max(1, reused), "head_bytes_per_token": head_bytes_per_token(model),
@@ -177,6 +207,7 @@ def main() -> int:
                     help="also answer the first warm request on an engine with the cache off (one more cold "
                          "run per precision) and check its logits and body are the same bits")
     ap.add_argument("--json", help="write the raw driver lines and the summaries here")
+    ap.add_argument("--corpus", default=str(CORPUS), help="corpus.jsonl whose questions the 'corpus 10q' rounds ask")
     a = ap.parse_args()
     precisions = [p.strip() for p in a.precision.split(",") if p.strip()]
     if not precisions or any(p not in ("f32", "bf16") for p in precisions):
@@ -188,35 +219,47 @@ def main() -> int:
         subprocess.run([sys.executable, str(REPO / "tools" / "reference" / "make_model.py"), "--preset", "0.8b",
                         "--out", str(model), "--seed", "2"], check=True)
     state = fit_state(model, a.state_tokens - 36)  # the prefix is 36 tokens
-    reqs = [request(state, 0, 1)]
+    pool = corpus_questions(pathlib.Path(a.corpus))
+    reqs, labels = [request(state, 0, 1)], ["cold"]
     k = 1
     for _ in range(a.rounds):
         reqs.append(request(state, k, 1))
+        labels.append("warm 1q")
         k += 1
     for _ in range(a.rounds):
         reqs.append(request(state, k, 10))
+        labels.append("warm 10q")
+        k += 10
+    for j in range(a.rounds):  # 10 consecutive corpus questions per round, under new ids
+        reqs.append({"model": "clef", "state": state,
+                     "questions": {f"q{k + i}": pool[(10 * j + i) % len(pool)] for i in range(10)}})
+        labels.append("corpus 10q")
         k += 10
     reqs.append(request(state, 0, 1))  # the cold request again, warm: its logits must be the same bits
+    labels.append("re-ask")
     cpu = cpu_model()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    summaries = [run_precision(a, model, p, reqs) for p in precisions]
+    summaries = [run_precision(a, model, p, reqs, labels) for p in precisions]
 
     print(f"\nCPU: {cpu}; {a.threads} threads, chunk {a.chunk}; started {started}, load1 at the end "
           f"{os.getloadavg()[0]:.1f}; model {model}")
     print("\n| precision | prefix+state tokens | cold, 1 question | warm, 1 new question (median) | speed-up "
-          "| warm, 10 new questions (median) | speed-up | warm == cold bits | cache off == on bits "
-          "| cache bytes per token (head part) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| warm, 10 new questions (median) | speed-up | warm, 10 new corpus questions (median) | speed-up "
+          "| warm == cold bits | cache off == on bits | cache bytes per token (head part) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in summaries:
         off = {None: "not run", True: "yes", False: "**NO**"}[s["cache_off_bit_identical"]]
         print(f"| {s['precision']} | {s['state_tokens_reused']:,} | {s['cold_s']:.1f} s "
               f"| {s['warm_1q_median_s']:.3f} s ({s['warm_1q_new_tokens']:.0f} new tokens) | **{s['speedup_1q']:.1f}x** "
               f"| {s['warm_10q_median_s']:.3f} s ({s['warm_10q_new_tokens']:.0f} new tokens) | **{s['speedup_10q']:.1f}x** "
+              f"| {s['warm_10q_corpus_median_s']:.3f} s ({s['warm_10q_corpus_new_tokens']:.0f} new tokens) "
+              f"| **{s['speedup_10q_corpus']:.1f}x** "
               f"| {'yes' if s['reask_bit_identical'] else '**NO**'} | {off} "
               f"| {s['bytes_per_token']:,.0f} ({s['head_bytes_per_token']:,}) |")
     for s in summaries:
         print(f"{s['precision']}: warm 1q median prefill {s['warm_1q_prefill_s']:.3f} s, head {s['warm_1q_head_s']:.3f} s, "
-              f"state restore {s['warm_1q_restore_s']:.3f} s; best warm 1q {s['warm_1q_best_s']:.3f} s; "
+              f"state restore {s['warm_1q_restore_s']:.3f} s; prefill share of warm 10q {s['warm_10q_prefill_share']:.0%} "
+              f"(corpus {s['warm_10q_corpus_prefill_share']:.0%}); best warm 1q {s['warm_1q_best_s']:.3f} s; "
               f"cache {s['cache_bytes'] / 2**20:.1f} MiB in {s['cache_entries']} entries; load1 {s['load1']:.1f}; "
               f"wall {s['wall_s']:.0f} s")
     if a.json:
