@@ -424,7 +424,8 @@ void Session::on_header(beast::error_code ec) {
     // An all-digit length too large for any body is an over-limit length (413); anything else
     // (a sign, a list, two fields) is malformed framing (400).
     const std::string_view raw(static_cast<const char*>(buffer_.data().data()), buffer_.size());
-    std::string lower(raw.substr(0, std::min<std::size_t>(raw.size(), kHeaderLimit)));
+    // The parser has consumed the fields before the failing one: it may start the buffer.
+    std::string lower = "\n" + std::string(raw.substr(0, std::min<std::size_t>(raw.size(), kHeaderLimit)));
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     std::size_t fields = 0;
     bool overflow = false;
@@ -910,6 +911,13 @@ void Session::on_job_done() {
 
 void Session::fail(int status, const char* type, int cf_code, const std::string& message, bool close_after,
                    Dialect dialect) {
+  // A refused body is released before the answer goes out (a 413 may have buffered up to --max-body).
+  const std::size_t held = body_.capacity();
+  std::string().swap(body_);
+  decoder_.reset();
+  chunk_.reset();
+  HttpServer::trim_heap(held);
+  if (held >= body_size_) body_size_ = 0;
   Reply r;
   r.status = status;
   r.body = error_body(dialect, status, type, cf_code, message);

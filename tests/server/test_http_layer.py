@@ -340,7 +340,9 @@ def test_bad_bodies_are_refused_without_taking_a_queue_slot(make_server, tiny_mo
     from test_routes import decide_errors
     s = make_server("-q", "--queue", "1")
     heavy = json.dumps(dict(corpus())["sixty-four-questions"]).encode()
-    cases = [b for _, b in bad_cases()][:12]
+    # Bodies refused while parsing (the engine refuses image and length problems only later).
+    cases = [b for n, b in bad_cases() if "image" not in n and "video" not in n][:12]
+    assert len(cases) >= 8
     expected = decide_errors(tiny_model, cases, tmp_path)
     # Reference bytes: each bad body alone on an idle server.
     alone = [s.request("POST", "/v1/systemone", b.encode(), {"Content-Type": "application/json"}) for b in cases]
@@ -463,6 +465,8 @@ def raise_nofile(n: int):
 def test_slowloris_does_not_starve_real_clients(make_server, decide_outputs):
     raise_nofile(2400)
     s = make_server("-q", "--header-timeout", "60")
+    for name, req in SMALL:  # warm-up: the engine's buffers are not the HTTP layer's
+        assert s.post_json("/v1/systemone", req)[0] == 200
     before = proc_status(s.pid)
     stalled = []
     for i in range(1000):
@@ -510,7 +514,7 @@ def test_slowloris_does_not_starve_real_clients(make_server, decide_outputs):
     # Event-driven: no thread per connection, and ~KiB per stalled connection.
     assert int(during["Threads"]) <= int(before["Threads"]) + 2, (before["Threads"], during["Threads"])
     rss_growth = int(during["VmRSS"].split()[0]) - int(before["VmRSS"].split()[0])
-    assert rss_growth < 48 * 1024, f"RSS grew {rss_growth} KiB for 1000 stalled connections"
+    assert rss_growth < 32 * 1024, f"RSS grew {rss_growth} KiB for 1000 stalled connections"
 
 
 def flood_requests(n: int, seed: int):

@@ -66,8 +66,8 @@ def test_100_mb_body_is_413_and_the_server_stays_small(server):
     assert status_of(resp) == 413, resp[:300]
     assert body_of(resp)["detail"]["error_type"] == "request_too_large"
     # Chunked transfer encoding has no length up front: the server counts as it reads.
-    head = b"POST /api/alpha/decisions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n"
+    head = (b"POST /api/alpha/decisions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
     one = b"%x\r\n" % len(chunk) + chunk + b"\r\n"
     t0 = time.monotonic()
     resp = raw_exchange(server.port, head, (one for _ in range(100)), timeout=30)
@@ -83,8 +83,8 @@ def test_100_mb_body_is_413_and_the_server_stays_small(server):
 
 def test_unreadable_body_is_400_json_and_the_connection_ends(server):
     # A malformed chunk size: the rest of the stream cannot be trusted, so nothing after it is served.
-    head = b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n"
+    head = (b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
     s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
     s.sendall(head + b"zz\r\nGET /health HTTP/1.1\r\n\r\n")
     resp = b""
