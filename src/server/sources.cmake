@@ -3,7 +3,7 @@
 # header-only (Debian libboost1.74-dev); request bodies are decoded with zlib and libbrotli.
 find_package(PkgConfig REQUIRED)
 find_package(Boost 1.74 REQUIRED)
-pkg_check_modules(CLEF_ZLIB REQUIRED IMPORTED_TARGET zlib)
+pkg_check_modules(CLEF_ZLIB REQUIRED IMPORTED_TARGET GLOBAL zlib)
 pkg_check_modules(CLEF_BROTLIDEC REQUIRED IMPORTED_TARGET libbrotlidec)
 add_library(clef_server
   ${CMAKE_CURRENT_LIST_DIR}/routes.cc
