@@ -567,23 +567,30 @@ def test_flood_of_malformed_requests_then_the_corpus(make_server, decide_outputs
     raise_nofile(4096)
     deadline = 1.0
     s = make_server("-q", "--max-body", "1000000", "--header-timeout", str(deadline), "--body-timeout", str(deadline))
-    # warm-up: one good request, so the baseline includes the engine's own buffers
-    assert s.post_json("/v1/systemone", SMALL[0][1])[0] == 200
+    # warm-up: the corpus once, so the baseline includes the engine's own buffers
+    for name, req in corpus():
+        status, _, body = s.post_json("/v1/systemone", req)
+        assert status == 200 and body == decide_outputs[name], name
     rss0 = s.rss_kib()
-    reqs = list(flood_requests(10000, seed=15))
+    # Every 250th request stalls (no half-close): it must be cut off at its deadline (408).
+    stalls = [b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le",  # inside the headers
+              (post_head() + "Content-Length: 100\r\n\r\n").encode() + b'{"state":']  # inside the body
+    reqs = [(raw, True) if i % 250 else (stalls[(i // 250) % 2], False)
+            for i, raw in enumerate(flood_requests(10000, seed=15))]
     statuses = {}
     worst = [0.0]
     lock = threading.Lock()
     failures = []
 
     def worker(part):
-        for raw in part:
+        for raw, half_close in part:
             c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
             t0 = time.monotonic()
             try:
                 try:
                     c.sendall(raw)
-                    c.shutdown(socket.SHUT_WR)
+                    if half_close:
+                        c.shutdown(socket.SHUT_WR)
                 except OSError:
                     pass
                 data = b""
@@ -621,10 +628,14 @@ def test_flood_of_malformed_requests_then_the_corpus(make_server, decide_outputs
     assert worst[0] < deadline + 1.5, f"a request waited {worst[0]:.2f} s (deadline {deadline} s)"
     assert statuses.get(200, 0) + statuses.get(422, 0) + statuses.get(400, 0) > 1000, statuses
     assert statuses.get(413, 0) >= 1000 and statuses.get(431, 0) >= 500, statuses
+    assert statuses.get(408, 0) == 40, statuses  # the stalled ones were cut off, with an answer
     assert s.proc.poll() is None
+    rss1 = s.rss_kib()
     for name, req in corpus():
         status, _, body = s.post_json("/v1/systemone", req)
         assert status == 200 and body == decide_outputs[name], name
-    rss1 = s.rss_kib()
-    print(f"flood: statuses {sorted(statuses.items())}, worst wait {worst[0]:.2f} s, RSS {rss0} -> {rss1} KiB")
+    rss2 = s.rss_kib()
+    print(f"flood: statuses {sorted(statuses.items())}, worst wait {worst[0]:.2f} s, "
+          f"RSS {rss0} -> {rss1} (after the flood) -> {rss2} KiB (after the corpus)")
     assert rss1 - rss0 < 64 * 1024, f"RSS {rss0} KiB -> {rss1} KiB after the flood"
+    assert rss2 - rss0 < 64 * 1024, f"RSS {rss0} KiB -> {rss2} KiB after the flood and the corpus"
