@@ -250,6 +250,7 @@ class HttpServer {
   HostPolicy hosts_;
   asio::io_context ioc_;
   tcp::acceptor acceptor_;
+  asio::steady_timer accept_retry_;  ///< on the acceptor's strand
   asio::thread_pool validators_{1};  ///< parses + validates decision bodies off the I/O threads
   std::atomic<bool> stopping_{false};
   std::atomic<std::size_t> open_{0};
@@ -962,7 +963,9 @@ void Session::on_write(beast::error_code ec) {
 // HttpServer
 
 HttpServer::HttpServer(Engine& engine, const ServeOptions& options)
-    : engine_(engine), options_(options), scheduler_(engine, options.queue), acceptor_(asio::make_strand(ioc_)) {
+    : engine_(engine), options_(options), scheduler_(engine, options.queue),
+      acceptor_(asio::make_strand(ioc_)),
+      accept_retry_(acceptor_.get_executor()) {
   hosts_.names.push_back(options.host);
   for (const std::string& h : options.allow_hosts) {
     if (h == "*") {
@@ -1038,8 +1041,13 @@ void HttpServer::accept() {
         std::make_shared<Session>(*this, std::move(socket))->launch();
       }
     } else if (ec == asio::error::no_descriptors) {
-      // Out of file descriptors: wait a little instead of spinning on accept.
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      // Out of file descriptors: try again a little later instead of spinning on accept (the
+      // I/O threads keep serving meanwhile).
+      accept_retry_.expires_after(std::chrono::milliseconds(10));
+      accept_retry_.async_wait([this](beast::error_code e) {
+        if (!e && acceptor_.is_open()) accept();
+      });
+      return;
     }
     accept();
   });
@@ -1056,6 +1064,7 @@ void HttpServer::begin_shutdown() {
   scheduler_.close();
   beast::error_code ec;
   acceptor_.close(ec);
+  accept_retry_.cancel();
   {
     std::lock_guard<std::mutex> lock(sessions_mutex_);
     for (const auto& w : sessions_) {
