@@ -1065,12 +1065,18 @@ void HttpServer::begin_shutdown() {
   beast::error_code ec;
   acceptor_.close(ec);
   accept_retry_.cancel();
+  // The references are taken under the lock but used (and dropped) after it: dropping the last
+  // one runs ~Session, which takes the lock to deregister.
+  std::vector<std::shared_ptr<Session>> live;
   {
     std::lock_guard<std::mutex> lock(sessions_mutex_);
+    live.reserve(sessions_.size());
     for (const auto& w : sessions_) {
-      if (auto s = w.lock()) s->shutdown_async();
+      if (auto s = w.lock()) live.push_back(std::move(s));
     }
   }
+  for (const auto& s : live) s->shutdown_async();
+  live.clear();
   if (open_.load() == 0) guard_.reset();
 }
 

@@ -639,3 +639,14 @@ def test_flood_of_malformed_requests_then_the_corpus(make_server, decide_outputs
           f"RSS {rss0} -> {rss1} (after the flood) -> {rss2} KiB (after the corpus)")
     assert rss1 - rss0 < 64 * 1024, f"RSS {rss0} KiB -> {rss1} KiB after the flood"
     assert rss2 - rss0 < 64 * 1024, f"RSS {rss0} KiB -> {rss2} KiB after the flood and the corpus"
+
+
+def test_help_lists_the_http_flags():
+    import subprocess
+    from conftest import clef_bin, env
+    r = subprocess.run([clef_bin(), "serve", "--help"], capture_output=True, text=True, env=env(), timeout=60)
+    assert r.returncode == 0
+    for flag in ["--allow-host", "--header-timeout", "--body-timeout", "--max-connections"]:
+        assert flag in r.stdout, flag
+    for bad in (["--header-timeout", "0"], ["--max-connections", "0"], ["--body-timeout", "x"]):
+        assert subprocess.run([clef_bin(), "serve", *bad], capture_output=True, env=env(), timeout=60).returncode == 2
