@@ -650,3 +650,14 @@ def test_help_lists_the_http_flags():
         assert flag in r.stdout, flag
     for bad in (["--header-timeout", "0"], ["--max-connections", "0"], ["--body-timeout", "x"]):
         assert subprocess.run([clef_bin(), "serve", *bad], capture_output=True, env=env(), timeout=60).returncode == 2
+
+
+def test_keep_alive_limit_closes_after_100_requests(server):
+    s = connect(server.port)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 101)  # pipelined; the 101st is never read
+    answers = read_answers(s, 100)
+    assert [a[0] for a in answers] == [200] * 100
+    assert all("connection" not in a[1] for a in answers[:99])
+    assert answers[99][1]["connection"] == "close"
+    assert read_until_close(s, limit=5) == b""
+    s.close()
