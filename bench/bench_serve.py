@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""`clef serve` throughput benchmark (issue 6): requests/s and latency percentiles for the corpus
-(../shared/requests/corpus.jsonl) with 1, 4 and 16 concurrent clients. Not a test.
+"""`clef serve` throughput benchmark (issues 6, 15): requests/s and latency percentiles for the corpus
+(../shared/requests/corpus.jsonl) with 1, 4, 16 and 64 concurrent clients, then GET /health alone
+(the HTTP layer without the engine); with --baseline-bin, a second binary (main's cpp-httplib
+server) is measured the same way in the same run. Prints the CPU model (lscpu). Not a test.
 
 Starts `clef serve --port 0` on the given model folder (default: a tiny random-weight model made
 with `clef make-model`), sends every corpus request round-robin from N client threads (one
@@ -9,6 +11,7 @@ identical to the request sent alone, and prints a markdown table: clients, reque
 requests/s, input tokens/s, p50 / p90 / p99 / max latency in ms, 503s.
 
   python3 bench/bench_serve.py                                   # tiny random model
+  python3 bench/bench_serve.py --baseline-bin /work/main/build/release/bin/clef --threads 2
   python3 bench/bench_serve.py --model /tmp/clef-0.8b --threads 2 --requests 48
   python3 bench/bench_serve.py --skip-heavy                       # drop the 64-question, 255-option
                                                                   # and 3k-word requests
@@ -23,6 +26,7 @@ import http.client
 import json
 import os
 import pathlib
+import platform
 import re
 import statistics
 import subprocess
@@ -48,7 +52,9 @@ def main() -> int:
     ap.add_argument("--model", help="release folder (default: a fresh tiny random model)")
     ap.add_argument("--threads", type=int, default=0, help="engine threads (0: all CPUs)")
     ap.add_argument("--precision", default="f32", choices=["f32", "bf16"])
-    ap.add_argument("--clients", default="1,4,16")
+    ap.add_argument("--baseline-bin", help="a second clef binary (e.g. main's, cpp-httplib) measured in the same run")
+    ap.add_argument("--health-requests", type=int, default=4000, help="GET /health requests per concurrency level")
+    ap.add_argument("--clients", default="1,4,16,64")
     ap.add_argument("--requests", type=int, default=200, help="requests per concurrency level")
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared" / "requests" / "corpus.jsonl"))
     ap.add_argument("--skip-heavy", action="store_true", help="only requests under 2,000 bytes")
@@ -67,8 +73,21 @@ def main() -> int:
         model = os.path.join(tmp.name, "tiny")
         subprocess.run([args.bin, "make-model", "--preset", "tiny", "--out", model, "--seed", "1"], check=True,
                        env=env, capture_output=True)
-    log = pathlib.Path(tmp.name) / "serve.log"
-    proc = subprocess.Popen([args.bin, "serve", "--model", model, "--port", "0", "--threads", str(args.threads),
+    cpu = next((l.split(":", 1)[1].strip() for l in subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+                .splitlines() if l.startswith("Model name")), platform.processor())
+    print(f"CPU: {cpu} ({os.cpu_count()} CPUs visible), load average {os.getloadavg()[0]:.2f}\n")
+    bins = [("new", args.bin)] + ([("baseline", args.baseline_bin)] if args.baseline_bin else [])
+    rc = 0
+    for label, binary in bins:
+        print(f"### {label}: {binary}\n")
+        rc |= bench_one(args, binary, model, reqs, env, pathlib.Path(tmp.name) / f"serve-{label}.log")
+        print()
+    return rc
+
+
+def bench_one(args, binary, model, reqs, env, log) -> int:
+    """Runs one server binary through every concurrency level (decisions, then GET /health)."""
+    proc = subprocess.Popen([binary, "serve", "--model", model, "--port", "0", "--threads", str(args.threads),
                              "--precision", args.precision, "--queue", "256", "-q",
                              *([] if args.state_cache_mb is None else ["--state-cache-mb", str(args.state_cache_mb)])],
                             stderr=open(log, "wb"), stdout=subprocess.DEVNULL, env=env)
@@ -147,6 +166,49 @@ def main() -> int:
             if mismatches:
                 print(f"  MISMATCH: {len(mismatches)} answers differ from the request sent alone: {mismatches[:5]}")
                 return 1
+        print("\nGET /health (the HTTP layer alone), %d requests per level:\n" % args.health_requests)
+        print("| clients | req/s | p50 ms | p99 ms | max ms |")
+        print("|---:|---:|---:|---:|---:|")
+        for n in [int(x) for x in args.clients.split(",")]:
+            lat = []
+            lock = threading.Lock()
+            counter = iter(range(args.health_requests))
+
+            def hclient():
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                mine = []
+                while True:
+                    with lock:
+                        i = next(counter, None)
+                    if i is None:
+                        break
+                    t0 = time.perf_counter()
+                    try:
+                        c.request("GET", "/health")
+                        r = c.getresponse()
+                        r.read()
+                    except (http.client.HTTPException, OSError):
+                        c.close()
+                        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                        c.request("GET", "/health")
+                        r = c.getresponse()
+                        r.read()
+                    assert r.status == 200
+                    mine.append(time.perf_counter() - t0)
+                c.close()
+                with lock:
+                    lat.extend(mine)
+
+            t0 = time.perf_counter()
+            ts = [threading.Thread(target=hclient) for _ in range(n)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            wall = time.perf_counter() - t0
+            ms = [x * 1000 for x in lat]
+            print(f"| {n} | {len(lat) / wall:.0f} | {percentile(ms, 50):.2f} | {percentile(ms, 99):.2f} | {max(ms):.2f} |",
+                  flush=True)
     finally:
         proc.terminate()
         proc.wait(timeout=60)

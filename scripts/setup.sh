@@ -31,7 +31,7 @@ done
 # Main tier: building and running `clef` (Release preset, target clef).
 MAIN_PACKAGES=(
   build-essential cmake ninja-build pkg-config
-  nlohmann-json3-dev libcli11-dev libssl-dev libcpp-httplib-dev
+  nlohmann-json3-dev libcli11-dev libssl-dev libboost1.74-dev zlib1g-dev libbrotli-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-headers   # Debian's dnnl-config.cmake requires OpenCL
   libopenblas-dev libhwy-dev
   libpng-dev libjpeg62-turbo-dev libwebp-dev

@@ -67,6 +67,23 @@ int serve_main(int argc, char** argv) {
                "unknown_model); default: any name is accepted and echoed, like clef decide and the reference");
   app.add_option("--description", so.description, "Model description reported by GET /v1/models");
   app.add_flag("--quiet,-q", so.quiet, "No access log on stderr");
+  app.add_option("--allow-host", so.allow_hosts,
+                 "A Host header name to accept besides localhost, 127.0.0.1, [::1] and the --host address "
+                 "(repeatable; '*' accepts any: only behind a proxy that checks Host). Other Hosts get 421 "
+                 "(DNS rebinding guard); with --host 0.0.0.0 the address a client connected to is accepted too");
+  app.add_option("--header-timeout", so.header_timeout_seconds,
+                 "Seconds the request line and headers may take to arrive; then 408 and the connection ends")
+      ->check(CLI::Range(0.01, 3600.0))
+      ->capture_default_str();
+  app.add_option("--body-timeout", so.body_timeout_seconds,
+                 "Seconds a request body may take to arrive; then 408 and the connection ends")
+      ->check(CLI::Range(0.01, 3600.0))
+      ->capture_default_str();
+  std::int64_t max_connections = 1024;
+  app.add_option("--max-connections", max_connections,
+                 "Open connections at most; more are answered 503 + Connection: close at once")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+      ->capture_default_str();
   std::int64_t state_cache_mb = EngineOptions::kDefaultStateCacheMb;
   app.add_option("--state-cache-mb", state_cache_mb,
                  "Memory budget of the exact state cache in MiB (0: off): requests that share a prefix + images + "
@@ -77,6 +94,7 @@ int serve_main(int argc, char** argv) {
   if (const int rc = parse_command_line(app, argc, argv, "clef serve --help"); rc >= 0) return rc;
   so.queue = static_cast<std::size_t>(queue);
   so.max_body_bytes = static_cast<std::size_t>(max_body);
+  so.max_connections = static_cast<std::size_t>(max_connections);
   flags.model_given = model_opt->count() > 0;
 
   // Before any thread exists: the engine's pool must not take SIGINT/SIGTERM (server/server.h).

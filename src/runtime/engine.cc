@@ -140,6 +140,10 @@ VisionPreprocessConfig Engine::preprocess_config() const {
 
 StateCacheStats Engine::state_cache_stats() const { return cache_ ? cache_->stats() : StateCacheStats{}; }
 
+void Engine::validate(std::string_view request_body, Dialect dialect) const {
+  (void)parse_request(request_body, options_.limits, dialect, served_);
+}
+
 Decision Engine::decide(std::string_view request_body, Dialect dialect) {
   const auto t0 = std::chrono::steady_clock::now();
   Decision d;

@@ -97,6 +97,13 @@ class Engine {
   /// request it refuses; any other exception is an engine fault.
   Decision decide(std::string_view request_body, Dialect dialect = Dialect::kSystemOne);
 
+  /// Parses and validates a request body exactly as decide() does first (JSON syntax, then the
+  /// SystemOne request rules), without tokenizing or running anything. Throws the RequestError
+  /// decide() would throw at that step; returns normally for a body decide() would go on with
+  /// (decide() may still refuse it later: images, input length). Thread-safe: reads only the
+  /// immutable limits and served names, so the HTTP layer calls it before queueing.
+  void validate(std::string_view request_body, Dialect dialect = Dialect::kSystemOne) const;
+
   /// The name responses carry: a random-weight model's "-random" name, else the folder's name.
   const std::string& model_name() const noexcept { return release_.model_name; }
   bool random_weights() const noexcept { return release_.random_weights.has_value(); }

@@ -75,9 +75,10 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
     out += "clef_requests_total{route=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"} " +
            std::to_string(n) + "\n";
   }
-  out += "# HELP clef_overload_total Decision requests refused with 503: queue full or queue deadline passed.\n";
+  out += "# HELP clef_overload_total Requests refused with 503: decision queue full, queue deadline passed, or "
+         "connection limit (--max-connections) reached.\n";
   out += "# TYPE clef_overload_total counter\n";
-  for (const char* reason : {"queue_full", "queue_timeout"}) {
+  for (const char* reason : {"queue_full", "queue_timeout", "connections"}) {
     const auto it = overloads_.find(reason);
     out += "clef_overload_total{reason=\"" + std::string(reason) + "\"} " +
            std::to_string(it == overloads_.end() ? 0 : it->second) + "\n";

@@ -20,11 +20,13 @@ Scheduler::~Scheduler() {
   if (worker_.joinable()) worker_.join();
 }
 
-std::shared_ptr<Job> Scheduler::submit(std::string body, Dialect dialect, std::function<bool()> still_wanted) {
+std::shared_ptr<Job> Scheduler::submit(std::string body, Dialect dialect, std::function<bool()> still_wanted,
+                                       std::function<void()> on_finished) {
   auto job = std::make_shared<Job>();
   job->body = std::move(body);
   job->dialect = dialect;
   job->still_wanted = std::move(still_wanted);
+  job->on_finished = std::move(on_finished);
   job->enqueued = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -67,6 +69,22 @@ JobState Scheduler::wait(const std::shared_ptr<Job>& job, std::chrono::steady_cl
       done_cv_.wait(lock);  // running: the engine cannot be interrupted
     }
   }
+}
+
+bool Scheduler::cancel(const std::shared_ptr<Job>& job) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (job->state != JobState::kQueued) return false;
+  const auto it = std::find(queue_.begin(), queue_.end(), job);
+  if (it == queue_.end()) return false;  // taken by the worker: it decides (or drops) and reports
+  queue_.erase(it);
+  job->state = JobState::kCancelled;
+  ++cancelled_;
+  return true;
+}
+
+JobState Scheduler::state(const std::shared_ptr<Job>& job) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return job->state;
 }
 
 std::size_t Scheduler::depth() const {
@@ -128,6 +146,7 @@ void Scheduler::run() {
       running_ = 0;
     }
     done_cv_.notify_all();
+    if (job->on_finished) job->on_finished();
   }
 }
 

@@ -37,6 +37,10 @@ struct Job {
   /// Called by the scheduler thread right before running the job; false = the client is gone and
   /// the job is dropped (state kCancelled). May be empty.
   std::function<bool()> still_wanted;
+  /// Called by the scheduler thread (outside its lock) after the job became kDone, or kCancelled
+  /// by the scheduler itself (still_wanted said no). Not called when the submitter cancels the job
+  /// (cancel() returning true, or wait()). May be empty. Must not block.
+  std::function<void()> on_finished;
 
   // Written by the scheduler under Scheduler's mutex, read by the submitter under it.
   JobState state = JobState::kQueued;
@@ -60,7 +64,15 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   /// Queues a job. Returns nullptr when the queue is full (the caller answers 503).
-  std::shared_ptr<Job> submit(std::string body, Dialect dialect, std::function<bool()> still_wanted);
+  std::shared_ptr<Job> submit(std::string body, Dialect dialect, std::function<bool()> still_wanted,
+                              std::function<void()> on_finished = {});
+
+  /// Removes a job that is still queued (state kCancelled, counted as cancelled) and returns true.
+  /// Returns false when the worker already took it: its on_finished callback will follow.
+  bool cancel(const std::shared_ptr<Job>& job);
+
+  /// The job's current state (read under the scheduler's lock).
+  JobState state(const std::shared_ptr<Job>& job) const;
 
   /// Waits until the job is done or cancelled, or until `until` passes while it is still queued
   /// (then it is cancelled here). `poll` (called about every `poll_interval` while the job is

@@ -2,37 +2,42 @@
 
 #include "ops/isa.h"
 
-#include <cctype>
-
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <netdb.h>
+#include <malloc.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <httplib.h>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iostream>
+#include <limits>
+#include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/json_reader.h"
 #include "decision/dialects.h"
 #include "decision/render.h"
 #include "decision/request_error.h"
+#include "server/body_decoder.h"
+#include "server/http_rules.h"
 #include "server/metrics.h"
 #include "server/routes.h"
 #include "server/scheduler.h"
@@ -40,13 +45,41 @@
 namespace clef::server {
 namespace {
 
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kJson = "application/json";
-/// Seconds a client is told to wait after a 503 (queue full or queue deadline passed).
+/// Seconds a client is told to wait after a 503 (queue full, queue deadline, too many connections).
 constexpr int kRetryAfterSeconds = 1;
-/// Spare HTTP threads beyond queue + 1, for /health, /metrics and fast refusals.
-constexpr std::size_t kSpareThreads = 8;
+/// Request line + header block limit in bytes (more: 431, checked while reading).
+constexpr std::uint32_t kHeaderLimit = 16 * 1024;
+/// Header fields per request (more: 431).
+constexpr std::size_t kMaxHeaderFields = 100;
+/// Bytes read from the socket per body read (the one per-connection body buffer; freed after).
+constexpr std::size_t kBodyChunk = 64 * 1024;
+/// Largest body of a GET/HEAD (or other refused request) that is read and dropped to keep the
+/// connection; a larger one ends the connection after the answer.
+constexpr std::uint64_t kDiscardLimit = 64 * 1024;
+/// Requests per connection; the last answer carries Connection: close.
+constexpr int kKeepAliveMax = 100;
+/// Idle seconds between requests on a keep-alive connection.
+constexpr double kKeepAliveSeconds = 5;
+/// Seconds an answer may take to be written.
+constexpr double kWriteSeconds = 30;
+/// Interval of the disconnect / queue-deadline check of a queued decision.
+constexpr auto kPollInterval = std::chrono::milliseconds(50);
+/// Bodies at least this large are followed by malloc_trim(0) once freed (see docs/PERFORMANCE.md).
+constexpr std::size_t kTrimAfterBytes = 1 << 20;
+
+/// "0.5", "10", "30" (seconds in messages).
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
 
 std::string json_string(std::string_view s) {
   std::string out;
@@ -54,9 +87,9 @@ std::string json_string(std::string_view s) {
   return out;
 }
 
-/// An error that is not a request validation error (auth, 404, 405, 413, 415, 503, 500) in the
-/// dialect's shape: SystemOne {"detail":{"error_type","message"}}; Cloudflare envelope with
-/// `cf_code`; OpenRouter {"error":{"code","message","metadata":{"type"}}}.
+/// An error that is not a request validation error (auth, 404, 405, 408, 411, 413, 415, 421, 431,
+/// 503, 500) in the dialect's shape: SystemOne {"detail":{"error_type","message"}}; Cloudflare
+/// envelope with `cf_code`; OpenRouter {"error":{"code","message","metadata":{"type"}}}.
 std::string error_body(Dialect dialect, int status, const char* error_type, int cf_code, const std::string& message) {
   switch (dialect) {
     case Dialect::kCloudflare:
@@ -72,7 +105,7 @@ std::string error_body(Dialect dialect, int status, const char* error_type, int 
 }
 
 /// Constant-time comparison (the time taken does not reveal how much of the key matched).
-bool same_secret(const std::string& a, const std::string& b) {
+bool same_secret(std::string_view a, std::string_view b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   const std::size_t n = std::max(a.size(), b.size());
   for (std::size_t i = 0; i < n; ++i) {
@@ -83,138 +116,874 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-/// Numeric host and port of a socket address, formatted as cpp-httplib formats Request's
-/// remote_addr / local_addr.
-bool numeric_address(const sockaddr_storage& addr, socklen_t len, std::string& host, int& port) {
-  char h[NI_MAXHOST];
-  char s[NI_MAXSERV];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, h, sizeof h, s, sizeof s,
-                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return false;
+const char* reason_phrase(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 421: return "Misdirected Request";
+    case 422: return "Unprocessable Entity";
+    case 431: return "Request Header Fields Too Large";
+    case 499: return "Client Closed Request";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
   }
-  host = h;
-  port = std::atoi(s);
-  return true;
 }
 
-/// The socket of the connection a request arrived on, or -1.
-///
-/// cpp-httplib 0.11.4 gives handlers no access to their connection, so it is found by its
-/// address pair: among this process's sockets, the one whose local and peer addresses are the
-/// request's. A TCP connection's address pair is unique while it is open, and the connection
-/// stays open while its handler runs, so the answer cannot name another connection.
-int connection_socket(const httplib::Request& req) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int found = -1;
-  while (const dirent* e = readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || fd < 0 || fd == dirfd(dir)) continue;
-    struct stat st {};
-    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t llen = sizeof local, plen = sizeof peer;
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &llen) != 0) continue;
-    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &plen) != 0) continue;
-    std::string lhost, phost;
-    int lport = -1, pport = -1;
-    if (!numeric_address(local, llen, lhost, lport) || !numeric_address(peer, plen, phost, pport)) continue;
-    if (lport == req.local_port && pport == req.remote_port && lhost == req.local_addr && phost == req.remote_addr) {
-      found = static_cast<int>(fd);
-      break;
-    }
-  }
-  closedir(dir);
-  return found;
+/// One answer before serialization.
+struct Reply {
+  int status = 200;
+  std::string body;
+  const char* content_type = kJson;
+  std::string headers;  ///< extra header lines, each ending in "\r\n"
+};
+
+/// The headers a decision answer carries besides the body (exact state reuse, issue 7). Adding
+/// a header computed engine-side into Decision is one line here.
+std::string decision_headers(const Decision& d) {
+  std::string h;
+  h += "X-Clef-State-Cache: " + std::string(state_cache_use_name(d.state_cache)) + "\r\n";
+  h += "X-Clef-Reused-Tokens: " + std::to_string(d.reused_tokens) + "\r\n";
+  return h;
 }
 
-/// False when the peer closed (or reset) the connection. A peer that only half-closed its sending
-/// side also reads as gone (HTTP clients do not do that while waiting for an answer).
-bool peer_connected(int fd) {
-  if (fd < 0) return true;  // unknown: assume the client waits
-  pollfd p{};
-  p.fd = fd;
-  p.events = POLLIN | POLLRDHUP;
-  if (poll(&p, 1, 0) <= 0) return true;
-  if ((p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) != 0) return false;
-  if ((p.revents & POLLIN) != 0) {
-    char c;
-    const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n != 0;  // 0 = orderly shutdown; > 0 = pipelined bytes; < 0 = EAGAIN and the like
-  }
-  return true;
-}
+class HttpServer;
 
-/// The connection socket to shut down after the current answer is written (this thread's
-/// connection), or -1. Reset at the start of every request.
-thread_local int t_close_after_write = -1;
-
-/// The HTTP layer: cpp-httplib handlers around one Scheduler (see server.h and
-/// docs/ARCHITECTURE.md "The HTTP server"). One instance per serve() call.
-class HttpServer {
+/// One TCP connection: reads requests one after the other (pipelined bytes wait in the buffer and
+/// are answered in order), answers each, and ends at the first framing error, deadline, refusal of
+/// an unread body, keep-alive limit or shutdown. Every handler runs on the connection's strand.
+class Session : public std::enable_shared_from_this<Session> {
  public:
-  HttpServer(Engine& engine, const ServeOptions& options)
-      : engine_(engine), options_(options), scheduler_(engine, options.queue) {}
+  Session(HttpServer& server, tcp::socket socket);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
-  int run();
+  /// Registers the connection and starts reading its first request (on its strand).
+  void launch();
+  /// Asks the connection (from any thread) to end if it is between requests or still reading
+  /// headers; one with a request in flight ends after its answer (Connection: close).
+  void shutdown_async();
 
  private:
-  void install_routes();
-  httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res);
-  void body_route(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader);
-  void decide(const httplib::Request& req, httplib::Response& res, const RouteMatch& route, std::string body,
-              std::int64_t& tokens);
-  bool authorized(const httplib::Request& req) const;
-  void reply(httplib::Response& res, int status, std::string body) const;
-  void reply_error(httplib::Response& res, Dialect dialect, int status, const char* type, int cf_code,
-                   const std::string& message) const;
-  void finish(const httplib::Request& req, const httplib::Response& res, const char* label, Clock::time_point t0,
-              std::int64_t tokens);
-  std::string models_body() const;
+  enum class Phase : unsigned char { kIdle, kHeader, kBody, kWork, kWrite, kClosed };
+
+  void start();
+  void on_shutdown();
+  void read_request();
+  void read_header();
+  void on_header(beast::error_code ec);
+  void handle_header();
+  void read_body();
+  void on_body(beast::error_code ec);
+  void body_done();
+  void answer_without_body();
+  void decide();
+  void submit();
+  void poll_job();
+  void on_job_done();
+  bool peer_gone();
+  bool authorized() const;
+  /// The error reply in the current route's dialect.
+  void fail(int status, const char* type, int cf_code, const std::string& message, bool close,
+            Dialect dialect = Dialect::kSystemOne);
+  void send(Reply reply, bool close, std::int64_t tokens = 0);
+  void on_write(beast::error_code ec);
+  void arm(double seconds);
+  void disarm();
+  void close();
+  void reset_request();
+
+  HttpServer& srv_;
+  tcp::socket socket_;
+  asio::steady_timer deadline_;
+  asio::steady_timer poll_timer_;
+  std::uint64_t timer_gen_ = 0;
+  bool timed_out_ = false;
+  Phase phase_ = Phase::kHeader;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::buffer_body>> parser_;
+  std::unique_ptr<char[]> chunk_;
+  int served_ = 0;
+  std::string local_address_;
+  std::list<std::weak_ptr<Session>>::iterator registered_;
+
+  // The request being handled.
+  Clock::time_point t0_;
+  std::string method_ = "-";
+  bool head_ = false;
+  bool keep_alive_ = false;
+  bool http11_ = true;
+  RouteMatch route_;
+  bool keep_body_ = false;       ///< a decision body (decoded and kept) vs one read only to drop it
+  std::uint64_t raw_seen_ = 0;   ///< body bytes received (before decoding)
+  std::unique_ptr<BodyDecoder> decoder_;
+  std::string body_;
+  std::size_t body_size_ = 0;    ///< decoded size of the last body (for malloc_trim)
+  std::shared_ptr<Job> job_;
+  Clock::time_point job_deadline_;
+  bool probed_ = false;
+  std::atomic<bool> gone_{false};  ///< read by the scheduler thread (still_wanted)
+  std::string out_;                ///< the answer being written
+  bool close_after_write_ = false;
+};
+
+/// The HTTP layer: an acceptor and a few I/O threads (Boost.Asio), one Session per connection,
+/// one Scheduler for decisions (see server.h and docs/ARCHITECTURE.md "The HTTP server").
+class HttpServer {
+ public:
+  HttpServer(Engine& engine, const ServeOptions& options);
+  int run();
 
   Engine& engine_;
   const ServeOptions& options_;
   Scheduler scheduler_;
   Metrics metrics_;
-  httplib::Server http_;
+  HostPolicy hosts_;
+  asio::io_context ioc_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer accept_retry_;  ///< on the acceptor's strand
+  asio::thread_pool validators_{1};  ///< parses + validates decision bodies off the I/O threads
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::size_t> open_{0};
+  /// Keeps the I/O threads running until shutdown has begun and the last connection ended.
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard_;
+  std::mutex sessions_mutex_;
+  std::list<std::weak_ptr<Session>> sessions_;
   std::mutex log_mutex_;
+
+  /// Counts one answer and writes its access log line ("clef serve: POST /v1/systemone 200 3.1 ms 42 tokens").
+  void log_request(const std::string& method, const char* label, int status, Clock::time_point t0,
+                   std::int64_t tokens);
+  std::string models_body() const;
+  std::list<std::weak_ptr<Session>>::iterator add_session(const std::shared_ptr<Session>& s);
+  void remove_session(std::list<std::weak_ptr<Session>>::iterator it);
+  /// Called when a connection ended: the last one after shutdown lets the I/O threads return.
+  void connection_ended();
+  /// Frees the heap's unused top and holes after a large body was released.
+  static void trim_heap(std::size_t freed_bytes) {
+    if (freed_bytes >= kTrimAfterBytes) malloc_trim(0);
+  }
+
+ private:
+  void accept();
+  void refuse(tcp::socket& socket);
+  void begin_shutdown();
 };
 
-void HttpServer::reply(httplib::Response& res, int status, std::string body) const {
-  res.status = status;
-  res.set_content(std::move(body), kJson);
+// ---------------------------------------------------------------------------------------------
+// Session
+
+Session::Session(HttpServer& server, tcp::socket socket)
+    : srv_(server),
+      socket_(std::move(socket)),
+      deadline_(socket_.get_executor()),
+      poll_timer_(socket_.get_executor()),
+      buffer_(kHeaderLimit + kBodyChunk) {
+  beast::error_code ec;
+  const auto local = socket_.local_endpoint(ec);
+  if (!ec) local_address_ = local.address().to_string();
+  socket_.set_option(tcp::no_delay(true), ec);
 }
 
-void HttpServer::reply_error(httplib::Response& res, Dialect dialect, int status, const char* type, int cf_code,
-                             const std::string& message) const {
-  reply(res, status, error_body(dialect, status, type, cf_code, message));
+Session::~Session() {
+  HttpServer::trim_heap(body_size_);
+  srv_.remove_session(registered_);
+  srv_.connection_ended();
 }
 
-bool HttpServer::authorized(const httplib::Request& req) const {
-  if (options_.api_key.empty()) return true;
-  const std::string h = req.get_header_value("Authorization");
+void Session::launch() {
+  registered_ = srv_.add_session(shared_from_this());
+  asio::post(socket_.get_executor(), [self = shared_from_this()] { self->start(); });
+}
+
+void Session::shutdown_async() {
+  asio::post(socket_.get_executor(), [self = shared_from_this()] { self->on_shutdown(); });
+}
+
+void Session::start() { read_request(); }
+
+void Session::arm(double seconds) {
+  const std::uint64_t gen = ++timer_gen_;
+  timed_out_ = false;
+  deadline_.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)));
+  deadline_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+    if (ec || gen != self->timer_gen_ || self->phase_ == Phase::kClosed) return;
+    self->timed_out_ = true;
+    beast::error_code ignored;
+    self->socket_.cancel(ignored);
+  });
+}
+
+void Session::disarm() {
+  ++timer_gen_;
+  deadline_.cancel();
+}
+
+void Session::close() {
+  if (phase_ == Phase::kClosed) return;
+  phase_ = Phase::kClosed;
+  gone_.store(true);
+  disarm();
+  poll_timer_.cancel();
+  beast::error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+  chunk_.reset();
+}
+
+void Session::on_shutdown() {
+  if (phase_ == Phase::kIdle || phase_ == Phase::kHeader) close();
+}
+
+void Session::reset_request() {
+  method_ = "-";
+  head_ = false;
+  route_ = RouteMatch{};
+  keep_body_ = false;
+  raw_seen_ = 0;
+  decoder_.reset();
+  std::string().swap(body_);
+  job_.reset();
+  probed_ = false;
+  close_after_write_ = false;
+}
+
+void Session::read_request() {
+  reset_request();
+  parser_.emplace();
+  parser_->header_limit(kHeaderLimit);
+  parser_->body_limit(std::numeric_limits<std::uint64_t>::max());  // counted here, after decoding
+  if (srv_.stopping_.load() && served_ > 0 && buffer_.size() == 0) {
+    close();
+    return;
+  }
+  if (served_ == 0 || buffer_.size() > 0) {
+    read_header();
+    return;
+  }
+  // Between requests: wait for the first byte of the next one (keep-alive idle timeout).
+  phase_ = Phase::kIdle;
+  buffer_.shrink_to_fit();
+  arm(kKeepAliveSeconds);
+  socket_.async_read_some(buffer_.prepare(1024), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+    if (self->phase_ == Phase::kClosed) return;
+    if (ec) {
+      self->close();
+      return;
+    }
+    self->buffer_.commit(n);
+    self->read_header();
+  });
+}
+
+void Session::read_header() {
+  phase_ = Phase::kHeader;
+  t0_ = Clock::now();
+  arm(srv_.options_.header_timeout_seconds);
+  http::async_read_header(socket_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+}
+
+void Session::on_header(beast::error_code ec) {
+  if (phase_ == Phase::kClosed) return;
+  disarm();
+  if (!ec) {
+    handle_header();
+    return;
+  }
+  if (timed_out_) {
+    if (buffer_.size() == 0) {
+      close();  // nothing sent: no answer owed
+      return;
+    }
+    fail(408, "request_timeout", 0,
+         "the request line and headers did not arrive within " +
+             seconds_text(srv_.options_.header_timeout_seconds) + " s (--header-timeout)",
+         true);
+    return;
+  }
+  if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
+      ec == asio::error::operation_aborted || ec == asio::error::broken_pipe) {
+    close();  // the client left (or shutdown closed an idle connection)
+    return;
+  }
+  if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+    fail(431, "request_header_fields_too_large", 0,
+         "the request line and headers exceed " + std::to_string(kHeaderLimit) + " bytes", true);
+    return;
+  }
+  if (ec == http::error::bad_content_length) {
+    // An all-digit length too large for any body is an over-limit length (413); anything else
+    // (a sign, a list, two fields) is malformed framing (400).
+    const std::string_view raw(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    // The parser has consumed the fields before the failing one: it may start the buffer.
+    std::string lower = "\n" + std::string(raw.substr(0, std::min<std::size_t>(raw.size(), kHeaderLimit)));
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::size_t fields = 0;
+    bool overflow = false;
+    for (std::size_t at = lower.find("\ncontent-length:"); at != std::string::npos;
+         at = lower.find("\ncontent-length:", at + 1)) {
+      ++fields;
+      const std::size_t start = at + 16;
+      const std::size_t end = lower.find('\r', start);
+      std::uint64_t n = 0;
+      overflow = parse_content_length(std::string_view(lower).substr(start, end - start), n) == LengthParse::kOverflow;
+    }
+    if (fields == 1 && overflow) {
+      fail(413, "request_too_large", 5021,
+           "the request body exceeds " + std::to_string(srv_.options_.max_body_bytes) + " bytes (--max-body)", true);
+      return;
+    }
+  }
+  fail(400, "invalid_request_error", 0, std::string("malformed HTTP request (") + ec.message() + ")", true);
+}
+
+bool Session::authorized() const {
+  if (srv_.options_.api_key.empty()) return true;
+  const auto& req = parser_->get();
+  const auto it = req.find(http::field::authorization);
+  if (it == req.end()) return false;
+  const std::string_view h(it->value().data(), it->value().size());
   // The auth scheme is case-insensitive (RFC 7235 §2.1): "Bearer", "bearer", "BEARER".
   constexpr std::string_view kBearer = "bearer ";
   if (h.size() <= kBearer.size()) return false;
   for (std::size_t i = 0; i < kBearer.size(); ++i) {
     if (std::tolower(static_cast<unsigned char>(h[i])) != kBearer[i]) return false;
   }
-  return same_secret(h.substr(kBearer.size()), options_.api_key);
+  return same_secret(h.substr(kBearer.size()), srv_.options_.api_key);
 }
 
-void HttpServer::finish(const httplib::Request& req, const httplib::Response& res, const char* label,
-                        Clock::time_point t0, std::int64_t tokens) {
-  metrics_.count_request(label, res.status);
+void Session::handle_header() {
+  auto& req = parser_->get();
+  const std::string_view m(req.method_string().data(), req.method_string().size());
+  // Method names are from a fixed set once logged; anything else is logged as "-".
+  const bool known = m == "GET" || m == "HEAD" || m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE" ||
+                     m == "OPTIONS";
+  method_ = known ? std::string(m) : "-";
+  head_ = m == "HEAD";
+  http11_ = req.version() == 11;
+  if (req.version() != 11 && req.version() != 10) {
+    fail(505, "invalid_request_error", 0, "only HTTP/1.0 and HTTP/1.1 are served", true);
+    return;
+  }
+
+  // Strict framing (RFC 9112 §6): one plain Content-Length, or Transfer-Encoding exactly "chunked"
+  // (never both); a bad header set ends the connection after a 400.
+  std::size_t fields = 0;
+  std::size_t lengths = 0;
+  std::size_t encodings = 0;
+  std::size_t hosts = 0;
+  bool bad_length = false;
+  bool bad_encoding = false;
+  std::uint64_t length = 0;
+  for (const auto& f : req) {
+    ++fields;
+    const std::string_view v(f.value().data(), f.value().size());
+    if (f.name() == http::field::content_length) {
+      ++lengths;
+      if (parse_content_length(v, length) != LengthParse::kOk) bad_length = true;
+    } else if (f.name() == http::field::transfer_encoding) {
+      ++encodings;
+      if (!transfer_encoding_is_chunked(v)) bad_encoding = true;
+    } else if (f.name() == http::field::host) {
+      ++hosts;
+    }
+  }
+  if (fields > kMaxHeaderFields) {
+    fail(431, "request_header_fields_too_large", 0,
+         "more than " + std::to_string(kMaxHeaderFields) + " header fields", true);
+    return;
+  }
+  if (lengths > 1 || bad_length || encodings > 1 || bad_encoding || (lengths > 0 && encodings > 0) ||
+      (encodings > 0 && !parser_->chunked())) {
+    fail(400, "invalid_request_error", 0,
+         "malformed HTTP request (Content-Length must be one decimal number; Transfer-Encoding only "
+         "\"chunked\", never with Content-Length)",
+         true);
+    return;
+  }
+  if ((http11_ && hosts != 1) || hosts > 1) {
+    fail(400, "invalid_request_error", 0, "malformed HTTP request (HTTP/1.1 needs exactly one Host header)", true);
+    return;
+  }
+  if (hosts == 1) {
+    const auto& h = req[http::field::host];
+    if (!host_allowed(std::string_view(h.data(), h.size()), srv_.hosts_, local_address_)) {
+      fail(421, "misdirected_request", 0,
+           "the Host header does not name this server (loopback names and the bound address are accepted; "
+           "see --allow-host)",
+           true);
+      return;
+    }
+  }
+
+  const bool chunked = parser_->chunked();
+  const bool has_body = chunked || length > 0;
+  keep_alive_ = req.keep_alive() && served_ + 1 < kKeepAliveMax && !srv_.stopping_.load();
+
+  const auto target = req.target();
+  route_ = match_route(target_path(std::string_view(target.data(), target.size())));
+  const bool body_method = m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE";
+  const bool get = m == "GET" || head_;
+  const bool want_auth = route_.endpoint != Endpoint::kHealth && !authorized();
+
+  // Refusals decided from the headers alone. Auth comes first (no route or method is revealed to
+  // a client without the key); /health stays open.
+  if (want_auth) {
+    fail(401, "authentication_error", 10000, "missing or invalid API key", has_body,
+         body_method ? route_.dialect : Dialect::kSystemOne);
+    return;
+  }
+  if (route_.endpoint == Endpoint::kNone) {
+    if (!has_body || (!chunked && length <= kDiscardLimit)) {
+      keep_body_ = false;
+      read_body();
+      return;
+    }
+    fail(404, "not_found_error", 7000, "no route for this path", true);
+    return;
+  }
+  const bool method_ok = route_.decision() ? m == "POST" : get;
+  if (!method_ok || !route_.decision()) {
+    // GET routes (and every 405): read a small body and drop it, then answer.
+    if (!has_body || (!chunked && length <= kDiscardLimit)) {
+      keep_body_ = false;
+      read_body();
+      return;
+    }
+    answer_without_body();
+    close_after_write_ = true;
+    return;
+  }
+
+  // A decision POST.
+  if (!chunked && parser_->content_length() == boost::none) {
+    fail(411, "length_required", 6003, "a request body needs Content-Length or Transfer-Encoding: chunked", true,
+         route_.dialect);
+    return;
+  }
+  if (!chunked && length > srv_.options_.max_body_bytes) {
+    fail(413, "request_too_large", 5021,
+         "the request body exceeds " + std::to_string(srv_.options_.max_body_bytes) + " bytes (--max-body)", true,
+         route_.dialect);
+    return;
+  }
+  BodyEncoding encoding = BodyEncoding::kIdentity;
+  const auto ce = req[http::field::content_encoding];
+  if (!parse_body_encoding(std::string_view(ce.data(), ce.size()), encoding)) {
+    fail(415, "unsupported_media_type", 6003, "unsupported Content-Encoding (accepted: identity, gzip, deflate, br)",
+         has_body, route_.dialect);
+    return;
+  }
+  const auto ct = req[http::field::content_type];
+  if (!is_json_media_type(std::string_view(ct.data(), ct.size()))) {
+    fail(415, "unsupported_media_type", 6003,
+         "the request body must be JSON (Content-Type: application/json or application/*+json)", has_body,
+         route_.dialect);
+    return;
+  }
+  try {
+    decoder_ = std::make_unique<BodyDecoder>(encoding, srv_.options_.max_body_bytes);
+  } catch (const std::bad_alloc&) {
+    fail(503, "overloaded_error", 3040, "out of memory for the request body; retry later", true, route_.dialect);
+    return;
+  }
+  keep_body_ = true;
+  read_body();
+}
+
+void Session::read_body() {
+  phase_ = Phase::kBody;
+  if (parser_->is_done()) {
+    body_done();
+    return;
+  }
+  auto& req = parser_->get();
+  const auto expect = req[http::field::expect];
+  if (http11_ && beast::iequals(expect, "100-continue")) {
+    // The client waits for this before it sends the body (curl does for large ones).
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    beast::error_code ec;
+    asio::write(socket_, asio::buffer(kContinue.data(), kContinue.size()), ec);
+    if (ec) {
+      close();
+      return;
+    }
+  }
+  if (!chunk_) chunk_ = std::make_unique<char[]>(kBodyChunk);
+  arm(srv_.options_.body_timeout_seconds);
+  req.body().data = chunk_.get();
+  req.body().size = kBodyChunk;
+  http::async_read(socket_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_body(ec); });
+}
+
+void Session::on_body(beast::error_code ec) {
+  if (phase_ == Phase::kClosed) return;
+  auto& req = parser_->get();
+  const std::size_t n = kBodyChunk - req.body().size;
+  if (ec == http::error::need_buffer) ec = {};
+  if (n > 0) {
+    raw_seen_ += n;
+    if (keep_body_) {
+      const DecodeStatus st = decoder_->feed(std::string_view(chunk_.get(), n), body_);
+      if (st == DecodeStatus::kTooLarge || raw_seen_ > srv_.options_.max_body_bytes) {
+        disarm();
+        body_size_ = std::max(body_size_, body_.size());
+        fail(413, "request_too_large", 5021,
+             "the request body exceeds " + std::to_string(srv_.options_.max_body_bytes) + " bytes (--max-body)",
+             true, route_.dialect);
+        return;
+      }
+      if (st == DecodeStatus::kCorrupt) {
+        disarm();
+        fail(400, "invalid_request_error", 6003,
+             "the request body could not be read (malformed chunked encoding, bad compression or a timeout)", true,
+             route_.dialect);
+        return;
+      }
+    } else if (raw_seen_ > kDiscardLimit) {
+      disarm();
+      answer_without_body();
+      close_after_write_ = true;
+      return;
+    }
+  }
+  if (ec) {
+    disarm();
+    if (timed_out_) {
+      fail(408, "request_timeout", 0,
+           "the request body did not arrive within " +
+               seconds_text(srv_.options_.body_timeout_seconds) + " s (--body-timeout)",
+           true, keep_body_ ? route_.dialect : Dialect::kSystemOne);
+      return;
+    }
+    if (ec == http::error::partial_message || ec == asio::error::eof || ec == asio::error::connection_reset ||
+        ec == asio::error::operation_aborted || ec == asio::error::broken_pipe) {
+      close();  // the client left mid-body
+      return;
+    }
+    fail(400, "invalid_request_error", 6003,
+         "the request body could not be read (malformed chunked encoding, bad compression or a timeout)", true,
+         keep_body_ ? route_.dialect : Dialect::kSystemOne);
+    return;
+  }
+  if (!parser_->is_done()) {
+    req.body().data = chunk_.get();
+    req.body().size = kBodyChunk;
+    http::async_read(socket_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code e, std::size_t) { self->on_body(e); });
+    return;
+  }
+  disarm();
+  body_done();
+}
+
+void Session::body_done() {
+  chunk_.reset();
+  if (!keep_body_) {
+    answer_without_body();
+    return;
+  }
+  if (decoder_->finish() != DecodeStatus::kOk) {
+    fail(400, "invalid_request_error", 6003,
+         "the request body could not be read (malformed chunked encoding, bad compression or a timeout)", true,
+         route_.dialect);
+    return;
+  }
+  decoder_.reset();
+  body_size_ = std::max(body_size_, body_.size());
+  decide();
+}
+
+void Session::answer_without_body() {
+  const auto& opt = srv_.options_;
+  const std::string_view m = method_;
+  const bool get = m == "GET" || head_;
+  if (route_.endpoint == Endpoint::kNone) {
+    fail(404, "not_found_error", 7000, "no route for this path", false);
+    return;
+  }
+  const bool method_ok = route_.decision() ? m == "POST" : get;
+  if (!method_ok) {
+    Reply r;
+    r.status = 405;
+    r.body = error_body(route_.dialect, 405, "method_not_allowed", 7000,
+                        std::string("this route allows ") + route_.method + " only");
+    r.headers = std::string("Allow: ") + (std::string_view(route_.method) == "GET" ? "GET, HEAD" : route_.method) +
+                "\r\n";
+    send(std::move(r), false);
+    return;
+  }
+  Reply r;
+  if (route_.endpoint == Endpoint::kHealth) {
+    r.body = "{\"status\":\"ok\",\"model\":" + json_string(srv_.engine_.model_name()) + ",\"loaded\":true}";
+  } else if (route_.endpoint == Endpoint::kModels) {
+    r.body = srv_.models_body();
+  } else if (route_.endpoint == Endpoint::kMetrics) {
+    QueueGauges g;
+    g.depth = srv_.scheduler_.depth();
+    g.capacity = opt.queue;
+    g.running = srv_.scheduler_.running();
+    g.cancelled = srv_.scheduler_.cancelled();
+    r.body = srv_.metrics_.render(g, srv_.engine_.state_cache_stats());
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  }
+  send(std::move(r), false);
+}
+
+void Session::decide() {
+  phase_ = Phase::kWork;
+  if (route_.endpoint == Endpoint::kCloudflare) {
+    const std::string& m = route_.model;
+    const auto& aliases = srv_.options_.aliases;
+    const bool known = m == "clef" || m == "clef-flash" || m == srv_.engine_.model_name() ||
+                       std::find(aliases.begin(), aliases.end(), m) != aliases.end();
+    if (!known) {
+      fail(400, "unknown_model", 7000, "No route for that URI: unknown model", false, Dialect::kCloudflare);
+      return;
+    }
+  }
+  // Parse + validate off the I/O threads, before the body takes a queue slot: a refused body is
+  // answered at once, with the bytes the engine would answer.
+  asio::post(srv_.validators_, [self = shared_from_this()] {
+    std::optional<WireReply> refused;
+    try {
+      self->srv_.engine_.validate(self->body_, self->route_.dialect);
+    } catch (const RequestError& e) {
+      refused = wire_error(e, self->route_.dialect);
+    } catch (const std::exception&) {
+      // Not a client error: the engine sees the body and reports its own fault.
+    }
+    asio::post(self->socket_.get_executor(), [self, refused = std::move(refused)]() mutable {
+      if (self->phase_ == Phase::kClosed) return;
+      if (refused) {
+        Reply r;
+        r.status = refused->status;
+        r.body = std::move(refused->body);
+        self->send(std::move(r), false);
+        return;
+      }
+      self->submit();
+    });
+  });
+}
+
+void Session::submit() {
+  std::weak_ptr<Session> weak = weak_from_this();
+  const int fd = socket_.native_handle();
+  auto still_wanted = [weak, fd] {
+    const auto self = weak.lock();
+    if (!self || self->gone_.load()) return false;
+    pollfd p{};
+    p.fd = fd;
+    p.events = POLLIN;
+    // A reset (or a full close seen after the probe) reads as POLLERR / POLLHUP.
+    return !(poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0);
+  };
+  // Holds the connection until the job is over (the reference cycle job -> callback -> session
+  // -> job ends when on_job_done or a cancel drops the session's reference).
+  auto on_finished = [s = shared_from_this()] { asio::post(s->socket_.get_executor(), [s] { s->on_job_done(); }); };
+  job_ = srv_.scheduler_.submit(std::move(body_), route_.dialect, std::move(still_wanted), std::move(on_finished));
+  std::string().swap(body_);
+  if (!job_) {
+    srv_.metrics_.count_overload("queue_full");
+    Reply r;
+    r.status = 503;
+    r.body = error_body(route_.dialect, 503, "overloaded_error", 3040, "the decision queue is full; retry later");
+    r.headers = "Retry-After: " + std::to_string(kRetryAfterSeconds) + "\r\n";
+    send(std::move(r), false);
+    return;
+  }
+  job_deadline_ = job_->enqueued + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(srv_.options_.timeout_seconds));
+  poll_job();
+}
+
+bool Session::peer_gone() {
+  if (gone_.load()) return true;
+  pollfd p{};
+  p.fd = socket_.native_handle();
+  p.events = POLLIN | POLLRDHUP;
+  if (poll(&p, 1, 0) <= 0) return false;
+  if ((p.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) {
+    gone_.store(true);
+    return true;
+  }
+  if ((p.revents & POLLRDHUP) != 0 && !probed_ && http11_) {
+    // The client stopped sending: a half-close (it still reads) or a full close. An interim
+    // 100 answer (which HTTP/1.1 clients skip) tells them apart: a closed socket answers it
+    // with a reset, seen at the next check.
+    probed_ = true;
+    static constexpr std::string_view kProbe = "HTTP/1.1 100 Continue\r\n\r\n";
+    if (::send(p.fd, kProbe.data(), kProbe.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+      gone_.store(true);
+      return true;
+    }
+  }
+  return false;
+}
+
+void Session::poll_job() {
+  if (!job_ || phase_ == Phase::kClosed) return;
+  const JobState st = srv_.scheduler_.state(job_);
+  if (st == JobState::kQueued) {
+    const bool expired = Clock::now() >= job_deadline_;
+    const bool gone = !expired && peer_gone();
+    if ((expired || gone) && srv_.scheduler_.cancel(job_)) {
+      job_.reset();
+      Reply r;
+      if (gone) {
+        // Logged and counted as 499 (the client closed the request), not as an overload 503.
+        srv_.log_request(method_, route_.label, 499, t0_, 0);
+        close();
+        return;
+      }
+      srv_.metrics_.count_overload("queue_timeout");
+      r.status = 503;
+      r.body = error_body(route_.dialect, 503, "overloaded_error", 3040,
+                          "the request waited longer than the queue timeout (--timeout); retry later");
+      r.headers = "Retry-After: " + std::to_string(kRetryAfterSeconds) + "\r\n";
+      send(std::move(r), false);
+      return;
+    }
+  }
+  if (st == JobState::kDone || st == JobState::kCancelled) return;  // on_job_done follows
+  poll_timer_.expires_after(kPollInterval);
+  poll_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (!ec) self->poll_job();
+  });
+}
+
+void Session::on_job_done() {
+  if (phase_ == Phase::kClosed) job_.reset();
+  if (!job_) return;
+  poll_timer_.cancel();
+  const std::shared_ptr<Job> job = std::move(job_);
+  job_.reset();
+  HttpServer::trim_heap(body_size_);
+  body_size_ = 0;
+  if (job->state == JobState::kCancelled) {
+    // Dropped by the scheduler: the client was gone when its turn came.
+    srv_.log_request(method_, route_.label, 499, t0_, 0);
+    close();
+    return;
+  }
+  Reply r;
+  if (job->decision) {
+    const Decision& d = *job->decision;
+    srv_.metrics_.observe_decision(d.timings, d.input_tokens, job->queue_seconds, d.reused_tokens);
+    // Exact state reuse (issue 7) is reported in headers, never in the strict SystemOne body.
+    r.headers = decision_headers(d);
+    const WireReply w = wire_success(d.body, route_.dialect);
+    r.status = w.status;
+    r.body = w.body;
+    send(std::move(r), false, d.input_tokens);
+    return;
+  }
+  try {
+    std::rethrow_exception(job->error);
+  } catch (const RequestError& e) {
+    const WireReply w = wire_error(e, route_.dialect);
+    r.status = w.status;
+    r.body = w.body;
+  } catch (const std::exception& e) {
+    // An engine fault, not the client's mistake. The message is not logged: it could quote the request.
+    const Error* ce = dynamic_cast<const Error*>(&e);
+    {
+      std::lock_guard<std::mutex> lock(srv_.log_mutex_);
+      std::fprintf(stderr, "clef serve: engine fault (%s) on %s\n", ce ? error_kind_name(ce->kind()) : "exception",
+                   route_.label);
+    }
+    r.status = 500;
+    r.body = error_body(route_.dialect, 500, "api_error", 5012, "the engine failed on this request");
+  }
+  send(std::move(r), false);
+}
+
+void Session::fail(int status, const char* type, int cf_code, const std::string& message, bool close_after,
+                   Dialect dialect) {
+  // A refused body is released before the answer goes out (a 413 may have buffered up to --max-body).
+  const std::size_t held = body_.capacity();
+  std::string().swap(body_);
+  decoder_.reset();
+  chunk_.reset();
+  HttpServer::trim_heap(held);
+  if (held >= body_size_) body_size_ = 0;
+  Reply r;
+  r.status = status;
+  r.body = error_body(dialect, status, type, cf_code, message);
+  send(std::move(r), close_after);
+}
+
+void Session::send(Reply reply, bool close_after, std::int64_t tokens) {
+  close_after = close_after || close_after_write_ || !keep_alive_ || srv_.stopping_.load();
+  srv_.log_request(method_, route_.label, reply.status, t0_, tokens);
+  out_.clear();
+  out_ += "HTTP/1.1 " + std::to_string(reply.status) + " " + reason_phrase(reply.status) + "\r\n";
+  out_ += "Content-Type: " + std::string(reply.content_type) + "\r\n";
+  out_ += "Content-Length: " + std::to_string(reply.body.size()) + "\r\n";
+  out_ += reply.headers;
+  if (close_after) {
+    out_ += "Connection: close\r\n";
+  } else if (!http11_) {
+    out_ += "Connection: keep-alive\r\n";
+  }
+  out_ += "\r\n";
+  if (!head_) out_ += reply.body;
+  close_after_write_ = close_after;
+  phase_ = Phase::kWrite;
+  arm(kWriteSeconds);
+  asio::async_write(socket_, asio::buffer(out_),
+                    [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_write(ec); });
+}
+
+void Session::on_write(beast::error_code ec) {
+  if (phase_ == Phase::kClosed) return;
+  disarm();
+  std::string().swap(out_);
+  ++served_;
+  if (ec || close_after_write_) {
+    close();
+    return;
+  }
+  read_request();
+}
+
+// ---------------------------------------------------------------------------------------------
+// HttpServer
+
+HttpServer::HttpServer(Engine& engine, const ServeOptions& options)
+    : engine_(engine), options_(options), scheduler_(engine, options.queue),
+      acceptor_(asio::make_strand(ioc_)),
+      accept_retry_(acceptor_.get_executor()) {
+  hosts_.names.push_back(options.host);
+  for (const std::string& h : options.allow_hosts) {
+    if (h == "*") {
+      hosts_.any = true;
+    } else {
+      hosts_.names.push_back(h);
+    }
+  }
+}
+
+void HttpServer::log_request(const std::string& method, const char* label, int status, Clock::time_point t0,
+                             std::int64_t tokens) {
+  metrics_.count_request(label, status);
   if (options_.quiet) return;
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  // Method names are from a fixed set once routed; anything else is logged as "-".
-  const bool known_method = req.method == "GET" || req.method == "HEAD" || req.method == "POST" ||
-                            req.method == "PUT" || req.method == "PATCH" || req.method == "DELETE" ||
-                            req.method == "OPTIONS";
   std::lock_guard<std::mutex> lock(log_mutex_);
-  std::fprintf(stderr, "clef serve: %s %s %d %.1f ms %lld tokens\n", known_method ? req.method.c_str() : "-", label,
-               res.status, ms, static_cast<long long>(tokens));
+  std::fprintf(stderr, "clef serve: %s %s %d %.1f ms %lld tokens\n", method.c_str(), label, status, ms,
+               static_cast<long long>(tokens));
 }
 
 std::string HttpServer::models_body() const {
@@ -229,241 +998,127 @@ std::string HttpServer::models_body() const {
          ",\"release_date\":\"\"}]}";
 }
 
-httplib::Server::HandlerResponse HttpServer::pre_route(const httplib::Request& req, httplib::Response& res) {
-  t_close_after_write = -1;
-  // Methods that carry a body are answered by body_route() after the body is read (bounded).
-  if (req.method == "POST" || req.method == "PUT" || req.method == "PATCH" || req.method == "DELETE") {
-    return httplib::Server::HandlerResponse::Unhandled;
-  }
-  const auto t0 = Clock::now();
-  const RouteMatch route = match_route(req.path);
-  const bool get = req.method == "GET" || req.method == "HEAD";
-  if (route.endpoint == Endpoint::kNone) {
-    reply_error(res, Dialect::kSystemOne, 404, "not_found_error", 7000, "no route for this path");
-  } else if (!get || std::string_view(route.method) != "GET") {
-    res.set_header("Allow", std::string_view(route.method) == "GET" ? "GET, HEAD" : route.method);
-    reply_error(res, route.dialect, 405, "method_not_allowed", 7000,
-                std::string("this route allows ") + route.method + " only");
-  } else if (route.endpoint == Endpoint::kHealth) {
-    reply(res, 200, "{\"status\":\"ok\",\"model\":" + json_string(engine_.model_name()) + ",\"loaded\":true}");
-  } else if (!authorized(req)) {
-    reply_error(res, Dialect::kSystemOne, 401, "authentication_error", 10000, "missing or invalid API key");
-  } else if (route.endpoint == Endpoint::kModels) {
-    reply(res, 200, models_body());
-  } else if (route.endpoint == Endpoint::kMetrics) {
-    QueueGauges g;
-    g.depth = scheduler_.depth();
-    g.capacity = options_.queue;
-    g.running = scheduler_.running();
-    g.cancelled = scheduler_.cancelled();
-    res.status = 200;
-    res.set_content(metrics_.render(g, engine_.state_cache_stats()), "text/plain; version=0.0.4; charset=utf-8");
-  }
-  finish(req, res, route.label, t0, 0);
-  return httplib::Server::HandlerResponse::Handled;
+std::list<std::weak_ptr<Session>>::iterator HttpServer::add_session(const std::shared_ptr<Session>& s) {
+  std::lock_guard<std::mutex> lock(sessions_mutex_);
+  return sessions_.insert(sessions_.end(), s);
 }
 
-void HttpServer::body_route(const httplib::Request& req, httplib::Response& res,
-                            const httplib::ContentReader& reader) {
-  const auto t0 = Clock::now();
-  const RouteMatch route = match_route(req.path);
-  const bool wanted = route.decision() && req.method == "POST";
-  std::int64_t tokens = 0;
-
-  // Content-Encoding: cpp-httplib decodes gzip, deflate and br; anything else is refused before
-  // the body is read.
-  const std::string encoding = req.get_header_value("Content-Encoding");
-  const bool encoding_ok = encoding.empty() || encoding == "identity" || encoding == "gzip" ||
-                           encoding == "deflate" || encoding == "br";
-
-  // Read (or, for refused requests, drain) the body, never holding more than max_body_bytes.
-  std::string body;
-  std::size_t seen = 0;
-  bool too_large = false;
-  const bool keep = wanted && encoding_ok;
-  const bool read_ok = reader([&](const char* data, std::size_t n) {
-    if (seen + n > options_.max_body_bytes) {
-      too_large = true;
-      return false;
-    }
-    seen += n;
-    if (keep) body.append(data, n);
-    return true;
-  });
-  const bool drained = res.status == 413;  // cpp-httplib skipped an over-long Content-Length body
-  too_large = too_large || drained;
-  if (!read_ok && !drained) {
-    // Unread bytes of this body would be parsed as the next request: end the connection once the
-    // answer is written (the logger hook runs right after the write, on this thread).
-    t_close_after_write = connection_socket(req);
-  }
-
-  if (route.endpoint == Endpoint::kNone) {
-    reply_error(res, Dialect::kSystemOne, 404, "not_found_error", 7000, "no route for this path");
-  } else if (!route.decision() || req.method != "POST") {
-    res.set_header("Allow", std::string_view(route.method) == "GET" ? "GET, HEAD" : route.method);
-    reply_error(res, route.dialect, 405, "method_not_allowed", 7000,
-                std::string("this route allows ") + route.method + " only");
-  } else if (!authorized(req)) {
-    reply_error(res, route.dialect, 401, "authentication_error", 10000, "missing or invalid API key");
-  } else if (too_large) {
-    reply_error(res, route.dialect, 413, "request_too_large", 5021,
-                "the request body exceeds " + std::to_string(options_.max_body_bytes) + " bytes (--max-body)");
-  } else if (!read_ok) {
-    reply_error(res, route.dialect, 400, "invalid_request_error", 6003,
-                "the request body could not be read (malformed chunked encoding, bad compression or a timeout)");
-  } else if (!encoding_ok) {
-    reply_error(res, route.dialect, 415, "unsupported_media_type", 6003,
-                "unsupported Content-Encoding (accepted: identity, gzip, deflate, br)");
-  } else {
-    decide(req, res, route, std::move(body), tokens);
-  }
-  finish(req, res, route.label, t0, tokens);
+void HttpServer::remove_session(std::list<std::weak_ptr<Session>>::iterator it) {
+  std::lock_guard<std::mutex> lock(sessions_mutex_);
+  sessions_.erase(it);
 }
 
-void HttpServer::decide(const httplib::Request& req, httplib::Response& res, const RouteMatch& route, std::string body,
-                        std::int64_t& tokens) {
-  if (route.endpoint == Endpoint::kCloudflare) {
-    const std::string& m = route.model;
-    const bool known = m == "clef" || m == "clef-flash" || m == engine_.model_name() ||
-                       std::find(options_.aliases.begin(), options_.aliases.end(), m) != options_.aliases.end();
-    if (!known) {
-      reply_error(res, Dialect::kCloudflare, 400, "unknown_model", 7000, "No route for that URI: unknown model");
+void HttpServer::refuse(tcp::socket& socket) {
+  // Beyond --max-connections: a short 503 written straight into the new socket's empty send
+  // buffer (it never blocks), then the connection ends. No state is kept for it.
+  metrics_.count_overload("connections");
+  metrics_.count_request("unmatched", 503);
+  static const std::string kRefusal = [] {
+    const std::string body = error_body(Dialect::kSystemOne, 503, "overloaded_error", 3040,
+                                        "too many open connections (--max-connections); retry later");
+    return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\nRetry-After: " + std::to_string(kRetryAfterSeconds) +
+           "\r\nConnection: close\r\n\r\n" + body;
+  }();
+  beast::error_code ec;
+  socket.non_blocking(true, ec);
+  socket.send(asio::buffer(kRefusal), 0, ec);
+  socket.shutdown(tcp::socket::shutdown_send, ec);
+  socket.close(ec);
+}
+
+void HttpServer::accept() {
+  acceptor_.async_accept(asio::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+    if (!ec) {
+      if (stopping_.load()) {
+        beast::error_code ignored;
+        socket.close(ignored);
+      } else if (open_.load() >= options_.max_connections) {
+        refuse(socket);
+      } else {
+        open_.fetch_add(1);
+        std::make_shared<Session>(*this, std::move(socket))->launch();
+      }
+    } else if (ec == asio::error::no_descriptors) {
+      // Out of file descriptors: try again a little later instead of spinning on accept (the
+      // I/O threads keep serving meanwhile).
+      accept_retry_.expires_after(std::chrono::milliseconds(10));
+      accept_retry_.async_wait([this](beast::error_code e) {
+        if (!e && acceptor_.is_open()) accept();
+      });
       return;
     }
-  }
-  const int fd = connection_socket(req);
-  auto job = scheduler_.submit(std::move(body), route.dialect, [fd] { return peer_connected(fd); });
-  if (!job) {
-    metrics_.count_overload("queue_full");
-    res.set_header("Retry-After", std::to_string(kRetryAfterSeconds));
-    reply_error(res, route.dialect, 503, "overloaded_error", 3040, "the decision queue is full; retry later");
-    return;
-  }
-  const auto deadline = job->enqueued + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double>(options_.timeout_seconds));
-  const JobState state =
-      scheduler_.wait(job, deadline, [fd] { return peer_connected(fd); }, std::chrono::milliseconds(50));
-  if (state == JobState::kCancelled) {
-    // Either the client is gone (nobody reads this answer) or the queue deadline passed.
-    if (Clock::now() < deadline && !peer_connected(fd)) {
-      // Logged and counted as 499 (the client closed the request), not as an overload 503.
-      reply_error(res, route.dialect, 499, "client_closed_request", 3040, "the client disconnected while queued");
-      return;
-    }
-    metrics_.count_overload("queue_timeout");
-    res.set_header("Retry-After", std::to_string(kRetryAfterSeconds));
-    reply_error(res, route.dialect, 503, "overloaded_error", 3040,
-                "the request waited longer than the queue timeout (--timeout); retry later");
-    return;
-  }
-  if (job->decision) {
-    const Decision& d = *job->decision;
-    tokens = d.input_tokens;
-    metrics_.observe_decision(d.timings, d.input_tokens, job->queue_seconds, d.reused_tokens);
-    // Exact state reuse (issue 7) is reported in headers, never in the strict SystemOne body.
-    res.set_header("X-Clef-State-Cache", state_cache_use_name(d.state_cache));
-    res.set_header("X-Clef-Reused-Tokens", std::to_string(d.reused_tokens));
-    const WireReply w = wire_success(d.body, route.dialect);
-    reply(res, w.status, w.body);
-    return;
-  }
-  try {
-    std::rethrow_exception(job->error);
-  } catch (const RequestError& e) {
-    const WireReply w = wire_error(e, route.dialect);
-    reply(res, w.status, w.body);
-  } catch (const std::exception& e) {
-    // An engine fault, not the client's mistake. The message is not logged: it could quote the request.
-    const Error* ce = dynamic_cast<const Error*>(&e);
-    {
-      std::lock_guard<std::mutex> lock(log_mutex_);
-      std::fprintf(stderr, "clef serve: engine fault (%s) on %s\n", ce ? error_kind_name(ce->kind()) : "exception",
-                   route.label);
-    }
-    reply_error(res, route.dialect, 500, "api_error", 5012, "the engine failed on this request");
+    accept();
+  });
+}
+
+void HttpServer::connection_ended() {
+  if (open_.fetch_sub(1) == 1 && stopping_.load()) {
+    asio::post(acceptor_.get_executor(), [this] { guard_.reset(); });
   }
 }
 
-void HttpServer::install_routes() {
-  http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    return pre_route(req, res);
-  });
-  const auto body_handler = [this](const httplib::Request& req, httplib::Response& res,
-                                   const httplib::ContentReader& reader) { body_route(req, res, reader); };
-  http_.Post(".*", body_handler);
-  http_.Put(".*", body_handler);
-  http_.Patch(".*", body_handler);
-  http_.Delete(".*", body_handler);
-  // Statuses cpp-httplib produces itself (malformed request line or headers, URI too long, a
-  // handler exception) get a JSON body too. Our own answers already have one.
-  http_.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                         httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    const int status = res.status;
-    const char* type = status == 413 ? "request_too_large" : status >= 500 ? "api_error" : "invalid_request_error";
-    reply_error(res, Dialect::kSystemOne, status, type, 0, "malformed HTTP request");
-    res.status = status;
-    finish(req, res, "unmatched", Clock::now(), 0);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  // Called by cpp-httplib right after an answer is written.
-  // A connection marked by body_route() ends here: no more writes (the next request on it fails),
-  // and its close resets the connection, so that a client still sending a refused body is told
-  // at once instead of blocking on a zero receive window.
-  http_.set_logger([](const httplib::Request&, const httplib::Response&) {
-    if (t_close_after_write >= 0) {
-      const linger reset{1, 0};
-      setsockopt(t_close_after_write, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
-      shutdown(t_close_after_write, SHUT_RDWR);
-      t_close_after_write = -1;
+void HttpServer::begin_shutdown() {
+  stopping_.store(true);
+  scheduler_.close();
+  beast::error_code ec;
+  acceptor_.close(ec);
+  accept_retry_.cancel();
+  // The references are taken under the lock but used (and dropped) after it: dropping the last
+  // one runs ~Session, which takes the lock to deregister.
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard<std::mutex> lock(sessions_mutex_);
+    live.reserve(sessions_.size());
+    for (const auto& w : sessions_) {
+      if (auto s = w.lock()) live.push_back(std::move(s));
     }
-  });
-  http_.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
-    {
-      std::lock_guard<std::mutex> lock(log_mutex_);
-      std::fprintf(stderr, "clef serve: internal error in a handler\n");
-    }
-    const RouteMatch route = match_route(req.path);
-    reply_error(res, route.dialect, 500, "api_error", 5012, "internal server error");
-  });
+  }
+  for (const auto& s : live) s->shutdown_async();
+  live.clear();
+  if (open_.load() == 0) guard_.reset();
 }
 
 int HttpServer::run() {
-  install_routes();
-  const std::size_t threads = options_.queue + 1 + kSpareThreads;
-  http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // cpp-httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and
-  // silently take half the connections. SO_REUSEADDR only: restart without TIME_WAIT trouble, but
-  // an address in use is an error.
-  http_.set_socket_options([](socket_t sock) {
-    const int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  http_.set_payload_max_length(options_.max_body_bytes);
-  // Headers and body go out in separate writes: without TCP_NODELAY, Nagle's algorithm holds the
-  // body until the client's delayed ACK (~40 ms per answer on Linux).
-  http_.set_tcp_nodelay(true);
-  http_.set_keep_alive_timeout(5);
-  http_.set_keep_alive_max_count(100);
-  http_.set_read_timeout(30, 0);
-  http_.set_write_timeout(30, 0);
-
-  int port = options_.port;
-  if (port == 0) {
-    port = http_.bind_to_any_port(options_.host);
-    if (port < 0) throw IoError("cannot bind " + options_.host + " on any port");
-  } else if (!http_.bind_to_port(options_.host, port)) {
-    throw IoError("cannot bind " + options_.host + ":" + std::to_string(port) +
-                  " (address in use, not local, or a privileged port)");
+  // Large bodies go straight to mmap and back to the system when freed (no dynamic threshold
+  // growth that would keep a freed 64 MiB body on the heap).
+  mallopt(M_MMAP_THRESHOLD, static_cast<int>(kTrimAfterBytes));
+  // Connections need descriptors: use the hard limit.
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
   }
+
+  beast::error_code ec;
+  asio::ip::address addr = asio::ip::make_address(options_.host, ec);
+  if (ec) {
+    tcp::resolver resolver(ioc_);
+    const auto results = resolver.resolve(options_.host, "", ec);
+    if (ec || results.empty()) throw IoError("cannot bind " + options_.host + ": unknown host");
+    addr = results.begin()->endpoint().address();
+  }
+  const std::string where = options_.host + ":" + std::to_string(options_.port);
+  acceptor_.open(addr.is_v6() ? tcp::v6() : tcp::v4(), ec);
+  if (ec) throw IoError("cannot bind " + where + " (" + ec.message() + ")");
+  // SO_REUSEADDR only (restart without TIME_WAIT trouble); never SO_REUSEPORT, which would let a
+  // second server share the port and silently take half the connections.
+  acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  acceptor_.bind(tcp::endpoint(addr, static_cast<unsigned short>(options_.port)), ec);
+  if (ec) {
+    throw IoError("cannot bind " + where + " (address in use, not local, or a privileged port)");
+  }
+  acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw IoError("cannot listen on " + where + " (" + ec.message() + ")");
+  const int port = acceptor_.local_endpoint().port();
   std::fprintf(stderr, "clef serve: listening on http://%s:%d (model %s, queue %zu, kernels %s)\n",
                options_.host.find(':') != std::string::npos ? ("[" + options_.host + "]").c_str() : options_.host.c_str(),
                port, printable(engine_.model_name()).c_str(), options_.queue, ops::isa_name(ops::active_isa()));
   std::fflush(stderr);
 
   // The signal thread: the first SIGINT/SIGTERM stops accepting (in-flight and queued requests
-  // finish); a second one exits at once with status 130.
+  // finish, their answers carry Connection: close); a second one exits at once with status 130.
   std::atomic<bool> done{false};
   std::thread signals([this, &done] {
     sigset_t set;
@@ -479,19 +1134,26 @@ int HttpServer::run() {
       if (sig == SIGUSR1) continue;
       if (++stops == 1) {
         std::fprintf(stderr, "clef serve: shutting down (finishing requests in flight; signal again to quit now)\n");
-        scheduler_.close();
-        http_.stop();
+        asio::post(acceptor_.get_executor(), [this] { begin_shutdown(); });
       } else {
         std::_Exit(130);
       }
     }
   });
-  const bool ok = http_.listen_after_bind();
+
+  guard_.emplace(ioc_.get_executor());
+  accept();
+  std::vector<std::thread> io;
+  const std::size_t n = std::max<std::size_t>(1, options_.io_threads);
+  for (std::size_t i = 1; i < n; ++i) io.emplace_back([this] { ioc_.run(); });
+  ioc_.run();
+  for (auto& t : io) t.join();
+  validators_.join();
   done.store(true);
   pthread_kill(signals.native_handle(), SIGUSR1);
   signals.join();
   std::fprintf(stderr, "clef serve: stopped\n");
-  return ok ? 0 : 5;
+  return 0;
 }
 
 }  // namespace

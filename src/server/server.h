@@ -1,6 +1,7 @@
 // `clef serve`: a Jev/SystemOne-compatible HTTP server around one Engine (protocol.md §2.4, §2.5).
-// The HTTP layer (cpp-httplib) reads bodies, routes, authenticates and answers; decisions run on
-// one scheduler thread (server/scheduler.h). The engine never sees HTTP and this layer never sees
+// The HTTP layer (Boost.Beast on Boost.Asio: a few event-driven I/O threads, one strand per
+// connection) reads bodies, routes, authenticates, validates and answers; decisions run on one
+// scheduler thread (server/scheduler.h). The engine never sees sockets and this layer never sees
 // tensors.
 #pragma once
 
@@ -25,6 +26,12 @@ struct ServeOptions {
   /// Extra Cloudflare path models accepted besides "clef", "clef-flash" and the served name.
   std::vector<std::string> aliases;
   std::string description;         ///< GET /v1/models description of the model
+  /// Host header names accepted besides the loopback names and `host` ("*": any Host).
+  std::vector<std::string> allow_hosts;
+  double header_timeout_seconds = 10;  ///< request line + headers must arrive within this (408 after)
+  double body_timeout_seconds = 30;    ///< the whole body must arrive within this (408 after)
+  std::size_t max_connections = 1024;  ///< open connections; beyond that 503 + Connection: close
+  std::size_t io_threads = 2;          ///< threads running the sockets (decisions run on their own)
 };
 
 /// Blocks SIGINT and SIGTERM in the calling thread (and every thread it creates afterwards), so that
@@ -34,7 +41,7 @@ void block_shutdown_signals();
 
 /// Binds, prints "clef serve: listening on http://HOST:PORT" to stderr, and serves until SIGINT or
 /// SIGTERM; then stops accepting, finishes the requests in flight and queued, and returns 0.
-/// Throws IoError when the address cannot be bound.
+/// Throws IoError when the address cannot be bound (or resolved).
 int serve(Engine& engine, const ServeOptions& options);
 
 }  // namespace clef::server

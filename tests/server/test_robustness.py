@@ -59,14 +59,15 @@ def body_of(resp: bytes) -> dict:
 def test_100_mb_body_is_413_and_the_server_stays_small(server):
     size = 100 << 20
     rss0 = server.rss_kib()
-    head = (f"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (f"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Content-Length: {size}\r\n\r\n").encode()
     chunk = b" " * (1 << 20)
     resp = raw_exchange(server.port, head, (chunk for _ in range(100)))
     assert status_of(resp) == 413, resp[:300]
     assert body_of(resp)["detail"]["error_type"] == "request_too_large"
     # Chunked transfer encoding has no length up front: the server counts as it reads.
-    head = b"POST /api/alpha/decisions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    head = (b"POST /api/alpha/decisions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
     one = b"%x\r\n" % len(chunk) + chunk + b"\r\n"
     t0 = time.monotonic()
     resp = raw_exchange(server.port, head, (one for _ in range(100)), timeout=30)
@@ -82,7 +83,8 @@ def test_100_mb_body_is_413_and_the_server_stays_small(server):
 
 def test_unreadable_body_is_400_json_and_the_connection_ends(server):
     # A malformed chunk size: the rest of the stream cannot be trusted, so nothing after it is served.
-    head = b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    head = (b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
     s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
     s.sendall(head + b"zz\r\nGET /health HTTP/1.1\r\n\r\n")
     resp = b""
@@ -100,13 +102,14 @@ def test_gzip_bomb_is_413_and_unknown_encoding_415(make_server):
     import gzip
     s = make_server("--max-body", "1000000", "-q")
     bomb = gzip.compress(b" " * (20 << 20))  # 20 MiB of spaces, ~20 KB compressed
-    status, _, body = s.request("POST", "/v1/systemone", bomb, {"Content-Encoding": "gzip"})
+    json_ct = {"Content-Type": "application/json"}
+    status, _, body = s.request("POST", "/v1/systemone", bomb, {"Content-Encoding": "gzip", **json_ct})
     assert status == 413, body[:200]
     name, req = corpus()[0]
     gz = gzip.compress(json.dumps(req).encode())
-    status, _, body = s.request("POST", "/v1/systemone", gz, {"Content-Encoding": "gzip"})
+    status, _, body = s.request("POST", "/v1/systemone", gz, {"Content-Encoding": "gzip", **json_ct})
     assert status == 200 and json.loads(body)["answers"]
-    status, h, body = s.request("POST", "/v1/systemone", b"(\xb5/\xfd", {"Content-Encoding": "zstd"})
+    status, h, body = s.request("POST", "/v1/systemone", b"(\xb5/\xfd", {"Content-Encoding": "zstd", **json_ct})
     assert status == 415 and h["content-type"] == "application/json"
 
 
@@ -189,7 +192,8 @@ import socket, sys, time
 s = socket.create_connection(("127.0.0.1", {server.port}))
 body = {body!r}
 mode = sys.argv[1]
-head = b"POST /v1/systemone HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: %d\\r\\n\\r\\n" % len(body)
+head = (b"POST /v1/systemone HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nContent-Type: application/json\\r\\n"
+        b"Content-Length: %d\\r\\n\\r\\n" % len(body))
 s.sendall(head + (body[: len(body) // 2] if mode == "half" else body))
 print("sent", flush=True)
 time.sleep(60)
@@ -222,7 +226,8 @@ def test_client_gone_while_queued_is_cancelled(make_server):
     socks = []
     for _ in range(5):
         c = socket.create_connection(("127.0.0.1", s.port))
-        c.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        c.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
         socks.append(c)
     time.sleep(0.05)
     for c in socks:

@@ -234,5 +234,63 @@ TEST_F(SchedulerTest, QueueBoundCancellationAndDeadline) {
   EXPECT_EQ(s.submit(body(5), Dialect::kSystemOne, nullptr), nullptr) << "closed";
 }
 
+
+TEST_F(SchedulerTest, CancelAndCompletionCallbacks) {
+  Scheduler s(*engine_, 4);
+  std::atomic<bool> release{false};
+  std::atomic<int> finished{0};
+  auto blocker = s.submit(
+      body(0), Dialect::kSystemOne,
+      [&] {
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return true;
+      },
+      [&] { finished.fetch_add(1); });
+  ASSERT_NE(blocker, nullptr);
+  while (s.depth() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // taken by the worker
+  EXPECT_FALSE(s.cancel(blocker)) << "a job the worker took is not cancelled here";
+  auto queued = s.submit(body(1), Dialect::kSystemOne, nullptr, [&] { finished.fetch_add(100); });
+  auto dropped = s.submit(body(2), Dialect::kSystemOne, [] { return false; }, [&] { finished.fetch_add(10); });
+  ASSERT_NE(queued, nullptr);
+  ASSERT_NE(dropped, nullptr);
+  EXPECT_EQ(s.state(queued), JobState::kQueued);
+  EXPECT_TRUE(s.cancel(queued));
+  EXPECT_EQ(s.state(queued), JobState::kCancelled);
+  EXPECT_FALSE(s.cancel(queued));
+  release = true;
+  // The worker reports the blocker (done) and the dropped job (cancelled by still_wanted); the job
+  // cancelled by its submitter gets no callback.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (finished.load() != 11 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(finished.load(), 11);
+  EXPECT_EQ(s.state(blocker), JobState::kDone);
+  EXPECT_EQ(s.state(dropped), JobState::kCancelled);
+  EXPECT_EQ(s.cancelled(), 2u);
+}
+
+TEST_F(SchedulerTest, ValidateThrowsWhatDecideThrows) {
+  const std::string bad[] = {"{", "[]", "{\"state\":1}", "{\"state\":1,\"questions\":{}}",
+                             "{\"state\":1,\"questions\":{\"q\":{\"type\":\"nope\"}}}"};
+  for (const std::string& b : bad) {
+    std::string from_decide;
+    std::string from_validate;
+    try {
+      engine_->decide(b);
+    } catch (const RequestError& e) {
+      from_decide = std::string(e.code_name()) + " " + e.what();
+    }
+    try {
+      engine_->validate(b);
+    } catch (const RequestError& e) {
+      from_validate = std::string(e.code_name()) + " " + e.what();
+    }
+    EXPECT_FALSE(from_decide.empty()) << b;
+    EXPECT_EQ(from_validate, from_decide) << b;
+  }
+  EXPECT_NO_THROW(engine_->validate(body(1)));
+}
+
 }  // namespace
 }  // namespace clef::server

@@ -1,0 +1,179 @@
+// Unit tests of the header rules and the body decoder of `clef serve` (issue 15): strict
+// Content-Length / Transfer-Encoding, the Host allow-list, JSON media types, target paths, and
+// bounded gzip / deflate / br decoding (bombs stop at the cap). Inputs compressed here with zlib
+// and brotli's encoders; expected values are the original bytes.
+#include <gtest/gtest.h>
+
+#include <brotli/encode.h>
+#include <zlib.h>
+
+#include <string>
+
+#include "server/body_decoder.h"
+#include "server/http_rules.h"
+
+namespace clef::server {
+namespace {
+
+TEST(HttpRules, ContentLength) {
+  std::uint64_t n = 0;
+  EXPECT_EQ(parse_content_length("67", n), LengthParse::kOk);
+  EXPECT_EQ(n, 67u);
+  EXPECT_EQ(parse_content_length(" 0 ", n), LengthParse::kOk);
+  EXPECT_EQ(n, 0u);
+  EXPECT_EQ(parse_content_length("9223372036854775807", n), LengthParse::kOk);
+  for (const char* bad : {"+67", "-1", "67abc", "67, 67", "6 7", "", " ", "0x10", "1e3"}) {
+    EXPECT_EQ(parse_content_length(bad, n), LengthParse::kInvalid) << bad;
+  }
+  EXPECT_EQ(parse_content_length("9223372036854775808", n), LengthParse::kOverflow);
+  EXPECT_EQ(parse_content_length("99999999999999999999999", n), LengthParse::kOverflow);
+}
+
+TEST(HttpRules, TransferEncoding) {
+  EXPECT_TRUE(transfer_encoding_is_chunked("chunked"));
+  EXPECT_TRUE(transfer_encoding_is_chunked(" Chunked "));
+  for (const char* bad : {"chunked, identity", "gzip, chunked", "xchunked", "chunked;x", "identity", ""}) {
+    EXPECT_FALSE(transfer_encoding_is_chunked(bad)) << bad;
+  }
+}
+
+TEST(HttpRules, HostAllowList) {
+  HostPolicy p;
+  p.names = {"127.0.0.1", "clef.internal"};
+  for (const char* ok : {"localhost", "LocalHost:8000", "localhost.", "127.0.0.1", "127.0.0.1:1", "[::1]", "[::1]:80",
+                         "clef.internal", "CLEF.internal:443"}) {
+    EXPECT_TRUE(host_allowed(ok, p, "")) << ok;
+  }
+  for (const char* bad : {"", "evil.example", "localhost.evil.example", "127.0.0.1.nip.io", "x@localhost",
+                          "localhost:", "localhost:80a", "[::1", "[::1]x", "::1", "localhost:123456", "local host"}) {
+    EXPECT_FALSE(host_allowed(bad, p, "")) << bad;
+  }
+  // a 0.0.0.0 bind: the address the connection arrived on is the server's own
+  EXPECT_TRUE(host_allowed("192.168.1.7:8000", p, "192.168.1.7"));
+  EXPECT_FALSE(host_allowed("192.168.1.8:8000", p, "192.168.1.7"));
+  EXPECT_TRUE(host_allowed("[fe80::1]", p, "fe80::1"));
+  p.any = true;
+  EXPECT_TRUE(host_allowed("evil.example", p, ""));
+  EXPECT_FALSE(host_allowed("evil example", p, ""));
+}
+
+TEST(HttpRules, JsonMediaTypes) {
+  for (const char* ok : {"application/json", "application/json; charset=utf-8", "Application/JSON",
+                         "application/vnd.api+json", " application/problem+json ;q=1"}) {
+    EXPECT_TRUE(is_json_media_type(ok)) << ok;
+  }
+  for (const char* bad : {"", "text/plain", "text/json", "application/x-www-form-urlencoded", "multipart/form-data",
+                          "application/jsonx", "application/+json", "json", "application/ json"}) {
+    EXPECT_FALSE(is_json_media_type(bad)) << bad;
+  }
+}
+
+TEST(HttpRules, TargetPath) {
+  EXPECT_EQ(target_path("/v1/systemone?x=1"), "/v1/systemone");
+  EXPECT_EQ(target_path("/ai/run/%40cf/cloudflare/clef"), "/ai/run/@cf/cloudflare/clef");
+  EXPECT_EQ(target_path("/a%zz%4"), "/a%zz%4");
+  EXPECT_EQ(target_path("http://h:1/health#f"), "/health");
+  EXPECT_EQ(target_path("*"), "*");
+}
+
+std::string zlib_compress(const std::string& in, int window_bits) {
+  z_stream z{};
+  deflateInit2(&z, 9, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY);
+  std::string out(deflateBound(&z, static_cast<uLong>(in.size())) + 64, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+std::string brotli_compress(const std::string& in) {
+  std::size_t n = BrotliEncoderMaxCompressedSize(in.size());
+  std::string out(n, '\0');
+  EXPECT_TRUE(BrotliEncoderCompress(5, 22, BROTLI_MODE_GENERIC, in.size(), reinterpret_cast<const std::uint8_t*>(in.data()),
+                                    &n, reinterpret_cast<std::uint8_t*>(out.data())));
+  out.resize(n);
+  return out;
+}
+
+/// Feeds `data` in pieces of `step` bytes; returns the first non-kOk status, else finish().
+DecodeStatus decode(BodyEncoding e, const std::string& data, std::size_t cap, std::string& out, std::size_t step) {
+  BodyDecoder d(e, cap);
+  for (std::size_t i = 0; i < data.size(); i += step) {
+    const DecodeStatus st = d.feed(std::string_view(data).substr(i, step), out);
+    if (st != DecodeStatus::kOk) return st;
+  }
+  return d.finish();
+}
+
+TEST(BodyDecoder, RoundTripsEveryEncodingInAnyPieces) {
+  std::string text;
+  for (int i = 0; i < 5000; ++i) text += "{\"state\":" + std::to_string(i * 7919 % 1000) + "},";
+  const struct {
+    BodyEncoding e;
+    std::string data;
+  } cases[] = {{BodyEncoding::kIdentity, text},
+               {BodyEncoding::kGzip, zlib_compress(text, 16 + 15)},
+               {BodyEncoding::kDeflate, zlib_compress(text, 15)},
+               {BodyEncoding::kDeflate, zlib_compress(text, 16 + 15)},  // gzip framing under "deflate"
+               {BodyEncoding::kBrotli, brotli_compress(text)}};
+  for (const auto& c : cases) {
+    for (const std::size_t step : {std::size_t{1}, std::size_t{7}, std::size_t{65536}}) {
+      std::string out;
+      EXPECT_EQ(decode(c.e, c.data, 1 << 20, out, step), DecodeStatus::kOk);
+      EXPECT_EQ(out, text);
+    }
+  }
+  // concatenated gzip members decode to the concatenation
+  std::string out;
+  EXPECT_EQ(decode(BodyEncoding::kGzip, zlib_compress("ab", 31) + zlib_compress("cd", 31), 100, out, 3),
+            DecodeStatus::kOk);
+  EXPECT_EQ(out, "abcd");
+}
+
+TEST(BodyDecoder, BombsStopAtTheCap) {
+  const std::string zeros(20 << 20, ' ');
+  const std::size_t cap = 1000000;
+  for (const auto& [e, data] : {std::pair{BodyEncoding::kGzip, zlib_compress(zeros, 31)},
+                                std::pair{BodyEncoding::kDeflate, zlib_compress(zeros, 15)},
+                                std::pair{BodyEncoding::kBrotli, brotli_compress(zeros)},
+                                std::pair{BodyEncoding::kIdentity, std::string(cap + 1, ' ')}}) {
+    std::string out;
+    EXPECT_EQ(decode(e, data, cap, out, 4096), DecodeStatus::kTooLarge);
+    EXPECT_LE(out.size(), cap + 1);
+  }
+  std::string out;  // exactly at the cap is fine
+  EXPECT_EQ(decode(BodyEncoding::kGzip, zlib_compress(std::string(cap, 'x'), 31), cap, out, 100), DecodeStatus::kOk);
+  EXPECT_EQ(out.size(), cap);
+}
+
+TEST(BodyDecoder, CorruptAndTruncatedStreams) {
+  const std::string gz = zlib_compress(std::string(1000, 'a'), 31);
+  const std::string br = brotli_compress(std::string(1000, 'a'));
+  std::string out;
+  EXPECT_EQ(decode(BodyEncoding::kGzip, "not gzip at all", 100000, out, 5), DecodeStatus::kCorrupt);
+  out.clear();
+  EXPECT_EQ(decode(BodyEncoding::kGzip, gz.substr(0, gz.size() / 2), 100000, out, 5), DecodeStatus::kCorrupt);
+  out.clear();
+  EXPECT_EQ(decode(BodyEncoding::kBrotli, br.substr(0, br.size() - 1), 100000, out, 5), DecodeStatus::kCorrupt);
+  out.clear();
+  EXPECT_EQ(decode(BodyEncoding::kBrotli, br + "junk", 100000, out, 5), DecodeStatus::kCorrupt);
+  out.clear();
+  EXPECT_EQ(decode(BodyEncoding::kGzip, gz + "junk", 100000, out, 5), DecodeStatus::kCorrupt);
+}
+
+TEST(BodyDecoder, EncodingNames) {
+  BodyEncoding e{};
+  EXPECT_TRUE(parse_body_encoding("", e) && e == BodyEncoding::kIdentity);
+  EXPECT_TRUE(parse_body_encoding("identity", e) && e == BodyEncoding::kIdentity);
+  EXPECT_TRUE(parse_body_encoding(" GZIP ", e) && e == BodyEncoding::kGzip);
+  EXPECT_TRUE(parse_body_encoding("deflate", e) && e == BodyEncoding::kDeflate);
+  EXPECT_TRUE(parse_body_encoding("br", e) && e == BodyEncoding::kBrotli);
+  for (const char* bad : {"zstd", "gzip, br", "compress", "x"}) EXPECT_FALSE(parse_body_encoding(bad, e)) << bad;
+}
+
+}  // namespace
+}  // namespace clef::server
