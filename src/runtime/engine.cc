@@ -46,6 +46,25 @@ std::string engine_identity(const ReleaseFolder& r, const Backbone& b) {
   return sha256_hex(std::as_bytes(std::span<const char>(text.data(), text.size())));
 }
 
+/// The routing identity (see Engine::routing_identity): what a replica of the same release on
+/// another host computes too.
+std::string release_routing_identity(const ReleaseFolder& r) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (fs::directory_iterator it(r.dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code fe;
+    if (!it->is_regular_file(fe) || fe) continue;
+    const auto size = it->file_size(fe);
+    if (fe) continue;
+    files.push_back("file=" + it->path().filename().string() + " size=" + std::to_string(size) + "\n");
+  }
+  std::sort(files.begin(), files.end());
+  std::string text = "clef-routing-v1\nmodel=" + r.model_name + "\n";
+  for (const auto& f : files) text += f;
+  return sha256_hex(std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
 /// dst = snapshot (a deep copy), with KV capacity for `extra_tokens` more rows reserved up front,
 /// so that continuing the sequence does not reallocate (and copy again) every KV cache.
 void restore_with_room(SequenceState& dst, const SequenceState& snapshot, std::int64_t extra_tokens) {
@@ -99,6 +118,7 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   backbone_ = std::make_unique<Backbone>(release_, options.backbone);
   head_ = std::make_unique<JointHead>(release_.head, release_.head_config, release_.model.text.lm_head);
   identity_ = engine_identity(release_, *backbone_);
+  routing_identity_ = release_routing_identity(release_);
   fixed_text_tokens_ = static_cast<std::int64_t>(tokenizer_.encode(record_prefix()).size() +
                                                  tokenizer_.encode(kSuffix).size());
   if (options.vision_grid != 0 && options.vision_grid != 8 && options.vision_grid != 14) {
@@ -235,6 +255,9 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
     head.feed(std::span<const float>(rows, static_cast<std::size_t>(count * hidden)));
     head_seconds += seconds_since(th);
   };
+  const std::span<const std::byte> image_bytes = std::as_bytes(std::span<const char>(image_key.data(), image_key.size()));
+  // The routing key covers the prefix + state whether or not this run splits or caches there.
+  d.state_key = state_cache_key(routing_identity_, ids.first(static_cast<std::size_t>(rec.state_end())), image_bytes);
   if (split > 0 && cache_) {
     const std::span<const std::int32_t> prefix = ids.first(static_cast<std::size_t>(split));
     const auto compute = [&]() -> StateCache::EntryPtr {
@@ -255,7 +278,7 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
       return e;
     };
     const StateCache::Result r = cache_->get_or_compute(
-        state_cache_key(identity_, prefix, std::as_bytes(std::span<const char>(image_key.data(), image_key.size()))),
+        state_cache_key(identity_, prefix, image_bytes),
         compute);
     d.state_cache = r.hit ? StateCacheUse::kHit : StateCacheUse::kMiss;
     d.reused_tokens = r.hit ? split : 0;

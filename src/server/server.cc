@@ -34,6 +34,7 @@
 #include "decision/render.h"
 #include "decision/request_error.h"
 #include "server/metrics.h"
+#include "server/readiness.h"
 #include "server/routes.h"
 #include "server/scheduler.h"
 
@@ -246,6 +247,11 @@ httplib::Server::HandlerResponse HttpServer::pre_route(const httplib::Request& r
                 std::string("this route allows ") + route.method + " only");
   } else if (route.endpoint == Endpoint::kHealth) {
     reply(res, 200, "{\"status\":\"ok\",\"model\":" + json_string(engine_.model_name()) + ",\"loaded\":true}");
+  } else if (route.endpoint == Endpoint::kReady) {  // unauthenticated like /health: the balancer's check
+    const ReadinessReply r = readiness({true, scheduler_.closed(), scheduler_.depth(), scheduler_.capacity(),
+                                        scheduler_.running()}, engine_.model_name());
+    if (r.status != 200) res.set_header("Retry-After", std::to_string(kRetryAfterSeconds));
+    reply(res, r.status, r.body);
   } else if (!authorized(req)) {
     reply_error(res, Dialect::kSystemOne, 401, "authentication_error", 10000, "missing or invalid API key");
   } else if (route.endpoint == Endpoint::kModels) {
@@ -364,6 +370,7 @@ void HttpServer::decide(const httplib::Request& req, httplib::Response& res, con
     // Exact state reuse (issue 7) is reported in headers, never in the strict SystemOne body.
     res.set_header("X-Clef-State-Cache", state_cache_use_name(d.state_cache));
     res.set_header("X-Clef-Reused-Tokens", std::to_string(d.reused_tokens));
+    res.set_header("X-Clef-State-Key", d.state_key);  // routing key (issue 15); a request's own is never read
     const WireReply w = wire_success(d.body, route.dialect);
     reply(res, w.status, w.body);
     return;

@@ -7,6 +7,7 @@ add_library(clef_server
   ${CMAKE_CURRENT_LIST_DIR}/routes.cc
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cc
   ${CMAKE_CURRENT_LIST_DIR}/scheduler.cc
+  ${CMAKE_CURRENT_LIST_DIR}/readiness.cc
   ${CMAKE_CURRENT_LIST_DIR}/server.cc
 )
 target_include_directories(clef_server PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
