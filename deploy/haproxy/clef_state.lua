@@ -1,7 +1,8 @@
--- clef_state.lua: an HAProxy 2.6 sample fetch, `lua.clef_state`, for state affinity in front of
--- several `clef serve` replicas (docs/DEPLOYMENT.md). It returns the raw JSON text of the request
--- body's top-level "state" and "images" members, so that `balance hash lua.clef_state` sends every
--- request about one state to one replica even when the client does not send X-Clef-State-Key.
+-- clef_state.lua: an HAProxy 2.6 action, `http-request lua.clef_route`, for state affinity in front
+-- of several `clef serve` replicas (docs/DEPLOYMENT.md). It sets the variable txn.clef_route to the
+-- raw JSON text of the request body's top-level "state" and "images" members, so that
+-- `balance hash var(txn.clef_route)` sends every request about one state to one replica even when
+-- the client does not send X-Clef-State-Key.
 --
 -- Why Lua: HAProxy 2.6's json_query converter returns only strings, numbers and booleans; a state
 -- that is an object, an array or null makes it fail (and the request would be balanced round
@@ -10,7 +11,7 @@
 --
 -- What it does not do: it hashes the text as sent, so the same state written with other spacing,
 -- key order or escapes routes differently (a cache miss on another replica, never a wrong answer:
--- every replica recomputes its own key). It returns nothing (HAProxy then uses the next rule) for
+-- every replica recomputes its own key). It sets nothing (HAProxy then uses the next rule) for
 -- a body that is not a JSON object, that has no top-level "state", that HAProxy did not buffer
 -- whole (bodies over tune.bufsize), or an OpenRouter body whose images are parts of "state".
 
@@ -95,7 +96,12 @@ end
 clef_state_text = state_text
 
 if core ~= nil then
-  core.register_fetches("clef_state", function(txn)
-    return state_text(txn.f:req_body())
+  -- An action, not a sample fetch: a Lua fetch cannot report "not found" (HAProxy turns a nil
+  -- result into the integer 0, which would send every body without a state to one replica).
+  -- The action sets txn.clef_route only when the body has a state; the configuration's next rule
+  -- then falls back to the X-Clef-State-Key header, and with neither HAProxy balances round robin.
+  core.register_action("clef_route", {"http-req"}, function(txn)
+    local text = state_text(txn.f:req_body())
+    if text ~= nil then txn:set_var("txn.clef_route", text) end
   end)
 end

@@ -152,6 +152,9 @@ def test_affinity_hit_rate_and_answers_through_haproxy(cluster, server, decide_o
     assert misses == distinct, (misses, distinct)  # one cold prefill per state, cluster-wide
     repeat_hit_rate = hits / (total - distinct)
     assert repeat_hit_rate >= 0.9, repeat_hit_rate
+    spread = {r: sum(1 for v in replica_of.values() if r in v) for r in sorted(used)}
+    print(f"affinity: {distinct} states over replicas {spread}; {hits:.0f} hits, {misses:.0f} misses; "
+          f"hit rate on repeats {repeat_hit_rate:.1%}")
 
     # The answers are the single server's, and round 0 is `clef decide`'s.
     for (r, name), (_, _, body) in answers.items():
@@ -200,6 +203,15 @@ def test_header_routing_and_forged_hints(cluster, server):
     # On the header frontend the forged key routes like the state it names.
     st, h, _ = post(lb.header_port, reqs[a], {"X-Clef-State-Key": key[b]})
     assert h["x-clef-replica"] == rounds[0][b][1]["x-clef-replica"]
+    # The body frontend falls back to the header when the body is larger than HAProxy's buffer
+    # (tune.bufsize 256 KiB: clef_state.lua sees a cut body and sets nothing). Same answer.
+    padded = json.dumps({**reqs[a], "padding": "x" * (300 << 10)}).encode()  # an unknown field: ignored
+    for hint in (key[b], key[a]):
+        st, h, body = request(lb.port, "POST", "/v1/systemone", padded,
+                              {"Content-Type": "application/json", "X-Clef-State-Key": hint})
+        assert st == 200 and body == want[2] and h["x-clef-state-key"] == key[a]
+        hinted = post(lb.header_port, reqs[a], {"X-Clef-State-Key": hint})[1]["x-clef-replica"]
+        assert h["x-clef-replica"] == hinted, (hint == key[a], h["x-clef-replica"], hinted)
 
 
 def test_replica_loss_mid_run(tiny_model, tmp_path, server):
