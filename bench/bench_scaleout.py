@@ -9,7 +9,8 @@ one new question per request per round (same states: warm requests if the balanc
 state on one replica) from --clients threads, shuffled. Every answer must be a 200; the hit rate
 is the replicas' /metrics state-cache hits over the measured requests. A row "direct" sends the
 same load to one replica without HAProxy (the balancer's own cost). Prints a markdown table with
-lscpu's CPU model.
+lscpu's CPU model. A last row balances 3 fresh replicas round robin (the header-only frontend, no
+hints sent) to show what affinity buys.
 
   .venv/bin/python bench/bench_scaleout.py                   # tiny random model, 1/2/3 replicas
   .venv/bin/python bench/bench_scaleout.py --threads 1 --clients 4 --rounds 4 --skip-heavy
@@ -144,6 +145,8 @@ def main() -> int:
     ap.add_argument("--replicas", default="1,2,3")
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared" / "requests" / "corpus.jsonl"))
     ap.add_argument("--skip-heavy", action="store_true", help="only requests under 2,000 bytes")
+    ap.add_argument("--no-round-robin", action="store_true",
+                    help="skip the comparison row: 3 replicas balanced round robin (no affinity)")
     args = ap.parse_args()
 
     cases = [(c["name"], c["request"]) for c in map(json.loads, open(args.corpus, encoding="utf-8"))]
@@ -158,8 +161,10 @@ def main() -> int:
 
     rows = []
     levels = ["direct"] + [int(x) for x in args.replicas.split(",")]
+    if not args.no_round_robin:
+        levels.append("rr")
     for level in levels:
-        n = 1 if level == "direct" else level
+        n = 1 if level == "direct" else 3 if level == "rr" else level
         reps = [Replica(args.bin, model, tmp / f"r{level}-{i}.log", args.threads) for i in range(n)]
         lb = None
         try:
@@ -167,7 +172,8 @@ def main() -> int:
             if level != "direct":
                 lb = Balancer([r.port for r in reps], tmp / f"haproxy{level}.log")
                 lb.wait_up()
-                port = lb.port
+                # "rr": the header-only frontend without hints balances round robin (no affinity).
+                port = lb.header_port if level == "rr" else lb.port
             warm_up(port, cases)
             before = [r.lookups() for r in reps]
             lat, wall, where = measure(port, cases, args.rounds, args.clients, seed=15)
@@ -181,7 +187,8 @@ def main() -> int:
                 for s in reps_of_key:
                     spread[s] = spread.get(s, 0) + 1
             sticky = all(len(v) == 1 for v in where.values())
-            rows.append((f"{level}" if level == "direct" else f"{level} (HAProxy)", measured, wall,
+            label = {"direct": "1, direct (no HAProxy)", "rr": "3 (HAProxy, round robin)"}.get(level, f"{level} (HAProxy)")
+            rows.append((label, measured, wall,
                          measured / wall, percentile(lat, 50), percentile(lat, 99),
                          hits, misses, hit_rate, sticky, spread))
         finally:
