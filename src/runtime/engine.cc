@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "core/sha256.h"
@@ -47,20 +48,39 @@ std::string engine_identity(const ReleaseFolder& r, const Backbone& b) {
 }
 
 /// The routing identity (see Engine::routing_identity): what a replica of the same release on
-/// another host computes too.
+/// another host computes too. A file's fingerprint is the SHA-256 of its bytes when it holds at most
+/// kWholeFileBytes, else of its first and last kEdgeBytes (weights differ there between
+/// checkpoints of one shape); a file that cannot be read is left out, as by engine_identity.
 std::string release_routing_identity(const ReleaseFolder& r) {
   namespace fs = std::filesystem;
+  constexpr std::uintmax_t kWholeFileBytes = std::uintmax_t{16} << 20;
+  constexpr std::uintmax_t kEdgeBytes = std::uintmax_t{1} << 20;
   std::vector<std::string> files;
   std::error_code ec;
   for (fs::directory_iterator it(r.dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code fe;
     if (!it->is_regular_file(fe) || fe) continue;
-    const auto size = it->file_size(fe);
+    const std::uintmax_t size = it->file_size(fe);
     if (fe) continue;
-    files.push_back("file=" + it->path().filename().string() + " size=" + std::to_string(size) + "\n");
+    std::ifstream in(it->path(), std::ios::binary);
+    if (!in) continue;
+    const auto read_at = [&in](std::uintmax_t offset, std::uintmax_t n, std::string& out) {
+      const std::size_t at = out.size();
+      out.resize(at + static_cast<std::size_t>(n));
+      in.seekg(static_cast<std::streamoff>(offset));
+      in.read(out.data() + at, static_cast<std::streamsize>(n));
+      return static_cast<bool>(in);
+    };
+    std::string bytes;
+    const bool ok = size <= kWholeFileBytes
+                        ? read_at(0, size, bytes)
+                        : read_at(0, kEdgeBytes, bytes) && read_at(size - kEdgeBytes, kEdgeBytes, bytes);
+    if (!ok) continue;
+    files.push_back("file=" + it->path().filename().string() + " size=" + std::to_string(size) + " sha256=" +
+                    sha256_hex(std::as_bytes(std::span<const char>(bytes.data(), bytes.size()))) + "\n");
   }
   std::sort(files.begin(), files.end());
-  std::string text = "clef-routing-v1\nmodel=" + r.model_name + "\n";
+  std::string text = "clef-routing-v1\n";
   for (const auto& f : files) text += f;
   return sha256_hex(std::as_bytes(std::span<const char>(text.data(), text.size())));
 }

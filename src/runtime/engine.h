@@ -116,8 +116,9 @@ class Engine {
   /// (precision, chunk size, threads, padded readout, pad id).
   const std::string& model_identity() const noexcept { return identity_; }
   /// The replica-independent model identity of Decision::state_key: a SHA-256 (hex) over the
-  /// model name and the sorted names and sizes of the release's regular files (no path, no
-  /// modification time, no engine option), so copies of one release on several hosts agree.
+  /// release folder's regular files, sorted by name: name, size and a SHA-256 of the bytes (whole
+  /// files up to 16 MiB, else the first and last MiB). No path, modification time, folder name or
+  /// engine option, so copies of one release on several hosts agree. Computed once at load.
   const std::string& routing_identity() const noexcept { return routing_identity_; }
 
  private:
