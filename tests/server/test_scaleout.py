@@ -104,7 +104,8 @@ REPEATED = [(n, r) for n, r in CASES if n not in SCHEMA_HEAVY]
 
 
 def test_affinity_hit_rate_and_answers_through_haproxy(cluster, server, decide_outputs):
-    """The corpus 5 times in shuffled order, one new question per repeat, 3 clients at once,
+    """The corpus 5 times in shuffled order (the 2 schema-heavy requests once), one new question
+    per repeat, 3 clients at once,
     through the body-routed frontend (clients send no hint): every state stays on one replica, the
     repeats hit the cache, and every answer is the single server's (round 0: `clef decide`'s)."""
     replicas, lb = cluster
