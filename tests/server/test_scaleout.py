@@ -343,3 +343,40 @@ def test_ready_is_200_when_idle_and_503_when_the_queue_is_full(make_server):
     st, _, body = s.request("GET", "/ready")
     assert st == 200 and json.loads(body)["queue_depth"] == 0
     assert s.request("POST", "/ready", b"{}")[0] == 405
+
+
+def documented_state_key(model_dir, req: Dict[str, Any]) -> str:
+    """X-Clef-State-Key recomputed from its definition in docs/DEPLOYMENT.md, independently of the
+    C++ code: the Python toolkit's encode_record (tokenizers' own BPE) for the prefix + state ids,
+    hashlib for SHA-256. Text-only requests."""
+    import hashlib
+    import pathlib
+    import struct
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "reference"))
+    from clef_ref.record import encode_record, load_tokenizer
+
+    lines = []
+    for f in pathlib.Path(model_dir).iterdir():
+        if not f.is_file():
+            continue
+        data = f.read_bytes()
+        fp = data if len(data) <= 16 << 20 else data[: 1 << 20] + data[-(1 << 20):]
+        lines.append(f"file={f.name} size={len(data)} sha256={hashlib.sha256(fp).hexdigest()}\n")
+    identity = hashlib.sha256(("clef-routing-v1\n" + "".join(sorted(lines))).encode()).hexdigest()
+    rec = encode_record(req, load_tokenizer(model_dir))
+    ids = rec.input_ids[: rec.prefix_len + rec.state_len]
+
+    def field(b: bytes) -> bytes:
+        return struct.pack("<Q", len(b)) + b
+
+    buf = field(b"clef-state-cache-v1") + field(identity.encode()) + struct.pack("<Q", len(ids))
+    buf += b"".join(struct.pack("<i", i) for i in ids) + field(b"")
+    return hashlib.sha256(buf).hexdigest()
+
+
+def test_state_key_is_the_documented_hash(server, tiny_model):
+    for name, req in REPEATED:
+        st, h, _ = server.post_json("/v1/systemone", req)
+        assert st == 200 and h["x-clef-state-key"] == documented_state_key(tiny_model, req), name
