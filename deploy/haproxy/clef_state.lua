@@ -12,8 +12,9 @@
 -- What it does not do: it hashes the text as sent, so the same state written with other spacing,
 -- key order or escapes routes differently (a cache miss on another replica, never a wrong answer:
 -- every replica recomputes its own key). It sets nothing (HAProxy then uses the next rule) for
--- a body that is not a JSON object, that has no top-level "state", that HAProxy did not buffer
--- whole (bodies over tune.bufsize), or an OpenRouter body whose images are parts of "state".
+-- a body that is not a JSON object, that has no top-level "state", or that HAProxy did not buffer
+-- whole (bodies over tune.bufsize). An OpenRouter body's image parts sit inside "state" and are
+-- hashed with it.
 
 -- Index just past the JSON string that starts at s[i] == '"', or nil when it is unterminated.
 local function skip_string(s, i)
@@ -91,9 +92,6 @@ local function state_text(body)
   if state == nil then return nil end
   return "state=" .. state .. "\nimages=" .. (images or "")
 end
-
--- Exported for tests that load this file outside HAProxy (`lua5.3 -e` or the like).
-clef_state_text = state_text
 
 if core ~= nil then
   -- An action, not a sample fetch: a Lua fetch cannot report "not found" (HAProxy turns a nil
