@@ -36,11 +36,13 @@ MAIN_PACKAGES=(
   libopenblas-dev libhwy-dev
   libpng-dev libjpeg62-turbo-dev libwebp-dev
 )
-# Full tier: unit tests, benchmarks, the fuzz preset (clang-14), the Python reference toolkit.
+# Full tier: unit tests, benchmarks, the fuzz preset (clang-14), the Python reference toolkit,
+# and HAProxy for the scale-out tests and benchmark (tests/server/test_scaleout.py; deploy/haproxy/).
 DEV_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev libomp-14-dev
   python3 python3-venv ca-certificates
+  haproxy
 )
 
 packages=("${MAIN_PACKAGES[@]}")

@@ -23,8 +23,10 @@ namespace {
 constexpr const char* kServeFooter =
     "Routes: POST /v1/systemone, /v1/decisions (SystemOne); POST /ai/run/@cf/cloudflare/{model} and\n"
     "/client/v4/accounts/{id}/ai/run/@cf/cloudflare/{model} (Cloudflare envelope); POST /api/alpha/decisions\n"
-    "(OpenRouter); GET /v1/models, /health, /metrics (Prometheus). Overload (queue full or queued past\n"
-    "--timeout): 503 with Retry-After. See README.md \"clef serve\".\n"
+    "(OpenRouter); GET /v1/models, /health (liveness), /ready (readiness: 503 while the queue is full),\n"
+    "/metrics (Prometheus). Overload (queue full or queued past --timeout): 503 with Retry-After. A decision\n"
+    "answer carries X-Clef-State-Key, its state's routing key for a balancer (docs/DEPLOYMENT.md).\n"
+    "See README.md \"clef serve\".\n"
     "Exit codes: 0 stopped by SIGINT/SIGTERM after finishing the requests in flight; 2 invalid argument or\n"
     "usage; 3 model folder malformed, missing or inconsistent; 4 unsupported model option; 5 I/O error\n"
     "(e.g. the address cannot be bound); 70 internal error; 130 a second signal during shutdown.";
@@ -56,7 +58,7 @@ int serve_main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 34))
       ->capture_default_str();
   app.add_option("--api-key", so.api_key,
-                 "Require \"Authorization: Bearer KEY\" on every route but /health (default: $CLEF_API_KEY; none: open)")
+                 "Require \"Authorization: Bearer KEY\" on every route but /health and /ready (default: $CLEF_API_KEY; none: open)")
       ->envname("CLEF_API_KEY");
   app.add_option("--alias", so.aliases,
                  "Another model name requests may use (repeatable); with --strict-model, the only other names "

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "core/sha256.h"
@@ -43,6 +44,44 @@ std::string engine_identity(const ReleaseFolder& r, const Backbone& b) {
   text += "precision=" + std::to_string(static_cast<int>(o.precision)) + " chunk=" + std::to_string(o.chunk_size) +
           " threads=" + std::to_string(ops::num_threads()) + " padded=" + std::to_string(o.padded_readout ? 1 : 0) +
           " pad=" + std::to_string(b.pad_id()) + "\n";
+  return sha256_hex(std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+/// The routing identity (see Engine::routing_identity): what a replica of the same release on
+/// another host computes too. A file's fingerprint is the SHA-256 of its bytes when it holds at most
+/// kWholeFileBytes, else of its first and last kEdgeBytes (weights differ there between
+/// checkpoints of one shape); a file that cannot be read is left out, as by engine_identity.
+std::string release_routing_identity(const ReleaseFolder& r) {
+  namespace fs = std::filesystem;
+  constexpr std::uintmax_t kWholeFileBytes = std::uintmax_t{16} << 20;
+  constexpr std::uintmax_t kEdgeBytes = std::uintmax_t{1} << 20;
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (fs::directory_iterator it(r.dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code fe;
+    if (!it->is_regular_file(fe) || fe) continue;
+    const std::uintmax_t size = it->file_size(fe);
+    if (fe) continue;
+    std::ifstream in(it->path(), std::ios::binary);
+    if (!in) continue;
+    const auto read_at = [&in](std::uintmax_t offset, std::uintmax_t n, std::string& out) {
+      const std::size_t at = out.size();
+      out.resize(at + static_cast<std::size_t>(n));
+      in.seekg(static_cast<std::streamoff>(offset));
+      in.read(out.data() + at, static_cast<std::streamsize>(n));
+      return static_cast<bool>(in);
+    };
+    std::string bytes;
+    const bool ok = size <= kWholeFileBytes
+                        ? read_at(0, size, bytes)
+                        : read_at(0, kEdgeBytes, bytes) && read_at(size - kEdgeBytes, kEdgeBytes, bytes);
+    if (!ok) continue;
+    files.push_back("file=" + it->path().filename().string() + " size=" + std::to_string(size) + " sha256=" +
+                    sha256_hex(std::as_bytes(std::span<const char>(bytes.data(), bytes.size()))) + "\n");
+  }
+  std::sort(files.begin(), files.end());
+  std::string text = "clef-routing-v1\n";
+  for (const auto& f : files) text += f;
   return sha256_hex(std::as_bytes(std::span<const char>(text.data(), text.size())));
 }
 
@@ -99,6 +138,7 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   backbone_ = std::make_unique<Backbone>(release_, options.backbone);
   head_ = std::make_unique<JointHead>(release_.head, release_.head_config, release_.model.text.lm_head);
   identity_ = engine_identity(release_, *backbone_);
+  routing_identity_ = release_routing_identity(release_);
   fixed_text_tokens_ = static_cast<std::int64_t>(tokenizer_.encode(record_prefix()).size() +
                                                  tokenizer_.encode(kSuffix).size());
   if (options.vision_grid != 0 && options.vision_grid != 8 && options.vision_grid != 14) {
@@ -239,6 +279,9 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
     head.feed(std::span<const float>(rows, static_cast<std::size_t>(count * hidden)));
     head_seconds += seconds_since(th);
   };
+  const std::span<const std::byte> image_bytes = std::as_bytes(std::span<const char>(image_key.data(), image_key.size()));
+  // The routing key covers the prefix + state whether or not this run splits or caches there.
+  d.state_key = state_cache_key(routing_identity_, ids.first(static_cast<std::size_t>(rec.state_end())), image_bytes);
   if (split > 0 && cache_) {
     const std::span<const std::int32_t> prefix = ids.first(static_cast<std::size_t>(split));
     const auto compute = [&]() -> StateCache::EntryPtr {
@@ -259,7 +302,7 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
       return e;
     };
     const StateCache::Result r = cache_->get_or_compute(
-        state_cache_key(identity_, prefix, std::as_bytes(std::span<const char>(image_key.data(), image_key.size()))),
+        state_cache_key(identity_, prefix, image_bytes),
         compute);
     d.state_cache = r.hit ? StateCacheUse::kHit : StateCacheUse::kMiss;
     d.reused_tokens = r.hit ? split : 0;

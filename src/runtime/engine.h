@@ -79,6 +79,12 @@ struct Decision {
   DecisionTimings timings;
   StateCacheUse state_cache = StateCacheUse::kOff;
   std::int64_t reused_tokens = 0;  ///< prefix + state tokens restored instead of computed (a hit)
+  /// The state key (issue 15): lower-case hex SHA-256 of (the routing identity, the prefix + state
+  /// token ids, the images' data URLs), see Engine::routing_identity and docs/DEPLOYMENT.md. Equal
+  /// for requests about the same state of the same model on every replica, whatever their cache
+  /// budget, threads or folder path; computed with the cache on or off. `clef serve` sends it as
+  /// `X-Clef-State-Key` so that a balancer can route a state's requests to one replica.
+  std::string state_key;
   std::vector<float> logits;       ///< [N] option logits in model order (request order, §3.4 options)
 };
 
@@ -116,6 +122,11 @@ class Engine {
   /// path, every file's name, size and modification time, and the options that change numbers
   /// (precision, chunk size, threads, padded readout, pad id).
   const std::string& model_identity() const noexcept { return identity_; }
+  /// The replica-independent model identity of Decision::state_key: a SHA-256 (hex) over the
+  /// release folder's regular files, sorted by name: name, size and a SHA-256 of the bytes (whole
+  /// files up to 16 MiB, else the first and last MiB). No path, modification time, folder name or
+  /// engine option, so copies of one release on several hosts agree. Computed once at load.
+  const std::string& routing_identity() const noexcept { return routing_identity_; }
 
  private:
   /// The image processor settings: the release's preprocessor_config.json (defaults of §6.1 when
@@ -129,6 +140,7 @@ class Engine {
   std::unique_ptr<Backbone> backbone_;
   std::unique_ptr<JointHead> head_;
   std::string identity_;
+  std::string routing_identity_;
   std::unique_ptr<StateCache> cache_;  ///< null when off
   std::unique_ptr<qwen35::VisionTower> tower_;
   std::int64_t fixed_text_tokens_ = 0;  ///< tokens of the prompt prefix + suffix (54 with Qwen3.5's tokenizer)  ///< null when images are off or the release has no tower

@@ -33,6 +33,7 @@ RouteMatch match_route(std::string_view path) {
   }
   if (path == "/v1/models") return make(Endpoint::kModels, "/v1/models", "GET", Dialect::kSystemOne);
   if (path == "/health") return make(Endpoint::kHealth, "/health", "GET", Dialect::kSystemOne);
+  if (path == "/ready") return make(Endpoint::kReady, "/ready", "GET", Dialect::kSystemOne);
   if (path == "/metrics") return make(Endpoint::kMetrics, "/metrics", "GET", Dialect::kSystemOne);
 
   constexpr std::string_view kRun = "/ai/run/@cf/cloudflare/";

@@ -16,7 +16,8 @@ enum class Endpoint : unsigned char {
   kCloudflare,  ///< POST /ai/run/@cf/cloudflare/{model}, /client/v4/accounts/{id}/ai/run/@cf/cloudflare/{model}
   kOpenRouter,  ///< POST /api/alpha/decisions
   kModels,      ///< GET /v1/models
-  kHealth,      ///< GET /health
+  kHealth,      ///< GET /health (liveness)
+  kReady,       ///< GET /ready (readiness: 503 while the decision queue is full)
   kMetrics,     ///< GET /metrics
 };
 

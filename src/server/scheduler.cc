@@ -107,6 +107,11 @@ void Scheduler::close() {
   closed_ = true;
 }
 
+bool Scheduler::closed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return closed_;
+}
+
 void Scheduler::run() {
   for (;;) {
     std::shared_ptr<Job> job;

@@ -89,6 +89,10 @@ class Scheduler {
   std::uint64_t cancelled() const;
   /// Stops accepting new jobs (submit returns nullptr); queued jobs still run.
   void close();
+  /// True once close() was called (or the scheduler is being destroyed).
+  bool closed() const;
+  /// The number of jobs that may wait (the constructor's capacity, at least 1).
+  std::size_t capacity() const noexcept { return capacity_; }
 
  private:
   void run();

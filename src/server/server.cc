@@ -39,6 +39,7 @@
 #include "server/body_decoder.h"
 #include "server/http_rules.h"
 #include "server/metrics.h"
+#include "server/readiness.h"
 #include "server/routes.h"
 #include "server/scheduler.h"
 
@@ -152,6 +153,8 @@ std::string decision_headers(const Decision& d) {
   std::string h;
   h += "X-Clef-State-Cache: " + std::string(state_cache_use_name(d.state_cache)) + "\r\n";
   h += "X-Clef-Reused-Tokens: " + std::to_string(d.reused_tokens) + "\r\n";
+  // The routing key (issue 15, docs/DEPLOYMENT.md); a request's own X-Clef-State-Key is never read.
+  h += "X-Clef-State-Key: " + d.state_key + "\r\n";
   return h;
 }
 
@@ -534,7 +537,8 @@ void Session::handle_header() {
   route_ = match_route(target_path(std::string_view(target.data(), target.size())));
   const bool body_method = m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE";
   const bool get = m == "GET" || head_;
-  const bool want_auth = route_.endpoint != Endpoint::kHealth && !authorized();
+  // /health (liveness) and /ready (readiness) are the balancer's checks: no key.
+  const bool want_auth = route_.endpoint != Endpoint::kHealth && route_.endpoint != Endpoint::kReady && !authorized();
 
   // Refusals decided from the headers alone. Auth comes first (no route or method is revealed to
   // a client without the key); /health stays open.
@@ -727,6 +731,13 @@ void Session::answer_without_body() {
   Reply r;
   if (route_.endpoint == Endpoint::kHealth) {
     r.body = "{\"status\":\"ok\",\"model\":" + json_string(srv_.engine_.model_name()) + ",\"loaded\":true}";
+  } else if (route_.endpoint == Endpoint::kReady) {
+    const Scheduler& q = srv_.scheduler_;
+    const ReadinessReply ready =
+        readiness({true, q.closed(), q.depth(), q.capacity(), q.running()}, srv_.engine_.model_name());
+    r.status = ready.status;
+    r.body = ready.body;
+    if (r.status != 200) r.headers = "Retry-After: " + std::to_string(kRetryAfterSeconds) + "\r\n";
   } else if (route_.endpoint == Endpoint::kModels) {
     r.body = srv_.models_body();
   } else if (route_.endpoint == Endpoint::kMetrics) {

@@ -11,6 +11,7 @@ add_library(clef_server
   ${CMAKE_CURRENT_LIST_DIR}/scheduler.cc
   ${CMAKE_CURRENT_LIST_DIR}/http_rules.cc
   ${CMAKE_CURRENT_LIST_DIR}/body_decoder.cc
+  ${CMAKE_CURRENT_LIST_DIR}/readiness.cc
   ${CMAKE_CURRENT_LIST_DIR}/server.cc
 )
 target_include_directories(clef_server PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)

@@ -14,6 +14,7 @@
 #include "decision/request_error.h"
 #include "runtime/engine.h"
 #include "server/metrics.h"
+#include "server/readiness.h"
 #include "server/routes.h"
 #include "server/scheduler.h"
 #include "test_util.h"
@@ -30,6 +31,10 @@ TEST(ServerRoutes, KnownPaths) {
   EXPECT_STREQ(match_route("/v1/models").method, "GET");
   EXPECT_EQ(match_route("/health").endpoint, Endpoint::kHealth);
   EXPECT_EQ(match_route("/metrics").endpoint, Endpoint::kMetrics);
+  EXPECT_EQ(match_route("/ready").endpoint, Endpoint::kReady);
+  EXPECT_STREQ(match_route("/ready").method, "GET");
+  EXPECT_STREQ(match_route("/ready").label, "/ready");
+  EXPECT_FALSE(match_route("/ready").decision());
   const RouteMatch cf = match_route("/ai/run/@cf/cloudflare/clef-flash");
   EXPECT_EQ(cf.endpoint, Endpoint::kCloudflare);
   EXPECT_EQ(cf.dialect, Dialect::kCloudflare);
@@ -50,6 +55,27 @@ TEST(ServerRoutes, UnknownPaths) {
     EXPECT_STREQ(m.label, "unmatched") << p;
     EXPECT_FALSE(m.decision()) << p;
   }
+}
+
+// GET /ready (issue 15): 200 only while a decision sent now would be queued.
+TEST(ServerReadiness, ReadyUntilTheQueueIsFull) {
+  ReadinessInput in{true, false, 0, 2, 1};
+  ReadinessReply r = readiness(in, "m\"x");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"status":"ready","model":"m\"x","loaded":true,"queue_depth":0,"queue_capacity":2,"running":1})");
+  in.depth = 1;
+  EXPECT_EQ(readiness(in, "m").status, 200);
+  in.depth = 2;
+  r = readiness(in, "m");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find(R"("status":"not_ready","reason":"queue_full")"), std::string::npos) << r.body;
+  in.closed = true;
+  EXPECT_NE(readiness(in, "m").body.find(R"("reason":"shutting_down")"), std::string::npos);
+  in.model_loaded = false;
+  r = readiness(in, "m");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find(R"("reason":"model_not_loaded")"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find(R"("loaded":false)"), std::string::npos) << r.body;
 }
 
 /// The samples of an exposition as name{labels} -> value.

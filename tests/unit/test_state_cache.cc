@@ -9,6 +9,8 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -378,6 +380,46 @@ TEST_F(EngineStateCacheTest, HitMissAndOffGiveBitIdenticalLogits) {
   const StateCacheStats none = off.state_cache_stats();
   EXPECT_EQ(none.budget, 0u);
   EXPECT_EQ(none.misses, 0u);
+}
+
+// Decision::state_key (issue 15): the balancer's routing key covers the model and the prefix +
+// state only, never the questions, and no replica-local setting (path, mtime, threads, chunk,
+// cache budget, padded readout).
+TEST_F(EngineStateCacheTest, StateKeyCoversTheStateAndNotTheReplica) {
+  Engine on(*model_, options(64));
+  const std::string s1 = "Order A-55120 was charged twice.";
+  const Decision a = on.decide(request(s1, "Is a refund due?"));
+  ASSERT_EQ(a.state_key.size(), 64u);
+  EXPECT_EQ(a.state_key.find_first_not_of("0123456789abcdef"), std::string::npos) << a.state_key;
+  const Decision b = on.decide(request(s1, "Should a human look at it?"));  // a hit
+  EXPECT_EQ(b.state_cache, StateCacheUse::kHit);
+  EXPECT_EQ(a.state_key, b.state_key);
+  EXPECT_NE(on.decide(request("Order A-55121 was charged twice.", "Is a refund due?")).state_key, a.state_key);
+  EXPECT_EQ(on.routing_identity().size(), 64u);
+  EXPECT_NE(on.routing_identity(), on.model_identity());
+  // Another replica: a copy of the folder elsewhere (new path and mtimes), cache off, other chunk
+  // and thread count, the padded readout.
+  const std::filesystem::path copy = dir_->path() / "replica-copy";
+  std::filesystem::copy(*model_, copy, std::filesystem::copy_options::recursive);
+  EngineOptions o = options(0);
+  o.backbone.chunk_size = 64;
+  o.backbone.threads = 2;
+  Engine other(copy.string(), o);
+  EXPECT_NE(other.model_identity(), on.model_identity());
+  EXPECT_EQ(other.routing_identity(), on.routing_identity());
+  const Decision c = other.decide(request(s1, "Is a refund due?"));
+  EXPECT_EQ(c.state_cache, StateCacheUse::kOff);
+  EXPECT_EQ(c.state_key, a.state_key);
+  EngineOptions p = options(64);
+  p.backbone.padded_readout = true;
+  EXPECT_EQ(Engine(*model_, p).decide(request(s1, "Is it?")).state_key, a.state_key);
+  // A different release keys differently: one more file, or one byte of a file changed in place
+  // (same name, same size).
+  { std::ofstream(copy / "NOTES.txt") << "x"; }
+  const std::string with_notes = Engine(copy.string(), o).decide(request(s1, "Is a refund due?")).state_key;
+  EXPECT_NE(with_notes, a.state_key);
+  { std::ofstream(copy / "NOTES.txt") << "y"; }
+  EXPECT_NE(Engine(copy.string(), o).decide(request(s1, "Is a refund due?")).state_key, with_notes);
 }
 
 TEST_F(EngineStateCacheTest, PaddedReadoutTurnsTheCacheOff) {
