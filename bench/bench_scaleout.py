@@ -38,13 +38,7 @@ sys.path.insert(0, str(ROOT / "tests" / "server"))
 
 from haproxy_cluster import Balancer, request  # noqa: E402
 
-
-def percentile(xs, q):
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
-    return xs[k]
+from bench_serve import percentile  # noqa: E402  (bench/, beside this script)
 
 
 def cpu_model() -> str:

@@ -3,7 +3,6 @@ and servers started on free ports (``--port 0``; the bound port is read from the
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import pathlib
@@ -12,6 +11,8 @@ import signal
 import subprocess
 import time
 from typing import Any, Dict, List, Optional, Tuple
+
+from haproxy_cluster import request as http_request
 
 import pytest
 
@@ -74,13 +75,7 @@ class Server:
     def request(self, method: str, path: str, body: Optional[bytes] = None,
                 headers: Optional[Dict[str, str]] = None, timeout: float = 120) -> Tuple[int, Dict[str, str], bytes]:
         """One request on a fresh connection: (status, headers with lower-case names, body)."""
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            c.request(method, path, body=body, headers=headers or {})
-            r = c.getresponse()
-            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-        finally:
-            c.close()
+        return http_request(self.port, method, path, body, headers, timeout)
 
     def post_json(self, path: str, obj: Any, **kw) -> Tuple[int, Dict[str, str], bytes]:
         return self.request("POST", path, json.dumps(obj, ensure_ascii=False).encode("utf-8"),
