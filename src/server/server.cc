@@ -66,6 +66,13 @@ constexpr std::size_t kBodyChunk = 64 * 1024;
 constexpr std::uint64_t kDiscardLimit = 64 * 1024;
 /// Requests per connection; the last answer carries Connection: close.
 constexpr int kKeepAliveMax = 100;
+/// Lingering close (RFC 9112 §9.6): after the last answer of a connection the server half-closes
+/// and reads (and drops) what the client still sends, for at most this long / this many bytes, so
+/// that unread pipelined bytes do not make the kernel reset the connection and destroy answers the
+/// client has not read yet.
+constexpr double kLingerSeconds = 2;
+constexpr std::size_t kLingerBytes = std::size_t{1} << 20;
+constexpr std::size_t kDrainChunk = 4096;
 /// Idle seconds between requests on a keep-alive connection.
 constexpr double kKeepAliveSeconds = 5;
 /// Seconds an answer may take to be written.
@@ -177,7 +184,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void shutdown_async();
 
  private:
-  enum class Phase : unsigned char { kIdle, kHeader, kBody, kWork, kWrite, kClosed };
+  enum class Phase : unsigned char { kIdle, kHeader, kBody, kWork, kWrite, kLinger, kClosed };
 
   void start();
   void on_shutdown();
@@ -203,6 +210,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void arm(double seconds);
   void disarm();
   void close();
+  /// Half-closes, drains what the client still sends (bounded by kLingerSeconds / kLingerBytes),
+  /// then closes: the end of a connection after its last answer.
+  void linger_close();
+  void drain();
   void reset_request();
 
   HttpServer& srv_;
@@ -225,6 +236,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool head_ = false;
   bool keep_alive_ = false;
   bool http11_ = true;
+  std::unique_ptr<char[]> drain_;  ///< kDrainChunk bytes while lingering, else null
+  std::size_t lingered_ = 0;       ///< bytes dropped while lingering
   RouteMatch route_;
   bool keep_body_ = false;       ///< a decision body (decoded and kept) vs one read only to drop it
   std::uint64_t raw_seen_ = 0;   ///< body bytes received (before decoding)
@@ -344,7 +357,37 @@ void Session::close() {
 }
 
 void Session::on_shutdown() {
-  if (phase_ == Phase::kIdle || phase_ == Phase::kHeader) close();
+  // A connection still sending a body is ended too: its request was not started (nothing is lost;
+  // a balancer or client retries it), and a slow uploader must not hold the shutdown for up to
+  // --body-timeout. Requests already validated, queued or running are answered.
+  if (phase_ == Phase::kIdle || phase_ == Phase::kHeader || phase_ == Phase::kBody) close();
+}
+
+void Session::linger_close() {
+  if (phase_ == Phase::kClosed) return;
+  phase_ = Phase::kLinger;
+  beast::error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) {
+    close();
+    return;
+  }
+  drain_ = std::make_unique<char[]>(kDrainChunk);
+  arm(kLingerSeconds);
+  drain();
+}
+
+void Session::drain() {
+  socket_.async_read_some(asio::buffer(drain_.get(), kDrainChunk),
+                          [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                            if (self->phase_ == Phase::kClosed) return;
+                            self->lingered_ += n;
+                            if (ec || self->timed_out_ || self->lingered_ > kLingerBytes) {
+                              self->close();
+                              return;
+                            }
+                            self->drain();
+                          });
 }
 
 void Session::reset_request() {
@@ -485,6 +528,7 @@ void Session::handle_header() {
   std::size_t lengths = 0;
   std::size_t encodings = 0;
   std::size_t hosts = 0;
+  std::size_t codings = 0;  // Content-Encoding fields (RFC 9110 §5.3: several fields form one list)
   bool bad_length = false;
   bool bad_encoding = false;
   std::uint64_t length = 0;
@@ -499,6 +543,8 @@ void Session::handle_header() {
       if (!transfer_encoding_is_chunked(v)) bad_encoding = true;
     } else if (f.name() == http::field::host) {
       ++hosts;
+    } else if (f.name() == http::field::content_encoding) {
+      ++codings;
     }
   }
   if (fields > kMaxHeaderFields) {
@@ -506,8 +552,9 @@ void Session::handle_header() {
          "more than " + std::to_string(kMaxHeaderFields) + " header fields", true);
     return;
   }
+  // Transfer-Encoding in an HTTP/1.0 request is faulty framing (RFC 9112 §6.1).
   if (lengths > 1 || bad_length || encodings > 1 || bad_encoding || (lengths > 0 && encodings > 0) ||
-      (encodings > 0 && !parser_->chunked())) {
+      (encodings > 0 && !parser_->chunked()) || (encodings > 0 && !http11_)) {
     fail(400, "invalid_request_error", 0,
          "malformed HTTP request (Content-Length must be one decimal number; Transfer-Encoding only "
          "\"chunked\", never with Content-Length)",
@@ -583,7 +630,8 @@ void Session::handle_header() {
   }
   BodyEncoding encoding = BodyEncoding::kIdentity;
   const auto ce = req[http::field::content_encoding];
-  if (!parse_body_encoding(std::string_view(ce.data(), ce.size()), encoding)) {
+  // One coding at most: a list ("gzip, gzip") or several fields (which form a list) are refused.
+  if (codings > 1 || !parse_body_encoding(std::string_view(ce.data(), ce.size()), encoding)) {
     fail(415, "unsupported_media_type", 6003, "unsupported Content-Encoding (accepted: identity, gzip, deflate, br)",
          has_body, route_.dialect);
     return;
@@ -963,8 +1011,12 @@ void Session::on_write(beast::error_code ec) {
   disarm();
   std::string().swap(out_);
   ++served_;
-  if (ec || close_after_write_) {
+  if (ec) {
     close();
+    return;
+  }
+  if (close_after_write_) {
+    linger_close();
     return;
   }
   read_request();

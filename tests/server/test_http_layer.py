@@ -661,3 +661,63 @@ def test_keep_alive_limit_closes_after_100_requests(server):
     assert answers[99][1]["connection"] == "close"
     assert read_until_close(s, limit=5) == b""
     s.close()
+
+
+def test_pipelining_past_the_keep_alive_limit_loses_no_answer(server):
+    """The 100th answer ends the connection while 900 pipelined requests are still unread: the server
+    half-closes and drains them (lingering close), so the client reads all 100 answers and a clean end
+    of stream, never a reset that would destroy answers it had not read yet."""
+    s = connect(server.port)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 1000)
+    time.sleep(0.5)  # let the server answer and close before the client reads anything
+    data = b""
+    deadline = time.monotonic() + 10
+    while True:
+        s.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            d = s.recv(65536)
+        except ConnectionResetError:
+            raise AssertionError(f"connection reset after {data.count(b'HTTP/1.1 200 ')} answers")
+        if not d:
+            break
+        data += d
+    s.close()
+    assert data.count(b"HTTP/1.1 200 ") == 100
+    assert data.count(b"Connection: close") == 1
+
+
+def test_several_content_encoding_fields_are_415(server):
+    """Separate Content-Encoding fields form one list (RFC 9110 §5.3): two codings are refused, not
+    half-decoded."""
+    body = gzip.compress(gzip.compress(json.dumps(SMALL[0][1]).encode()))
+    for codings in (["gzip", "gzip"], ["identity", "gzip"], ["br", "gzip"]):
+        fields = "".join(f"Content-Encoding: {c}\r\n" for c in codings)
+        raw = (post_head() + fields + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+        _, answers = exchange(server.port, raw)
+        assert [a[0] for a in answers] == [415], (codings, answers)
+
+
+def test_http10_transfer_encoding_is_400_and_closes(server):
+    """Transfer-Encoding in an HTTP/1.0 request is faulty framing (RFC 9112 §6.1): 400, and the
+    pipelined request after it is never read."""
+    body = json.dumps(SMALL[0][1]).encode()
+    raw = (b"POST /v1/systemone HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+           b"Connection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n" +
+           f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\nGET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    _, answers = exchange(server.port, raw)
+    assert [a[0] for a in answers] == [400]
+
+
+def test_shutdown_does_not_wait_for_a_slow_upload(make_server):
+    """SIGTERM ends a connection still sending its body at once (its request was never started), so a
+    slow uploader cannot hold the shutdown for --body-timeout (30 s by default)."""
+    s = make_server("-q")
+    up = connect(s.port)
+    up.sendall((post_head() + "Content-Length: 1000\r\n\r\n").encode() + b'{"sta')
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    s.proc.send_signal(15)
+    assert s.proc.wait(timeout=20) == 0
+    took = time.monotonic() - t0
+    up.close()
+    assert took < 5, f"shutdown took {took:.1f} s"
