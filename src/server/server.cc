@@ -981,6 +981,8 @@ void Session::fail(int status, const char* type, int cf_code, const std::string&
   Reply r;
   r.status = status;
   r.body = error_body(dialect, status, type, cf_code, message);
+  // RFC 9110 §11.6.1: a 401 names the scheme it wants.
+  if (status == 401) r.headers = "WWW-Authenticate: Bearer\r\n";
   send(std::move(r), close_after);
 }
 

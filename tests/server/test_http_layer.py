@@ -325,8 +325,9 @@ def test_auth_is_checked_before_the_body_and_before_404_405(make_server):
                                                              "Content-Type": "application/json"})
     assert status == 401
     for method, path in [("GET", "/nope"), ("POST", "/nope"), ("GET", "/v1/systemone"), ("DELETE", "/v1/models")]:
-        status, _, body = s.request(method, path, b"{}" if method != "GET" else None)
+        status, headers, body = s.request(method, path, b"{}" if method != "GET" else None)
         assert status == 401, (method, path)
+        assert headers.get("www-authenticate") == "Bearer", headers  # RFC 9110 §11.6.1
         assert json.loads(body)["detail"]["error_type"] == "authentication_error"
     good = {"Authorization": "Bearer k3y"}
     assert s.request("GET", "/nope", headers=good)[0] == 404
