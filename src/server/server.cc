@@ -55,6 +55,8 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kJson = "application/json";
 /// Seconds a client is told to wait after a 503 (queue full, queue deadline, too many connections).
 constexpr int kRetryAfterSeconds = 1;
+/// The header line of those 503s.
+const std::string kRetryAfterHeader = "Retry-After: " + std::to_string(kRetryAfterSeconds) + "\r\n";
 /// Request line + header block limit in bytes (more: 431, checked while reading).
 constexpr std::uint32_t kHeaderLimit = 16 * 1024;
 /// Header fields per request (more: 431).
@@ -785,7 +787,7 @@ void Session::answer_without_body() {
         readiness({true, q.closed(), q.depth(), q.capacity(), q.running()}, srv_.engine_.model_name());
     r.status = ready.status;
     r.body = ready.body;
-    if (r.status != 200) r.headers = "Retry-After: " + std::to_string(kRetryAfterSeconds) + "\r\n";
+    if (r.status != 200) r.headers = kRetryAfterHeader;
   } else if (route_.endpoint == Endpoint::kModels) {
     r.body = srv_.models_body();
   } else if (route_.endpoint == Endpoint::kMetrics) {
@@ -859,7 +861,7 @@ void Session::submit() {
     Reply r;
     r.status = 503;
     r.body = error_body(route_.dialect, 503, "overloaded_error", 3040, "the decision queue is full; retry later");
-    r.headers = "Retry-After: " + std::to_string(kRetryAfterSeconds) + "\r\n";
+    r.headers = kRetryAfterHeader;
     send(std::move(r), false);
     return;
   }
@@ -911,7 +913,7 @@ void Session::poll_job() {
       r.status = 503;
       r.body = error_body(route_.dialect, 503, "overloaded_error", 3040,
                           "the request waited longer than the queue timeout (--timeout); retry later");
-      r.headers = "Retry-After: " + std::to_string(kRetryAfterSeconds) + "\r\n";
+      r.headers = kRetryAfterHeader;
       send(std::move(r), false);
       return;
     }
@@ -1082,8 +1084,7 @@ void HttpServer::refuse(tcp::socket& socket) {
     const std::string body = error_body(Dialect::kSystemOne, 503, "overloaded_error", 3040,
                                         "too many open connections (--max-connections); retry later");
     return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: " +
-           std::to_string(body.size()) + "\r\nRetry-After: " + std::to_string(kRetryAfterSeconds) +
-           "\r\nConnection: close\r\n\r\n" + body;
+           std::to_string(body.size()) + "\r\n" + kRetryAfterHeader + "Connection: close\r\n\r\n" + body;
   }();
   beast::error_code ec;
   socket.non_blocking(true, ec);
