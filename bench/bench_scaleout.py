@@ -137,7 +137,7 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=4, help="measured rounds of the corpus")
     ap.add_argument("--replicas", default="1,2,3")
-    ap.add_argument("--corpus", default=str(ROOT.parent / "shared" / "requests" / "corpus.jsonl"))
+    ap.add_argument("--corpus", default=str(ROOT / "tests" / "data" / "requests" / "corpus.jsonl"))
     ap.add_argument("--skip-heavy", action="store_true", help="only requests under 2,000 bytes")
     ap.add_argument("--no-round-robin", action="store_true",
                     help="skip the comparison row: 3 replicas balanced round robin (no affinity)")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`clef serve` throughput benchmark (issues 6, 15): requests/s and latency percentiles for the corpus
-(../shared/requests/corpus.jsonl) with 1, 4, 16 and 64 concurrent clients, then GET /health alone
+(tests/data/requests/corpus.jsonl) with 1, 4, 16 and 64 concurrent clients, then GET /health alone
 (the HTTP layer without the engine); with --baseline-bin, a second binary (main's cpp-httplib
 server) is measured the same way in the same run. Prints the CPU model (lscpu). Not a test.
 
@@ -56,7 +56,7 @@ def main() -> int:
     ap.add_argument("--health-requests", type=int, default=4000, help="GET /health requests per concurrency level")
     ap.add_argument("--clients", default="1,4,16,64")
     ap.add_argument("--requests", type=int, default=200, help="requests per concurrency level")
-    ap.add_argument("--corpus", default=str(ROOT.parent / "shared" / "requests" / "corpus.jsonl"))
+    ap.add_argument("--corpus", default=str(ROOT / "tests" / "data" / "requests" / "corpus.jsonl"))
     ap.add_argument("--skip-heavy", action="store_true", help="only requests under 2,000 bytes")
     ap.add_argument("--state-cache-mb", type=int, default=None,
                     help="the server's state cache budget (default: the server's; 0: every request computed cold; "

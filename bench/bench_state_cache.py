@@ -66,7 +66,7 @@ def question(k: int) -> dict:
                          "unclear": f"some hints, needs review #{k}"}}
 
 
-CORPUS = REPO.parent / "shared" / "requests" / "corpus.jsonl"
+CORPUS = REPO / "tests" / "data" / "requests" / "corpus.jsonl"
 
 
 def corpus_questions(path: pathlib.Path) -> list[dict]:

@@ -6,7 +6,7 @@
 //
 // Corpus (deterministic): Python standard-library sources (code with English comments and
 // docstrings; --sources, default: python3's stdlib), the request corpus strings of
-// ../shared/requests/corpus.jsonl when present, and generated multilingual text (CJK, Hangul,
+// tests/data/requests/corpus.jsonl, and generated multilingual text (CJK, Hangul,
 // Thai, Devanagari, Arabic with harakat, Cyrillic, accented Latin, emoji with ZWJ/VS16, digits,
 // whitespace runs), cut into documents of 0.5-8 KiB. HF runs in a python3 child process with
 // RAYON_NUM_THREADS=1 and TOKENIZERS_PARALLELISM=false (serial encode_batch_fast); both sides hash
@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
         }
       }
       std::sort(files.begin(), files.end());
-      const fs::path corpus = fs::path(CLEF_SOURCE_DIR).parent_path() / "shared" / "requests" / "corpus.jsonl";
+      const fs::path corpus = fs::path(CLEF_SOURCE_DIR) / "tests" / "data" / "requests" / "corpus.jsonl";
       const std::string requests = fs::exists(corpus) ? slurp(corpus) : std::string();
       std::size_t fi = 0;
       std::size_t total = 0;

@@ -78,7 +78,7 @@ mkdir -p "$gcorpus"
 grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz_gguf.log
 rcorpus=build/fuzz/request_corpus
 mkdir -p "$rcorpus"
-"$PY" tests/fuzz/make_request_seeds.py ../shared/requests "$rcorpus"
+"$PY" tests/fuzz/make_request_seeds.py tests/data/requests "$rcorpus"
 ./build/fuzz/tests/fuzz/fuzz_request -max_total_time="$FUZZ_SECONDS" -max_len=65536 \
   -print_final_stats=1 "$rcorpus" > build/fuzz/fuzz_request.log 2>&1 || { tail -n 40 build/fuzz/fuzz_request.log; exit 1; }
 grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz_request.log

@@ -18,20 +18,20 @@ import pytest
 
 from conftest import REPO_ROOT, clef_bin, run_clef
 
-SHARED = (REPO_ROOT / ".." / "shared").resolve()
+REQUESTS = REPO_ROOT / "tests" / "data" / "requests"
 
 
 def corpus_requests() -> list:
     import reference
 
-    path = SHARED / "requests" / "corpus.jsonl"
+    path = REQUESTS / "corpus.jsonl"
     n = sum(1 for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip())
     return [reference.load_jsonl_request(path, i) for i in range(n)]
 
 
 def bad_bodies() -> list:
     out = []
-    for ln in (SHARED / "requests" / "bad.jsonl").read_text(encoding="utf-8").splitlines():
+    for ln in (REQUESTS / "bad.jsonl").read_text(encoding="utf-8").splitlines():
         if not ln.strip():
             continue
         case = json.loads(ln)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes one seed file per request body of SHARED/corpus.jsonl and SHARED/bad.jsonl for fuzz_request."""
+"""Writes one seed file per request body of DIR/corpus.jsonl and DIR/bad.jsonl (tests/data/requests) for fuzz_request."""
 import json
 import sys
 from pathlib import Path

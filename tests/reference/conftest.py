@@ -9,8 +9,9 @@ import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 TOOLS = REPO_ROOT / "tools" / "reference"
-SHARED = (REPO_ROOT / ".." / "shared").resolve()
-CORPUS = SHARED / "requests" / "corpus.jsonl"
+REQUESTS = REPO_ROOT / "tests" / "data" / "requests"
+CORPUS = REQUESTS / "corpus.jsonl"
+BAD = REQUESTS / "bad.jsonl"
 sys.path.insert(0, str(TOOLS))
 
 

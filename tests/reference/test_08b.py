@@ -4,7 +4,7 @@
     (`Qwen3_5ForConditionalGeneration(...).model.language_model`, the same oracle as test_backbone.py);
     bf16 mode reported and bounded (lowest cosine >= 0.995).
   * bf16 drift on the head's probabilities: `clef decide --precision bf16` against `clef decide
-    --precision fp32` for every request of ../shared/requests/corpus.jsonl, every option of every
+    --precision fp32` for every request of tests/data/requests/corpus.jsonl, every option of every
     question. The fp32 side is tied to transformers by the cosine test above and, on the tiny preset,
     by test_decide_e2e.py (full pipeline vs the Python reference).
     Issue 5 asked for |dp| <= 5e-3 and for the default precision to be the fastest mode within that

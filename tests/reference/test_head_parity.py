@@ -1,7 +1,7 @@
 """C++ joint schema head vs the toolkit's PyTorch head (both written from protocol.md §4.4), live.
 
 Hidden states are fed from files: the reference backbone's real final-norm rows for a few tiny
-records, and seeded random rows for every request of ../shared/requests/corpus.jsonl (the head's
+records, and seeded random rows for every request of tests/data/requests/corpus.jsonl (the head's
 math does not care where rows come from). The C++ side streams rows in chunks of 1, 7 and all,
 which must not change the result beyond fp32 rounding. Tolerance: max |Δlogit| <= 1e-4 (fp32).
 """

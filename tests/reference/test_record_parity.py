@@ -1,6 +1,6 @@
 """C++ encode_record and response building vs the Python toolkit (protocol.md §2.1, §3), live.
 
-* every request of ../shared/requests/corpus.jsonl and a few hundred generated ones: identical token
+* every request of tests/data/requests/corpus.jsonl and a few hundred generated ones: identical token
   ids, spans and piece lengths, with the real-vocabulary tokenizer (tiny preset) and the C++ stand-in;
 * the budget: refused by default (input_too_long), the reference's truncation on request;
 * responses: the C++ body for the reference's own logits equals the reference body byte for byte

@@ -27,7 +27,7 @@ from typing import Any, List, Sequence, Tuple, Union
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-SHARED = (REPO_ROOT / ".." / "shared").resolve()
+from conftest import REQUESTS  # noqa: E402
 sys.path.insert(0, str(REPO_ROOT / "tools" / "reference"))
 
 from clef_ref.render import render as ref_render  # noqa: E402
@@ -326,7 +326,7 @@ def test_top_level_strings_render_verbatim():
 
 def test_corpus_values():
     texts = []
-    for line in (SHARED / "requests" / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+    for line in (REQUESTS / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
         req = json.loads(line)["request"]
         values = [req, req["state"]]
         for q in req["questions"].values():

@@ -63,9 +63,9 @@ def test_validation_reference_rules():
 
 def test_bad_corpus_rejected():
     import pathlib
-    from conftest import SHARED
+    from conftest import BAD
 
-    for line in (SHARED / "requests" / "bad.jsonl").read_text().splitlines():
+    for line in BAD.read_text().splitlines():
         case = json.loads(line)
         try:
             req = parse_request_text(case["body"])

@@ -1,6 +1,6 @@
 """Live parity of clef.cpp's request validation with the toolkit's strict validator (issue 4).
 
-Every request of ../shared/requests/corpus.jsonl and bad.jsonl, plus a few thousand generated
+Every request of tests/data/requests/corpus.jsonl and bad.jsonl, plus a few thousand generated
 requests (valid variants of the corpus and single-fault mutations), goes through
 ``clef_render_driver request`` (tests/tools/render_driver.cc: parse_request + a JSON summary)
 and through ``clef_ref.validate.validate_request(strict=True)``:
@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import pytest
 
-from test_render_parity import SHARED, emit, rand_string, rand_value, run_driver  # noqa: E402  (same folder)
+from test_render_parity import REQUESTS, emit, rand_string, rand_value, run_driver  # noqa: E402  (same folder)
 
 from clef_ref import record as R  # noqa: E402
 from clef_ref.render import render  # noqa: E402
@@ -36,14 +36,14 @@ DIALECTS = ["systemone", "cloudflare", "openrouter"]
 
 def corpus() -> List[Tuple[str, Dict[str, Any]]]:
     out = []
-    for line in (SHARED / "requests" / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+    for line in (REQUESTS / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
         case = json.loads(line)
         out.append((case["name"], case["request"]))
     return out
 
 
 def bad_cases() -> List[Tuple[str, str]]:
-    return [(c["name"], c["body"]) for c in map(json.loads, (SHARED / "requests" / "bad.jsonl").read_text().splitlines())]
+    return [(c["name"], c["body"]) for c in map(json.loads, (REQUESTS / "bad.jsonl").read_text().splitlines())]
 
 
 def path_str(segments: Sequence[Any]) -> str:

@@ -189,7 +189,7 @@ def _corpus_pieces():
 
     rec = Recorder()
     n_requests = 0
-    lines = [json.loads(x) for x in (U.REPO_ROOT.parent / "shared" / "requests" / "corpus.jsonl").read_text().splitlines() if x.strip()]
+    lines = [json.loads(x) for x in (U.REPO_ROOT / "tests" / "data" / "requests" / "corpus.jsonl").read_text().splitlines() if x.strip()]
     for entry in lines:
         req = entry.get("request", entry)
         try:

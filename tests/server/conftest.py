@@ -17,7 +17,7 @@ from haproxy_cluster import request as http_request
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-SHARED = REPO_ROOT.parent / "shared"
+REQUESTS = REPO_ROOT / "tests" / "data" / "requests"
 
 
 def clef_bin() -> str:
@@ -36,12 +36,12 @@ def env() -> Dict[str, str]:
 
 
 def corpus() -> List[Tuple[str, Dict[str, Any]]]:
-    lines = (SHARED / "requests" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    lines = (REQUESTS / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
     return [(c["name"], c["request"]) for c in map(json.loads, filter(None, lines))]
 
 
 def bad_cases() -> List[Tuple[str, str]]:
-    lines = (SHARED / "requests" / "bad.jsonl").read_text(encoding="utf-8").splitlines()
+    lines = (REQUESTS / "bad.jsonl").read_text(encoding="utf-8").splitlines()
     return [(c["name"], c["body"]) for c in map(json.loads, filter(None, lines))]
 
 

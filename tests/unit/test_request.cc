@@ -1,6 +1,6 @@
 // parse_request(): the SystemOne request model and every rejection rule (protocol.md §1, §5.3,
 // §8), each with its code and JSON path. The live comparison with the toolkit's validator over
-// ../shared/requests is tests/reference/test_request_parity.py.
+// tests/data/requests is tests/reference/test_request_parity.py.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -151,7 +151,7 @@ TEST(Request, ModelHandling) {
 }
 
 TEST(Request, BadCorpusCases) {
-  // ../shared/requests/bad.jsonl, one case each (the live test reads the file itself).
+  // tests/data/requests/bad.jsonl, one case each (the live test reads the file itself).
   expect_rejected(R"({"model": "clef-flash", "state": "x", "questions": {)", "invalid_json", "questions");
   expect_rejected(body_with("{}"), "empty_questions", "questions");
   expect_rejected(body_with(R"([{"type": "noul"}])"), "invalid_type", "questions");

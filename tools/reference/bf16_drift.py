@@ -5,7 +5,7 @@ Usage:
     python tools/reference/bf16_drift.py [--model DIR] [--corpus FILE] [--out FILE]
                                          [--max-tokens N] [--requests I,J,...] [--threads N]
 
-For every request of the corpus (default ../shared/requests/corpus.jsonl) it runs the Python
+For every request of the corpus (default tests/data/requests/corpus.jsonl) it runs the Python
 reference twice on the same release folder, ``ClefReference(model, "f32")`` and
 ``ClefReference(model, "bf16")`` (reference.py: the transformers backbone in fp32 or in bf16, the
 joint head in fp32 either way), and measures max |p_bf16 - p_fp32| over every option of every
@@ -46,7 +46,7 @@ from typing import Any, Dict, List, Optional, Tuple
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-DEFAULT_CORPUS = (REPO_ROOT / ".." / "shared" / "requests" / "corpus.jsonl").resolve()
+DEFAULT_CORPUS = REPO_ROOT / "tests" / "data" / "requests" / "corpus.jsonl"
 DEFAULT_OUT = REPO_ROOT / "tests" / "reference" / "golden" / "transformers_bf16_drift.json"
 DEFAULT_FOLDER = pathlib.Path("/tmp/clef-0.8b-seed2")
 PRESET, SEED = "0.8b", 2

@@ -71,7 +71,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-DEFAULT_CORPUS = (REPO_ROOT / ".." / "shared" / "requests" / "corpus.jsonl").resolve()
+DEFAULT_CORPUS = REPO_ROOT / "tests" / "data" / "requests" / "corpus.jsonl"
 DEFAULT_OUT = REPO_ROOT / "tests" / "reference" / "golden" / "llama_q8_0_drift.json"
 DEFAULT_FOLDER = pathlib.Path("/tmp/clef-0.8b-seed2")
 TIE = 2e-4  # the same tie rule as test_08b.py's int8 test
