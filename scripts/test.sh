@@ -1,92 +1,170 @@
 #!/usr/bin/env bash
-# README command 2 (and what CI runs): the whole test suite.
-#   1. Release build with -Werror, all GoogleTest unit tests (ctest);
-#   2. live comparisons against the Python reference toolkit (pytest tests/reference), the CLI
-#      tests (tests/cli) and the live `clef serve` tests (tests/server);
-#   2b. the unit tests and the live comparisons again with the kernels forced (CLEF_ISA) to every
-#      other level the CPU supports (AVX2 with the 0.8b preset included);
-#   3. ASan + UBSan build of the unit tests, run;
-#   4. the libFuzzer targets (safetensors header, request, image), briefly (clang).
-# Installs the full tier first (scripts/setup.sh --dev): test libraries, clang, and the Python
-# reference toolkit in the virtual environment .venv/ ($CLEF_VENV), whose python runs every Python
-# step here. Exits non-zero on the first failure.
+# README command 2 (and what CI runs): the whole test suite, as timed stages (docs/TESTING.md says
+# what each stage proves and what it costs):
+#   setup       scripts/setup.sh --dev: test libraries, clang, ccache, the Python reference toolkit
+#               in the virtual environment .venv/ ($CLEF_VENV), whose python runs every Python step;
+#   release     release build with -Werror (every target: clef, test drivers, benchmarks), then all
+#               GoogleTest unit tests (ctest) at the native kernel level;
+#   models      the 0.8b random-weight release folder, written once and shared by every test session
+#               below (CLEF_08B_DIR);
+#   reference / cli / server
+#               live comparisons against the Python reference toolkit (pytest tests/reference), the
+#               CLI tests (tests/cli) and the live `clef serve` tests (tests/server);
+#   isa-LEVEL   for every other kernel level the CPU has (CLEF_ISA): the unit tests again (every op
+#               against its scalar oracle) and the kernel-dependent live comparisons; AVX2 also runs
+#               the 0.8b layer shapes end to end (the "0.8b-shapes" preset);
+#   asan        ASan + UBSan build of the unit-test binaries, run;
+#   fuzz-*      the libFuzzer targets (safetensors and GGUF headers, request, image), briefly (clang).
+# Stops at the first failing stage. A table of stage -> seconds is printed at the end, also when a
+# stage fails, and the run fails when it took longer than CLEF_TEST_BUDGET_S (default 3000 s = 50 min,
+# CI's hard limit is 90) so that a change that makes CI slow is caught by its author.
+#
+# Compiler cache: ccache (installed by setup.sh --dev) keeps its objects outside the clone
+# (~/.cache/ccache); CCACHE_BASEDIR makes clones in other folders share them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SECONDS=${CLEF_FUZZ_SECONDS:-30}
+BUDGET_S=${CLEF_TEST_BUDGET_S:-3000}
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 
-bash scripts/setup.sh --dev
+stage_names=()
+stage_secs=()
+stage_state=()
+run_start=$SECONDS
+
+print_table() {
+  local total=$((SECONDS - run_start)) i
+  echo
+  echo "test.sh: stage times ($(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1))"
+  printf '  %-28s %8s  %s\n' stage seconds result
+  for i in "${!stage_names[@]}"; do
+    printf '  %-28s %8d  %s\n' "${stage_names[$i]}" "${stage_secs[$i]}" "${stage_state[$i]}"
+  done
+  printf '  %-28s %8d  (budget %d s)\n' total "$total" "$BUDGET_S"
+  if command -v ccache >/dev/null; then
+    ccache -s 2>/dev/null | grep -E "^ *(Hits|Misses|Cache size)" | sed 's/^/  ccache: /' || true
+  fi
+}
+trap print_table EXIT
+
+# stage NAME COMMAND [ARGS...]: runs COMMAND (a function or program) with `set -e` in a subshell,
+# records its wall time, and stops the run when it fails.
+stage() {
+  local name=$1 t0=$SECONDS rc
+  shift
+  echo "== $name"
+  set +e
+  ( set -e; "$@" )
+  rc=$?
+  set -e
+  stage_names+=("$name")
+  stage_secs+=($((SECONDS - t0)))
+  if ((rc != 0)); then
+    stage_state+=("FAILED (exit $rc)")
+    echo "test.sh: stage '$name' failed (exit $rc)" >&2
+    exit "$rc"
+  fi
+  stage_state+=(ok)
+}
+
+stage setup bash scripts/setup.sh --dev
 # Every Python step (and anything the tests start by name, e.g. `jevcompat`) uses the venv.
 export VIRTUAL_ENV=${CLEF_VENV:-$PWD/.venv}
 export PATH="$VIRTUAL_ENV/bin:$PATH"
 PY="$VIRTUAL_ENV/bin/python"
+command -v ccache >/dev/null && ccache -z >/dev/null
 
-echo "== release build (-Werror) + unit tests"
-cmake --preset release -DCLEF_WERROR=ON >/dev/null
-cmake --build --preset release
-ctest --preset release -j2
+build_release() {
+  cmake --preset release -DCLEF_WERROR=ON >/dev/null
+  cmake --build --preset release
+}
+stage "release build" build_release
+stage "ctest (native)" ctest --preset release -j2
 
-echo "== live comparisons against the reference toolkit"
 export CLEF_BIN="$PWD/build/release/bin/clef"
-# Separate processes: each folder's conftest.py is imported as the module "conftest".
-"$PY" -m pytest -q tests/reference
-"$PY" -m pytest -q tests/cli
-"$PY" -m pytest -q tests/server
+# The 0.8b preset (~2 GB) and the 0.8b-shapes preset (~0.7 GB), written once for every pytest session
+# below (tests/reference/conftest.py: folder_08b, folder_08b_shapes); seed 2, which the committed
+# bf16 drift goldens were measured on.
+make_folders() {
+  local preset d
+  for preset in 0.8b 0.8b-shapes; do
+    d=build/models/clef-$preset-seed2
+    if [[ ! -f $d/SHA256SUMS ]]; then
+      rm -rf "$d"
+      "$PY" tools/reference/make_model.py --preset "$preset" --out "$d" --seed 2 --dtype bf16 >/dev/null
+    fi
+  done
+}
+stage "models (0.8b, 0.8b-shapes)" make_folders
+export CLEF_08B_DIR="$PWD/build/models/clef-0.8b-seed2" CLEF_08B_SHAPES_DIR="$PWD/build/models/clef-0.8b-shapes-seed2"
 
-# Every other kernel level this CPU has (issue 14): the unit tests switch levels in-process for the
-# kernels; here the whole engine (oneDNN capped too) runs forced to each level, through the live
-# comparisons whose numbers come from the kernels (backbone, vision tower, decide end to end, state
-# cache, images; the tokenizer/render/request parity tests run no kernel and ran above). AVX2
-# (x86-64-v3, the most common user CPU) also gets the 0.8b preset (slow mark).
+# Separate processes: each folder's conftest.py is imported as the module "conftest".
+# Natively the full 0.8b preset runs; its 0.8b-shapes twins (mark shapes08b) are for the AVX2 level.
+stage "pytest tests/reference" "$PY" -m pytest -q -p no:cacheprovider --durations=10 -m "not shapes08b" tests/reference
+stage "pytest tests/cli" "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/cli
+stage "pytest tests/server" "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/server
+
+# Every other kernel level this CPU has: the unit tests switch levels in-process for the kernels
+# (every op against its scalar oracle at every level); here the whole engine (oneDNN capped too)
+# runs forced to each level through the live comparisons whose numbers come from the kernels
+# (backbone, vision tower, decide end to end, state cache, images, head). The tokenizer/render/
+# request parity tests run no kernel and ran above. AVX2 (x86-64-v3, the most common user CPU)
+# also runs the 0.8b layer shapes (tests marked `shapes08b`).
 native_isa=$("$CLEF_BIN" --version | sed -n 's/^kernels: \([a-z0-9]*\) .*/\1/p')
 supported=$("$CLEF_BIN" --version | sed -n 's/.*supported here: \([a-z0-9, ]*\) (.*/\1/p' | tr -d ' ' | tr ',' ' ')
 kernel_tests=(tests/reference/test_backbone.py tests/reference/test_vision_tower.py tests/reference/test_decide_e2e.py
               tests/reference/test_state_cache.py tests/reference/test_decide_images.py tests/reference/test_head_parity.py
               tests/reference/test_08b.py)
+isa_level() {
+  local isa=$1 marks="not slow and not shapes08b"
+  [[ $isa == avx2 ]] && marks="not slow"
+  CLEF_ISA=$isa ctest --preset release -j2
+  CLEF_ISA=$isa "$PY" -m pytest -q -p no:cacheprovider -m "$marks" "${kernel_tests[@]}"
+}
 for isa in ${CLEF_TEST_ISA_LEVELS:-$supported}; do
   [[ "$isa" == "$native_isa" ]] && continue
-  echo "== CLEF_ISA=$isa: unit tests and the kernel-dependent live comparisons (native level: $native_isa)"
-  CLEF_ISA=$isa ctest --preset release -j2
-  marks=(-m "not slow")
-  [[ "$isa" == "avx2" ]] && marks=()
-  CLEF_ISA=$isa "$PY" -m pytest -q "${marks[@]}" "${kernel_tests[@]}"
+  stage "isa $isa (native: $native_isa)" isa_level "$isa"
 done
 
-echo "== ASan + UBSan unit tests"
-cmake --preset asan -DCLEF_WERROR=ON >/dev/null
-cmake --build --preset asan
+build_asan() {
+  cmake --preset asan -DCLEF_WERROR=ON >/dev/null
+  # Only what ctest runs: the unit-test binaries.
+  cmake --build --preset asan --target clef_unit_tests clef_ops_tests clef_vision_tests
+}
+stage "asan build" build_asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --preset asan -j2
+  stage "ctest (asan+ubsan)" ctest --preset asan -j2
 
-echo "== fuzz: safetensors and GGUF header parsers, request parser + validator, image decoder (${FUZZ_SECONDS}s each)"
-cmake --preset fuzz >/dev/null
-if ! cmake --build --preset fuzz --target fuzz_safetensors_header fuzz_gguf_header fuzz_request fuzz_image > build/fuzz-build.log 2>&1; then
-  tail -n 40 build/fuzz-build.log
-  echo "test.sh: the fuzz build (clang-14, preset fuzz) failed; see build/fuzz-build.log"
+build_fuzz() {
+  cmake --preset fuzz >/dev/null
+  if ! cmake --build --preset fuzz --target fuzz_safetensors_header fuzz_gguf_header fuzz_request fuzz_image \
+       > build/fuzz-build.log 2>&1; then
+    tail -n 40 build/fuzz-build.log
+    echo "test.sh: the fuzz build (clang-14, preset fuzz) failed; see build/fuzz-build.log" >&2
+    return 1
+  fi
+}
+stage "fuzz build" build_fuzz
+
+# fuzz_one TARGET SEED_SCRIPT [SEED_SCRIPT_ARGS...]: seeds a corpus, runs TARGET for FUZZ_SECONDS.
+fuzz_one() {
+  local target=$1 seeds=$2 corpus=build/fuzz/corpus_$1
+  shift 2
+  mkdir -p "$corpus"
+  "$PY" "$seeds" "$@" "$corpus"
+  "./build/fuzz/tests/fuzz/$target" -max_total_time="$FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
+    -print_final_stats=1 "$corpus" > "build/fuzz/$target.log" 2>&1 || { tail -n 40 "build/fuzz/$target.log"; return 1; }
+  grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" "build/fuzz/$target.log"
+}
+stage "fuzz safetensors header" fuzz_one fuzz_safetensors_header tests/fuzz/make_seeds.py
+stage "fuzz gguf header" fuzz_one fuzz_gguf_header tests/fuzz/make_gguf_seeds.py
+stage "fuzz request" fuzz_one fuzz_request tests/fuzz/make_request_seeds.py tests/data/requests
+stage "fuzz image" fuzz_one fuzz_image tests/fuzz/make_image_seeds.py
+
+total=$((SECONDS - run_start))
+if ((total > BUDGET_S)); then
+  echo "test.sh: every stage passed, but the run took ${total} s, over its budget of ${BUDGET_S} s" \
+       "(CLEF_TEST_BUDGET_S; CI's hard limit is 5400 s): make the slow stage cheaper (docs/TESTING.md)" >&2
   exit 1
 fi
-corpus=build/fuzz/corpus
-mkdir -p "$corpus"
-"$PY" tests/fuzz/make_seeds.py "$corpus"
-./build/fuzz/tests/fuzz/fuzz_safetensors_header -max_total_time="$FUZZ_SECONDS" -max_len=65536 \
-  -print_final_stats=1 "$corpus" > build/fuzz/fuzz.log 2>&1 || { tail -n 40 build/fuzz/fuzz.log; exit 1; }
-grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz.log
-gcorpus=build/fuzz/gguf_corpus
-mkdir -p "$gcorpus"
-"$PY" tests/fuzz/make_gguf_seeds.py "$gcorpus"
-./build/fuzz/tests/fuzz/fuzz_gguf_header -max_total_time="$FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
-  -print_final_stats=1 "$gcorpus" > build/fuzz/fuzz_gguf.log 2>&1 || { tail -n 40 build/fuzz/fuzz_gguf.log; exit 1; }
-grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz_gguf.log
-rcorpus=build/fuzz/request_corpus
-mkdir -p "$rcorpus"
-"$PY" tests/fuzz/make_request_seeds.py tests/data/requests "$rcorpus"
-./build/fuzz/tests/fuzz/fuzz_request -max_total_time="$FUZZ_SECONDS" -max_len=65536 \
-  -print_final_stats=1 "$rcorpus" > build/fuzz/fuzz_request.log 2>&1 || { tail -n 40 build/fuzz/fuzz_request.log; exit 1; }
-grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz_request.log
-icorpus=build/fuzz/image_corpus
-mkdir -p "$icorpus"
-cmake --build --preset fuzz --target fuzz_image
-"$PY" tests/fuzz/make_image_seeds.py "$icorpus"
-./build/fuzz/tests/fuzz/fuzz_image -max_total_time="$FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
-  -print_final_stats=1 "$icorpus" > build/fuzz/fuzz_image.log 2>&1 || { tail -n 40 build/fuzz/fuzz_image.log; exit 1; }
-grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)" build/fuzz/fuzz_image.log
-echo "test.sh: all stages passed"
+echo "test.sh: all stages passed in ${total} s (budget ${BUDGET_S} s)"

@@ -55,3 +55,31 @@ def folder_08b(tmp_path_factory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("clef-0.8b")
     make_model.make_model("0.8b", out, seed=2, dtype="bf16", verbose=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def folder_08b_shapes(tmp_path_factory) -> pathlib.Path:
+    """The 0.8b-shapes preset (the 0.8b's layer shapes, one block of each kind; seed 2, ~0.7 GB),
+    made once per session; set CLEF_08B_SHAPES_DIR to reuse an existing one."""
+    import os
+
+    env = os.environ.get("CLEF_08B_SHAPES_DIR")
+    if env:
+        return pathlib.Path(env)
+    import make_model
+
+    out = tmp_path_factory.mktemp("clef-0.8b-shapes")
+    make_model.make_model("0.8b-shapes", out, seed=2, dtype="bf16", verbose=False)
+    return out
+
+
+# The live comparisons at the 0.8b's layer shapes run on two folders: the full 0.8b preset (mark
+# `slow`: natively, once) and the 0.8b-shapes preset (mark `shapes08b`: the per-level runs of
+# scripts/test.sh, where the same kernels with the same blocking suffice). Tests parametrized with
+# SHAPES_08B get the folder from `folder_for(request, which)`.
+SHAPES_08B = [pytest.param("0.8b", marks=pytest.mark.slow, id="0.8b"),
+              pytest.param("0.8b-shapes", marks=pytest.mark.shapes08b, id="0.8b-shapes")]
+
+
+def folder_for(request, which: str) -> pathlib.Path:
+    return request.getfixturevalue({"0.8b": "folder_08b", "0.8b-shapes": "folder_08b_shapes"}[which])

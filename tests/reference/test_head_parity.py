@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CORPUS, REPO_ROOT
+from conftest import CORPUS, REPO_ROOT, SHAPES_08B, folder_for
 
 TOL = 1e-4
 
@@ -124,17 +124,12 @@ def test_tiny_whole_corpus_random_rows(tiny_dir, tmp_path):
     print(f"tiny: worst |dlogit| over the corpus {worst:.3g}")
 
 
-@pytest.mark.slow
-def test_0_8b_whole_corpus_random_rows(tmp_path_factory, tmp_path):
-    """The 0.8b preset's head (W=1024, 16 heads, 2+2 layers) on every corpus request."""
-    import make_model
-
-    model_dir = pathlib.Path("/tmp/clef-0.8b-ci")
-    if not (model_dir / "SHA256SUMS").exists():
-        model_dir = tmp_path_factory.mktemp("clef-0.8b")
-        make_model.make_model("0.8b", model_dir, seed=0, dtype="bf16", verbose=False)
-    worst = check_corpus(model_dir, tmp_path)
-    print(f"0.8b: worst |dlogit| over the corpus {worst:.3g}")
+@pytest.mark.parametrize("which", SHAPES_08B)
+def test_0_8b_whole_corpus_random_rows(which, request, tmp_path):
+    """The 0.8b preset's head (W=1024, 16 heads, 2+2 layers; the 0.8b-shapes preset has the same head)
+    on every corpus request."""
+    worst = check_corpus(folder_for(request, which), tmp_path)
+    print(f"{which}: worst |dlogit| over the corpus {worst:.3g}")
 
 
 def test_empty_span_is_refused(tiny_dir, tmp_path):

@@ -30,6 +30,8 @@ import subprocess
 import numpy as np
 import pytest
 
+from conftest import SHAPES_08B, folder_for  # noqa: E402
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 THREADS = os.environ.get("CLEF_TEST_THREADS", "1")
 FP32_REL = 1e-4
@@ -128,9 +130,9 @@ def test_tower_tiny_matches_transformers(driver, tiny_dir, tmp_path, grids):
     assert rel16 <= BF16_REL
 
 
-@pytest.mark.slow
-def test_tower_0_8b_matches_transformers(driver, folder_08b, tmp_path):
-    folder = folder_08b
+@pytest.mark.parametrize("which", SHAPES_08B)
+def test_tower_0_8b_matches_transformers(driver, which, request, tmp_path):
+    folder = folder_for(request, which)
     grids = [(1, 16, 16)]
     px = _pixels(folder, grids, seed=8)
     ref = _hf_tower(folder, px, grids)

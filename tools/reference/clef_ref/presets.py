@@ -53,6 +53,24 @@ PRESETS: Dict[str, Dict[str, Any]] = {
         "sharded": False,
         "expected_text_params": 752.4e6,
     },
+    # The 0.8b preset's layer shapes (hidden, heads, head_dim, Gated DeltaNet dims, MLP, vision width,
+    # head width and layers) with one block of each backbone layer kind and one vision block: the same
+    # kernels with the same blocking as 0.8b at a fraction of the time; the per-level live comparisons
+    # (scripts/test.sh, CLEF_ISA) run it, the full 0.8b parity and drift tests run once, natively.
+    "0.8b-shapes": {
+        "text": dict(
+            vocab_size=VOCAB_SIZE, hidden_size=1024, num_hidden_layers=2, intermediate_size=3584,
+            num_attention_heads=8, num_key_value_heads=2, head_dim=256,
+            linear_num_key_heads=16, linear_num_value_heads=16, linear_key_head_dim=128, linear_value_head_dim=128,
+            linear_conv_kernel_dim=4, layer_types=_layer_types(2, interval=2), rope_parameters=_rope([11, 11, 10]),
+            tie_word_embeddings=True, max_position_embeddings=262144,
+        ),
+        "vision": dict(depth=1, hidden_size=768, num_heads=12, intermediate_size=3072, out_hidden_size=1024,
+                       patch_size=16, temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=2304),
+        "head": dict(hidden_size=1024, width=1024, routing_layers=2, layers=2, heads=16, feedforward=4096),
+        "head_dtype": "f32",
+        "sharded": False,
+    },
     "flash": {
         "text": dict(
             vocab_size=VOCAB_SIZE, hidden_size=4096, num_hidden_layers=32, intermediate_size=12288,
@@ -75,7 +93,7 @@ PRESETS: Dict[str, Dict[str, Any]] = {
 def make_config(preset: str, dtype: str = "bf16"):
     """Build the composite ``transformers.Qwen3_5Config`` for a preset (architecture.md §1.1/§1.3).
 
-    Args: preset in {"tiny", "0.8b", "flash"}; dtype "bf16" or "f32" (recorded as config ``dtype``).
+    Args: preset in {"tiny", "0.8b", "0.8b-shapes", "flash"}; dtype "bf16" or "f32" (recorded as config ``dtype``).
     Returns: Qwen3_5Config with architectures ["Qwen3_5ForConditionalGeneration"], explicit layer_types,
     rope_parameters (mrope_section, mrope_interleaved) and tie_word_embeddings at both levels.
     """
