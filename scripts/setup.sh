@@ -5,7 +5,7 @@
 #                                 running the `clef` binary needs (Debian packages only; no Python).
 #   bash scripts/setup.sh --dev   full tier: the main tier, plus what the tests and benchmarks need
 #                                 (GoogleTest/GoogleMock, Google Benchmark, clang-14 + libFuzzer
-#                                 runtime + libomp for the fuzz preset, python3-venv) and the Python
+#                                 runtime + libomp for the fuzz preset, ccache, python3-venv) and the Python
 #                                 reference toolkit (tools/reference/requirements.txt, from PyPI)
 #                                 in a virtual environment, .venv/ at the repository root.
 #
@@ -41,6 +41,7 @@ MAIN_PACKAGES=(
 DEV_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev libomp-14-dev
+  ccache   # compiler cache: every preset compiles through it when installed (CMakeLists.txt, CLEF_CCACHE)
   python3 python3-venv ca-certificates
   haproxy
 )
