@@ -102,7 +102,7 @@ int serve_main(int argc, char** argv) {
   // Before any thread exists: the engine's pool must not take SIGINT/SIGTERM (server/server.h).
   server::block_shutdown_signals();
   bool is_default = false;
-  const std::string dir = model_dir_or_default(flags.model_dir, flags.model_given, &is_default);
+  const std::string dir = resolve_model_arg(flags.model_dir, flags.model_given, flags.revision, flags.pull, &is_default);
   EngineOptions eo = engine_options(flags);
   eo.accept_any_model = !strict;
   eo.state_cache_mb = state_cache_mb;
