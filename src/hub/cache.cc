@@ -299,7 +299,7 @@ std::vector<std::string> list_snapshot_files(const std::string& snapshot_dir) {
        it.increment(ec)) {
     std::error_code ec2;
     if (!fs::is_regular_file(it->path(), ec2)) continue;  // follows the symlink; dangling -> false
-    out.push_back(fs::relative(it->path(), snapshot_dir, ec2).generic_string());
+    out.push_back(it->path().lexically_relative(snapshot_dir).generic_string());
   }
   std::sort(out.begin(), out.end());
   return out;

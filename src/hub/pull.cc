@@ -453,6 +453,7 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
   const std::string resolve = ctx.endpoint + "/" + ctx.name.repo_id + "/resolve/" + ctx.commit + "/" + url_encode(f.path, true);
   HttpResponse head;
   std::string location = resolve;
+  int redirects = 0;
   for (int attempt = 0;; ++attempt) {
     Sink sink;
     Request req;
@@ -463,10 +464,13 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
     if (head.code == CURLE_OK && head.status >= 300 && head.status < 400) {
       const auto loc = head.headers.find("location");
       if (loc == head.headers.end()) throw_http(ctx, head, f.path);
-      if (!loc->second.empty() && loc->second[0] == '/') {
-        // A relative redirect stays on the hub (a renamed repository): follow it for the metadata.
-        location = ctx.endpoint + loc->second;
-        if (attempt < 10) continue;
+      // A redirect that stays on the hub's origin (a renamed repository) is followed for the
+      // metadata; one to another host (the storage CDN) carries the metadata itself: stop there.
+      const std::string target = loc->second.empty() || loc->second[0] != '/' ? loc->second : origin_of(location) + loc->second;
+      if (origin_of(target) == origin_of(location) && ++redirects <= 10) {
+        location = target;
+        --attempt;
+        continue;
       }
       break;
     }
@@ -486,10 +490,10 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
   if (const std::string s = header("x-linked-size"); !s.empty()) size = std::strtoll(s.c_str(), nullptr, 10);
   else if (head.status == 200 && !header("content-length").empty()) size = std::strtoll(header("content-length").c_str(), nullptr, 10);
   f.size = size;
-  std::string url = resolve;
+  std::string url = location;
   if (head.status >= 300 && head.status < 400) {
     url = header("location");
-    if (!url.empty() && url[0] == '/') url = ctx.endpoint + url;
+    if (!url.empty() && url[0] == '/') url = origin_of(location) + url;
   }
 
   const fs::path blobs = fs::path(ctx.folder) / "blobs";
