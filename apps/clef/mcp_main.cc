@@ -10,6 +10,8 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -116,6 +118,81 @@ Json tools_list(const RequestLimits& lim) {
   return tools;
 }
 
+// Raw JSON spans. A request's own bytes go to the engine (not a re-serialization): numbers keep
+// their text (big integers, -0.0, exponents), which the Python-exact rendering depends on. The
+// text was already parsed by nlohmann_json, so it is valid JSON here.
+
+std::size_t skip_ws(std::string_view t, std::size_t i) {
+  while (i < t.size() && (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r')) ++i;
+  return i;
+}
+
+/// Index just past the JSON value starting at `i`.
+std::size_t skip_value(std::string_view t, std::size_t i) {
+  if (i >= t.size()) return i;
+  if (t[i] == '"') {
+    for (++i; i < t.size() && t[i] != '"'; ++i) {
+      if (t[i] == '\\') ++i;
+    }
+    return i + 1;
+  }
+  if (t[i] == '{' || t[i] == '[') {
+    int depth = 0;
+    for (; i < t.size(); ++i) {
+      const char c = t[i];
+      if (c == '"') {
+        i = skip_value(t, i) - 1;
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if (c == '}' || c == ']') {
+        if (--depth == 0) return i + 1;
+      }
+    }
+    return i;
+  }
+  while (i < t.size() && t[i] != ',' && t[i] != '}' && t[i] != ']' && t[i] != ' ' && t[i] != '\t' && t[i] != '\n' &&
+         t[i] != '\r') {
+    ++i;
+  }
+  return i;
+}
+
+/// The raw text of member `key` of the JSON object `t` (the last one when repeated, as the parser
+/// keeps); "" when absent. Keys are compared as written (escaped keys do not match).
+std::string_view raw_member(std::string_view t, std::string_view key) {
+  std::string_view found;
+  std::size_t i = skip_ws(t, 0);
+  if (i >= t.size() || t[i] != '{') return found;
+  i = skip_ws(t, i + 1);
+  while (i < t.size() && t[i] == '"') {
+    const std::size_t kend = skip_value(t, i);
+    const std::string_view k = t.substr(i + 1, kend - i - 2);
+    i = skip_ws(t, kend);
+    if (i >= t.size() || t[i] != ':') break;
+    i = skip_ws(t, i + 1);
+    const std::size_t vend = skip_value(t, i);
+    if (k == key) found = t.substr(i, vend - i);
+    i = skip_ws(t, vend);
+    if (i < t.size() && t[i] == ',') i = skip_ws(t, i + 1);
+  }
+  return found;
+}
+
+/// The raw texts of the items of the JSON array `t`.
+std::vector<std::string_view> raw_items(std::string_view t) {
+  std::vector<std::string_view> out;
+  std::size_t i = skip_ws(t, 0);
+  if (i >= t.size() || t[i] != '[') return out;
+  i = skip_ws(t, i + 1);
+  while (i < t.size() && t[i] != ']') {
+    const std::size_t end = skip_value(t, i);
+    out.push_back(t.substr(i, end - i));
+    i = skip_ws(t, end);
+    if (i < t.size() && t[i] == ',') i = skip_ws(t, i + 1);
+  }
+  return out;
+}
+
 Json text_result(const std::string& text, Json structured, bool is_error) {
   Json r = {{"content", Json::array({{{"type", "text"}, {"text", text}}})}};
   if (!structured.is_null()) r["structuredContent"] = std::move(structured);
@@ -134,10 +211,12 @@ struct Session {
   std::string precision;
   std::int64_t chunk = 512, context = 16384;
 
-  Json call_tool(const std::string& name, const Json& args) {
+  /// `raw_args`: the arguments' own text ("" when unknown: they are serialized again).
+  Json call_tool(const std::string& name, const Json& args, std::string_view raw_args) {
     if (name == "decide") {
       if (!args.is_object()) return tool_error("invalid_type", "the arguments must be a SystemOne request object", "");
-      const std::string body = args.dump(-1, ' ', false, Json::error_handler_t::strict);
+      const std::string body =
+          raw_args.empty() ? args.dump(-1, ' ', false, Json::error_handler_t::strict) : std::string(raw_args);
       try {
         const Decision d = engine->decide(body);
         Json structured = Json::parse(d.body);
@@ -159,7 +238,7 @@ struct Session {
   }
 
   /// The answer to one request (null for a notification or a response).
-  Json handle(const Json& msg) {
+  Json handle(const Json& msg, std::string_view raw) {
     if (!msg.is_object() || msg.value("jsonrpc", "") != "2.0") {
       return {{"jsonrpc", "2.0"}, {"id", nullptr}, {"error", {{"code", -32600}, {"message", "not a JSON-RPC 2.0 message"}}}};
     }
@@ -198,7 +277,7 @@ struct Session {
       const std::string name = params["name"].get<std::string>();
       if (name != "decide" && name != "model_info") return fail(-32602, "unknown tool: " + name);
       const Json args = params.contains("arguments") ? params["arguments"] : Json::object();
-      return ok(call_tool(name, args));
+      return ok(call_tool(name, args, raw_member(raw_member(raw, "params"), "arguments")));
     }
     return fail(-32601, "method not found: " + method);
   }
@@ -261,14 +340,15 @@ int mcp_main(int argc, char** argv) {
     }
     if (msg.is_array()) {  // a batch (protocol 2025-03-26)
       Json answers = Json::array();
-      for (const auto& m : msg) {
-        Json a = session.handle(m);
+      const std::vector<std::string_view> raws = raw_items(line);
+      for (std::size_t i = 0; i < msg.size(); ++i) {
+        Json a = session.handle(msg[i], i < raws.size() ? raws[i] : std::string_view());
         if (!a.is_null()) answers.push_back(std::move(a));
       }
       if (!answers.empty()) send(answers);
       continue;
     }
-    Json answer = session.handle(msg);
+    Json answer = session.handle(msg, line);
     if (!answer.is_null()) send(answer);
   }
   std::fclose(proto);
