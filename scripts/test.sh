@@ -2,7 +2,8 @@
 # README command 2 (and what CI runs): the whole test suite.
 #   1. Release build with -Werror, all GoogleTest unit tests (ctest);
 #   2. live comparisons against the Python reference toolkit (pytest tests/reference), the CLI
-#      tests (tests/cli) and the live `clef serve` tests (tests/server);
+#      tests (tests/cli, clef mcp included), the live `clef serve` tests (tests/server) and the
+#      `clef pull` / shared-cache tests against a local hub (tests/hub);
 #   2b. the unit tests and the live comparisons again with the kernels forced (CLEF_ISA) to every
 #      other level the CPU supports (AVX2 with the 0.8b preset included);
 #   3. ASan + UBSan build of the unit tests, run;
@@ -31,6 +32,7 @@ export CLEF_BIN="$PWD/build/release/bin/clef"
 "$PY" -m pytest -q tests/reference
 "$PY" -m pytest -q tests/cli
 "$PY" -m pytest -q tests/server
+"$PY" -m pytest -q tests/hub
 
 # Every other kernel level this CPU has (issue 14): the unit tests switch levels in-process for the
 # kernels; here the whole engine (oneDNN capped too) runs forced to each level, through the live
