@@ -312,7 +312,14 @@ std::vector<std::string> auth_headers(const PullContext& ctx) {
                "which writes " + hf_home_dir() + "/token)"));
   }
   if (r.status == 404) {
-    throw InvalidArgument(name + ": not found on " + ctx.endpoint + " (" + what + ": 404; check the name and --revision)");
+    // The hub names what is missing in X-Error-Code (RepoNotFound, RevisionNotFound, EntryNotFound).
+    const auto code = r.headers.find("x-error-code");
+    const std::string kind = code == r.headers.end() ? "" : code->second;
+    const std::string which = kind == "RevisionNotFound" ? "revision " + (ctx.opt.revision.empty() ? std::string("main") : ctx.opt.revision) + " not found"
+                              : kind == "EntryNotFound" ? what + " not found"
+                              : kind == "RepoNotFound"  ? "repository not found (or private: a token may be needed)"
+                                                        : "not found";
+    throw InvalidArgument(name + ": " + which + " on " + ctx.endpoint + " (" + what + ": 404; check the name and --revision)");
   }
   throw IoError(name + ": the hub answered HTTP " + std::to_string(r.status) + " for " + what);
 }

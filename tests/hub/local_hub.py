@@ -245,6 +245,12 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)  # a client that went away is expected here
+
 
 class HubServer:
     """One HTTP server on 127.0.0.1:<free port> serving `hub`; use as a context manager."""

@@ -215,9 +215,9 @@ def test_redirect_to_second_host_and_tokens(hub, cache):
 def test_not_found_and_offline(hub, cache):
     h, url = hub
     r = run_clef("pull", "clef-test/nothing-here", env=hub_env(url, cache))
-    assert r.returncode == 2 and "not found" in r.stderr and "404" in r.stderr
+    assert r.returncode == 2 and "repository not found" in r.stderr and "404" in r.stderr
     r = run_clef("pull", RELEASE_REPO, "--revision", "no-such-branch", env=hub_env(url, cache))
-    assert r.returncode == 2 and "404" in r.stderr
+    assert r.returncode == 2 and "revision no-such-branch not found" in r.stderr
     before = len(h.requests)
     r = run_clef("pull", RELEASE_REPO, env=hub_env(url, cache, HF_HUB_OFFLINE="1"))
     assert r.returncode == 2 and "HF_HUB_OFFLINE" in r.stderr
@@ -286,3 +286,45 @@ def test_sigkill_at_random_points_then_rerun(hub, cache):
     r = run_clef("pull", RELEASE_REPO, env=env)
     assert r.returncode == 0, r.stderr
     assert cache_state(cache) == cache_state(ref_cache)
+
+
+def test_write_error_keeps_verified_files_and_resumes(hub, cache):
+    """A write that the file system refuses (here a file-size limit, EFBIG; a full disk is ENOSPC
+    on the same path) is an I/O error naming the partial file; verified files stay, and a rerun
+    resumes from the partial bytes."""
+    import resource
+
+    h, url = hub
+    data = h.repos[RELEASE_REPO].files["model.safetensors"]
+    sha = hashlib.sha256(data).hexdigest()
+    limit = 400_000
+
+    def limit_file_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() then fails with EFBIG instead of a signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    r = subprocess.run([clef_bin(), "pull", RELEASE_REPO, "--progress", "none"], capture_output=True, text=True,
+                       env=hub_env(url, cache), timeout=120, preexec_fn=limit_file_size)
+    assert r.returncode == 5, r.stderr
+    assert "while writing" in r.stderr and sha + ".incomplete" in r.stderr and "bytes kept" in r.stderr
+    rd = repo_dir(cache, RELEASE_REPO)
+    snap = rd / "snapshots" / h.repos[RELEASE_REPO].commit
+    assert (snap / "config.json").exists() and not (snap / "model.safetensors").exists()
+    kept = (rd / "blobs" / (sha + ".incomplete")).stat().st_size
+    assert 0 < kept <= limit
+    h.blob_bytes_sent.clear()
+    r = run_clef("pull", RELEASE_REPO, env=hub_env(url, cache))
+    assert r.returncode == 0, r.stderr
+    assert h.blob_bytes_sent[sha] == len(data) - kept  # only the missing bytes
+    assert (snap / "model.safetensors").read_bytes() == data
+
+
+def test_help_lists_every_command():
+    r = run_clef("--help")
+    assert r.returncode == 0
+    commands = r.stdout.split("Subcommands:")[1].split("\n\n")[0]
+    for c in ("inspect", "make-model", "tokenize", "decide", "serve", "pull", "mcp", "hidden"):
+        assert f"\n  {c} " in commands, c
+    for sub in ("pull", "mcp", "hidden"):
+        h = run_clef(sub, "--help")
+        assert h.returncode == 0 and "--revision" in h.stdout, sub
