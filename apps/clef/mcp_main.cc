@@ -234,6 +234,10 @@ struct Session {
     info["kernel_level"] = ops::isa_description();
     info["gemm"] = ops::gemm_backend_name();
     info["model_path"] = model_path;
+    // The session's one engine: its state cache across calls (a hit reused a prefix + state).
+    const StateCacheStats st = engine->state_cache_stats();
+    info["state_cache"] = {{"budget_bytes", st.budget}, {"entries", st.entries}, {"bytes", st.bytes},
+                           {"hits", st.hits},           {"misses", st.misses},   {"evictions", st.evictions}};
     return text_result(info.dump(2, ' ', false, Json::error_handler_t::replace), info, false);
   }
 

@@ -66,6 +66,9 @@ def test_mcp_reference_client(cpp_tiny, expected):
                 assert err["code"] == "invalid_question_type" and err["path"] == "questions.q.type"
                 missing = await session.call_tool("decide", {"questions": {"q": {"type": "noul", "instructions": "?"}}})
                 assert missing.is_error and json.loads(missing.content[0].text)["error"]["code"] == "missing_field"
+                # The same state with other questions: the session's engine reuses the computed state.
+                again = dict(corpus()[0]["request"], questions={"q": {"type": "noul", "instructions": "Again?"}})
+                assert not (await session.call_tool("decide", again)).is_error
                 info = await session.call_tool("model_info", {})
                 assert not info.is_error
                 return got, json.loads(info.content[0].text)
@@ -76,6 +79,7 @@ def test_mcp_reference_client(cpp_tiny, expected):
     for key, value in inspect.items():
         assert info[key] == value, key
     assert info["precision"] == "fp32" and info["kernel_level"]
+    assert info["state_cache"]["hits"] >= 1 and info["state_cache"]["budget_bytes"] > 0
 
 
 def test_mcp_stdout_carries_only_protocol(cpp_tiny):
