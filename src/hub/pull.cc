@@ -267,14 +267,14 @@ std::string file_digest(const std::string& path, bool git_blob) {
 
 struct RemoteFile {
   std::string path;
-  std::int64_t size = -1;
+  std::atomic<std::int64_t> size{-1};  ///< bytes (the listing's, then the HEAD answer's)
   std::string oid;     ///< git blob id
   std::string sha256;  ///< LFS sha256 ("" for a file stored in git)
   // Progress (written by its worker, read by the progress thread).
   std::atomic<std::int64_t> done{0};
   std::atomic<std::int64_t> resumed_from{0};
-  std::atomic<int> state{0};  ///< 0 waiting, 1 fetching, 2 done
-  Clock::time_point started;
+  std::atomic<int> state{0};  ///< 0 waiting, 1 fetching, 2 done (set after `started`)
+  Clock::time_point started;  ///< written before state becomes 1
 };
 
 struct PullContext {
@@ -451,7 +451,7 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
   const fs::path pointer = fs::path(ctx.folder) / "snapshots" / ctx.commit / f.path;
   std::error_code ec;
   if (fs::is_regular_file(pointer, ec)) {
-    f.done = f.size > 0 ? f.size : 0;
+    f.done = std::max<std::int64_t>(0, f.size.load());
     f.state = 2;
     ++ctx.cached;
     return;
@@ -493,7 +493,7 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
   if (etag.empty()) etag = normalize_etag(header("etag"));
   if (etag.empty()) etag = !f.sha256.empty() ? f.sha256 : f.oid;
   if (!safe_blob_name(etag)) throw IoError(ctx.name.display() + ": the hub sent an unusable etag for " + f.path);
-  std::int64_t size = f.size;
+  std::int64_t size = f.size.load();
   if (const std::string s = header("x-linked-size"); !s.empty()) size = std::strtoll(s.c_str(), nullptr, 10);
   else if (head.status == 200 && !header("content-length").empty()) size = std::strtoll(header("content-length").c_str(), nullptr, 10);
   f.size = size;
@@ -509,8 +509,8 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
   const fs::path partial = blobs / (etag + ".incomplete");
   BlobLock lock(ctx.cache + "/.locks/" + fs::path(ctx.folder).filename().string() + "/" + etag + ".lock");
   if (!fs::is_regular_file(blob, ec)) {
-    f.state = 1;
     f.started = Clock::now();
+    f.state = 1;
     const bool same_host = origin_of(url) == origin_of(ctx.endpoint);
     for (int attempt = 0;; ++attempt) {
       std::int64_t have = fs::is_regular_file(partial, ec) ? static_cast<std::int64_t>(fs::file_size(partial, ec)) : 0;
@@ -587,9 +587,9 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
     ++ctx.cached;
   }
   link_pointer(ctx, f.path, etag);
-  f.done = f.size > 0 ? f.size : f.done.load();
+  if (f.size.load() > 0) f.done = f.size.load();
   f.state = 2;
-  log_line(ctx, "verified " + f.path + " (" + human_bytes(static_cast<double>(f.size)) + ")");
+  log_line(ctx, "verified " + f.path + " (" + human_bytes(static_cast<double>(f.size.load())) + ")");
 }
 
 /// Draws the progress bar (kBar) or writes a plain line (kLines) until `stop`.
@@ -601,7 +601,7 @@ void progress_loop(PullContext& ctx, std::atomic<bool>& stop) {
   auto last_tick = start;
   double rate = 0;
   std::int64_t total = 0, resumed = 0;
-  for (const auto& f : ctx.files) total += std::max<std::int64_t>(0, f->size);
+  for (const auto& f : ctx.files) total += std::max<std::int64_t>(0, f->size.load());
   while (true) {
     const bool final = stop.load();
     const auto now = Clock::now();
@@ -633,15 +633,16 @@ void progress_loop(PullContext& ctx, std::atomic<bool>& stop) {
         if (f->state.load() != 1) continue;
         const double el = std::chrono::duration<double>(now - f->started).count();
         const double fr = el > 0 ? static_cast<double>(f->done.load() - f->resumed_from.load()) / el : 0;
-        const std::int64_t fs_ = std::max<std::int64_t>(1, f->size);
+        const std::int64_t fsize = f->size.load();
+        const std::int64_t fs_ = std::max<std::int64_t>(1, fsize);
         const int pct = static_cast<int>(std::min<std::int64_t>(100, f->done.load() * 100 / fs_));
         std::string bar(20, ' ');
         for (int i = 0; i < pct / 5; ++i) bar[static_cast<std::size_t>(i)] = '#';
         std::string shown = f->path.size() > 32 ? "..." + f->path.substr(f->path.size() - 29) : f->path;
         char line[256];
         std::snprintf(line, sizeof line, "\x1b[2K%-32s [%s] %3d%% %s / %s %s/s ETA %s\n", shown.c_str(), bar.c_str(), pct,
-                      human_bytes(static_cast<double>(f->done.load())).c_str(), human_bytes(static_cast<double>(f->size)).c_str(),
-                      human_bytes(fr).c_str(), human_eta(fr > 0 ? static_cast<double>(f->size - f->done.load()) / fr : -1).c_str());
+                      human_bytes(static_cast<double>(f->done.load())).c_str(), human_bytes(static_cast<double>(fsize)).c_str(),
+                      human_bytes(fr).c_str(), human_eta(fr > 0 ? static_cast<double>(fsize - f->done.load()) / fr : -1).c_str());
         out += line;
         ++lines;
       }
@@ -752,7 +753,7 @@ PullReport pull_model(const ModelName& name, const PullOptions& options) {
   write_cachedir_tag(ctx.cache);
   if (options.revision.empty() || !is_commit_hash(revision)) write_ref(ctx, revision);
   std::int64_t total = 0;
-  for (const auto& f : ctx.files) total += std::max<std::int64_t>(0, f->size);
+  for (const auto& f : ctx.files) total += std::max<std::int64_t>(0, f->size.load());
   log_line(ctx, name.display() + " at " + ctx.commit.substr(0, 12) + ": " + std::to_string(ctx.files.size()) + " files, " +
                     human_bytes(static_cast<double>(total)));
 
