@@ -80,6 +80,12 @@ def test_pull_release_folder_read_back_by_huggingface_hub(hub, cache):
         # Blob names are the ones huggingface_hub gives them (sha256 for LFS files, git id otherwise).
         assert pathlib.Path(path).resolve().name == expected_blob(repo.files[name], repo.is_lfs(name))
         assert os.readlink(snap / name) == "../../blobs/" + pathlib.Path(path).resolve().name
+    # By commit id (one file at a time): no ref is written, the same snapshot results.
+    by_commit = cache.parent / "by-commit"
+    r = run_clef("pull", RELEASE_REPO, "--revision", repo.commit, "--parallel", "1", env=hub_env(url, by_commit))
+    assert r.returncode == 0, r.stderr
+    assert not (repo_dir(by_commit, RELEASE_REPO) / "refs").exists()
+    assert {p.name for p in (repo_dir(by_commit, RELEASE_REPO) / "snapshots" / repo.commit).iterdir()} == RELEASE_FILES
     # A second pull downloads nothing.
     before = len(h.requests)
     r = run_clef("pull", RELEASE_REPO, env=hub_env(url, cache))
