@@ -113,7 +113,7 @@ int run(int argc, char** argv) {
   auto* inspect = app.add_subcommand(
       "inspect", "Validate a Clef release folder and print its architecture, layer pattern, parameter counts, "
                  "dtypes, head and tokenizer summary, and memory needs.");
-  auto* dir_pos = inspect->add_option("DIR", inspect_dir, "Release folder, FILE.gguf (joint head files beside it), or a folder holding one .gguf (default: the embedded tiny random-weight model)");
+  auto* dir_pos = inspect->add_option("DIR", inspect_dir, "Release folder, FILE.gguf (joint head files beside it), a folder holding one .gguf, or a hub name in the shared Hugging Face cache (ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf; docs/MODELS.md) (default: the embedded tiny random-weight model)");
   auto* dir_opt = inspect->add_option("--model,-m", inspect_dir, "Same as DIR; also a hub name read from the shared cache (ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf)");
   std::string inspect_revision;
   inspect->add_option("--revision", inspect_revision, "With a hub name: the branch, tag or commit to use (default main)");
