@@ -281,9 +281,15 @@ def test_sigkill_at_random_points_then_rerun(hub, cache):
     env = hub_env(url, cache)
     partial_seen = 0
     for _ in range(10):
+        seen = len(h.requests)
         p = subprocess.Popen([clef_bin(), "pull", RELEASE_REPO, "--progress", "none", "--parallel", "2"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        time.sleep(rng.uniform(0.02, 0.3))
+        # The random moment counts from this run's first request, so that a slow start (a loaded
+        # machine) does not move every kill before the transfer.
+        deadline = time.monotonic() + 30
+        while len(h.requests) == seen and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.3))
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=30)
         partial_seen += any(cache.rglob("*.incomplete"))
