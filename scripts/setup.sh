@@ -35,6 +35,7 @@ MAIN_PACKAGES=(
   libdnnl-dev ocl-icd-opencl-dev opencl-headers   # Debian's dnnl-config.cmake requires OpenCL
   libopenblas-dev libhwy-dev
   libpng-dev libjpeg62-turbo-dev libwebp-dev
+  libcurl4-openssl-dev                             # clef pull (HTTP client; docs/MODELS.md)
 )
 # Full tier: unit tests, benchmarks, the fuzz preset (clang-14), the Python reference toolkit,
 # and HAProxy for the scale-out tests and benchmark (tests/server/test_scaleout.py; deploy/haproxy/).

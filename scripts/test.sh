@@ -7,9 +7,10 @@
 #               GoogleTest unit tests (ctest) at the native kernel level;
 #   models      the 0.8b random-weight release folder, written once and shared by every test session
 #               below (CLEF_08B_DIR);
-#   reference / cli / server
+#   reference / cli / server / hub
 #               live comparisons against the Python reference toolkit (pytest tests/reference), the
-#               CLI tests (tests/cli) and the live `clef serve` tests (tests/server);
+#               CLI tests (tests/cli, `clef mcp` included), the live `clef serve` tests (tests/server)
+#               and the `clef pull` / shared-cache tests against a local hub (tests/hub);
 #   isa-LEVEL   for every other kernel level the CPU has (CLEF_ISA): the unit tests again (every op
 #               against its scalar oracle) and the kernel-dependent live comparisons; AVX2 also runs
 #               the 0.8b layer shapes end to end (the "0.8b-shapes" preset);
@@ -103,6 +104,7 @@ export CLEF_08B_DIR="$PWD/build/models/clef-0.8b-seed2" CLEF_08B_SHAPES_DIR="$PW
 stage "pytest tests/reference" "$PY" -m pytest -q -p no:cacheprovider --durations=10 -m "not shapes08b" tests/reference
 stage "pytest tests/cli" "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/cli
 stage "pytest tests/server" "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/server
+stage "pytest tests/hub" "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/hub
 
 # Every other kernel level this CPU has: the unit tests switch levels in-process for the kernels
 # (every op against its scalar oracle at every level); here the whole engine (oneDNN capped too)

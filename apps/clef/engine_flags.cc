@@ -4,6 +4,8 @@
 #include <iostream>
 #include <thread>
 
+#include "hub/cache.h"
+#include "hub/pull.h"
 #include "tools/make_model.h"
 
 namespace clef::cli {
@@ -27,8 +29,20 @@ int parse_command_line(CLI::App& app, int argc, char** argv, const char* help_hi
   return -1;
 }
 
-CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f) {
-  auto* model = app.add_option("--model,-m", f.model_dir, "Release folder, FILE.gguf (llama.cpp's Qwen3.5 GGUF; joint_head.safetensors + joint_head_config.json beside it), or a folder holding one .gguf (default: the embedded tiny random-weight model)");
+const char* const kModelHelp =
+    "Release folder, FILE.gguf (llama.cpp's Qwen3.5 GGUF; joint_head.safetensors + joint_head_config.json beside it), "
+    "a folder holding one .gguf, or a Hugging Face name read from the shared cache: ORG/REPO (release folder), "
+    "ORG/REPO:QUANT or ORG/REPO/FILE.gguf (GGUF repository); docs/MODELS.md (default: the embedded tiny "
+    "random-weight model)";
+
+CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f, bool with_pull) {
+  auto* model = app.add_option("--model,-m", f.model_dir, kModelHelp);
+  app.add_option("--revision", f.revision, "With a hub name: the branch, tag or commit to use (default main)");
+  if (with_pull) {
+    app.add_flag("--pull", f.pull,
+                 "With a hub name: fetch the files the cache lacks first (as clef pull; HF_ENDPOINT, HF_TOKEN, "
+                 "HF_HUB_OFFLINE apply)");
+  }
   app.add_option("--precision", f.precision,
                  "Backbone precision: fp32 (parity; also spelled f32), bf16 (bf16 weights, fp32 accumulation) or "
                  "int8 (Q8_0: int8 weights with a scale per 32 inputs, made at load or read from a Q8_0 GGUF; "
@@ -98,6 +112,32 @@ std::string model_dir_or_default(const std::string& dir, bool given, bool* is_de
   std::cerr << "clef: no --model given; using the embedded default model at " << printable(d)
             << " (tiny, RANDOM WEIGHTS: its answers are meaningless)\n";
   return d;
+}
+
+std::string resolve_model_arg(const std::string& arg, bool given, const std::string& revision, bool pull,
+                              bool* is_default) {
+  if (!given || !hub::is_model_name_arg(arg)) {
+    if (given && !revision.empty()) throw InvalidArgument("--revision applies to a hub name (ORG/REPO), not to the path " + printable(arg));
+    return model_dir_or_default(arg, given, is_default);
+  }
+  *is_default = false;
+  const hub::ModelName name = *hub::parse_model_name(arg);
+  hub::ResolvedModel r;
+  if (pull) {
+    hub::PullOptions po;
+    po.revision = revision;
+    r = hub::pull_model(name, po).model;
+  } else {
+    r = hub::resolve_cached(name, revision, hub::hub_cache_dir());
+  }
+  std::cerr << "clef: " << printable(name.display()) << " -> " << printable(r.path) << " (commit " << r.commit.substr(0, 12)
+            << ")\n";
+  if (!r.mmproj.empty()) {
+    std::cerr << "clef: note: the repository's projector " << printable(r.files.mmproj)
+              << " is in the cache; this build reads a vision tower only from release folders, so requests with "
+                 "images are refused for a GGUF model\n";
+  }
+  return r.path;
 }
 
 }  // namespace clef::cli

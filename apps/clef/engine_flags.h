@@ -16,8 +16,10 @@ namespace clef::cli {
 
 /// Values of the engine flags, with `clef decide`'s defaults.
 struct EngineFlags {
-  std::string model_dir;           ///< --model (empty with model_given false: the embedded default)
+  std::string model_dir;           ///< --model: a path or a hub name (empty with model_given false: the embedded default)
   bool model_given = false;
+  std::string revision;            ///< --revision: branch, tag or commit of a hub name ("" = main)
+  bool pull = false;               ///< --pull: fetch what the cache lacks (decide, serve, mcp)
   std::string precision = "fp32";  ///< fp32 (or f32) | bf16
   std::string fp32_weights = "auto";  ///< auto | stream | resident (fp32 mode on a bf16 checkpoint)
   std::int64_t threads = 0;        ///< 0 = all CPUs
@@ -30,9 +32,20 @@ struct EngineFlags {
   bool no_images = false;          ///< refuse requests with images
 };
 
-/// Adds --model/-m, --precision, --threads, --chunk, --max-tokens, --overflow, --confidence,
+/// Adds --model/-m, --revision, --pull (when `with_pull`), --precision, --threads, --chunk, --max-tokens, --overflow, --confidence,
 /// --jev-legend, --vision-grid and --no-images to `app`, bound to `flags`. Returns the --model option (to test whether it was given).
-CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& flags);
+CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& flags, bool with_pull = true);
+
+/// Help text of --model for every command that takes a model (path or hub name).
+extern const char* const kModelHelp;
+
+/// The local path a command opens for the -m argument `arg` (docs/MODELS.md "Names"): the embedded
+/// default model when not `given`; `arg` itself when it exists on disk or is not a name; else the
+/// hub name resolved in the Hugging Face cache at `revision` (hub::resolve_cached), fetched first
+/// when `pull` (hub::pull_model, progress on stderr). A GGUF repository's projector is noted on
+/// stderr. Throws what those throw (InvalidArgument for a name not cached, saying how to pull it).
+std::string resolve_model_arg(const std::string& arg, bool given, const std::string& revision, bool pull,
+                              bool* is_default);
 
 /// The EngineOptions the flags describe (accept_any_model and aliases are left to the caller).
 EngineOptions engine_options(const EngineFlags& flags);

@@ -24,6 +24,9 @@
 #include "runtime/engine.h"
 #include "runtime/inspect.h"
 #include "runtime/release.h"
+#include "hidden_main.h"
+#include "mcp_main.h"
+#include "pull_main.h"
 #include "serve_main.h"
 #include "tokenizer/tokenize_command.h"
 #include "tools/make_model.h"
@@ -31,10 +34,12 @@
 namespace {
 
 using clef::cli::model_dir_or_default;
+using clef::cli::resolve_model_arg;
 using clef::cli::with_default_hint;
 
 constexpr const char* kExitCodes =
-    "More commands: serve (the HTTP server; clef serve --help), hidden (backbone hidden states; clef hidden --help).\n"
+    "Models by name (ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf) come from the Hugging Face cache\n"
+    "($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub); clef pull fetches them (docs/MODELS.md).\n"
     "Exit codes: 0 success; 1 decide --jsonl finished but refused at least one line (see its error lines);\n"
     "2 invalid argument, usage or a refused request; 3 model folder or file malformed, missing or\n"
     "inconsistent; 4 valid but unsupported model option; 5 I/O error; 70 internal error (a bug).\n"
@@ -108,8 +113,10 @@ int run(int argc, char** argv) {
   auto* inspect = app.add_subcommand(
       "inspect", "Validate a Clef release folder and print its architecture, layer pattern, parameter counts, "
                  "dtypes, head and tokenizer summary, and memory needs.");
-  auto* dir_pos = inspect->add_option("DIR", inspect_dir, "Release folder, FILE.gguf (joint head files beside it), or a folder holding one .gguf (default: the embedded tiny random-weight model)");
-  auto* dir_opt = inspect->add_option("--model,-m", inspect_dir, "Same as DIR");
+  auto* dir_pos = inspect->add_option("DIR", inspect_dir, "Release folder, FILE.gguf (joint head files beside it), a folder holding one .gguf, or a hub name in the shared Hugging Face cache (ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf; docs/MODELS.md) (default: the embedded tiny random-weight model)");
+  auto* dir_opt = inspect->add_option("--model,-m", inspect_dir, "Same as DIR; also a hub name read from the shared cache (ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf)");
+  std::string inspect_revision;
+  inspect->add_option("--revision", inspect_revision, "With a hub name: the branch, tag or commit to use (default main)");
   inspect->add_flag("--verify", verify, "Check the sha256 of every file against the manifest first");
   inspect->add_option("--manifest", manifest, "sha256 manifest to verify against (implies --verify; default DIR/SHA256SUMS)");
   inspect->add_flag("--json", as_json, "Print the report as JSON");
@@ -135,7 +142,7 @@ int run(int argc, char** argv) {
   auto* tokenize = app.add_subcommand("tokenize", "Print the token ids of TEXT (exactly as Hugging Face tokenizers), "
                                                   "its pieces, or decode ids. Invalid UTF-8 is rejected (exit 2).");
   tokenize->add_option("TEXT", tk.text, "Text to encode, ids to --decode, or - to read standard input")->required();
-  auto* tk_model = tokenize->add_option("--model,-m", tk.model_dir, "Folder with tokenizer.json, or a GGUF model (tokenizer.json beside it, else its tokenizer.ggml.* metadata) (default: the embedded tiny model)");
+  auto* tk_model = tokenize->add_option("--model,-m", tk.model_dir, "Folder with tokenizer.json, a GGUF model (tokenizer.json beside it, else its tokenizer.ggml.* metadata), or a hub name in the shared cache (default: the embedded tiny model)");
   tokenize->add_flag("--pieces", tk.pieces, "One line per token: id, TAB, token string");
   tokenize->add_flag("--decode", tk.decode, "TEXT holds token ids: print the decoded text");
   tokenize->add_flag("--skip-special", tk.skip_special, "With --decode: drop special added tokens");
@@ -171,6 +178,13 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
       ->capture_default_str();
 
+  // Commands with parsers of their own (dispatched in main() before this parser runs), listed here
+  // so that --help shows every command.
+  app.add_subcommand("serve", "Serve a model over HTTP (SystemOne, Cloudflare and OpenRouter routes); clef serve --help");
+  app.add_subcommand("pull", "Fetch a model from the Hugging Face hub into the shared cache (NAME or NAME:QUANT); clef pull --help");
+  app.add_subcommand("mcp", "Model Context Protocol server on stdio (tools decide and model_info) for agents; clef mcp --help");
+  app.add_subcommand("hidden", "Backbone final-norm hidden states for token ids, as .npy (debugging, parity); clef hidden --help");
+
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const auto* sub : app.get_subcommands({})) known = known || sub->get_name() == argv[1];
@@ -183,7 +197,8 @@ int run(int argc, char** argv) {
     opt.verify = verify || !manifest.empty();
     opt.manifest = manifest;
     bool is_default = false;
-    const std::string dir = model_dir_or_default(inspect_dir, dir_pos->count() + dir_opt->count() > 0, &is_default);
+    const std::string dir =
+        resolve_model_arg(inspect_dir, dir_pos->count() + dir_opt->count() > 0, inspect_revision, false, &is_default);
     const clef::ReleaseFolder r = with_default_hint(dir, is_default, [&] { return clef::open_release(dir, opt); });
     const clef::ModelSummary s = clef::summarize(r);
     if (as_json) {
@@ -197,14 +212,15 @@ int run(int argc, char** argv) {
   }
   if (*tokenize) {
     bool tk_default = false;
-    tk.model_dir = model_dir_or_default(tk.model_dir, tk_model->count() > 0, &tk_default);
+    tk.model_dir = resolve_model_arg(tk.model_dir, tk_model->count() > 0, "", false, &tk_default);
     clef::run_tokenize_command(tk, std::cin, std::cout);
     flush_stdout();
     return 0;
   }
   if (*decide) {
     bool is_default = false;
-    const std::string dir = model_dir_or_default(decide_flags.model_dir, decide_model->count() > 0, &is_default);
+    const std::string dir = resolve_model_arg(decide_flags.model_dir, decide_model->count() > 0, decide_flags.revision,
+                                              decide_flags.pull, &is_default);
     const bool batch = jsonl_opt->count() > 0;
     const std::string body = batch ? std::string() : read_request(request_path);
     clef::EngineOptions eo = clef::cli::engine_options(decide_flags);
@@ -249,9 +265,13 @@ int main(int argc, char** argv) {
     // `clef hidden`: the backbone's final-norm hidden states for given ids, as .npy (debugging and
     // parity work; flags in src/runtime/backbone_dump.cc).
     clef::ops::init_isa();  // a bad CLEF_ISA is reported before any work
-    if (argc > 1 && std::string(argv[1]) == "hidden") return clef::backbone_dump_main(argc - 1, argv + 1);
+    if (argc > 1 && std::string(argv[1]) == "hidden") return clef::cli::hidden_main(argc - 1, argv + 1);
     // `clef serve`: the HTTP server (flags in apps/clef/serve_main.cc).
     if (argc > 1 && std::string(argv[1]) == "serve") return clef::cli::serve_main(argc - 1, argv + 1);
+    // `clef pull`: fetch a model into the Hugging Face cache (apps/clef/pull_main.cc).
+    if (argc > 1 && std::string(argv[1]) == "pull") return clef::cli::pull_main(argc - 1, argv + 1);
+    // `clef mcp`: the MCP server on stdio (apps/clef/mcp_main.cc).
+    if (argc > 1 && std::string(argv[1]) == "mcp") return clef::cli::mcp_main(argc - 1, argv + 1);
     return run(argc, argv);
   } catch (const clef::Error& e) {
     std::cerr << "clef: error: " << clef::printable(e.what()) << "\n";

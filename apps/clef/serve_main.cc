@@ -99,10 +99,12 @@ int serve_main(int argc, char** argv) {
   so.max_connections = static_cast<std::size_t>(max_connections);
   flags.model_given = model_opt->count() > 0;
 
-  // Before any thread exists: the engine's pool must not take SIGINT/SIGTERM (server/server.h).
-  server::block_shutdown_signals();
+  // A hub name resolves (and with --pull downloads, Ctrl-C still stopping it) first; its threads
+  // are all joined when it returns.
   bool is_default = false;
-  const std::string dir = model_dir_or_default(flags.model_dir, flags.model_given, &is_default);
+  const std::string dir = resolve_model_arg(flags.model_dir, flags.model_given, flags.revision, flags.pull, &is_default);
+  // Before any engine thread exists: the engine's pool must not take SIGINT/SIGTERM (server/server.h).
+  server::block_shutdown_signals();
   EngineOptions eo = engine_options(flags);
   eo.accept_any_model = !strict;
   eo.state_cache_mb = state_cache_mb;

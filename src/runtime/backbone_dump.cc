@@ -78,13 +78,15 @@ void write_npy(const std::string& path, const std::vector<float>& data, std::int
 }
 
 constexpr const char* kUsage =
-    "usage: clef hidden --model DIR (--ids FILE | --ids-list 1,2,3 | --random-ids T[:SEED])\n"
-    "                   [--out PREFIX] [--chunks 1,16,64] [--padded] [--precision fp32|bf16]\n"
+    "usage: clef hidden --model DIR|NAME (--ids FILE | --ids-list 1,2,3 | --random-ids T[:SEED])\n"
+    "                   [--revision REV] [--out PREFIX] [--chunks 1,16,64] [--padded] [--precision fp32|bf16]\n"
     "                   [--fp32-weights auto|stream|resident] [--threads N] [--repeat N] [--fork-check]\n"
     "Runs the backbone on the token ids and writes the final-norm hidden states as float32 .npy\n"
     "files PREFIX.chunk<C>.npy (and PREFIX.padded.npy with --padded); prints one JSON line per run\n"
     "(tokens/s, peak RSS, precision, fp32 weights, threads, GEMM library). --fork-check also checks\n"
-    "state fork/restore against the one-shot run. (Also installed as clef_backbone_dump.)\n";
+    "state fork/restore against the one-shot run. NAME is a hub name read from the Hugging Face cache\n"
+    "(ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf; docs/MODELS.md), --revision its branch, tag or commit.\n"
+    "(Also installed as clef_backbone_dump.)\n";
 
 /// `text` as an integer in [lo, hi]; InvalidArgument naming `flag` otherwise.
 long long integer_flag(const std::string& flag, const std::string& text, long long lo, long long hi) {

@@ -1,0 +1,62 @@
+// Fetching a model from a Hugging Face hub into the shared cache (docs/MODELS.md "clef pull"):
+// the hub's HTTP protocol (repository listing, resolve/<revision>/<file> with its commit, etag and
+// size headers and redirects to a storage host), range resumption, sha256 / git-blob verification
+// before a file appears under its name, and the cache layout huggingface_hub writes. HTTP goes
+// through libcurl.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "hub/cache.h"
+
+namespace clef::hub {
+
+/// How progress is shown on stderr.
+enum class ProgressStyle {
+  kAuto,   ///< a bar when stderr is a terminal, else plain lines
+  kBar,    ///< redrawn lines: per file and total bytes, rate, ETA
+  kLines,  ///< a plain line every `log_interval_s` seconds and one per verified file
+  kNone,   ///< nothing but errors
+};
+
+struct PullOptions {
+  std::string revision;   ///< branch, tag or commit ("" = main)
+  std::string endpoint;   ///< hub base URL ("" = $HF_ENDPOINT, else https://huggingface.co)
+  std::string cache_dir;  ///< "" = hub_cache_dir()
+  std::string token;      ///< "" = hub_token()
+  int parallel = 4;       ///< files fetched at once (1-16)
+  int retries = 5;        ///< attempts per file after a dropped connection or a 5xx (resumed with Range)
+  ProgressStyle progress = ProgressStyle::kAuto;
+  double log_interval_s = 10;  ///< kLines: seconds between progress lines
+};
+
+struct PullReport {
+  ResolvedModel model;              ///< where the model now is (as resolve_cached returns it)
+  int files_fetched = 0;            ///< files downloaded (fully or resumed) and verified
+  int files_cached = 0;             ///< files already in the cache (nothing downloaded)
+  std::int64_t bytes_downloaded = 0;  ///< bytes received over the network for file contents
+};
+
+/// The hub base URL: $HF_ENDPOINT (trailing '/' removed), else https://huggingface.co.
+std::string hub_endpoint();
+
+/// The access token as huggingface_hub finds it: $HF_TOKEN (or $HUGGING_FACE_HUB_TOKEN), else the
+/// first line of $HF_TOKEN_PATH, else of $HF_HOME/token (hf_home_dir()); "" when none.
+std::string hub_token();
+
+/// Fetches what `name` needs (select_model_files) at `options.revision` into the cache, skipping
+/// files whose snapshot entry already exists, then returns the resolved model. Files are fetched
+/// `options.parallel` at a time; each is written to blobs/<etag>.incomplete (resumed with an HTTP
+/// Range request when present), checked against its published sha256 (LFS files) or git blob id
+/// (other files), renamed to blobs/<etag>, and linked from snapshots/<commit>/<path>; refs/<branch
+/// or tag> records the commit. Nothing unverified ever appears under a real name, and a failure of
+/// one file keeps every other verified file.
+/// Throws (docs/MODELS.md "Errors"): InvalidArgument for 401/403 (how to set a token), 404 (repository,
+/// revision or quant not found) and HF_HUB_OFFLINE set while something is missing; ModelLoadError for
+/// a file whose bytes do not match the published hash (the partial file is removed); IoError for
+/// network errors after the retries, a disk full (the partial file is kept for resuming) and other
+/// file system errors.
+PullReport pull_model(const ModelName& name, const PullOptions& options);
+
+}  // namespace clef::hub
