@@ -14,7 +14,7 @@ from clef_ref.head import JointSchemaHead, head_param_count
 
 EXPECTED_FILES = {
     "config.json", "model.safetensors", "joint_head.safetensors", "joint_head_config.json", "tokenizer.json",
-    "tokenizer_config.json", "preprocessor_config.json", "random_weights.json", "SHA256SUMS",
+    "tokenizer_config.json", "processor_config.json", "random_weights.json", "SHA256SUMS",
 }
 
 
@@ -42,8 +42,8 @@ def test_config_json(tiny_dir):
     assert tc["vocab_size"] == 248320 and tc["hidden_size"] == 64
     assert cfg["vision_config"]["depth"] == 2 and cfg["vision_config"]["out_hidden_size"] == 64
     rw = json.loads((tiny_dir / "random_weights.json").read_text())
-    assert rw["model_name"] == "clef-tiny-random" and rw["seed"] == 0 and "not the official" in rw["tokenizer"]
-    pp = json.loads((tiny_dir / "preprocessor_config.json").read_text())
+    assert rw["model_name"] == "clef-tiny-random" and rw["seed"] == 0 and "clef-flash tokenizer.json" in rw["tokenizer"]
+    pp = json.loads((tiny_dir / "processor_config.json").read_text())["image_processor"]
     assert pp["size"] == {"shortest_edge": 65536, "longest_edge": 16777216} and pp["resample"] == 3
 
 
