@@ -77,9 +77,9 @@ def test_transformers_and_tokenizers_load(tiny_dir):
     assert m.get_output_embeddings().weight.data_ptr() == m.model.language_model.embed_tokens.weight.data_ptr()
     assert m.model.language_model.layers[0].linear_attn.A_log.dtype == torch.float32
     tok = Tokenizer.from_file(str(tiny_dir / "tokenizer.json"))
-    assert tok.get_vocab_size(with_added_tokens=True) == 248070
+    assert tok.get_vocab_size(with_added_tokens=True) == 248077  # the clef-flash file lists all 33 added tokens
     at = AutoTokenizer.from_pretrained(str(tiny_dir))
-    assert len(at) == 248077  # + 7 config-only tokens
+    assert len(at) == 248077
     text = "<|im_start|>user\nHello, wörld! 123<|im_end|>"
     assert at(text)["input_ids"] == tok.encode(text, add_special_tokens=False).ids
 
