@@ -29,6 +29,20 @@ int parse_command_line(CLI::App& app, int argc, char** argv, const char* help_hi
   return -1;
 }
 
+void add_split_regex_flag(CLI::App& app, std::string& value) {
+  app.add_option("--split-regex", value,
+                 "Pre-tokenizer split regex: file (the one tokenizer.json names, as HF tokenizers and transformers "
+                 "5.10 apply it; the clef-flash release names Qwen2's), qwen35 (Qwen3.5's own, with \\p{M}, as "
+                 "transformers 5.18+ AutoTokenizer applies it to a qwen3_5 folder) or qwen2; docs/TOKENIZER.md")
+      ->check(CLI::IsMember({"file", "qwen35", "qwen2"}))
+      ->capture_default_str();
+}
+
+std::optional<SplitPattern> split_override_from_flag(const std::string& value) {
+  if (value == "file") return std::nullopt;
+  return split_pattern_from_name(value);
+}
+
 const char* const kModelHelp =
     "Release folder, FILE.gguf (llama.cpp's Qwen3.5 GGUF; joint_head.safetensors + joint_head_config.json beside it), "
     "a folder holding one .gguf, or a Hugging Face name read from the shared cache: ORG/REPO (release folder), "
@@ -81,6 +95,13 @@ CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f, bool with_pull) {
       ->check(CLI::IsMember({0, 8, 14}))
       ->capture_default_str();
   app.add_flag("--no-images", f.no_images, "Refuse requests with images (images_unsupported) even when the model has a vision tower");
+  app.add_option("--image-backend", f.image_backend,
+                 "How images are read: torchvision (what Cloudflare's reference does with a request: alpha dropped, "
+                 "EXIF orientation applied, torchvision's antialiased bicubic) or pil (transformers' PIL processor on "
+                 "PIL images: alpha composited on white, no EXIF, Pillow 13 bicubic); docs/VISION.md")
+      ->check(CLI::IsMember({"torchvision", "pil"}))
+      ->capture_default_str();
+  add_split_regex_flag(app, f.split_regex);
   return model;
 }
 
@@ -98,6 +119,8 @@ EngineOptions engine_options(const EngineFlags& f) {
   eo.answers.jev_legend = f.jev_legend;
   eo.vision_grid = f.vision_grid;
   eo.images = !f.no_images;
+  eo.image_backend = f.image_backend == "pil" ? ImageBackend::kPil : ImageBackend::kTorchvision;
+  eo.tokenizer.split_override = split_override_from_flag(f.split_regex);
   return eo;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -30,10 +31,12 @@ struct EngineFlags {
   bool jev_legend = false;
   int vision_grid = 0;             ///< 0 = smart resize; 8 or 14 = the seed's fixed grids
   bool no_images = false;          ///< refuse requests with images
+  std::string image_backend = "torchvision";  ///< torchvision | pil (docs/VISION.md)
+  std::string split_regex = "file";  ///< file | qwen35 | qwen2 (docs/TOKENIZER.md "Which split regex")
 };
 
 /// Adds --model/-m, --revision, --pull (when `with_pull`), --precision, --threads, --chunk, --max-tokens, --overflow, --confidence,
-/// --jev-legend, --vision-grid and --no-images to `app`, bound to `flags`. Returns the --model option (to test whether it was given).
+/// --jev-legend, --vision-grid, --no-images and --split-regex to `app`, bound to `flags`. Returns the --model option (to test whether it was given).
 CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& flags, bool with_pull = true);
 
 /// Help text of --model for every command that takes a model (path or hub name).
@@ -46,6 +49,12 @@ extern const char* const kModelHelp;
 /// stderr. Throws what those throw (InvalidArgument for a name not cached, saying how to pull it).
 std::string resolve_model_arg(const std::string& arg, bool given, const std::string& revision, bool pull,
                               bool* is_default);
+
+/// Adds --split-regex file|qwen35|qwen2 (default file) to `app`, bound to `value`.
+void add_split_regex_flag(CLI::App& app, std::string& value);
+
+/// The TokenizerLoadOptions::split_override a --split-regex value names (nullopt for "file").
+std::optional<SplitPattern> split_override_from_flag(const std::string& value);
 
 /// The EngineOptions the flags describe (accept_any_model and aliases are left to the caller).
 EngineOptions engine_options(const EngineFlags& flags);

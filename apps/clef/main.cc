@@ -146,6 +146,8 @@ int run(int argc, char** argv) {
   tokenize->add_flag("--pieces", tk.pieces, "One line per token: id, TAB, token string");
   tokenize->add_flag("--decode", tk.decode, "TEXT holds token ids: print the decoded text");
   tokenize->add_flag("--skip-special", tk.skip_special, "With --decode: drop special added tokens");
+  std::string tk_split_regex = "file";
+  clef::cli::add_split_regex_flag(*tokenize, tk_split_regex);
 
   // decide: REQUEST.json (or - for standard input) -> the SystemOne response on stdout.
   std::string request_path = "-";
@@ -213,6 +215,7 @@ int run(int argc, char** argv) {
   if (*tokenize) {
     bool tk_default = false;
     tk.model_dir = resolve_model_arg(tk.model_dir, tk_model->count() > 0, "", false, &tk_default);
+    tk.split_override = clef::cli::split_override_from_flag(tk_split_regex);
     clef::run_tokenize_command(tk, std::cin, std::cout);
     flush_stdout();
     return 0;

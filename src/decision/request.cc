@@ -90,7 +90,9 @@ void check_state(const JsonValue& body, Dialect dialect, const RequestLimits& li
     }
     const JsonPath path = JsonPath().key("state").index(i);
     if (!limits.accept_images) {
-      reject(RequestErrorCode::kImagesUnsupported, path, "image parts are not supported by this model (no vision tower)");
+      reject(RequestErrorCode::kImagesUnsupported, path,
+             limits.images_refused_because.empty() ? "image parts are not supported by this model (no vision tower)"
+                                                   : "image parts are refused: " + limits.images_refused_because);
     }
     const JsonValue* iu = item.find("image_url");
     const JsonValue* url = iu != nullptr && iu->is_object() ? iu->find("url") : nullptr;
@@ -123,7 +125,9 @@ void check_media(const JsonValue& body, Dialect dialect, const RequestLimits& li
     reject(RequestErrorCode::kImagesUnsupported, JsonPath().key("images"),
            dialect == Dialect::kOpenRouter
                ? "OpenRouter requests carry images as image_url parts inside the state array, not in images"
-               : "images are not supported by this model (no vision tower) or were turned off");
+               : !limits.images_refused_because.empty()
+                   ? "images are refused: " + limits.images_refused_because
+                   : "images are not supported by this model (no vision tower) or were turned off");
   }
   check_videos(body);
 }

@@ -45,6 +45,9 @@ struct RequestLimits {
   /// Whether a non-empty top-level `images` array is kept for the engine (which decodes and checks
   /// it: vision/request_images.h) instead of being refused with images_unsupported.
   bool accept_images = false;
+  /// With accept_images false: the message of the images_unsupported error when set (why this
+  /// model refuses images), else the generic one.
+  std::string images_refused_because;
   JsonParseOptions json;                     ///< nesting depth, integer digits
 };
 

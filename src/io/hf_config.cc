@@ -224,6 +224,23 @@ JointHeadConfig parse_joint_head_config(const nlohmann::json& j, const std::stri
   return h;
 }
 
+std::optional<std::string> preprocessor_config_difference(const PreprocessorConfig& a, const PreprocessorConfig& b) {
+  if (a.do_convert_rgb != b.do_convert_rgb) return "do_convert_rgb";
+  if (a.do_resize != b.do_resize) return "do_resize";
+  if (a.do_rescale != b.do_rescale) return "do_rescale";
+  if (a.do_normalize != b.do_normalize) return "do_normalize";
+  if (a.resample != b.resample) return "resample";
+  if (a.rescale_factor != b.rescale_factor) return "rescale_factor";
+  if (a.image_mean != b.image_mean) return "image_mean";
+  if (a.image_std != b.image_std) return "image_std";
+  if (a.min_pixels != b.min_pixels) return "min_pixels (size.shortest_edge)";
+  if (a.max_pixels != b.max_pixels) return "max_pixels (size.longest_edge)";
+  if (a.patch_size != b.patch_size) return "patch_size";
+  if (a.merge_size != b.merge_size) return "merge_size";
+  if (a.temporal_patch_size != b.temporal_patch_size) return "temporal_patch_size";
+  return std::nullopt;
+}
+
 PreprocessorConfig parse_preprocessor_config(const nlohmann::json& j, const std::string& label) {
   JsonObjectReader r(j, label, "");
   r.set_null_is_absent(true);  // processor configs write unset options as null

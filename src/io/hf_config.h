@@ -116,8 +116,15 @@ struct PreprocessorConfig {
   std::int64_t temporal_patch_size = 2;
 };
 
-/// Parses preprocessor_config.json. Throws ModelLoadError naming the field.
+/// Parses preprocessor_config.json, or the `image_processor` object of processor_config.json
+/// (the same fields). Throws ModelLoadError naming the field.
 PreprocessorConfig parse_preprocessor_config(const nlohmann::json& j,
                                              const std::string& label = "preprocessor_config.json");
+
+/// The first setting (JSON field name: "do_convert_rgb", ..., "image_mean", "min_pixels" for
+/// size.shortest_edge, "max_pixels" for size.longest_edge, ...) on which `a` and `b` differ, or
+/// nullopt when every setting that changes pixels or token counts agrees. The processor type name
+/// is not compared (transformers names one image processor by backend-specific class names).
+std::optional<std::string> preprocessor_config_difference(const PreprocessorConfig& a, const PreprocessorConfig& b);
 
 }  // namespace clef

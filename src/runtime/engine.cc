@@ -128,7 +128,7 @@ const char* state_cache_use_name(StateCacheUse u) noexcept {
 }
 
 Engine::Engine(const std::string& model_dir, const EngineOptions& options)
-    : options_(options), release_(open_release(model_dir)), tokenizer_(load_model_tokenizer(model_dir)) {
+    : options_(options), release_(open_release(model_dir)), tokenizer_(load_model_tokenizer(model_dir, nullptr, options.tokenizer)) {
   if (options.state_cache_mb < 0 || options.state_cache_mb > (std::int64_t{1} << 30)) {
     throw InvalidArgument("state cache budget must be in [0, 2^30] MiB, got " + std::to_string(options.state_cache_mb));
   }
@@ -144,7 +144,12 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   if (options.vision_grid != 0 && options.vision_grid != 8 && options.vision_grid != 14) {
     throw InvalidArgument("vision grid must be 0 (smart resize), 8 or 14, got " + std::to_string(options.vision_grid));
   }
-  if (options.images && release_.model.vision && release_.config.vision) {
+  if (options.images && release_.model.vision && release_.config.vision && !release_.preprocessor) {
+    // No image settings: refuse images by name rather than preprocess them with guessed values.
+    options_.limits.images_refused_because =
+        "the model folder has neither processor_config.json (with an image_processor object) nor "
+        "preprocessor_config.json, so its image settings are unknown";
+  } else if (options.images && release_.model.vision && release_.config.vision) {
     qwen35::VisionTowerOptions vo;
     vo.precision = options.backbone.precision;
     tower_ = std::make_unique<qwen35::VisionTower>(*release_.config.vision, *release_.model.vision, vo);
@@ -172,6 +177,7 @@ VisionPreprocessConfig Engine::preprocess_config() const {
       c.image_std[static_cast<std::size_t>(i)] = static_cast<float>(p.image_std[static_cast<std::size_t>(i)]);
     }
   }
+  c.backend = options_.image_backend;
   if (options_.vision_grid > 0) {
     c.fixed_side = static_cast<std::uint32_t>(options_.vision_grid) * c.patch_size * c.merge_size;
   }
@@ -218,7 +224,12 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
         return 0;  // e.g. the aspect ratio: preprocess_image reports it with the image's own index
       }
     };
-    const RequestImages images = prepare_request_images(&req.images, limits, {}, pc);
+    ImageDecodeOptions decode;
+    if (options_.image_backend == ImageBackend::kPil) {
+      decode.alpha = AlphaMode::kCompositeOnWhite;
+      decode.apply_exif_orientation = false;
+    }
+    const RequestImages images = prepare_request_images(&req.images, limits, decode, pc);
     std::vector<float> pixels;
     std::int64_t patches = 0;
     for (const VisionInput& in : images.inputs) {

@@ -53,6 +53,14 @@ struct EngineOptions {
   /// Seed-000 fixed-grid mode: 0 = the processor's smart resize (keeps the aspect ratio); 8 or 14 =
   /// resize every image to 256x256 / 448x448 pixels (merged grid 8x8 / 14x14), aspect not kept.
   int vision_grid = 0;
+  /// How images are read (docs/VISION.md): kTorchvision (default) = what Cloudflare's reference
+  /// does with a request (transformers' torchvision decode: alpha dropped, EXIF orientation
+  /// applied; torchvision's antialiased bicubic; fused rescale + normalize); kPil = transformers'
+  /// PIL processor handed PIL images (alpha composited on white, no EXIF, Pillow 13 bicubic).
+  ImageBackend image_backend = ImageBackend::kTorchvision;
+  /// Tokenizer load options; `split_override` chooses the split regex (default: the file's,
+  /// docs/TOKENIZER.md "Which split regex").
+  TokenizerLoadOptions tokenizer;
 };
 
 /// How a decision used the state cache.
@@ -129,8 +137,9 @@ class Engine {
   const std::string& routing_identity() const noexcept { return routing_identity_; }
 
  private:
-  /// The image processor settings: the release's preprocessor_config.json (defaults of §6.1 when
-  /// absent) and the fixed-grid option.
+  /// The image processor settings: the release's processor_config.json image_processor or
+  /// preprocessor_config.json (ReleaseFolder::preprocessor; images are refused without either)
+  /// and the fixed-grid option.
   VisionPreprocessConfig preprocess_config() const;
 
   EngineOptions options_;

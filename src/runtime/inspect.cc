@@ -223,7 +223,11 @@ std::string format_inspect_report(const ReleaseFolder& r, const ModelSummary& s,
   if (r.preprocessor) {
     const auto& p = *r.preprocessor;
     o << "preprocessor " << (p.image_processor_type.empty() ? "?" : p.image_processor_type) << ": pixels ["
-      << p.min_pixels << ", " << p.max_pixels << "], patch " << p.patch_size << ", merge " << p.merge_size << "\n";
+      << p.min_pixels << ", " << p.max_pixels << "], patch " << p.patch_size << ", merge " << p.merge_size
+      << "\n  image settings   from " << r.preprocessor_source << "\n";
+  } else if (r.config.vision) {
+    o << "preprocessor none: neither processor_config.json (image_processor) nor preprocessor_config.json; images "
+         "are refused\n";
   }
   const auto ctx = static_cast<std::uint64_t>(context);
   o << "\nmemory       weights (mmapped, shared page cache): " << human_bytes(s.weight_file_bytes) << " backbone+vision, "
@@ -288,6 +292,15 @@ nlohmann::ordered_json inspect_json(const ReleaseFolder& r, const ModelSummary& 
   j["tokenizer"] = {{"model", k.model_type}, {"vocab_entries", k.vocab_entries}, {"merges", k.merges},
                     {"added_tokens", k.added.size()}, {"config_only_added_tokens", k.added_in_config_only},
                     {"normalizer", k.normalizer}, {"split_regex", k.split_regex}};
+  if (r.preprocessor) {
+    j["image_settings"] = {{"source", r.preprocessor_source},
+                           {"min_pixels", r.preprocessor->min_pixels},
+                           {"max_pixels", r.preprocessor->max_pixels},
+                           {"patch_size", r.preprocessor->patch_size},
+                           {"merge_size", r.preprocessor->merge_size}};
+  } else {
+    j["image_settings"] = nullptr;
+  }
   j["memory"] = {{"weight_file_bytes", s.weight_file_bytes},
                  {"head_file_bytes", s.head_file_bytes},
                  {"state_fixed_bytes", s.state_fixed_bytes},

@@ -27,7 +27,7 @@ bool is_hex64(const std::string& s) {
 std::vector<std::string> loaded_files(const std::string& dir) {
   std::vector<std::string> out;
   for (const char* f : {"config.json", "joint_head.safetensors", "joint_head_config.json", "tokenizer.json",
-                        "tokenizer_config.json", "preprocessor_config.json", "model.safetensors",
+                        "tokenizer_config.json", "preprocessor_config.json", "processor_config.json", "model.safetensors",
                         "model.safetensors.index.json", "random_weights.json"}) {
     if (path_exists((fs::path(dir) / f).string())) out.emplace_back(f);
   }
@@ -177,21 +177,21 @@ std::optional<std::string> find_gguf_model(const std::string& path) {
   return (d / ggufs.front()).string();
 }
 
-Tokenizer load_model_tokenizer(const std::string& path, std::string* source) {
+Tokenizer load_model_tokenizer(const std::string& path, std::string* source, const TokenizerLoadOptions& options) {
   const std::optional<std::string> gguf = find_gguf_model(path);
   if (!gguf) {
     if (source != nullptr) *source = "tokenizer.json";
-    return Tokenizer::load(path);
+    return Tokenizer::load(path, options);
   }
   fs::path parent = fs::path(*gguf).parent_path();
   const std::string dir = parent.empty() ? std::string(".") : parent.string();
   if (path_exists((fs::path(dir) / "tokenizer.json").string())) {
     if (source != nullptr) *source = "tokenizer.json";
-    return Tokenizer::load(dir);
+    return Tokenizer::load(dir, options);
   }
   if (source != nullptr) *source = "GGUF metadata";
   const GgufFile g(*gguf, printable(fs::path(*gguf).filename().string()));
-  return Tokenizer::from_json(tokenizer_json_from_gguf(g), "", {}, g.label() + " tokenizer.ggml.*");
+  return Tokenizer::from_json(tokenizer_json_from_gguf(g), "", options, g.label() + " tokenizer.ggml.*");
 }
 
 std::vector<std::string> verify_manifest(const std::string& dir, const std::string& manifest_path) {
@@ -238,6 +238,50 @@ std::vector<std::string> verify_manifest(const std::string& dir, const std::stri
   return checked;
 }
 
+/// The image settings (docs/COMPATIBILITY.md "The real release folder, file by file"): the
+/// `image_processor` object of processor_config.json (transformers v5; what transformers reads
+/// first) and/or preprocessor_config.json. Both: they must agree on every setting that changes
+/// numbers, else ModelLoadError naming the field. Neither: r.preprocessor stays empty and the
+/// engine refuses images (Engine: images_unsupported naming the two files).
+void read_image_settings(ReleaseFolder& r, const fs::path& d) {
+  std::optional<PreprocessorConfig> nested, legacy;
+  if (path_exists((d / "processor_config.json").string())) {
+    const nlohmann::json j = read_json_file((d / "processor_config.json").string(), "processor_config.json");
+    if (!j.is_object()) throw ModelLoadError("processor_config.json: expected a JSON object");
+    auto ip = j.find("image_processor");
+    if (ip != j.end() && !ip->is_null()) {
+      if (!ip->is_object()) throw ModelLoadError("processor_config.json: image_processor: expected an object");
+      nested = parse_preprocessor_config(*ip, "processor_config.json: image_processor");
+    }
+  }
+  if (path_exists((d / "preprocessor_config.json").string())) {
+    legacy = parse_preprocessor_config(read_json_file((d / "preprocessor_config.json").string(), "preprocessor_config.json"));
+  }
+  if (nested && legacy) {
+    if (const std::optional<std::string> field = preprocessor_config_difference(*nested, *legacy)) {
+      throw ModelLoadError("processor_config.json (image_processor) and preprocessor_config.json disagree on " + *field +
+                           "; refusing to guess which image settings the model was used with");
+    }
+    r.preprocessor_source = "processor_config.json (image_processor; preprocessor_config.json agrees)";
+  } else if (nested) {
+    r.preprocessor_source = "processor_config.json (image_processor)";
+  } else if (legacy) {
+    r.preprocessor_source = "preprocessor_config.json";
+  }
+  r.preprocessor = nested ? nested : legacy;
+  if (r.preprocessor && r.config.vision) {
+    const auto& v = *r.config.vision;
+    if (r.preprocessor->patch_size != v.patch_size || r.preprocessor->merge_size != v.spatial_merge_size ||
+        r.preprocessor->temporal_patch_size != v.temporal_patch_size) {
+      const std::string file = nested ? "processor_config.json: image_processor" : "preprocessor_config.json";
+      throw ModelLoadError(file + ": patch_size/merge_size/temporal_patch_size (" +
+                           std::to_string(r.preprocessor->patch_size) + "/" + std::to_string(r.preprocessor->merge_size) +
+                           "/" + std::to_string(r.preprocessor->temporal_patch_size) +
+                           ") disagree with config.json vision_config");
+    }
+  }
+}
+
 ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& options) {
   std::error_code ec;
   if (dir.empty()) throw InvalidArgument("empty model folder path");
@@ -253,20 +297,7 @@ ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& opt
   if (!path_exists((d / "config.json").string())) throw ModelLoadError(printable(dir) + ": config.json is missing");
   r.config = parse_model_config(read_json_file((d / "config.json").string(), "config.json"));
   open_head(r, d, dir);
-  if (path_exists((d / "preprocessor_config.json").string())) {
-    r.preprocessor = parse_preprocessor_config(
-        read_json_file((d / "preprocessor_config.json").string(), "preprocessor_config.json"));
-    if (r.config.vision) {
-      const auto& v = *r.config.vision;
-      if (r.preprocessor->patch_size != v.patch_size || r.preprocessor->merge_size != v.spatial_merge_size ||
-          r.preprocessor->temporal_patch_size != v.temporal_patch_size) {
-        throw ModelLoadError("preprocessor_config.json: patch_size/merge_size/temporal_patch_size (" +
-                             std::to_string(r.preprocessor->patch_size) + "/" + std::to_string(r.preprocessor->merge_size) +
-                             "/" + std::to_string(r.preprocessor->temporal_patch_size) +
-                             ") disagree with config.json vision_config");
-      }
-    }
-  }
+  read_image_settings(r, d);
   r.tokenizer = read_tokenizer_summary(dir, r.config);
   read_name(r, d, dir);
   r.weights = std::make_unique<WeightStore>(WeightStore::open_model_dir(dir));

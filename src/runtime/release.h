@@ -48,7 +48,11 @@ struct ReleaseFolder {
   std::string model_name;  ///< random_weights.json's name, else the folder's base name
   ModelConfig config;
   JointHeadConfig head_config;
+  /// The image settings; empty when the folder has neither processor_config.json (with an
+  /// `image_processor` object) nor preprocessor_config.json (images are then refused).
   std::optional<PreprocessorConfig> preprocessor;
+  /// Which file `preprocessor` came from, as `clef inspect` prints it; "" when empty.
+  std::string preprocessor_source;
   TokenizerSummary tokenizer;
   std::optional<RandomWeightsInfo> random_weights;
   std::unique_ptr<WeightStore> weights;       ///< backbone + vision tower files
@@ -82,7 +86,9 @@ std::optional<std::string> find_gguf_model(const std::string& path);
 /// wins: it is the release's own file), else the GGUF's tokenizer.ggml.* metadata
 /// (tokenizer_json_from_gguf). `source` receives "tokenizer.json" or "GGUF metadata".
 /// Throws what Tokenizer::load / tokenizer_json_from_gguf throw.
-Tokenizer load_model_tokenizer(const std::string& path, std::string* source = nullptr);
+/// `options` go to Tokenizer::load / from_json (the split regex override, the config union).
+Tokenizer load_model_tokenizer(const std::string& path, std::string* source = nullptr,
+                               const TokenizerLoadOptions& options = {});
 
 /// Checks the files named in a coreutils-format manifest (`<sha256>  <name>` lines) and that
 /// every file the loader reads is covered. Returns the names checked. Throws ModelLoadError on a

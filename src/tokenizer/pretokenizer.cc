@@ -17,6 +17,12 @@ std::optional<SplitPattern> split_pattern_from_regex(std::string_view regex) noe
 
 const char* split_pattern_name(SplitPattern p) noexcept { return p == SplitPattern::kQwen35 ? "qwen3.5" : "qwen2"; }
 
+std::optional<SplitPattern> split_pattern_from_name(std::string_view name) noexcept {
+  if (name == "qwen2") return SplitPattern::kQwen2;
+  if (name == "qwen35" || name == "qwen3.5") return SplitPattern::kQwen35;
+  return std::nullopt;
+}
+
 namespace {
 
 // Property bits of ASCII, looked up without the two-stage table.

@@ -28,6 +28,10 @@ std::optional<SplitPattern> split_pattern_from_regex(std::string_view regex) noe
 /// Name of a variant ("qwen2", "qwen3.5").
 const char* split_pattern_name(SplitPattern p) noexcept;
 
+/// Parses a variant name as the command lines spell it: "qwen2" or "qwen35" (also "qwen3.5").
+/// nullopt for anything else.
+std::optional<SplitPattern> split_pattern_from_name(std::string_view name) noexcept;
+
 /// Splits VALID UTF-8 `text` into pieces. Appends each piece's end byte offset to `ends`
 /// (pieces are [previous end, end), the first starts at 0; ends are strictly increasing and the
 /// last equals text.size(); nothing is appended for empty text). No allocation beyond `ends`.

@@ -13,7 +13,9 @@
 namespace clef {
 
 void run_tokenize_command(const TokenizeCommandOptions& options, std::istream& in, std::ostream& out) {
-  const Tokenizer tok = load_model_tokenizer(options.model_dir);  // a folder or a GGUF model
+  TokenizerLoadOptions load;
+  load.split_override = options.split_override;
+  const Tokenizer tok = load_model_tokenizer(options.model_dir, nullptr, load);  // a folder or a GGUF model
   const std::string text =
       options.text == "-" ? std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()) : options.text;
   if (options.decode) {

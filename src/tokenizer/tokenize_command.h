@@ -2,7 +2,10 @@
 #pragma once
 
 #include <iosfwd>
+#include <optional>
 #include <string>
+
+#include "tokenizer/pretokenizer.h"
 
 namespace clef {
 
@@ -13,6 +16,7 @@ struct TokenizeCommandOptions {
   bool pieces = false;    ///< one line per token: id, TAB, HF token string
   bool decode = false;    ///< text holds ids (separated by spaces, commas or newlines): print the decoded text
   bool skip_special = false;  ///< with decode: drop special added tokens
+  std::optional<SplitPattern> split_override;  ///< --split-regex (nullopt: the file's)
 };
 
 /// Runs the command; writes to `out`, reads `in` when text is "-". Throws InvalidArgument for

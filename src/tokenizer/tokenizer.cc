@@ -403,6 +403,7 @@ std::size_t Tokenizer::merge_count() const noexcept { return impl_->merges.size(
 std::int32_t Tokenizer::id_limit() const noexcept { return impl_->id_limit(); }
 const std::vector<AddedTokenInfo>& Tokenizer::added_tokens() const noexcept { return impl_->added; }
 SplitPattern Tokenizer::split_pattern() const noexcept { return impl_->pattern; }
+SplitPattern Tokenizer::file_split_pattern() const noexcept { return impl_->file_pattern; }
 bool Tokenizer::normalizes_nfc() const noexcept { return impl_->nfc; }
 bool Tokenizer::ignore_merges() const noexcept { return impl_->ignore_merges; }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,6 +55,12 @@ struct TokenizerLoadOptions {
   bool merge_config_added_tokens = true;
   /// Maximum BPE cache entries per workspace; the cache is emptied when full. 0 disables it.
   std::size_t cache_capacity = 1u << 16;
+  /// The split regex to apply. nullopt (default): the one tokenizer.json names, as HF `tokenizers`
+  /// and transformers up to 5.17 apply it (for the clef-flash release: Qwen2's). kQwen35: Qwen3.5's
+  /// own regex whatever the file names, as transformers 5.18+ AutoTokenizer applies it to a
+  /// qwen3_5 folder (docs/TOKENIZER.md "Which split regex"). The file must still name one of the
+  /// two known patterns (anything else is refused either way).
+  std::optional<SplitPattern> split_override;
 };
 
 /// A loaded byte-level BPE tokenizer with the Qwen structure.
@@ -116,8 +123,10 @@ class Tokenizer {
   std::int32_t id_limit() const noexcept;
   /// The added tokens (union), by ascending id.
   const std::vector<AddedTokenInfo>& added_tokens() const noexcept;
-  /// The split regex variant read from the file.
+  /// The split regex variant applied (the file's unless TokenizerLoadOptions::split_override).
   SplitPattern split_pattern() const noexcept;
+  /// The split regex variant tokenizer.json names.
+  SplitPattern file_split_pattern() const noexcept;
   /// Whether the normalizer is NFC (false: no normalizer).
   bool normalizes_nfc() const noexcept;
   /// model.ignore_merges.

@@ -186,7 +186,8 @@ enum class IdKind : std::uint8_t { kUnknown = 0, kVocab = 1, kAdded = 2, kAddedS
 namespace clef {
 
 struct Tokenizer::Impl {
-  SplitPattern pattern = SplitPattern::kQwen35;
+  SplitPattern pattern = SplitPattern::kQwen35;       ///< the pattern applied
+  SplitPattern file_pattern = SplitPattern::kQwen35;  ///< the pattern tokenizer.json names
   bool nfc = true;
   bool ignore_merges = false;
   TokenizerLoadOptions options;

@@ -421,6 +421,8 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
     }
   }
   impl->pattern = check_pre_tokenizer(file, root);
+  impl->file_pattern = impl->pattern;
+  if (options.split_override) impl->pattern = *options.split_override;
   if (auto pp = root.find("post_processor"); pp != root.end() && !pp->is_null()) {
     check_byte_level(file, *pp, "post_processor");
   }

@@ -530,22 +530,131 @@ bool iequals_prefix(std::string_view s, std::string_view lower_prefix) {
   return true;
 }
 
+std::uint32_t read_u32be(const std::uint8_t* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+}
+
 }  // namespace
+
+int exif_orientation_of_tiff(std::string_view tiff) noexcept {
+  if (tiff.size() < 8) return 1;
+  const auto* t = reinterpret_cast<const std::uint8_t*>(tiff.data());
+  const bool le = t[0] == 'I' && t[1] == 'I';
+  if (!le && !(t[0] == 'M' && t[1] == 'M')) return 1;
+  auto u16 = [&](std::size_t o) { return le ? t[o] | (t[o + 1] << 8) : (t[o] << 8) | t[o + 1]; };
+  auto u32 = [&](std::size_t o) {
+    return le ? std::uint32_t{t[o]} | (std::uint32_t{t[o + 1]} << 8) | (std::uint32_t{t[o + 2]} << 16) |
+                    (std::uint32_t{t[o + 3]} << 24)
+              : read_u32be(t + o);
+  };
+  if (u16(2) != 42) return 1;
+  const std::uint32_t ifd = u32(4);
+  if (ifd > tiff.size() || tiff.size() - ifd < 2) return 1;
+  const std::size_t n = static_cast<std::size_t>(u16(ifd));
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t e = ifd + 2 + 12 * i;
+    if (e + 12 > tiff.size()) return 1;
+    if (u16(e) != 0x0112) continue;
+    if (u16(e + 2) != 3 || u32(e + 4) < 1) return 1;  // SHORT, at least one value
+    const int v = u16(e + 8);
+    return v >= 1 && v <= 8 ? v : 1;
+  }
+  return 1;
+}
+
+int exif_orientation(std::string_view file) noexcept {
+  const auto* b = reinterpret_cast<const std::uint8_t*>(file.data());
+  const std::size_t size = file.size();
+  if (starts_with(file, "\x89PNG\r\n\x1a\n")) {
+    // Chunks up to the first IDAT: the eXIf chunk's data is the TIFF structure itself.
+    for (std::size_t pos = 8; pos + 12 <= size;) {
+      const std::uint32_t len = read_u32be(b + pos);
+      const std::string_view type = file.substr(pos + 4, 4);
+      if (type == "IDAT" || type == "IEND" || len > size - pos - 12) return 1;
+      if (type == "eXIf") return exif_orientation_of_tiff(file.substr(pos + 8, len));
+      pos += 12 + std::size_t{len};
+    }
+    return 1;
+  }
+  if (starts_with(file, "\xFF\xD8")) {
+    // Marker segments up to the start of scan: the first APP1 holding "Exif\0\0" + TIFF.
+    for (std::size_t pos = 2; pos + 4 <= size;) {
+      if (b[pos] != 0xFF) return 1;
+      const std::uint8_t marker = b[pos + 1];
+      if (marker == 0xFF) {  // fill byte
+        ++pos;
+        continue;
+      }
+      if (marker == 0xDA || marker == 0xD9) return 1;
+      if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {
+        pos += 2;
+        continue;
+      }
+      const std::size_t len = (std::size_t{b[pos + 2]} << 8) | b[pos + 3];
+      if (len < 2 || pos + 2 + len > size) return 1;
+      const std::string_view payload = file.substr(pos + 4, len - 2);
+      if (marker == 0xE1 && payload.size() >= 6 && payload.substr(0, 6) == std::string_view("Exif\0\0", 6)) {
+        return exif_orientation_of_tiff(payload.substr(6));
+      }
+      pos += 2 + len;
+    }
+  }
+  return 1;
+}
+
+RgbImage apply_exif_orientation(const RgbImage& image, int orientation) {
+  if (orientation <= 1 || orientation > 8) return image;
+  const std::uint32_t w = image.width, h = image.height;
+  const bool swap = orientation >= 5;
+  RgbImage out;
+  out.width = swap ? h : w;
+  out.height = swap ? w : h;
+  out.pixels.resize(image.pixels.size());
+  for (std::uint32_t r = 0; r < out.height; ++r) {
+    for (std::uint32_t c = 0; c < out.width; ++c) {
+      std::uint32_t sr = r, sc = c;  // source row / column of output (r, c)
+      switch (orientation) {
+        case 2: sc = w - 1 - c; break;                      // mirror left-right
+        case 3: sr = h - 1 - r; sc = w - 1 - c; break;      // rotate 180
+        case 4: sr = h - 1 - r; break;                      // mirror top-bottom
+        case 5: sr = c; sc = r; break;                      // transpose
+        case 6: sr = h - 1 - c; sc = r; break;              // rotate 90 clockwise
+        case 7: sr = h - 1 - c; sc = w - 1 - r; break;      // transverse
+        case 8: sr = c; sc = w - 1 - r; break;              // rotate 90 counter-clockwise
+        default: break;
+      }
+      const std::uint8_t* s = image.pixels.data() + (std::size_t{sr} * w + sc) * 3;
+      std::uint8_t* d = out.pixels.data() + (std::size_t{r} * out.width + c) * 3;
+      d[0] = s[0];
+      d[1] = s[1];
+      d[2] = s[2];
+    }
+  }
+  return out;
+}
 
 RgbImage decode_image_bytes(std::string_view bytes, std::size_t index, const ImageLimits& limits,
                             const ImageDecodeOptions& options) {
   if (bytes.empty()) fail(RequestErrorCode::kImageInvalid, index, "image data is empty");
   Raster raster;
+  bool exif_applies = false;  // torchvision applies EXIF orientation to PNG and JPEG, never to WebP
   if (starts_with(bytes, "\x89PNG\r\n\x1a\n")) {
     raster = decode_png(bytes, index, limits);
+    exif_applies = true;
   } else if (starts_with(bytes, "\xFF\xD8\xFF")) {
     raster = decode_jpeg(bytes, index, limits);
+    exif_applies = true;
   } else if (bytes.size() >= 12 && starts_with(bytes, "RIFF") && bytes.substr(8, 4) == "WEBP") {
     raster = decode_webp(bytes, index, limits);
   } else {
     fail(RequestErrorCode::kImageInvalid, index, "image data is not a PNG, JPEG or WebP file");
   }
-  return to_rgb(raster, options.alpha);
+  RgbImage rgb = to_rgb(raster, options.alpha);
+  if (options.apply_exif_orientation && exif_applies) {
+    const int o = exif_orientation(bytes);
+    if (o > 1) return apply_exif_orientation(rgb, o);
+  }
+  return rgb;
 }
 
 std::vector<std::uint8_t> decode_data_url(std::string_view url, std::size_t index, const ImageLimits& limits) {

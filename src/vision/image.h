@@ -1,12 +1,11 @@
 // Images of a request: data-URL wire form -> decoded RGB8 pixels, the way the reference reads them
 // (protocol.md §1.5; architecture.md §6.1 step 1). See docs/VISION.md.
 //
-// The reference hands PIL images to transformers' Qwen2-VL image processor (PIL backend), whose
-// `convert_to_rgb` (transformers 5.24.0 `image_transforms.convert_to_rgb`) composites an image that
-// has an alpha band or a `transparency` entry onto opaque white with Pillow's `alpha_composite`,
-// and converts every other image with a plain `Image.convert("RGB")`. Decoding follows what
-// Pillow 13 produces for the same bytes (modes, 16-bit handling, palettes, CMYK polarity); EXIF
-// orientation is NOT applied (Pillow does not apply it on open, the processor does not either).
+// Cloudflare's reference passes the request's data-URL strings to transformers, which decodes them
+// with torchvision (RGB mode: alpha dropped, EXIF orientation of PNG/JPEG applied); that is the
+// default (ImageDecodeOptions). Pixel decoding follows what Pillow 13 produces for the same bytes
+// (modes, palettes, CMYK polarity), which equals torchvision's on 8-bit PNG, JPEG and WebP
+// (docs/VISION.md). The PIL-processor behaviour (alpha composited on white, no EXIF) is an option.
 #pragma once
 
 #include <cstddef>
@@ -53,10 +52,27 @@ struct ImageLimits {
   std::uint64_t tokens_before = 0;  ///< set by decode_image_urls: tokens of the images before this one
 };
 
-/// Decoding options.
+/// Decoding options. The defaults are what Cloudflare's reference does with a request: it hands
+/// the data-URL strings to transformers, which decodes them with torchvision (`decode_image`,
+/// RGB mode, EXIF orientation applied): alpha dropped, PNG/JPEG EXIF orientation applied.
+/// {kCompositeOnWhite, false} is transformers 5.24's PIL processor handed a PIL image.
 struct ImageDecodeOptions {
-  AlphaMode alpha = AlphaMode::kCompositeOnWhite;
+  AlphaMode alpha = AlphaMode::kDrop;
+  /// Apply the EXIF orientation tag (1-8) of a JPEG (APP1 "Exif") or PNG (eXIf chunk before
+  /// IDAT); WebP files are left as stored, as torchvision 0.29 leaves them.
+  bool apply_exif_orientation = true;
 };
+
+/// The EXIF orientation (1-8) of a PNG or JPEG file's bytes, 1 when it has none or the EXIF data
+/// is malformed (never throws). Reads only the bytes before the image data.
+int exif_orientation(std::string_view file) noexcept;
+
+/// The orientation value of a TIFF structure (EXIF's IFD0 tag 0x0112), 1 when absent or malformed.
+int exif_orientation_of_tiff(std::string_view tiff) noexcept;
+
+/// `image` turned upright for EXIF orientation 2-8 (mirror, rotations, transpose; 5-8 swap width
+/// and height); 1 or an out-of-range value returns a copy.
+RgbImage apply_exif_orientation(const RgbImage& image, int orientation);
 
 /// Decodes the file bytes of one PNG, JPEG or WebP image (format found from the signature, not
 /// from any declared MIME type) into RGB8. `index` is the image's position in the request, used for

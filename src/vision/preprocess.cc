@@ -32,9 +32,13 @@ struct AxisWeights {
   std::vector<std::uint32_t> first;
   std::vector<std::uint32_t> count;
   std::vector<std::int32_t> k;
+  int precision = 22;  ///< fractional bits of k
 };
 
-AxisWeights axis_weights(std::uint32_t in_size, std::uint32_t out_size) {
+// Pillow: int32 weights with 22 fractional bits. torchvision (kInt16Weights): int16 weights with the
+// most fractional bits (at most 22) for which the largest weight of the axis, rounded, stays below
+// 2^15; the accumulator then starts at half of that unit and is shifted by it.
+AxisWeights axis_weights(std::uint32_t in_size, std::uint32_t out_size, bool int16_weights = false) {
   const double scale = static_cast<double>(in_size) / static_cast<double>(out_size);
   const double filterscale = scale < 1.0 ? 1.0 : scale;
   const double support = 2.0 * filterscale;  // bicubic support 2, widened when downscaling
@@ -44,7 +48,8 @@ AxisWeights axis_weights(std::uint32_t in_size, std::uint32_t out_size) {
   w.first.resize(out_size);
   w.count.resize(out_size);
   w.k.assign(static_cast<std::size_t>(out_size) * w.ksize, 0);
-  std::vector<double> tmp(w.ksize);
+  std::vector<double> norm(static_cast<std::size_t>(out_size) * w.ksize, 0.0);
+  double max_weight = 0.0;
   for (std::uint32_t o = 0; o < out_size; ++o) {
     const double center = (o + 0.5) * scale;
     int lo = static_cast<int>(center - support + 0.5);
@@ -52,27 +57,39 @@ AxisWeights axis_weights(std::uint32_t in_size, std::uint32_t out_size) {
     int hi = static_cast<int>(center + support + 0.5);
     if (hi > static_cast<int>(in_size)) hi = static_cast<int>(in_size);
     const int n = hi - lo;
+    double* tmp = norm.data() + std::size_t{o} * w.ksize;
     double total = 0.0;
     for (int j = 0; j < n; ++j) {
       const double v = cubic((static_cast<double>(j + lo) - center + 0.5) * inv_filterscale);
-      tmp[static_cast<std::size_t>(j)] = v;
+      tmp[j] = v;
       total += v;
     }
     for (int j = 0; j < n; ++j) {
-      double v = tmp[static_cast<std::size_t>(j)];
-      if (total != 0.0) v /= total;
-      const double scaled = v * static_cast<double>(1 << kPrecisionBits);
-      w.k[o * w.ksize + static_cast<std::size_t>(j)] = v < 0 ? static_cast<std::int32_t>(-0.5 + scaled)
-                                                             : static_cast<std::int32_t>(0.5 + scaled);
+      if (total != 0.0) tmp[j] /= total;
+      max_weight = std::max(max_weight, tmp[j]);
     }
     w.first[o] = static_cast<std::uint32_t>(lo);
     w.count[o] = static_cast<std::uint32_t>(n > 0 ? n : 0);
   }
+  w.precision = kPrecisionBits;
+  if (int16_weights) {
+    int bits = 0;
+    while (bits < kPrecisionBits &&
+           static_cast<std::int64_t>(0.5 + max_weight * static_cast<double>(std::int64_t{1} << (bits + 1))) < (1 << 15)) {
+      ++bits;
+    }
+    w.precision = bits;
+  }
+  const double unit = static_cast<double>(std::int64_t{1} << w.precision);
+  for (std::size_t i = 0; i < norm.size(); ++i) {
+    const double scaled = norm[i] * unit;
+    w.k[i] = norm[i] < 0 ? static_cast<std::int32_t>(-0.5 + scaled) : static_cast<std::int32_t>(0.5 + scaled);
+  }
   return w;
 }
 
-inline std::uint8_t clip8(std::int32_t acc) {
-  const std::int32_t v = acc >> kPrecisionBits;  // arithmetic shift (C++20)
+inline std::uint8_t clip8(std::int32_t acc, int precision) {
+  const std::int32_t v = acc >> precision;  // arithmetic shift (C++20)
   return static_cast<std::uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
@@ -116,15 +133,16 @@ RgbImage horizontal_pass(const RgbImage& src, const AxisWeights& hw, std::uint32
     for (std::uint32_t x = 0; x < out.width; ++x) {
       const std::int32_t* k = hw.k.data() + std::size_t{x} * hw.ksize;
       const std::uint8_t* s = row + std::size_t{hw.first[x]} * 3;
-      std::int32_t acc[3] = {1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1)};
+      const std::int32_t half = hw.precision > 0 ? std::int32_t{1} << (hw.precision - 1) : 0;
+      std::int32_t acc[3] = {half, half, half};
       for (std::uint32_t j = 0; j < hw.count[x]; ++j) {
         acc[0] += s[3 * j] * k[j];
         acc[1] += s[3 * j + 1] * k[j];
         acc[2] += s[3 * j + 2] * k[j];
       }
-      dst[3 * x] = clip8(acc[0]);
-      dst[3 * x + 1] = clip8(acc[1]);
-      dst[3 * x + 2] = clip8(acc[2]);
+      dst[3 * x] = clip8(acc[0], hw.precision);
+      dst[3 * x + 1] = clip8(acc[1], hw.precision);
+      dst[3 * x + 2] = clip8(acc[2], hw.precision);
     }
   }
   return out;
@@ -142,9 +160,9 @@ RgbImage vertical_pass(const RgbImage& src, const AxisWeights& vw, std::uint32_t
     const std::uint8_t* base = src.pixels.data() + std::size_t{vw.first[y] - row_offset} * stride;
     std::uint8_t* dst = out.pixels.data() + std::size_t{y} * stride;
     for (std::size_t c = 0; c < stride; ++c) {
-      std::int32_t acc = 1 << (kPrecisionBits - 1);
+      std::int32_t acc = vw.precision > 0 ? std::int32_t{1} << (vw.precision - 1) : 0;
       for (std::uint32_t j = 0; j < vw.count[y]; ++j) acc += base[std::size_t{j} * stride + c] * k[j];
-      dst[c] = clip8(acc);
+      dst[c] = clip8(acc, vw.precision);
     }
   }
   return out;
@@ -159,10 +177,11 @@ RgbImage resize_bicubic(const RgbImage& image, std::uint32_t width, std::uint32_
   const bool horizontal = width != image.width;
   const bool vertical = height != image.height;
   if (!horizontal && !vertical) return image;
-  if (!vertical) return horizontal_pass(image, axis_weights(image.width, width), 0, image.height);
-  const AxisWeights vw = axis_weights(image.height, height);
+  const bool tv = order == ResizePassOrder::kTorchvision;
+  if (!vertical) return horizontal_pass(image, axis_weights(image.width, width, tv), 0, image.height);
+  const AxisWeights vw = axis_weights(image.height, height, tv);
   if (!horizontal) return vertical_pass(image, vw, 0);
-  const AxisWeights hw = axis_weights(image.width, width);
+  const AxisWeights hw = axis_weights(image.width, width, tv);
   // Pass order (Pillow 13): the vertical pass runs first when the height shrinks by more than twice
   // as many pixels as the width does, otherwise the horizontal one. The uint8 intermediate makes
   // the order visible in the result. Measured against Pillow 13.0.0 (docs/VISION.md).
@@ -211,16 +230,25 @@ VisionInput preprocess_image(const RgbImage& image, std::size_t index, const Vis
   const ImageGrid grid = image_grid_for_size(image.width, image.height, index, config);
   const std::uint64_t p = config.patch_size, m = config.merge_size, tp = config.temporal_patch_size;
   const std::uint64_t th = static_cast<std::uint64_t>(grid.h) * p, tw = static_cast<std::uint64_t>(grid.w) * p;
-  const RgbImage resized =
-      resize_bicubic(image, static_cast<std::uint32_t>(tw), static_cast<std::uint32_t>(th), config.pass_order);
+  const bool tv = config.backend == ImageBackend::kTorchvision;
+  const RgbImage resized = resize_bicubic(image, static_cast<std::uint32_t>(tw), static_cast<std::uint32_t>(th),
+                                          tv ? ResizePassOrder::kTorchvision : config.pass_order);
 
-  // Rescale then normalize, per channel, through a 256-entry table: float32(double(v) * factor),
-  // then (x - mean) / std in float32 (transformers image_transforms.rescale / normalize).
+  // Rescale and normalize, per channel, through a 256-entry table.
+  // kPil: float32(double(v) * factor), then (x - mean) / std in float32 (transformers' rescale and
+  // normalize on arrays). kTorchvision: transformers fuses both: mean and std become float32
+  // tensors multiplied (in float32) by 1 / factor, then (float32(v) - mean') / std' in float32.
   std::array<std::array<float, 256>, 3> lut{};
+  const float inv_factor = static_cast<float>(1.0 / config.rescale_factor);
   for (std::size_t c = 0; c < 3; ++c) {
+    const float mean_f = config.image_mean[c] * inv_factor, std_f = config.image_std[c] * inv_factor;
     for (int v = 0; v < 256; ++v) {
-      const float x = static_cast<float>(static_cast<double>(v) * config.rescale_factor);
-      lut[c][static_cast<std::size_t>(v)] = (x - config.image_mean[c]) / config.image_std[c];
+      if (tv) {
+        lut[c][static_cast<std::size_t>(v)] = (static_cast<float>(v) - mean_f) / std_f;
+      } else {
+        const float x = static_cast<float>(static_cast<double>(v) * config.rescale_factor);
+        lut[c][static_cast<std::size_t>(v)] = (x - config.image_mean[c]) / config.image_std[c];
+      }
     }
   }
 

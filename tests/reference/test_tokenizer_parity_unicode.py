@@ -5,8 +5,8 @@
 * NFC: every code point alone and next to combining marks of low/high class, plus every canonical
   composition pair (also with an interposed mark), vs ``tokenizers.normalizers.NFC`` (Unicode 9.0 data);
 * split pieces: every code point in 4 contexts, for the Qwen3.5 and the Qwen2/Qwen3 regex;
-* ids: every code point in 2 contexts through the full pipeline with the reconstructed Qwen3.5
-  vocabulary and with the Qwen3 vocabulary.
+* ids: every code point in 2 contexts through the full pipeline with the released clef-flash
+  tokenizer.json (Qwen3.5 vocabulary) and with the Qwen3 vocabulary.
 
 Contexts are joined into long texts (both sides see the same text; a failure names the context
 around the first difference); one batch call per side.
@@ -199,7 +199,7 @@ def test_ids_every_code_point_in_context(vocab, n_contexts, tmp_path):
     the full pipeline (NFC, split, byte-level BPE) with a real vocabulary."""
     src = tmp_path / vocab
     if vocab == "qwen35":
-        U.write_qwen35_dir(src)
+        U.write_flash_dir(src)
     else:
         U.write_qwen3_dir(src)
     oracle = U.hf_backend(src, with_config=False)

@@ -15,6 +15,8 @@
 // Options: --alpha composite|drop, --min-pixels N, --max-pixels N, --fixed-side N,
 //          --max-images N, --max-bytes N (per image), --max-total-bytes N, --max-image-pixels N,
 //          --horizontal-first (Pillow <= 12 pass order),
+//          --backend pil|torchvision (default pil: transformers' PIL processor on PIL images;
+//          torchvision: alpha dropped, EXIF orientation applied, torchvision resize and normalize),
 //          --resize-list FILE (mode decode: line i of FILE is "W H"; image i is then resized to
 //          W x H with resize_bicubic before it is written).
 #include <cstdint>
@@ -60,8 +62,13 @@ int usage() {
 
 int main(int argc, char** argv) {
   clef::ImageLimits limits;
+  // Default: the PIL processor on PIL images (the oracle of test_vision_preprocess.py);
+  // --backend torchvision: what the reference does with a request (test_vision_torchvision.py).
   clef::ImageDecodeOptions decode_options;
+  decode_options.alpha = clef::AlphaMode::kCompositeOnWhite;
+  decode_options.apply_exif_orientation = false;
   clef::VisionPreprocessConfig config;
+  config.backend = clef::ImageBackend::kPil;
   bool paths = false, each = false;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> resize_to;
   std::vector<std::string> positional;
@@ -82,6 +89,16 @@ int main(int argc, char** argv) {
       } else if (a == "--min-pixels") config.min_pixels = std::stoull(next());
       else if (a == "--max-pixels") config.max_pixels = std::stoull(next());
       else if (a == "--horizontal-first") config.pass_order = clef::ResizePassOrder::kHorizontalFirst;
+      else if (a == "--backend") {
+        const std::string v = next();
+        if (v == "torchvision") {
+          config.backend = clef::ImageBackend::kTorchvision;
+          decode_options.alpha = clef::AlphaMode::kDrop;
+          decode_options.apply_exif_orientation = true;
+        } else if (v != "pil") {
+          return usage();
+        }
+      }
       else if (a == "--fixed-side") config.fixed_side = static_cast<std::uint32_t>(std::stoul(next()));
       else if (a == "--max-images") limits.max_images = std::stoull(next());
       else if (a == "--max-bytes") limits.max_encoded_bytes_per_image = std::stoull(next());
@@ -114,7 +131,10 @@ int main(int argc, char** argv) {
       if (!preprocess) {
         if (i < resize_to.size()) {
           write_rgb(out_dir + "/rgb_" + std::to_string(i) + ".npy",
-                    clef::resize_bicubic(img, resize_to[i].first, resize_to[i].second, config.pass_order));
+                    clef::resize_bicubic(img, resize_to[i].first, resize_to[i].second,
+                                         config.backend == clef::ImageBackend::kTorchvision
+                                             ? clef::ResizePassOrder::kTorchvision
+                                             : config.pass_order));
         } else {
           write_rgb(out_dir + "/rgb_" + std::to_string(i) + ".npy", img);
         }

@@ -236,5 +236,48 @@ TEST_F(ReleaseTest, VerifyManifest) {
             std::string::npos);
 }
 
+// Image settings (docs/COMPATIBILITY.md "The real release folder, file by file"): the released
+// folder ships processor_config.json (transformers v5) with the settings in its image_processor
+// object, and no preprocessor_config.json.
+TEST_F(ReleaseTest, ImageSettingsFromProcessorConfig) {
+  auto pre = nlohmann::json::parse(test::read_file(path("preprocessor_config.json")));
+  fs::remove(path("preprocessor_config.json"));
+  auto settings = pre;
+  settings["size"] = {{"longest_edge", 401408}, {"shortest_edge", 3136}};
+  settings["image_mean"] = {0.25, 0.5, 0.75};
+  const nlohmann::json proc = {{"image_processor", settings}, {"processor_class", "Qwen3VLProcessor"}};
+  test::write_file(path("processor_config.json"), proc.dump(2));
+  {
+    const ReleaseFolder r = open_release(dir_.str());
+    ASSERT_TRUE(r.preprocessor.has_value());
+    EXPECT_EQ(r.preprocessor->min_pixels, 3136);
+    EXPECT_EQ(r.preprocessor->max_pixels, 401408);
+    EXPECT_EQ(r.preprocessor->image_mean[0], 0.25);
+    EXPECT_EQ(r.preprocessor_source, "processor_config.json (image_processor)");
+    EXPECT_NE(format_inspect_report(r, summarize(r), 512, 4096).find("image settings   from processor_config.json"),
+              std::string::npos);
+  }
+  // both files: they must agree, else the folder is refused naming the field
+  test::write_file(path("preprocessor_config.json"), settings.dump(2));
+  EXPECT_EQ(open_release(dir_.str()).preprocessor_source,
+            "processor_config.json (image_processor; preprocessor_config.json agrees)");
+  test::write_file(path("preprocessor_config.json"), pre.dump(2));
+  const std::string err = load_error();
+  EXPECT_NE(err.find("processor_config.json (image_processor) and preprocessor_config.json disagree on image_mean"),
+            std::string::npos)
+      << err;
+  // processor_config.json without image_processor: preprocessor_config.json is read (as transformers does)
+  test::write_file(path("processor_config.json"), R"({"processor_class": "Qwen3VLProcessor"})");
+  EXPECT_EQ(open_release(dir_.str()).preprocessor_source, "preprocessor_config.json");
+  test::write_file(path("processor_config.json"), R"({"image_processor": {"image_std": [0.5, 0, 0.5]}})");
+  EXPECT_NE(load_error().find("processor_config.json: image_processor"), std::string::npos) << load_error();
+  // neither: no settings (the engine refuses images, naming both files: tests/reference/test_decide_images.py)
+  fs::remove(path("processor_config.json"));
+  fs::remove(path("preprocessor_config.json"));
+  const ReleaseFolder r = open_release(dir_.str());
+  EXPECT_FALSE(r.preprocessor.has_value());
+  EXPECT_NE(format_inspect_report(r, summarize(r), 512, 4096).find("preprocessor none"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace clef

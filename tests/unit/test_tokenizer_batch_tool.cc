@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   try {
     std::string model, json_path, config_path, mode;
     bool no_config = false;
+    std::string split;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--model" && i + 1 < argc) {
@@ -49,12 +50,15 @@ int main(int argc, char** argv) {
         config_path = argv[++i];
       } else if (a == "--no-config") {
         no_config = true;
+      } else if (a == "--split-regex" && i + 1 < argc) {
+        split = argv[++i];
       } else {
         mode = a;
       }
     }
     clef::TokenizerLoadOptions opt;
     opt.merge_config_added_tokens = !no_config;
+    if (!split.empty()) opt.split_override = clef::split_pattern_from_name(split);
     const clef::Tokenizer tok = !model.empty()
                                     ? clef::Tokenizer::load(model, opt)
                                     : clef::Tokenizer::from_json(slurp(json_path),

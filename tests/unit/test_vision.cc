@@ -135,6 +135,7 @@ TEST(VisionPreprocess, MergeBlockMajorPatchOrder) {
   VisionPreprocessConfig cfg;
   cfg.min_pixels = 1;
   cfg.max_pixels = 64 * 64;
+  cfg.backend = ImageBackend::kPil;
   const VisionInput v = preprocess_image(img, 0, cfg);
   ASSERT_EQ(v.rows, 16);
   ASSERT_EQ(v.cols, 1536);

@@ -58,6 +58,20 @@ def load_jsonl_request(path: os.PathLike, index: int) -> Any:
     return obj
 
 
+
+def image_settings(model_dir) -> Dict[str, Any]:
+    """The folder's image-processor settings as transformers reads them: the ``image_processor`` object of
+    processor_config.json, else preprocessor_config.json (docs/COMPATIBILITY.md "The real release folder, file
+    by file"). Raises FileNotFoundError naming both files when neither holds them."""
+    d = pathlib.Path(model_dir)
+    if (d / "processor_config.json").exists():
+        nested = json.loads((d / "processor_config.json").read_text()).get("image_processor")
+        if nested is not None:
+            return nested
+    if (d / "preprocessor_config.json").exists():
+        return json.loads((d / "preprocessor_config.json").read_text())
+    raise FileNotFoundError(f"{d}: neither processor_config.json (image_processor) nor preprocessor_config.json")
+
 class ClefReference:
     """A loaded release folder: tokenizer, fp32 (or bf16) backbone, fp32 joint head.
 
@@ -102,31 +116,43 @@ class ClefReference:
                                image_grid_thw=image_grid_thw, mm_token_type_ids=mm, use_cache=False)
         return out.last_hidden_state[0].float()
 
-    def preprocess_images(self, urls):
-        """Data URLs -> (pixel_values [patches, 1536] f32, image_grid_thw [n, 3] int64) with Pillow and
-        transformers' PIL image processor configured from preprocessor_config.json (architecture.md §6.1)."""
+    def preprocess_images(self, urls, backend: str = "torchvision"):
+        """Data URLs -> (pixel_values [patches, 1536] f32, image_grid_thw [n, 3] int64), configured from the
+        folder's image settings (:func:`image_settings`); docs/VISION.md.
+
+        ``backend="torchvision"`` (default): what Cloudflare's reference does with a request: the URL strings go
+        to transformers' torchvision ``Qwen2VLImageProcessor``, which decodes them itself (alpha dropped, EXIF
+        orientation applied). ``backend="pil"``: Pillow opens each file and transformers'
+        ``Qwen2VLImageProcessorPil`` gets the PIL images (alpha composited on white, no EXIF).
+        Raises RequestError for anything but base64 data URLs, ValueError for another backend."""
         import base64
         import io
 
         from PIL import Image
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+        from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
 
-        cfg = json.loads((self.model_dir / "preprocessor_config.json").read_text())
-        proc = Qwen2VLImageProcessorPil(
-            size=cfg["size"], patch_size=cfg["patch_size"], temporal_patch_size=cfg["temporal_patch_size"],
-            merge_size=cfg["merge_size"], image_mean=cfg["image_mean"], image_std=cfg["image_std"],
-            rescale_factor=cfg["rescale_factor"])
-        images = []
+        cfg = image_settings(self.model_dir)
+        kwargs = dict(size=cfg["size"], patch_size=cfg["patch_size"], temporal_patch_size=cfg["temporal_patch_size"],
+                      merge_size=cfg["merge_size"], image_mean=cfg["image_mean"], image_std=cfg["image_std"],
+                      rescale_factor=cfg["rescale_factor"])
         for u in urls:
             head, _, payload = u.partition(",")
             if not (head.startswith("data:image/") and head.endswith(";base64")):
                 raise RequestError("images: only base64 data URLs are accepted")
-            images.append(Image.open(io.BytesIO(base64.b64decode(payload, validate=True))))
-        out = proc(images=images, return_tensors="pt")
+            base64.b64decode(payload, validate=True)
+        if backend == "torchvision":
+            out = Qwen2VLImageProcessor(**kwargs)(images=list(urls), return_tensors="pt")
+        elif backend == "pil":
+            images = [Image.open(io.BytesIO(base64.b64decode(u.partition(",")[2], validate=True))) for u in urls]
+            out = Qwen2VLImageProcessorPil(**kwargs)(images=images, return_tensors="pt")
+        else:
+            raise ValueError(f"image backend must be torchvision or pil, got {backend!r}")
         return out["pixel_values"].float(), out["image_grid_thw"]
 
     @torch.no_grad()
-    def run(self, request: Any, strict: bool = False, max_length: int = MAX_LENGTH) -> Dict[str, Any]:
+    def run(self, request: Any, strict: bool = False, max_length: int = MAX_LENGTH,
+            image_backend: str = "torchvision") -> Dict[str, Any]:
         """Full pipeline for one parsed request.
 
         Returns dict with record (record.Record), input_ids [T] int64, hidden [T,H] f32, logits [N] f32,
@@ -137,7 +163,7 @@ class ClefReference:
         pixel_values = grid = None
         counts = []
         if request.get("images"):
-            pixel_values, grid = self.preprocess_images(request["images"])
+            pixel_values, grid = self.preprocess_images(request["images"], image_backend)
             merge = self.model.config.vision_config.spatial_merge_size
             counts = [int(t * h * w) // (merge * merge) for t, h, w in grid.tolist()]
         record = encode_record(request, self.tokenizer, max_length=max_length, image_token_counts=counts)

