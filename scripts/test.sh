@@ -101,7 +101,11 @@ export CLEF_08B_DIR="$PWD/build/models/clef-0.8b-seed2" CLEF_08B_SHAPES_DIR="$PW
 
 # Separate processes: each folder's conftest.py is imported as the module "conftest".
 # Natively the full 0.8b preset runs; its 0.8b-shapes twins (mark shapes08b) are for the AVX2 level.
-stage "pytest tests/reference" "$PY" -m pytest -q -p no:cacheprovider --durations=10 -m "not shapes08b" tests/reference
+# The reference tests run in two pytest-xdist workers, a test file per worker at a time (module and
+# session fixtures stay whole): much of their time is one-threaded Python or one-threaded clef, so
+# the second core would idle. tests/server stays serial (it measures latencies).
+XDIST=(-n 2 --dist loadfile)
+stage "pytest tests/reference" "$PY" -m pytest -q -p no:cacheprovider --durations=10 "${XDIST[@]}" -m "not shapes08b" tests/reference
 stage "pytest tests/cli" "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/cli
 stage "pytest tests/server" "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/server
 stage "pytest tests/hub" "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/hub
@@ -121,7 +125,7 @@ isa_level() {
   local isa=$1 marks="not slow and not shapes08b"
   [[ $isa == avx2 ]] && marks="not slow"
   CLEF_ISA=$isa ctest --preset release -j2
-  CLEF_ISA=$isa "$PY" -m pytest -q -p no:cacheprovider -m "$marks" "${kernel_tests[@]}"
+  CLEF_ISA=$isa "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" -m "$marks" "${kernel_tests[@]}"
 }
 for isa in ${CLEF_TEST_ISA_LEVELS:-$supported}; do
   [[ "$isa" == "$native_isa" ]] && continue
