@@ -83,8 +83,16 @@ int serve_main(int argc, char** argv) {
       ->capture_default_str();
   std::int64_t max_connections = 1024;
   app.add_option("--max-connections", max_connections,
-                 "Open connections at most; more are answered 503 + Connection: close at once")
+                 "Open connections at most; at the limit the connection that has waited longest for its request "
+                 "(idle, or still sending headers) is closed to admit a new one; when none waits, the new one is "
+                 "answered 503 + Connection: close")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+      ->capture_default_str();
+  std::int64_t body_budget_mb = 256;
+  app.add_option("--body-budget", body_budget_mb,
+                 "MiB of decoded request bodies all connections may hold at once (at least --max-body); a body "
+                 "beyond it is answered 503 + Retry-After")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))
       ->capture_default_str();
   std::int64_t state_cache_mb = EngineOptions::kDefaultStateCacheMb;
   app.add_option("--state-cache-mb", state_cache_mb,
@@ -97,6 +105,7 @@ int serve_main(int argc, char** argv) {
   so.queue = static_cast<std::size_t>(queue);
   so.max_body_bytes = static_cast<std::size_t>(max_body);
   so.max_connections = static_cast<std::size_t>(max_connections);
+  so.body_budget_bytes = static_cast<std::size_t>(body_budget_mb) << 20;
   flags.model_given = model_opt->count() > 0;
 
   // Before any thread exists: the engine's pool must not take SIGINT/SIGTERM (server/server.h).
