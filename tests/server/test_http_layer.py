@@ -404,10 +404,10 @@ def test_header_and_body_deadlines(make_server):
 
 
 def test_connections_beyond_the_limit_are_refused_cleanly(make_server):
-    s = make_server("-q", "--max-connections", "8", "--header-timeout", "20")
+    s = make_server("-q", "--max-connections", "8", "--header-timeout", "20", "--body-timeout", "20")
     held = [connect(s.port) for _ in range(8)]
-    for h in held:
-        h.sendall(b"GET /health HTTP/1.1\r\n")  # partial headers: each holds a slot
+    for h in held:  # uploads in progress: none waits for a request, so none can be shed
+        h.sendall(post_head().encode() + b"Content-Length: 100\r\n\r\n{")
     time.sleep(0.2)
     took, answers = exchange(s.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", limit=5)
     assert took < 2 and [a[0] for a in answers] == [503], answers
@@ -422,6 +422,25 @@ def test_connections_beyond_the_limit_are_refused_cleanly(make_server):
         time.sleep(0.05)
     assert answers[0][0] == 200
     assert s.metrics()['clef_overload_total{reason="connections"}'] >= 1
+    # Connections still sending headers are shed, oldest first, to admit a new one.
+    waiting = []
+    for _ in range(8):
+        w = connect(s.port)
+        w.sendall(b"GET /health HTTP/1.1\r\n")
+        waiting.append(w)
+        time.sleep(0.01)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        took, answers = exchange(s.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+                                 limit=5)
+        if answers and answers[0][0] == 200:
+            break
+        time.sleep(0.05)
+    assert [a[0] for a in answers] == [200], answers
+    assert read_until_close(waiting[0], limit=5) == b""  # the oldest was closed, unanswered
+    for w in waiting:
+        w.close()
+    assert s.metrics()["clef_connections_shed_total"] >= 1
 
 
 def test_answers_during_shutdown_carry_connection_close(make_server):
