@@ -18,6 +18,7 @@
 
 #include "decision/dialects.h"
 #include "server/request_gate.h"
+#include "server/route_key.h"
 
 namespace clef::server {
 
@@ -140,6 +141,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   BodyGrant grant_;                ///< body_'s share of the server's body budget
   std::unique_ptr<BodyDecoder> decoder_;
   std::string body_;
+  std::string route_key_;          ///< X-Clef-Route-Key of the body (computed with its validation)
   std::size_t body_size_ = 0;      ///< decoded size of the last body (for malloc_trim)
   std::shared_ptr<Job> job_;
   Clock::time_point job_deadline_;
@@ -329,6 +331,7 @@ void Connection::reset_request() {
   std::string().swap(body_);
   grant_.release();
   job_.reset();
+  route_key_.clear();
   probed_ = false;
   close_after_write_ = false;
 }
@@ -600,6 +603,7 @@ void Connection::decide() {
   // answered at once, with the bytes the engine would answer.
   asio::post(ctx_.validators, [self = shared_from_this()] {
     std::optional<Reply> refused;
+    self->route_key_ = route_key(self->body_);
     try {
       self->ctx_.handlers.engine.validate(self->body_, self->verdict_.route.dialect);
     } catch (const RequestError& e) {
@@ -717,7 +721,7 @@ void Connection::on_job_done() {
     ctx_.metrics.observe_decision(d.timings, d.input_tokens, job->queue_seconds, d.reused_tokens);
   }
   std::int64_t tokens = 0;
-  Reply r = decision_reply(*job, verdict_.route.dialect, verdict_.route.label, ctx_.handlers, tokens);
+  Reply r = decision_reply(*job, verdict_.route.dialect, verdict_.route.label, route_key_, ctx_.handlers, tokens);
   send(std::move(r), false, tokens);
 }
 

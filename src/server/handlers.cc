@@ -20,12 +20,14 @@ std::string json_string(std::string_view s) {
 
 /// The headers a decision answer carries besides the body (exact state reuse: README "Exact
 /// state reuse"). Adding a header computed engine-side into Decision is one line here.
-std::string decision_headers(const Decision& d) {
+std::string decision_headers(const Decision& d, const std::string& route_key) {
   std::string h;
   h += "X-Clef-State-Cache: " + std::string(state_cache_use_name(d.state_cache)) + "\r\n";
   h += "X-Clef-Reused-Tokens: " + std::to_string(d.reused_tokens) + "\r\n";
-  // The routing key (docs/DEPLOYMENT.md); a request's own X-Clef-State-Key is never read.
+  // The state cache's key (docs/DEPLOYMENT.md); a request's own X-Clef-State-Key is never read.
   h += "X-Clef-State-Key: " + d.state_key + "\r\n";
+  // The balancer's routing key, the same string its body route hashes (server/route_key.h).
+  if (!route_key.empty()) h += "X-Clef-Route-Key: " + route_key + "\r\n";
   return h;
 }
 
@@ -133,14 +135,14 @@ Reply queue_timeout_reply(Dialect dialect) {
                      "the request waited longer than the queue timeout (--timeout); retry later");
 }
 
-Reply decision_reply(const Job& job, Dialect dialect, const char* route_label, const HandlerContext& ctx,
-                     std::int64_t& tokens) {
+Reply decision_reply(const Job& job, Dialect dialect, const char* route_label, const std::string& route_key,
+                     const HandlerContext& ctx, std::int64_t& tokens) {
   tokens = 0;
   if (job.decision) {
     const Decision& d = *job.decision;
     Reply r;
     // Exact state reuse is reported in headers, never in the strict SystemOne body.
-    r.headers = decision_headers(d);
+    r.headers = decision_headers(d, route_key);
     const WireReply w = wire_success(d.body, dialect);
     r.status = w.status;
     r.body = w.body;

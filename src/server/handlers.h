@@ -65,9 +65,10 @@ Reply queue_full_reply(Dialect dialect);
 Reply queue_timeout_reply(Dialect dialect);
 
 /// The answer of a finished decision job (state kDone): the decision in the dialect's shape
-/// with its X-Clef-* headers, the engine's 4xx for a refused body, or 500 for an engine fault
-/// (logged by kind, never with the request's text). `tokens` is set to the input tokens.
-Reply decision_reply(const Job& job, Dialect dialect, const char* route_label, const HandlerContext& ctx,
-                     std::int64_t& tokens);
+/// with its X-Clef-* headers (`route_key`: server/route_key.h, omitted when ""), the engine's
+/// 4xx for a refused body, or 500 for an engine fault (logged by kind, never with the request's
+/// text). `tokens` is set to the input tokens.
+Reply decision_reply(const Job& job, Dialect dialect, const char* route_label, const std::string& route_key,
+                     const HandlerContext& ctx, std::int64_t& tokens);
 
 }  // namespace clef::server

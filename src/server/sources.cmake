@@ -1,4 +1,4 @@
-# `clef serve` (issue 6, issue 15): the HTTP layer, its scheduler and metrics. A library of its own
+# `clef serve`: the HTTP layer, its scheduler and metrics. A library of its own
 # so that the engine (clef_engine) never links the HTTP code. Boost.Beast / Boost.Asio are
 # header-only (Debian libboost1.74-dev); request bodies are decoded with zlib and libbrotli.
 find_package(PkgConfig REQUIRED)
@@ -14,6 +14,7 @@ add_library(clef_server
   ${CMAKE_CURRENT_LIST_DIR}/readiness.cc
   ${CMAKE_CURRENT_LIST_DIR}/reply.cc
   ${CMAKE_CURRENT_LIST_DIR}/request_gate.cc
+  ${CMAKE_CURRENT_LIST_DIR}/route_key.cc
   ${CMAKE_CURRENT_LIST_DIR}/handlers.cc
   ${CMAKE_CURRENT_LIST_DIR}/connection.cc
   ${CMAKE_CURRENT_LIST_DIR}/server.cc

@@ -11,6 +11,7 @@
 
 #include "server/body_decoder.h"
 #include "server/http_rules.h"
+#include "server/route_key.h"
 
 namespace clef::server {
 namespace {
@@ -227,6 +228,26 @@ TEST(BodyDecoder, EncodingNames) {
   EXPECT_TRUE(parse_body_encoding("deflate", e) && e == BodyEncoding::kDeflate);
   EXPECT_TRUE(parse_body_encoding("br", e) && e == BodyEncoding::kBrotli);
   for (const char* bad : {"zstd", "gzip, br", "compress", "x"}) EXPECT_FALSE(parse_body_encoding(bad, e)) << bad;
+}
+
+TEST(RouteKey, TheStateAndImagesTextAsSent) {
+  // The same text deploy/haproxy/clef_state.lua extracts (spacing and escapes kept, last
+  // duplicate wins, order of members irrelevant).
+  EXPECT_EQ(route_text(R"({"questions":{},"state":"a b"})"), std::string("state=\"a b\"\nimages="));
+  EXPECT_EQ(route_text(R"( { "state" : {"x": [1, "}"]} , "images":["d"], "q":1 } )"),
+            std::string("state={\"x\": [1, \"}\"]}\nimages=[\"d\"]"));
+  EXPECT_EQ(route_text(R"({"state":1,"state":null})"), std::string("state=null\nimages="));
+  EXPECT_EQ(route_text(R"({"state":"\"}\\"})"), std::string("state=\"\\\"}\\\\\"\nimages="));
+  for (const char* none : {"", "[]", "{}", R"({"questions":{}})", R"({"state":"cut)", R"({"state":[1,2)",
+                           R"({"state" "x"})", R"({state:1})", "\"state\""}) {
+    EXPECT_FALSE(route_text(none).has_value()) << none;
+  }
+  // The key is the hex SHA-256 of the text; no text, no key.
+  EXPECT_EQ(route_key(R"({"state":"x"})").size(), 64u);
+  EXPECT_EQ(route_key(R"({"state":"x","questions":{}})"), route_key(R"({"questions":{"a":1},"state":"x"})"));
+  EXPECT_EQ(route_key(R"({"state":"x"})"), route_key(R"({ "state" : "x" })"));  // blanks around a value
+  EXPECT_NE(route_key(R"({"state":["x"]})"), route_key(R"({"state":[ "x"]})"));  // blanks inside one
+  EXPECT_EQ(route_key("{}"), "");
 }
 
 }  // namespace
