@@ -104,7 +104,7 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
   render_histogram(out, "prefill", prefill_);
   render_histogram(out, "head", head_);
   render_histogram(out, "total", total_);
-  out += "# HELP clef_state_cache_lookups_total State cache lookups (issue 7), by result.\n";
+  out += "# HELP clef_state_cache_lookups_total State cache lookups (exact state reuse), by result.\n";
   out += "# TYPE clef_state_cache_lookups_total counter\n";
   out += "clef_state_cache_lookups_total{result=\"hit\"} " + std::to_string(c.hits) + "\n";
   out += "clef_state_cache_lookups_total{result=\"miss\"} " + std::to_string(c.misses) + "\n";

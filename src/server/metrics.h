@@ -50,7 +50,7 @@ class Metrics {
   /// waiting for its request closed to admit a new one).
   void count_overload(const char* reason);
   /// The whole exposition (Content-Type: text/plain; version=0.0.4).
-  /// `cache`: the engine's state cache counters (issue 7).
+  /// `cache`: the engine's state cache counters (README "Exact state reuse").
   std::string render(const QueueGauges& gauges, const StateCacheStats& cache) const;
 
  private:

@@ -666,9 +666,10 @@ def test_help_lists_the_http_flags():
     from conftest import clef_bin, env
     r = subprocess.run([clef_bin(), "serve", "--help"], capture_output=True, text=True, env=env(), timeout=60)
     assert r.returncode == 0
-    for flag in ["--allow-host", "--header-timeout", "--body-timeout", "--max-connections"]:
+    for flag in ["--allow-host", "--header-timeout", "--body-timeout", "--max-connections", "--body-budget",
+                 "X-Clef-Route-Key"]:
         assert flag in r.stdout, flag
-    for bad in (["--header-timeout", "0"], ["--max-connections", "0"], ["--body-timeout", "x"]):
+    for bad in (["--header-timeout", "0"], ["--max-connections", "0"], ["--body-timeout", "x"], ["--body-budget", "0"]):
         assert subprocess.run([clef_bin(), "serve", *bad], capture_output=True, env=env(), timeout=60).returncode == 2
 
 
