@@ -176,9 +176,9 @@ def loss_run(args, model, tmp, cases):
 
         w = threading.Thread(target=watch)
         w.start()
-        lat, wall, where, timed = measure(lb.port, cases, args.rounds, args.clients, 16, keys)
+        lat, wall, where, timed = measure(lb.port, cases, args.rounds, args.clients, 16, keys, on_progress=progress)
         w.join()
-        after = sorted(ms for t, ms in timed if killed and t >= killed[0])
+        after = sorted(ms for t, ms in timed if killed and t >= killed[0]) or [0.0]
         slow = sum(1 for ms in after if ms > 1000)
         detect = f"{down_at[0] - killed[0]:.2f} s" if down_at else "not within 60 s"
         print(f"\nreplica loss (3 replicas, r1 SIGKILLed after {len(lat) // 4} of {len(lat)} requests): after the kill "
@@ -203,6 +203,7 @@ def main() -> int:
     ap.add_argument("--gzip-share", type=float, default=0.0,
                     help="fraction of measured requests sent gzip-compressed with X-Clef-Route-Key (0..1)")
     ap.add_argument("--loss", action="store_true", help="add the replica-loss run (3 replicas, one killed)")
+    ap.add_argument("--loss-only", action="store_true", help="only the replica-loss run")
     ap.add_argument("--no-round-robin", action="store_true",
                     help="skip the comparison row: 3 replicas balanced round robin (no affinity)")
     args = ap.parse_args()
@@ -217,6 +218,9 @@ def main() -> int:
         subprocess.run([args.bin, "make-model", "--preset", "tiny", "--out", model, "--seed", "1"], check=True,
                        capture_output=True)
 
+    if args.loss_only:
+        loss_run(args, model, tmp, cases)
+        return 0
     rows = []
     levels = ["direct"] + [int(x) for x in args.replicas.split(",")]
     if not args.no_round_robin:
