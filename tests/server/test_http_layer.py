@@ -1,4 +1,4 @@
-"""The event-driven HTTP layer of `clef serve` (issue 15): strict framing, Host / Content-Type
+"""The event-driven HTTP layer of `clef serve`: strict framing, Host / Content-Type
 guards, auth before the body, validation before the queue, half-close, pipelining, deadlines,
 the connection limit, slowloris and a flood of malformed requests. Loopback only, bounded loops."""
 

@@ -1,4 +1,4 @@
-// Unit tests of the header rules and the body decoder of `clef serve` (issue 15): strict
+// Unit tests of the header rules and the body decoder of `clef serve`: strict
 // Content-Length / Transfer-Encoding, the Host allow-list, JSON media types, target paths, and
 // bounded gzip / deflate / br decoding (bombs stop at the cap). Inputs compressed here with zlib
 // and brotli's encoders; expected values are the original bytes.
