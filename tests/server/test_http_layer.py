@@ -423,12 +423,16 @@ def test_connections_beyond_the_limit_are_refused_cleanly(make_server):
     assert answers[0][0] == 200
     assert s.metrics()['clef_overload_total{reason="connections"}'] >= 1
     # Connections still sending headers are shed, oldest first, to admit a new one.
+    fds = len(os.listdir(f"/proc/{s.pid}/fd"))
     waiting = []
     for _ in range(8):
         w = connect(s.port)
         w.sendall(b"GET /health HTTP/1.1\r\n")
         waiting.append(w)
         time.sleep(0.01)
+    deadline = time.monotonic() + 10  # until the server holds all 8 (it is then full)
+    while len(os.listdir(f"/proc/{s.pid}/fd")) < fds + 8 and time.monotonic() < deadline:
+        time.sleep(0.02)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         took, answers = exchange(s.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
