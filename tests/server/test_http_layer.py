@@ -444,6 +444,9 @@ def test_connections_beyond_the_limit_are_refused_cleanly(make_server):
     assert read_until_close(waiting[0], limit=5) == b""  # the oldest was closed, unanswered
     for w in waiting:
         w.close()
+    deadline = time.monotonic() + 5  # until the server has seen the closes (it is full until then)
+    while s.request("GET", "/health")[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert s.metrics()["clef_connections_shed_total"] >= 1
 
 
