@@ -1,7 +1,9 @@
 // The `clef` command-line program. Subcommands map one-to-one onto library calls; errors are
 // translated to one line on stderr and a documented exit code here, and nowhere else.
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -79,11 +81,39 @@ std::string read_request(const std::string& path) {
   return body;
 }
 
-/// Flushes stdout and turns a failed write (disk full, closed pipe) into an I/O error: an answer
-/// that did not reach its reader must not exit 0.
+/// What standard output is (the file or device it was opened on: "/dev/full", "/data/out.json"),
+/// or "" when the system cannot tell.
+std::string stdout_target() {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/fd/1", ec);
+  return ec ? std::string() : p.string();
+}
+
+/// Flushes stdout and turns a failed write (disk full, closed pipe) into an I/O error that names
+/// the file and the system's reason (exit 5, README "Exit codes"): an answer that did not reach
+/// its reader must not exit 0.
+[[noreturn]] void throw_stdout_error(int err) {
+  const std::string target = stdout_target();
+  throw clef::IoError("cannot write the output to standard output" +
+                      (target.empty() ? std::string() : " (" + clef::printable(target) + ")") +
+                      (err != 0 ? std::string(": ") + std::strerror(err) : std::string()));
+}
+
 void flush_stdout() {
+  errno = 0;
   std::cout.flush();
-  if (!std::cout) throw clef::IoError("cannot write the output to standard output");
+  const int err = errno;
+  if (!std::cout || std::ferror(stdout) != 0) throw_stdout_error(err);
+}
+
+/// Writes `text` to stdout and flushes it, reporting a failure as flush_stdout() does, with the
+/// reason taken right at the failing call.
+void write_stdout(std::string_view text) {
+  flush_stdout();
+  errno = 0;
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
+    throw_stdout_error(errno);
+  }
 }
 
 /// A decimal integer in [0, 2^64), exactly (no sign, no spaces, no overflow).
@@ -238,8 +268,7 @@ int run(int argc, char** argv) {
       return sum.refused > 0 ? 1 : 0;
     }
     const clef::Decision d = engine->decide(body);
-    std::cout << d.body << "\n";
-    flush_stdout();
+    write_stdout(d.body + "\n");
     if (timings) {
       std::fprintf(stderr,
                    "clef: %lld tokens: tokenize %.3f s, prefill %.3f s (%.1f tokens/s), head %.3f s, total %.3f s; "

@@ -24,8 +24,9 @@ constexpr const char* kServeFooter =
     "Routes: POST /v1/systemone, /v1/decisions (SystemOne); POST /ai/run/@cf/cloudflare/{model} and\n"
     "/client/v4/accounts/{id}/ai/run/@cf/cloudflare/{model} (Cloudflare envelope); POST /api/alpha/decisions\n"
     "(OpenRouter); GET /v1/models, /health (liveness), /ready (readiness: 503 while the queue is full),\n"
-    "/metrics (Prometheus). Overload (queue full or queued past --timeout): 503 with Retry-After. A decision\n"
-    "answer carries X-Clef-State-Key, its state's routing key for a balancer (docs/DEPLOYMENT.md).\n"
+    "/metrics (Prometheus). Overload (queue full, queued past --timeout, --body-budget spent): 503 with\n"
+    "Retry-After. A decision answer carries X-Clef-State-Key (its state's cache key) and X-Clef-Route-Key (the\n"
+    "routing key a balancer hashes; docs/DEPLOYMENT.md).\n"
     "See README.md \"clef serve\".\n"
     "Exit codes: 0 stopped by SIGINT/SIGTERM after finishing the requests in flight; 2 invalid argument or\n"
     "usage; 3 model folder malformed, missing or inconsistent; 4 unsupported model option; 5 I/O error\n"
@@ -83,8 +84,16 @@ int serve_main(int argc, char** argv) {
       ->capture_default_str();
   std::int64_t max_connections = 1024;
   app.add_option("--max-connections", max_connections,
-                 "Open connections at most; more are answered 503 + Connection: close at once")
+                 "Open connections at most; at the limit the connection that has waited longest for its request "
+                 "(idle, or still sending headers) is closed to admit a new one; when none waits, the new one is "
+                 "answered 503 + Connection: close")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+      ->capture_default_str();
+  std::int64_t body_budget_mb = 256;
+  app.add_option("--body-budget", body_budget_mb,
+                 "MiB of decoded request bodies all connections may hold at once (at least --max-body); a body "
+                 "beyond it is answered 503 + Retry-After")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))
       ->capture_default_str();
   std::int64_t state_cache_mb = EngineOptions::kDefaultStateCacheMb;
   app.add_option("--state-cache-mb", state_cache_mb,
@@ -97,6 +106,7 @@ int serve_main(int argc, char** argv) {
   so.queue = static_cast<std::size_t>(queue);
   so.max_body_bytes = static_cast<std::size_t>(max_body);
   so.max_connections = static_cast<std::size_t>(max_connections);
+  so.body_budget_bytes = static_cast<std::size_t>(body_budget_mb) << 20;
   flags.model_given = model_opt->count() > 0;
 
   // A hub name resolves (and with --pull downloads, Ctrl-C still stopping it) first; its threads

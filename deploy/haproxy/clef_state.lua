@@ -1,8 +1,11 @@
 -- clef_state.lua: an HAProxy 2.6 action, `http-request lua.clef_route`, for state affinity in front
--- of several `clef serve` replicas (docs/DEPLOYMENT.md). It sets the variable txn.clef_route to the
--- raw JSON text of the request body's top-level "state" and "images" members, so that
+-- of several `clef serve` replicas (docs/DEPLOYMENT.md). It sets the variable txn.clef_text to the
+-- raw JSON text of the request body's top-level "state" and "images" members; haproxy.cfg hashes
+-- it (sha2(256),hex,lower) into txn.clef_route, the routing key, so that
 -- `balance hash var(txn.clef_route)` sends every request about one state to one replica even when
--- the client does not send X-Clef-State-Key.
+-- the client does not send X-Clef-Route-Key. The server computes the same key from the same text
+-- (src/server/route_key.cc) and returns it as X-Clef-Route-Key: a client that echoes it is routed
+-- by the very same string when this script cannot read its body.
 --
 -- Why Lua: HAProxy 2.6's json_query converter returns only strings, numbers and booleans; a state
 -- that is an object, an array or null makes it fail (and the request would be balanced round
@@ -12,7 +15,8 @@
 -- What it does not do: it hashes the text as sent, so the same state written with other spacing,
 -- key order or escapes routes differently (a cache miss on another replica, never a wrong answer:
 -- every replica recomputes its own key). It sets nothing (HAProxy then uses the next rule) for
--- a body that is not a JSON object, that has no top-level "state", or that HAProxy did not buffer
+-- a body that is not a JSON object, that has no top-level "state", that is compressed
+-- (Content-Encoding: HAProxy 2.6 cannot decompress a request), or that HAProxy did not buffer
 -- whole (bodies over tune.bufsize). An OpenRouter body's image parts sit inside "state" and are
 -- hashed with it.
 
@@ -96,10 +100,12 @@ end
 if core ~= nil then
   -- An action, not a sample fetch: a Lua fetch cannot report "not found" (HAProxy turns a nil
   -- result into the integer 0, which would send every body without a state to one replica).
-  -- The action sets txn.clef_route only when the body has a state; the configuration's next rule
-  -- then falls back to the X-Clef-State-Key header, and with neither HAProxy balances round robin.
+  -- The action sets txn.clef_text only when the body has a state; the configuration then falls
+  -- back to the X-Clef-Route-Key header, and with neither HAProxy balances round robin.
   core.register_action("clef_route", {"http-req"}, function(txn)
+    local coding = txn.f:req_hdr("content-encoding")
+    if coding ~= nil and coding ~= "" and string.lower(coding) ~= "identity" then return end
     local text = state_text(txn.f:req_body())
-    if text ~= nil then txn:set_var("txn.clef_route", text) end
+    if text ~= nil then txn:set_var("txn.clef_text", text) end
   end)
 end

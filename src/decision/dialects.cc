@@ -11,19 +11,19 @@ bool is_json_syntax(RequestErrorCode c) {
          c == RequestErrorCode::kNestingTooDeep;
 }
 
-int cloudflare_code(RequestErrorCode c) {
-  if (is_json_syntax(c)) return 6003;
+CloudflareCode cloudflare_code(RequestErrorCode c) {
+  if (is_json_syntax(c)) return CloudflareCode::kUnreadable;
   switch (c) {
     case RequestErrorCode::kEmptyQuestions:
     case RequestErrorCode::kTooFewQuestions:
     case RequestErrorCode::kInvalidQuestionType:
-      return 5006;
+      return CloudflareCode::kBadInput;
     case RequestErrorCode::kUnknownModel:
-      return 7000;
+      return CloudflareCode::kNoRoute;
     case RequestErrorCode::kInputTooLong:
-      return 5021;
+      return CloudflareCode::kTooLarge;
     default:
-      return 5012;
+      return CloudflareCode::kInvalidRequest;
   }
 }
 
@@ -50,13 +50,30 @@ std::string loc_list(const JsonPath& path, const RequestError& e) {
 
 }  // namespace
 
+std::string error_envelope(Dialect dialect, int status, std::string_view type, CloudflareCode cf_code,
+                           std::string_view message, const std::string* openrouter_path) {
+  switch (dialect) {
+    case Dialect::kCloudflare:
+      return "{\"result\":null,\"success\":false,\"errors\":[{\"code\":" +
+             std::to_string(static_cast<int>(cf_code)) + ",\"message\":" + json_string(message) +
+             "}],\"messages\":[]}";
+    case Dialect::kOpenRouter:
+      return "{\"error\":{\"code\":" + std::to_string(status) + ",\"message\":" + json_string(message) +
+             ",\"metadata\":{\"type\":" + json_string(type) +
+             (openrouter_path ? ",\"path\":" + json_string(*openrouter_path) : std::string()) + "}}}";
+    case Dialect::kSystemOne:
+      break;
+  }
+  return "{\"detail\":{\"error_type\":" + json_string(type) + ",\"message\":" + json_string(message) + "}}";
+}
+
 int wire_error_status(RequestErrorCode code, Dialect dialect) noexcept {
   switch (dialect) {
     case Dialect::kSystemOne:
       return code == RequestErrorCode::kUnknownModel ? 400 : 422;
     case Dialect::kCloudflare: {
-      const int cf = cloudflare_code(code);
-      return cf == 5012 ? 422 : cf == 5021 ? 413 : 400;
+      const CloudflareCode cf = cloudflare_code(code);
+      return cf == CloudflareCode::kInvalidRequest ? 422 : cf == CloudflareCode::kTooLarge ? 413 : 400;
     }
     case Dialect::kOpenRouter:
       return is_json_syntax(code) ? 400 : code == RequestErrorCode::kInputTooLong ? 413 : 422;
@@ -73,20 +90,19 @@ WireReply wire_success(const std::string& response_body, Dialect dialect) {
 
 WireReply wire_error(const RequestError& e, Dialect dialect) {
   const int status = wire_error_status(e.code(), dialect);
-  const std::string msg = json_string(e.what());
-  const std::string type = json_string(e.code_name());
   switch (dialect) {
     case Dialect::kSystemOne:
       if (e.code() == RequestErrorCode::kUnknownModel) {
-        return {status, "{\"detail\":{\"error_type\":\"api_usage_error\",\"message\":" + msg + "}}"};
+        return {status, error_envelope(dialect, status, "api_usage_error", CloudflareCode::kNoRoute, e.what())};
       }
-      return {status, "{\"detail\":[{\"loc\":" + loc_list(e.path(), e) + ",\"msg\":" + msg + ",\"type\":" + type + "}]}"};
+      return {status, "{\"detail\":[{\"loc\":" + loc_list(e.path(), e) + ",\"msg\":" + json_string(e.what()) +
+                          ",\"type\":" + json_string(e.code_name()) + "}]}"};
     case Dialect::kCloudflare:
-      return {status, "{\"result\":null,\"success\":false,\"errors\":[{\"code\":" +
-                          std::to_string(cloudflare_code(e.code())) + ",\"message\":" + msg + "}],\"messages\":[]}"};
-    case Dialect::kOpenRouter:
-      return {status, "{\"error\":{\"code\":" + std::to_string(status) + ",\"message\":" + msg +
-                          ",\"metadata\":{\"type\":" + type + ",\"path\":" + json_string(e.path().str()) + "}}}"};
+      return {status, error_envelope(dialect, status, e.code_name(), cloudflare_code(e.code()), e.what())};
+    case Dialect::kOpenRouter: {
+      const std::string path = e.path().str();
+      return {status, error_envelope(dialect, status, e.code_name(), cloudflare_code(e.code()), e.what(), &path)};
+    }
   }
   return {422, "{}"};
 }

@@ -11,6 +11,30 @@
 
 namespace clef {
 
+/// Workers AI error codes (the `code` of a Cloudflare envelope's `errors[]`, protocol.md §2.5).
+enum class CloudflareCode : int {
+  kUnassigned = 0,         ///< an HTTP-layer error Workers AI has no code for (framing, Host, timeouts)
+  kOverloaded = 3040,      ///< capacity: queue full, queue deadline, body budget, connections
+  kBadInput = 5006,        ///< no questions, too few questions, unknown question type
+  kInvalidRequest = 5012,  ///< every other validation error; also an engine fault (500)
+  kTooLarge = 5021,        ///< input too long; body over --max-body
+  kUnreadable = 6003,      ///< the body is not JSON, cannot be read or decoded, or has no length
+  kNoRoute = 7000,         ///< unknown model, unknown path, wrong method
+  kUnauthorized = 10000,   ///< missing or wrong API key
+};
+
+/// The one builder of every error body of every dialect (the HTTP layer's refusals and the
+/// validation errors alike), so each envelope has one shape:
+///  * SystemOne: {"detail": {"error_type": type, "message": message}};
+///  * Cloudflare: {"result": null, "success": false, "errors": [{"code": cf_code, "message"}],
+///    "messages": []};
+///  * OpenRouter: {"error": {"code": status, "message", "metadata": {"type": type}}}, with
+///    "path": `openrouter_path` inside "metadata" when it is non-null.
+/// `message` and `type` are JSON-escaped here. (The SystemOne list shape of a validation error,
+/// {"detail": [{"loc", "msg", "type"}]}, is wire_error's own.)
+std::string error_envelope(Dialect dialect, int status, std::string_view type, CloudflareCode cf_code,
+                           std::string_view message, const std::string* openrouter_path = nullptr);
+
 /// An HTTP status and a JSON body.
 struct WireReply {
   int status = 200;

@@ -19,16 +19,25 @@ constexpr std::string_view kOpenRouterPrefix = "cloudflare/";      // OpenRouter
   throw RequestError(code, path, message);
 }
 
-bool names_served_model(std::string_view model, const ServedModel& served) {
-  if (served.accept_any || model == kJevAlias) return true;
-  if (model.substr(0, kCloudflarePrefix.size()) == kCloudflarePrefix) {
-    model.remove_prefix(kCloudflarePrefix.size());
-  } else if (model.substr(0, kOpenRouterPrefix.size()) == kOpenRouterPrefix) {
-    model.remove_prefix(kOpenRouterPrefix.size());
+
+}  // namespace
+
+bool serves_model(std::string_view model, const ServedModel& served, ModelNameSource source) {
+  if (source == ModelNameSource::kCloudflarePath) {
+    if (model == "clef" || model == "clef-flash") return true;
+  } else {
+    if (served.accept_any || model == kJevAlias) return true;
+    if (model.substr(0, kCloudflarePrefix.size()) == kCloudflarePrefix) {
+      model.remove_prefix(kCloudflarePrefix.size());
+    } else if (model.substr(0, kOpenRouterPrefix.size()) == kOpenRouterPrefix) {
+      model.remove_prefix(kOpenRouterPrefix.size());
+    }
   }
   if (model == served.name) return true;
   return std::find(served.aliases.begin(), served.aliases.end(), model) != served.aliases.end();
 }
+
+namespace {
 
 std::string accepted_models(const ServedModel& served) {
   std::string s;
@@ -65,7 +74,7 @@ void check_model(const JsonValue& body, const ServedModel& served, SystemOneRequ
     return;
   }
   if (!m->is_string()) reject(RequestErrorCode::kInvalidType, path, "model must be a string, got " + m->describe());
-  if (!names_served_model(m->as_string(), served)) {
+  if (!serves_model(m->as_string(), served, ModelNameSource::kBody)) {
     reject(RequestErrorCode::kUnknownModel, path,
            "this server does not serve " + m->describe() + "; accepted: " + accepted_models(served) +
                " (or omit model)");

@@ -60,6 +60,17 @@ struct ServedModel {
   bool accept_any = false;           ///< reference behaviour: any string is accepted and echoed
 };
 
+/// Where a model name was read from: the request body's `model` (any route), or the {model}
+/// segment of a Cloudflare path (/ai/run/@cf/cloudflare/{model}, docs/COMPATIBILITY.md "Model names").
+enum class ModelNameSource : unsigned char { kBody, kCloudflarePath };
+
+/// The one rule that decides whether a model name names the served model.
+///  * kBody: any name when `accept_any` (the default, like `clef decide`); else "jev-latest",
+///    `name` or an alias, each also as "@cf/cloudflare/<name>" or "cloudflare/<name>".
+///  * kCloudflarePath (checked whatever `accept_any` says, since the path selects the model):
+///    the Workers AI names "clef" and "clef-flash", `name` or an alias, exactly.
+bool serves_model(std::string_view model, const ServedModel& served, ModelNameSource source);
+
 /// One option of a question, in model order.
 struct RequestOption {
   std::string id;  ///< "true"/"false" (noul), the criteria key (choice), "0".."n-1" (score)

@@ -28,6 +28,28 @@ bool parse_body_encoding(std::string_view header, BodyEncoding& out) {
   return true;
 }
 
+bool BodyBudget::take(std::size_t n) noexcept {
+  std::size_t used = used_.load();
+  do {
+    if (n > limit_ || used > limit_ - n) return false;
+  } while (!used_.compare_exchange_weak(used, used + n));
+  return true;
+}
+
+bool BodyGrant::resize(std::size_t bytes) noexcept {
+  if (budget_ == nullptr) {
+    held_ = bytes;
+    return true;
+  }
+  if (bytes > held_) {
+    if (!budget_->take(bytes - held_)) return false;
+  } else if (bytes < held_) {
+    budget_->give(held_ - bytes);
+  }
+  held_ = bytes;
+  return true;
+}
+
 struct BodyDecoder::State {
   z_stream z{};
   bool z_ready = false;
@@ -40,8 +62,8 @@ struct BodyDecoder::State {
   }
 };
 
-BodyDecoder::BodyDecoder(BodyEncoding encoding, std::size_t max_output)
-    : encoding_(encoding), max_output_(max_output), state_(std::make_unique<State>()) {
+BodyDecoder::BodyDecoder(BodyEncoding encoding, std::size_t max_output, BodyGrant* grant)
+    : encoding_(encoding), max_output_(max_output), grant_(grant), state_(std::make_unique<State>()) {
   if (encoding_ == BodyEncoding::kGzip || encoding_ == BodyEncoding::kDeflate) {
     // 32 + 15: detect zlib or gzip framing from the first bytes, largest window.
     if (inflateInit2(&state_->z, 32 + 15) != Z_OK) throw std::bad_alloc();
@@ -54,10 +76,25 @@ BodyDecoder::BodyDecoder(BodyEncoding encoding, std::size_t max_output)
 
 BodyDecoder::~BodyDecoder() = default;
 
+bool BodyDecoder::reserve(std::string& out, std::size_t size) {
+  if (size <= out.capacity()) return true;
+  const std::size_t cap = std::max(size, std::min(2 * out.capacity(), max_output_ + 1));
+  // While the bytes are copied both buffers exist: the grant covers both until the old one is freed.
+  if (grant_ != nullptr && !grant_->resize(grant_->bytes() + cap)) return false;
+  // A fresh string of exactly `cap` (std::string::reserve may round up to twice the old capacity).
+  std::string bigger;
+  bigger.reserve(cap);
+  bigger.append(out);
+  out.swap(bigger);
+  if (grant_ != nullptr) grant_->resize(out.capacity());
+  return true;
+}
+
 DecodeStatus BodyDecoder::feed(std::string_view in, std::string& out) {
   constexpr std::size_t kStep = 64 * 1024;
   if (encoding_ == BodyEncoding::kIdentity) {
     if (in.size() > max_output_ - std::min(out.size(), max_output_)) return DecodeStatus::kTooLarge;
+    if (!reserve(out, out.size() + in.size())) return DecodeStatus::kOverBudget;
     out.append(in);
     return DecodeStatus::kOk;
   }
@@ -69,6 +106,7 @@ DecodeStatus BodyDecoder::feed(std::string_view in, std::string& out) {
       if (out.size() >= max_output_ && BrotliDecoderHasMoreOutput(state_->br)) return DecodeStatus::kTooLarge;
       const std::size_t room = std::min(kStep, max_output_ + 1 - std::min(out.size(), max_output_));
       const std::size_t before = out.size();
+      if (!reserve(out, before + room)) return DecodeStatus::kOverBudget;
       out.resize(before + room);
       auto* next_out = reinterpret_cast<std::uint8_t*>(out.data() + before);
       std::size_t avail_out = room;
@@ -95,6 +133,7 @@ DecodeStatus BodyDecoder::feed(std::string_view in, std::string& out) {
     }
     const std::size_t room = std::min(kStep, max_output_ + 1 - std::min(out.size(), max_output_));
     const std::size_t before = out.size();
+    if (!reserve(out, before + room)) return DecodeStatus::kOverBudget;
     out.resize(before + room);
     z.next_out = reinterpret_cast<Bytef*>(out.data() + before);
     z.avail_out = static_cast<uInt>(room);

@@ -67,10 +67,12 @@ bool host_allowed(std::string_view host_header, const HostPolicy& policy, std::s
       if (port.empty()) return false;
     }
   }
+  std::uint32_t port_number = 0;
   for (const char c : port) {
     if (c < '0' || c > '9') return false;
+    if (port_number <= 65535) port_number = port_number * 10 + static_cast<std::uint32_t>(c - '0');
   }
-  if (port.size() > 5) return false;
+  if (port_number > 65535) return false;  // a TCP port is 16 bits (RFC 9110 §4.2.1 authority)
   if (name.empty()) return false;
   for (const char c : name) {
     // Hosts are reg-names or IP literals: no blanks, controls, '@', '/', ...
@@ -99,6 +101,31 @@ bool is_json_media_type(std::string_view content_type) {
          sub.find_first_of(" \t/") == std::string_view::npos;
 }
 
+TargetForm parse_target(std::string_view target, std::string& authority) {
+  authority.clear();
+  if (target.empty() || target.front() == '/') return TargetForm::kOrigin;
+  const std::size_t scheme_end = target.find("://");
+  if (scheme_end == std::string_view::npos) return TargetForm::kOther;
+  const std::string scheme = lower(target.substr(0, scheme_end));
+  if (scheme != "http" && scheme != "https") return TargetForm::kBadScheme;
+  const std::string_view rest = target.substr(scheme_end + 3);
+  authority = std::string(rest.substr(0, rest.find_first_of("/?#")));
+  return TargetForm::kAbsolute;
+}
+
+namespace {
+
+/// Reserved characters that may stand literally in a path segment (RFC 3986 §3.3 pchar minus
+/// unreserved): their escapes are decoded. Escapes of letters, digits, "-._~" (which a client
+/// should never escape, RFC 3986 §2.3), of '/', '?', '#', '%' and of any other byte are kept,
+/// so "/%6detrics" or "/v1%2Fsystemone" match no route instead of slipping past a proxy rule.
+bool decodable(int byte) {
+  constexpr std::string_view kSafe = ":@!$&'()*+,;=";
+  return byte > 0 && kSafe.find(static_cast<char>(byte)) != std::string_view::npos;
+}
+
+}  // namespace
+
 std::string target_path(std::string_view target) {
   if (!target.empty() && target.front() != '/') {
     // absolute-form: scheme "://" authority path
@@ -115,7 +142,7 @@ std::string target_path(std::string_view target) {
     if (target[i] == '%' && i + 2 < target.size()) {
       const int hi = hex_value(target[i + 1]);
       const int lo = hex_value(target[i + 2]);
-      if (hi >= 0 && lo >= 0) {
+      if (hi >= 0 && lo >= 0 && decodable(hi * 16 + lo)) {
         out.push_back(static_cast<char>(hi * 16 + lo));
         i += 2;
         continue;

@@ -33,7 +33,8 @@ struct HostPolicy {
   bool any = false;  ///< --allow-host '*': every Host is accepted
 };
 
-/// True when a Host header value (`name`, `name:port`, `[v6]` or `[v6]:port`; any port) names
+/// True when a Host header value (`name`, `name:port`, `[v6]` or `[v6]:port`; any port from 0 to
+/// 65535) names
 /// this server: a loopback name, one of `policy.names`, or `local_address` (the address the
 /// connection arrived on, so that clients of a 0.0.0.0 bind may use the server's IP). An empty
 /// or malformed value is refused.
@@ -43,8 +44,23 @@ bool host_allowed(std::string_view host_header, const HostPolicy& policy, std::s
 /// allowed ("application/json; charset=utf-8"), case-insensitive. False for a missing value.
 bool is_json_media_type(std::string_view content_type);
 
-/// The path of a request target: the part before '?' or '#', percent-decoded (%XX; a malformed
-/// escape is kept as it is). An absolute-form target ("http://host/path") yields its path.
+/// The form of a request target (RFC 9112 §3.2).
+enum class TargetForm : unsigned char {
+  kOrigin,     ///< "/path?query" (or empty)
+  kAbsolute,   ///< "http://authority/path" or "https://...": the authority replaces Host (§3.2.2)
+  kBadScheme,  ///< "scheme://..." with a scheme other than http and https (400)
+  kOther,      ///< "*" or an authority-form: matches no route (404)
+};
+
+/// Classifies a request target; for kAbsolute, `authority` is set to its authority (the text
+/// between "://" and the next '/', '?' or '#'), else cleared.
+TargetForm parse_target(std::string_view target, std::string& authority);
+
+/// The path of a request target: the part before '?' or '#'. Only escapes of the reserved
+/// characters a path segment may hold literally (":@!$&'()*+,;=") are decoded ("%40cf" is "@cf");
+/// every other escape is kept as it is, so that an escaped letter or '/' never reaches a route
+/// a proxy rule blocks by its exact path (docs/COMPATIBILITY.md "limits and guards"). An
+/// absolute-form target ("http://host/path") yields its path.
 std::string target_path(std::string_view target);
 
 }  // namespace clef::server

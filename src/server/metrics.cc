@@ -75,14 +75,20 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
     out += "clef_requests_total{route=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"} " +
            std::to_string(n) + "\n";
   }
-  out += "# HELP clef_overload_total Requests refused with 503: decision queue full, queue deadline passed, or "
-         "connection limit (--max-connections) reached.\n";
+  out += "# HELP clef_overload_total Requests refused with 503: decision queue full, queue deadline passed, "
+         "connection limit (--max-connections) reached with no connection waiting, or body budget (--body-budget) "
+         "spent.\n";
   out += "# TYPE clef_overload_total counter\n";
-  for (const char* reason : {"queue_full", "queue_timeout", "connections"}) {
+  const auto overloads = [this](const char* reason) {
     const auto it = overloads_.find(reason);
-    out += "clef_overload_total{reason=\"" + std::string(reason) + "\"} " +
-           std::to_string(it == overloads_.end() ? 0 : it->second) + "\n";
+    return it == overloads_.end() ? std::uint64_t{0} : it->second;
+  };
+  for (const char* reason : {"queue_full", "queue_timeout", "connections", "body_budget"}) {
+    out += "clef_overload_total{reason=\"" + std::string(reason) + "\"} " + std::to_string(overloads(reason)) + "\n";
   }
+  append_scalar(out, "clef_connections_shed_total",
+                "Connections waiting for a request closed at --max-connections to admit a new one.", "counter",
+                overloads("shed"));
   append_scalar(out, "clef_queue_depth", "Decision jobs waiting for the engine.", "gauge", g.depth);
   append_scalar(out, "clef_queue_capacity", "Decision jobs that may wait (--queue).", "gauge", g.capacity);
   append_scalar(out, "clef_decisions_running", "Decisions the engine is computing (0 or 1).", "gauge", static_cast<std::uint64_t>(g.running));
@@ -98,7 +104,7 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
   render_histogram(out, "prefill", prefill_);
   render_histogram(out, "head", head_);
   render_histogram(out, "total", total_);
-  out += "# HELP clef_state_cache_lookups_total State cache lookups (issue 7), by result.\n";
+  out += "# HELP clef_state_cache_lookups_total State cache lookups (exact state reuse), by result.\n";
   out += "# TYPE clef_state_cache_lookups_total counter\n";
   out += "clef_state_cache_lookups_total{result=\"hit\"} " + std::to_string(c.hits) + "\n";
   out += "clef_state_cache_lookups_total{result=\"miss\"} " + std::to_string(c.misses) + "\n";

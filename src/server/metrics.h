@@ -45,11 +45,12 @@ class Metrics {
   /// `reused_tokens`: tokens the state cache restored (Decision::reused_tokens).
   void observe_decision(const DecisionTimings& timings, std::int64_t input_tokens, double queue_seconds,
                         std::int64_t reused_tokens = 0);
-  /// Counts a request refused with 503: "queue_full", "queue_timeout" or "connections" (a
-  /// connection beyond --max-connections).
+  /// Counts a refusal for lack of room: "queue_full", "queue_timeout", "body_budget" (503s),
+  /// "connections" (a connection beyond --max-connections refused) or "shed" (a connection
+  /// waiting for its request closed to admit a new one).
   void count_overload(const char* reason);
   /// The whole exposition (Content-Type: text/plain; version=0.0.4).
-  /// `cache`: the engine's state cache counters (issue 7).
+  /// `cache`: the engine's state cache counters (README "Exact state reuse").
   std::string render(const QueueGauges& gauges, const StateCacheStats& cache) const;
 
  private:

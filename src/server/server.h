@@ -2,7 +2,9 @@
 // The HTTP layer (Boost.Beast on Boost.Asio: a few event-driven I/O threads, one strand per
 // connection) reads bodies, routes, authenticates, validates and answers; decisions run on one
 // scheduler thread (server/scheduler.h). The engine never sees sockets and this layer never sees
-// tensors.
+// tensors. By role: server.cc listens and accepts, connection.cc reads and writes one connection,
+// request_gate.cc decides from the headers, handlers.cc builds the answers, reply.cc writes them
+// (docs/ARCHITECTURE.md "The HTTP server").
 #pragma once
 
 #include <cstddef>
@@ -30,7 +32,13 @@ struct ServeOptions {
   std::vector<std::string> allow_hosts;
   double header_timeout_seconds = 10;  ///< request line + headers must arrive within this (408 after)
   double body_timeout_seconds = 30;    ///< the whole body must arrive within this (408 after)
-  std::size_t max_connections = 1024;  ///< open connections; beyond that 503 + Connection: close
+  /// Open connections; at the limit the one that has waited longest for its request (idle or
+  /// still sending headers) is closed to admit a new one, and only when none waits is the new
+  /// one answered 503 + Connection: close.
+  std::size_t max_connections = 1024;
+  /// Decoded request-body bytes held at once by all connections together (at least
+  /// max_body_bytes); beyond it a body is answered 503 + Retry-After.
+  std::size_t body_budget_bytes = std::size_t{256} << 20;
   std::size_t io_threads = 2;          ///< threads running the sockets (decisions run on their own)
 };
 

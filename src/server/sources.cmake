@@ -1,4 +1,4 @@
-# `clef serve` (issue 6, issue 15): the HTTP layer, its scheduler and metrics. A library of its own
+# `clef serve`: the HTTP layer, its scheduler and metrics. A library of its own
 # so that the engine (clef_engine) never links the HTTP code. Boost.Beast / Boost.Asio are
 # header-only (Debian libboost1.74-dev); request bodies are decoded with zlib and libbrotli.
 find_package(PkgConfig REQUIRED)
@@ -12,6 +12,11 @@ add_library(clef_server
   ${CMAKE_CURRENT_LIST_DIR}/http_rules.cc
   ${CMAKE_CURRENT_LIST_DIR}/body_decoder.cc
   ${CMAKE_CURRENT_LIST_DIR}/readiness.cc
+  ${CMAKE_CURRENT_LIST_DIR}/reply.cc
+  ${CMAKE_CURRENT_LIST_DIR}/request_gate.cc
+  ${CMAKE_CURRENT_LIST_DIR}/route_key.cc
+  ${CMAKE_CURRENT_LIST_DIR}/handlers.cc
+  ${CMAKE_CURRENT_LIST_DIR}/connection.cc
   ${CMAKE_CURRENT_LIST_DIR}/server.cc
 )
 target_include_directories(clef_server PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
@@ -20,5 +25,5 @@ target_link_libraries(clef_server PUBLIC clef_engine
   PRIVATE Boost::headers PkgConfig::CLEF_ZLIB PkgConfig::CLEF_BROTLIDEC Threads::Threads clef_warnings)
 # GCC 12 with -fsanitize=address (asan preset) reports a false -Wmaybe-uninitialized inside
 # Beast 1.74's parser (a boost::optional read in basic_parser.hpp); not our code, so not with -Werror.
-set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/server.cc PROPERTIES
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/connection.cc PROPERTIES
   COMPILE_OPTIONS "$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>")

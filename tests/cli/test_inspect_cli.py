@@ -381,6 +381,19 @@ def test_lost_output_is_an_io_error(cpp_tiny, tmp_path):
             assert r.returncode == 5 and "cannot write the output" in r.stderr, (args, r.stderr)
 
 
+def test_decide_to_a_full_disk_says_why(cpp_tiny, tmp_path):
+    """A single-request `clef decide` whose answer cannot be written names the file and the
+    system's reason on its one error line (exit 5), not only that the write failed."""
+    import subprocess
+    from conftest import clef_bin
+
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([clef_bin(), "decide", "-m", str(cpp_tiny), str(_req(tmp_path))], stdout=full,
+                           stderr=subprocess.PIPE, text=True)
+    line = _one_error_line(r, 5)
+    assert "/dev/full" in line and "No space left on device" in line, line
+
+
 def test_decide_refuses_directories_and_huge_bodies(cpp_tiny, tmp_path):
     import subprocess
     from conftest import clef_bin

@@ -1,4 +1,4 @@
-"""The event-driven HTTP layer of `clef serve` (issue 15): strict framing, Host / Content-Type
+"""The event-driven HTTP layer of `clef serve`: strict framing, Host / Content-Type
 guards, auth before the body, validation before the queue, half-close, pipelining, deadlines,
 the connection limit, slowloris and a flood of malformed requests. Loopback only, bounded loops."""
 
@@ -404,10 +404,10 @@ def test_header_and_body_deadlines(make_server):
 
 
 def test_connections_beyond_the_limit_are_refused_cleanly(make_server):
-    s = make_server("-q", "--max-connections", "8", "--header-timeout", "20")
+    s = make_server("-q", "--max-connections", "8", "--header-timeout", "20", "--body-timeout", "20")
     held = [connect(s.port) for _ in range(8)]
-    for h in held:
-        h.sendall(b"GET /health HTTP/1.1\r\n")  # partial headers: each holds a slot
+    for h in held:  # uploads in progress: none waits for a request, so none can be shed
+        h.sendall(post_head().encode() + b"Content-Length: 100\r\n\r\n{")
     time.sleep(0.2)
     took, answers = exchange(s.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", limit=5)
     assert took < 2 and [a[0] for a in answers] == [503], answers
@@ -422,6 +422,32 @@ def test_connections_beyond_the_limit_are_refused_cleanly(make_server):
         time.sleep(0.05)
     assert answers[0][0] == 200
     assert s.metrics()['clef_overload_total{reason="connections"}'] >= 1
+    # Connections still sending headers are shed, oldest first, to admit a new one.
+    fds = len(os.listdir(f"/proc/{s.pid}/fd"))
+    waiting = []
+    for _ in range(8):
+        w = connect(s.port)
+        w.sendall(b"GET /health HTTP/1.1\r\n")
+        waiting.append(w)
+        time.sleep(0.01)
+    deadline = time.monotonic() + 10  # until the server holds all 8 (it is then full)
+    while len(os.listdir(f"/proc/{s.pid}/fd")) < fds + 8 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        took, answers = exchange(s.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+                                 limit=5)
+        if answers and answers[0][0] == 200:
+            break
+        time.sleep(0.05)
+    assert [a[0] for a in answers] == [200], answers
+    assert read_until_close(waiting[0], limit=5) == b""  # the oldest was closed, unanswered
+    for w in waiting:
+        w.close()
+    deadline = time.monotonic() + 5  # until the server has seen the closes (it is full until then)
+    while s.request("GET", "/health")[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert s.metrics()["clef_connections_shed_total"] >= 1
 
 
 def test_answers_during_shutdown_carry_connection_close(make_server):
@@ -647,9 +673,10 @@ def test_help_lists_the_http_flags():
     from conftest import clef_bin, env
     r = subprocess.run([clef_bin(), "serve", "--help"], capture_output=True, text=True, env=env(), timeout=60)
     assert r.returncode == 0
-    for flag in ["--allow-host", "--header-timeout", "--body-timeout", "--max-connections"]:
+    for flag in ["--allow-host", "--header-timeout", "--body-timeout", "--max-connections", "--body-budget",
+                 "X-Clef-Route-Key"]:
         assert flag in r.stdout, flag
-    for bad in (["--header-timeout", "0"], ["--max-connections", "0"], ["--body-timeout", "x"]):
+    for bad in (["--header-timeout", "0"], ["--max-connections", "0"], ["--body-timeout", "x"], ["--body-budget", "0"]):
         assert subprocess.run([clef_bin(), "serve", *bad], capture_output=True, env=env(), timeout=60).returncode == 2
 
 

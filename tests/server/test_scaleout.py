@@ -1,4 +1,4 @@
-"""State affinity for scale-out (issue 15): the X-Clef-State-Key header, GET /ready, and three
+"""State affinity for scale-out: the X-Clef-State-Key and X-Clef-Route-Key headers, GET /ready, and three
 `clef serve` replicas behind HAProxy (Debian 12's package, started here from the shipped
 deploy/haproxy/haproxy.cfg on loopback ports).
 
@@ -167,7 +167,7 @@ def test_affinity_hit_rate_and_answers_through_haproxy(cluster, server, decide_o
 
 
 def test_header_routing_and_forged_hints(cluster, server):
-    """The header-only frontend (`balance hdr(X-Clef-State-Key)`): a client that echoes the key it
+    """The header-only frontend (`balance hdr(X-Clef-Route-Key)`): a client that echoes the key it
     was given sticks to one replica per state; a hint is only a routing hint, and a wrong one
     (another state's key, a made-up one) routes elsewhere but never changes the answer."""
     replicas, lb = cluster
@@ -175,19 +175,19 @@ def test_header_routing_and_forged_hints(cluster, server):
     reqs = dict(REPEATED)
     first = {n: post(lb.header_port, reqs[n]) for n in names}  # no hint yet: round robin
     assert all(a[0] == 200 for a in first.values())
-    key = {n: a[1]["x-clef-state-key"] for n, a in first.items()}
+    key = {n: a[1]["x-clef-route-key"] for n, a in first.items()}
     rounds: List[Dict[str, Tuple[int, Dict[str, str], bytes]]] = []
     hits_before_last = None
     for r in (1, 2, 3):
         if r == 2:
             hits_before_last = lookups(replicas)
-        rounds.append({n: post(lb.header_port, with_new_question(reqs[n], 10 + r), {"X-Clef-State-Key": key[n]})
+        rounds.append({n: post(lb.header_port, with_new_question(reqs[n], 10 + r), {"X-Clef-Route-Key": key[n]})
                        for n in names})
     hits_after = lookups(replicas)
     for n in names:
         seen = {rd[n][1]["x-clef-replica"] for rd in rounds}
         assert len(seen) == 1, (n, seen)
-        assert all(rd[n][0] == 200 and rd[n][1]["x-clef-state-key"] == key[n] for rd in rounds)
+        assert all(rd[n][0] == 200 and rd[n][1]["x-clef-route-key"] == key[n] for rd in rounds)
     # Rounds 2 and 3 went where round 1 had warmed the cache: all hits.
     lookups_late = 2 * len(names)
     hit_rate = (hits_after[0] - hits_before_last[0]) / lookups_late
@@ -198,21 +198,49 @@ def test_header_routing_and_forged_hints(cluster, server):
     want = server.post_json("/v1/systemone", reqs[a])
     for forged in (key[b], "0" * 64, "not-a-key", "x" * 300):
         for port in (lb.header_port, lb.port, server.port):
-            status, h, body = post(port, reqs[a], {"X-Clef-State-Key": forged})
+            status, h, body = post(port, reqs[a], {"X-Clef-Route-Key": forged, "X-Clef-State-Key": forged})
             assert status == 200 and body == want[2], (forged, port)
-            assert h["x-clef-state-key"] == key[a]
+            assert h["x-clef-route-key"] == key[a] and h["x-clef-state-key"] == want[1]["x-clef-state-key"]
     # On the header frontend the forged key routes like the state it names.
-    st, h, _ = post(lb.header_port, reqs[a], {"X-Clef-State-Key": key[b]})
+    st, h, _ = post(lb.header_port, reqs[a], {"X-Clef-Route-Key": key[b]})
     assert h["x-clef-replica"] == rounds[0][b][1]["x-clef-replica"]
     # The body frontend falls back to the header when the body is larger than HAProxy's buffer
     # (tune.bufsize 256 KiB: clef_state.lua sees a cut body and sets nothing). Same answer.
     padded = json.dumps({**reqs[a], "padding": "x" * (300 << 10)}).encode()  # an unknown field: ignored
     for hint in (key[b], key[a]):
         st, h, body = request(lb.port, "POST", "/v1/systemone", padded,
-                              {"Content-Type": "application/json", "X-Clef-State-Key": hint})
-        assert st == 200 and body == want[2] and h["x-clef-state-key"] == key[a]
-        hinted = post(lb.header_port, reqs[a], {"X-Clef-State-Key": hint})[1]["x-clef-replica"]
+                              {"Content-Type": "application/json", "X-Clef-Route-Key": hint})
+        assert st == 200 and body == want[2] and h["x-clef-route-key"] == key[a]
+        hinted = post(lb.header_port, reqs[a], {"X-Clef-Route-Key": hint})[1]["x-clef-replica"]
         assert h["x-clef-replica"] == hinted, (hint == key[a], h["x-clef-replica"], hinted)
+
+
+def test_one_routing_string_per_state_whichever_route_reads_it(cluster):
+    """A state reaches one replica whether the balancer reads its body (plain JSON), its
+    X-Clef-Route-Key (a gzip body, which clef_state.lua cannot read; the header-only frontend),
+    and the key is the hex SHA-256 of the body's raw state + images text, as docs/DEPLOYMENT.md
+    defines it. Also: the corpus's states spread over all three replicas."""
+    import gzip
+    import hashlib
+
+    replicas, lb = cluster
+    home: Dict[str, str] = {}
+    for name, req in REPEATED:
+        st, h, _ = post(lb.port, req)
+        assert st == 200
+        text = "state=" + json.dumps(req["state"], ensure_ascii=False) + "\nimages=" + (
+            json.dumps(req["images"], ensure_ascii=False) if "images" in req else "")
+        assert h["x-clef-route-key"] == hashlib.sha256(text.encode("utf-8")).hexdigest(), name
+        home[name] = h["x-clef-replica"]
+        hint = {"X-Clef-Route-Key": h["x-clef-route-key"]}
+        body = gzip.compress(json.dumps(with_new_question(req, 30), ensure_ascii=False).encode("utf-8"))
+        st, hz, _ = request(lb.port, "POST", "/v1/systemone", body,
+                            {"Content-Type": "application/json", "Content-Encoding": "gzip", **hint})
+        assert st == 200 and hz["x-clef-replica"] == home[name] and hz["x-clef-state-cache"] == "hit", (name, hz)
+        assert post(lb.header_port, with_new_question(req, 31), hint)[1]["x-clef-replica"] == home[name], name
+    spread = {r: list(home.values()).count(r) for r in sorted(set(home.values()))}
+    print(f"{len(home)} states over replicas {spread}")
+    assert len(spread) == 3 and max(spread.values()) <= len(home) // 2, spread
 
 
 def test_replica_loss_mid_run(tiny_model, tmp_path, server):

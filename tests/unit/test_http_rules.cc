@@ -1,4 +1,4 @@
-// Unit tests of the header rules and the body decoder of `clef serve` (issue 15): strict
+// Unit tests of the header rules and the body decoder of `clef serve`: strict
 // Content-Length / Transfer-Encoding, the Host allow-list, JSON media types, target paths, and
 // bounded gzip / deflate / br decoding (bombs stop at the cap). Inputs compressed here with zlib
 // and brotli's encoders; expected values are the original bytes.
@@ -11,6 +11,7 @@
 
 #include "server/body_decoder.h"
 #include "server/http_rules.h"
+#include "server/route_key.h"
 
 namespace clef::server {
 namespace {
@@ -52,6 +53,12 @@ TEST(HttpRules, HostAllowList) {
   EXPECT_TRUE(host_allowed("192.168.1.7:8000", p, "192.168.1.7"));
   EXPECT_FALSE(host_allowed("192.168.1.8:8000", p, "192.168.1.7"));
   EXPECT_TRUE(host_allowed("[fe80::1]", p, "fe80::1"));
+  // a TCP port is 16 bits
+  EXPECT_TRUE(host_allowed("localhost:65535", p, ""));
+  EXPECT_TRUE(host_allowed("localhost:00080", p, ""));
+  for (const char* bad : {"localhost:65536", "localhost:99999", "[::1]:70000"}) {
+    EXPECT_FALSE(host_allowed(bad, p, "")) << bad;
+  }
   p.any = true;
   EXPECT_TRUE(host_allowed("evil.example", p, ""));
   EXPECT_FALSE(host_allowed("evil example", p, ""));
@@ -74,6 +81,25 @@ TEST(HttpRules, TargetPath) {
   EXPECT_EQ(target_path("/a%zz%4"), "/a%zz%4");
   EXPECT_EQ(target_path("http://h:1/health#f"), "/health");
   EXPECT_EQ(target_path("*"), "*");
+  // Escaped letters, digits and '/' stay escaped: "/%6detrics" is not "/metrics".
+  EXPECT_EQ(target_path("/%6detrics"), "/%6detrics");
+  EXPECT_EQ(target_path("/v1%2Fsystemone"), "/v1%2Fsystemone");
+  EXPECT_EQ(target_path("/%68ealth"), "/%68ealth");
+  EXPECT_EQ(target_path("/a%3Ab%3d"), "/a:b=");
+  EXPECT_EQ(target_path("/a%00b%25"), "/a%00b%25");
+}
+
+TEST(HttpRules, TargetForm) {
+  std::string authority = "x";
+  EXPECT_EQ(parse_target("/health", authority), TargetForm::kOrigin);
+  EXPECT_EQ(authority, "");
+  EXPECT_EQ(parse_target("http://evil.example/health", authority), TargetForm::kAbsolute);
+  EXPECT_EQ(authority, "evil.example");
+  EXPECT_EQ(parse_target("HTTPS://127.0.0.1:8000?x", authority), TargetForm::kAbsolute);
+  EXPECT_EQ(authority, "127.0.0.1:8000");
+  EXPECT_EQ(parse_target("ftp://127.0.0.1/health", authority), TargetForm::kBadScheme);
+  EXPECT_EQ(parse_target("file:///health", authority), TargetForm::kBadScheme);
+  EXPECT_EQ(parse_target("*", authority), TargetForm::kOther);
 }
 
 std::string zlib_compress(const std::string& in, int window_bits) {
@@ -165,6 +191,35 @@ TEST(BodyDecoder, CorruptAndTruncatedStreams) {
   EXPECT_EQ(decode(BodyEncoding::kGzip, gz + "junk", 100000, out, 5), DecodeStatus::kCorrupt);
 }
 
+TEST(BodyDecoder, BudgetBoundsTheOutputAcrossDecoders) {
+  // Two bodies share a 1 MiB budget: the first takes its share, the second is refused once the
+  // budget is spent, and a released grant makes room again.
+  BodyBudget budget(1 << 20);
+  const std::string big(3 << 19, 'a');  // 1.5 MiB
+  BodyGrant g1(&budget);
+  BodyGrant g2(&budget);
+  std::string out1;
+  std::string out2;
+  BodyDecoder d1(BodyEncoding::kIdentity, 8 << 20, &g1);
+  BodyDecoder d2(BodyEncoding::kGzip, 8 << 20, &g2);
+  EXPECT_EQ(d1.feed(std::string_view(big).substr(0, 600 << 10), out1), DecodeStatus::kOk);
+  EXPECT_EQ(g1.bytes(), out1.capacity());
+  EXPECT_EQ(budget.used(), out1.capacity());
+  const std::string gz = zlib_compress(big, 16 + 15);
+  EXPECT_EQ(d2.feed(gz, out2), DecodeStatus::kOverBudget);
+  EXPECT_LE(budget.used(), budget.limit());
+  EXPECT_LE(out2.capacity(), g2.bytes());
+  g1.release();
+  std::string().swap(out1);
+  g2.release();
+  EXPECT_EQ(budget.used(), 0u);
+  BodyGrant g3(&budget);
+  std::string out3;
+  BodyDecoder d3(BodyEncoding::kIdentity, 8 << 20, &g3);
+  EXPECT_EQ(d3.feed(std::string_view(big).substr(0, 900 << 10), out3), DecodeStatus::kOk);
+  EXPECT_EQ(out3.size(), std::size_t{900} << 10);
+}
+
 TEST(BodyDecoder, EncodingNames) {
   BodyEncoding e{};
   EXPECT_TRUE(parse_body_encoding("", e) && e == BodyEncoding::kIdentity);
@@ -173,6 +228,26 @@ TEST(BodyDecoder, EncodingNames) {
   EXPECT_TRUE(parse_body_encoding("deflate", e) && e == BodyEncoding::kDeflate);
   EXPECT_TRUE(parse_body_encoding("br", e) && e == BodyEncoding::kBrotli);
   for (const char* bad : {"zstd", "gzip, br", "compress", "x"}) EXPECT_FALSE(parse_body_encoding(bad, e)) << bad;
+}
+
+TEST(RouteKey, TheStateAndImagesTextAsSent) {
+  // The same text deploy/haproxy/clef_state.lua extracts (spacing and escapes kept, last
+  // duplicate wins, order of members irrelevant).
+  EXPECT_EQ(route_text(R"({"questions":{},"state":"a b"})"), std::string("state=\"a b\"\nimages="));
+  EXPECT_EQ(route_text(R"( { "state" : {"x": [1, "}"]} , "images":["d"], "q":1 } )"),
+            std::string("state={\"x\": [1, \"}\"]}\nimages=[\"d\"]"));
+  EXPECT_EQ(route_text(R"({"state":1,"state":null})"), std::string("state=null\nimages="));
+  EXPECT_EQ(route_text(R"({"state":"\"}\\"})"), std::string("state=\"\\\"}\\\\\"\nimages="));
+  for (const char* none : {"", "[]", "{}", R"({"questions":{}})", R"({"state":"cut)", R"({"state":[1,2)",
+                           R"({"state" "x"})", R"({state:1})", "\"state\""}) {
+    EXPECT_FALSE(route_text(none).has_value()) << none;
+  }
+  // The key is the hex SHA-256 of the text; no text, no key.
+  EXPECT_EQ(route_key(R"({"state":"x"})").size(), 64u);
+  EXPECT_EQ(route_key(R"({"state":"x","questions":{}})"), route_key(R"({"questions":{"a":1},"state":"x"})"));
+  EXPECT_EQ(route_key(R"({"state":"x"})"), route_key(R"({ "state" : "x" })"));  // blanks around a value
+  EXPECT_NE(route_key(R"({"state":["x"]})"), route_key(R"({"state":[ "x"]})"));  // blanks inside one
+  EXPECT_EQ(route_key("{}"), "");
 }
 
 }  // namespace
