@@ -73,6 +73,7 @@ class HttpServer {
   std::atomic<bool> stopping_{false};
   std::atomic<std::size_t> open_{0};
   std::atomic<std::size_t> peak_open_{0};  ///< most open connections since the last trim
+  std::atomic<bool> burst_draining_{false};  ///< a burst's connections are still ending (trim down to zero)
   Connections connections_;
   ConnectionContext context_;
   /// Keeps the I/O threads running until shutdown has begun and the last connection ended.
@@ -168,9 +169,13 @@ void HttpServer::connection_ended() {
   if (open == 0 && stopping_.load()) {
     asio::post(acceptor_.get_executor(), [this] { guard_.reset(); });
   }
-  // A burst of connections ended: what their buffers left on the heap goes back to the system.
+  // A burst of connections ended: what their buffers left on the heap goes back to the system,
+  // each time the open count halves and once more when the last of them ends (so the memory of the
+  // burst's last connections is returned too: at most ~log2(peak) + 1 trims per burst).
   std::size_t peak = peak_open_.load();
-  if (peak >= kTrimAfterBurst && open <= peak / 2 && peak_open_.compare_exchange_strong(peak, open)) {
+  const bool burst = peak >= kTrimAfterBurst || burst_draining_.load();
+  if (burst && peak > 0 && (open <= peak / 2 || open == 0) && peak_open_.compare_exchange_strong(peak, open)) {
+    burst_draining_.store(open != 0);
     malloc_trim(0);
   }
 }
