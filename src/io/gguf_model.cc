@@ -123,9 +123,10 @@ GgufVocab read_gguf_vocab(const GgufFile& g) {
                       "\"; clef reads byte-level BPE tokenizers (\"gpt2\")");
   }
   const std::string& pre = g.get_string("tokenizer.ggml.pre");
-  if (pre != "qwen35") {
+  if (pre != "qwen35" && pre != "qwen2") {
     throw Unsupported(g.label() + ": tokenizer.ggml.pre is \"" + printable(pre) +
-                      "\"; clef reproduces the Qwen3.5 pre-tokenizer (\"qwen35\") only");
+                      "\"; clef reproduces the Qwen3.5 (\"qwen35\") and Qwen2 (\"qwen2\", the regex the clef-flash "
+                      "tokenizer.json names) pre-tokenizers only");
   }
   const auto& tokens = g.get_array("tokenizer.ggml.tokens");
   const auto& types = g.get_array("tokenizer.ggml.token_type");
@@ -206,7 +207,9 @@ std::string tokenizer_json_from_gguf(const GgufFile& g) {
   nlohmann::json split = nlohmann::json::object();
   split["type"] = "Split";
   split["pattern"] = nlohmann::json::object();
-  split["pattern"]["Regex"] = kSplitRegexQwen35;
+  // tokenizer.ggml.pre names the split regex (read_gguf_vocab accepts these two; docs/TOKENIZER.md
+  // "Which split regex").
+  split["pattern"]["Regex"] = g.get_string("tokenizer.ggml.pre") == "qwen2" ? kSplitRegexQwen2 : kSplitRegexQwen35;
   split["behavior"] = "Isolated";
   split["invert"] = false;
   nlohmann::json pre = nlohmann::json::object();

@@ -45,7 +45,7 @@ ModelConfig model_config_from_gguf(const GgufFile& g, GgufModelInfo* info = null
 
 /// tokenizer.json text (Hugging Face `tokenizers` format) equivalent to the GGUF's tokenizer, for
 /// Tokenizer::from_json: tokenizer.ggml.model must be "gpt2" (byte-level BPE) and
-/// tokenizer.ggml.pre "qwen35" (the Qwen3.5 split regex, NFC normalizer, ByteLevel
+/// tokenizer.ggml.pre "qwen35" or "qwen2" (that split regex, NFC normalizer, ByteLevel
 /// pre-tokenizer/decoder, as Qwen3.5's tokenizer.json declares them); tokens of type 1 (normal)
 /// form the vocabulary (with their ids), types 3 (control) and 4 (user defined) become
 /// added tokens (special iff control; not normalized, no strip: how every Qwen3.5 added token is

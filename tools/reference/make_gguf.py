@@ -146,6 +146,18 @@ def as_f32(x: np.ndarray) -> np.ndarray:
     return bf16_bits_to_f32(x) if x.dtype == np.uint16 else x.astype(np.float32)
 
 
+def _pre_name(tj: Dict[str, Any]) -> str:
+    """tokenizer.ggml.pre for the split regex tokenizer.json names: "qwen2" for Qwen2's (the clef-flash
+    release's file), "qwen35" for Qwen3.5's own (docs/TOKENIZER.md "Which split regex")."""
+    from clef_ref.tokenizer_build import QWEN2_SPLIT_REGEX, QWEN35_SPLIT_REGEX
+
+    found = json.dumps(tj.get("pre_tokenizer"), ensure_ascii=False)
+    for name, regex in (("qwen2", QWEN2_SPLIT_REGEX), ("qwen35", QWEN35_SPLIT_REGEX)):
+        if json.dumps(regex, ensure_ascii=False)[1:-1] in found:
+            return name
+    raise ValueError("tokenizer.json: its split regex is neither Qwen2's nor Qwen3.5's")
+
+
 def tokenizer_metadata(model_dir: pathlib.Path, vocab_size: int) -> Dict[str, Tuple[Any, V]]:
     """tokenizer.ggml.* from tokenizer.json + tokenizer_config.json."""
     tj = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
@@ -168,7 +180,7 @@ def tokenizer_metadata(model_dir: pathlib.Path, vocab_size: int) -> Dict[str, Tu
     ids = {c: i for i, (c, _) in added.items()}
     md: Dict[str, Tuple[Any, V]] = {
         "tokenizer.ggml.model": ("gpt2", V.STRING),
-        "tokenizer.ggml.pre": ("qwen35", V.STRING),
+        "tokenizer.ggml.pre": (_pre_name(tj), V.STRING),
         "tokenizer.ggml.tokens": (tokens, V.ARRAY),
         "tokenizer.ggml.token_type": (types, V.ARRAY),
         "tokenizer.ggml.merges": (merges, V.ARRAY),
