@@ -4,6 +4,7 @@
 // are accepted and need no answer. docs/MODELS.md "clef mcp" describes the tools.
 #include "mcp_main.h"
 
+#include <algorithm>
 #include <unistd.h>
 
 #include <cstdio>
@@ -125,6 +126,32 @@ Json tools_list(const RequestLimits& lim) {
 std::size_t skip_ws(std::string_view t, std::size_t i) {
   while (i < t.size() && (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r')) ++i;
   return i;
+}
+
+/// Deepest nesting of arrays and objects in the JSON text `t` (strings skipped), counted without
+/// recursion. Messages nested deeper than kMaxMessageDepth are refused before they are parsed:
+/// copying or serializing such a value recurses once per level.
+constexpr std::size_t kMaxMessageDepth = 1024;
+std::size_t max_nesting(std::string_view t) {
+  std::size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const char c = t[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 /// Index just past the JSON value starting at `i`.
@@ -335,6 +362,12 @@ int mcp_main(int argc, char** argv) {
   while (std::getline(std::cin, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (max_nesting(line) > kMaxMessageDepth) {
+      send({{"jsonrpc", "2.0"}, {"id", nullptr},
+            {"error", {{"code", -32600}, {"message", "invalid request: nested deeper than " +
+                                                     std::to_string(kMaxMessageDepth) + " levels"}}}});
+      continue;
+    }
     Json msg;
     try {
       msg = Json::parse(line);

@@ -109,3 +109,25 @@ def test_mcp_stdout_carries_only_protocol(cpp_tiny):
     assert out[4]["id"] == 4 and out[4]["error"]["code"] == -32602
     assert out[5] == [{"jsonrpc": "2.0", "id": 5, "result": {}}]
     assert "clef mcp: serving" in r.stderr
+
+
+def test_mcp_deeply_nested_arguments_are_refused_not_a_crash(cpp_tiny):
+    """Arguments nested 100,000 levels deep (a copy or serialization of them would recurse once per
+    level and overflow the stack): the message is refused with -32600 and the server goes on; 600
+    levels reach the engine, which refuses them as nesting_too_deep (a tool error)."""
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+
+    def call(i: int, depth: int) -> str:
+        return ('{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"decide","arguments":'
+                '{"state":%s%s,"questions":{}}}}' % (i, "[" * depth, "]" * depth))
+    stdin = "\n".join([json.dumps(init), call(2, 100_000), call(3, 600),
+                       json.dumps({"jsonrpc": "2.0", "id": 4, "method": "ping"})]) + "\n"
+    r = subprocess.run([clef_bin(), "mcp", "-m", str(cpp_tiny)], input=stdin, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(out) == 4
+    assert out[1]["error"]["code"] == -32600 and "nested deeper than" in out[1]["error"]["message"]
+    assert out[2]["id"] == 3 and out[2]["result"]["isError"] is True
+    assert "nesting_too_deep" in out[2]["result"]["content"][0]["text"]
+    assert out[3] == {"jsonrpc": "2.0", "id": 4, "result": {}}
