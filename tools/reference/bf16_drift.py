@@ -170,7 +170,7 @@ def main(argv=None) -> int:
     doc: Dict[str, Any] = {
         "what": "transformers' own bf16 drift on the Clef head's probabilities: max |p_bf16 - p_fp32| over every "
                 "option of every question (noul: p(true); choice/score: probabilities), reference.py "
-                "ClefReference(folder, 'bf16') vs ClefReference(folder, 'f32'); the bound for clef's bf16 mode "
+                "ClefReference(folder, 'bf16') vs ClefReference(folder, 'f32'); the bound for clef's bf16 mode"
                 ", which stays opt-in while its drift must not exceed this (tests/reference/test_08b.py)",
         "probabilities": "raw float32 softmax of the reference (not rounded); max_abs_dp_rounded uses the "
                          "4-decimal response bodies",
