@@ -41,36 +41,32 @@ def ref(tiny_dir):
     return reference.ClefReference(tiny_dir, "f32")
 
 
-@pytest.fixture(scope="session")
-def folder_08b(tmp_path_factory) -> pathlib.Path:
-    """A 0.8b-preset random release folder (seed 2; ~15 s, 3 GB), made once per session; set
-    CLEF_08B_DIR to reuse an existing one."""
+def _seed2_folder(preset: str, env_var: str, tmp_path_factory) -> pathlib.Path:
+    """The `preset` random release folder with seed 2 (the seed the committed bf16 goldens were measured
+    on): the folder named by $env_var when set (scripts/test.sh writes one per run), else made once."""
     import os
 
-    env = os.environ.get("CLEF_08B_DIR")
+    env = os.environ.get(env_var)
     if env:
         return pathlib.Path(env)
     import make_model
 
-    out = tmp_path_factory.mktemp("clef-0.8b")
-    make_model.make_model("0.8b", out, seed=2, dtype="bf16", verbose=False)
+    out = tmp_path_factory.mktemp(f"clef-{preset}")
+    make_model.make_model(preset, out, seed=2, dtype="bf16", verbose=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def folder_08b(tmp_path_factory) -> pathlib.Path:
+    """The 0.8b preset (~15 s, 3 GB) once per session; CLEF_08B_DIR reuses an existing one."""
+    return _seed2_folder("0.8b", "CLEF_08B_DIR", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def folder_08b_shapes(tmp_path_factory) -> pathlib.Path:
-    """The 0.8b-shapes preset (the 0.8b's layer shapes, one block of each kind; seed 2, ~0.7 GB),
-    made once per session; set CLEF_08B_SHAPES_DIR to reuse an existing one."""
-    import os
-
-    env = os.environ.get("CLEF_08B_SHAPES_DIR")
-    if env:
-        return pathlib.Path(env)
-    import make_model
-
-    out = tmp_path_factory.mktemp("clef-0.8b-shapes")
-    make_model.make_model("0.8b-shapes", out, seed=2, dtype="bf16", verbose=False)
-    return out
+    """The 0.8b-shapes preset (the 0.8b's layer shapes, one block of each kind; ~0.7 GB) once per
+    session; CLEF_08B_SHAPES_DIR reuses an existing one."""
+    return _seed2_folder("0.8b-shapes", "CLEF_08B_SHAPES_DIR", tmp_path_factory)
 
 
 # The live comparisons at the 0.8b's layer shapes run on two folders: the full 0.8b preset (mark
