@@ -1,7 +1,13 @@
 """Seeded random values for backbone and head tensors (documented init scheme).
 
-Every tensor gets its own ``torch.Generator`` seeded from sha256("<seed>/<name>"), so values do not
-depend on generation order or sharding. Values are drawn in float32, then cast to the storage dtype.
+Every tensor gets its own NumPy ``Generator`` (PCG64) seeded from sha256("<seed>/<name>"), so values do
+not depend on generation order or sharding. Values are drawn in float64, scaled and shifted there (one
+correctly rounded operation each), rounded once to float32, then cast to the storage dtype. The
+transcendental functions of the few small tensors that need them (log, exp, expm1 of a uniform) run
+per element in Python's ``math`` (the C library's scalar functions). So a folder's bytes are the same on
+every x86-64 CPU: torch's own ``normal_`` takes a vectorized path on AVX2 CPUs and a scalar one on
+AVX-512 CPUs, and the two differ in the last bits, which made the same seed write different folders
+(and invalidated the goldens measured on one of them) on different machines.
 
 Backbone (architecture.md §8.1 names):
 * 2-D weights (projections, MLP, vision qkv/proj/fc, merger, lm_head excepted): normal(0, 1/sqrt(fan_in)),
@@ -30,6 +36,7 @@ import hashlib
 import math
 from typing import Tuple
 
+import numpy as np
 import torch
 
 OFFSET_NORM_SUFFIXES = (
@@ -42,24 +49,30 @@ OFFSET_NORM_SUFFIXES = (
 F32_SUFFIXES = ("linear_attn.A_log", "linear_attn.norm.weight")
 
 
-def tensor_generator(seed: int, name: str) -> torch.Generator:
-    """CPU generator seeded from sha256(f"{seed}/{name}") (first 8 bytes, masked to 63 bits)."""
+def tensor_generator(seed: int, name: str) -> np.random.Generator:
+    """PCG64 generator seeded from sha256(f"{seed}/{name}") (first 8 bytes, little-endian)."""
     h = hashlib.sha256(f"{seed}/{name}".encode()).digest()
-    g = torch.Generator()
-    g.manual_seed(int.from_bytes(h[:8], "little") & ((1 << 63) - 1))
-    return g
+    return np.random.Generator(np.random.PCG64(int.from_bytes(h[:8], "little")))
 
 
-def _normal(shape, std, g, mean=0.0):
-    t = torch.empty(shape, dtype=torch.float32)
-    t.normal_(mean, std, generator=g)
-    return t
+def _normal(shape, std, g, mean=0.0) -> torch.Tensor:
+    x = g.standard_normal(size=tuple(shape), dtype=np.float64) * std + mean
+    return torch.from_numpy(np.asarray(x).astype(np.float32))
 
 
-def _uniform(shape, lo, hi, g):
-    t = torch.empty(shape, dtype=torch.float32)
-    t.uniform_(lo, hi, generator=g)
-    return t
+def _uniform64(shape, lo, hi, g) -> np.ndarray:
+    return np.asarray(g.uniform(lo, hi, size=tuple(shape)))
+
+
+def _per_element(fn, x: np.ndarray) -> torch.Tensor:
+    """fn (a scalar float64 function) on every element, rounded once to float32."""
+    out = np.fromiter((fn(float(v)) for v in x.reshape(-1)), dtype=np.float64, count=x.size)
+    return torch.from_numpy(out.reshape(x.shape).astype(np.float32))
+
+
+def _inverse_softplus_dt(u: float) -> float:
+    dt = math.exp(u)
+    return dt + math.log(-math.expm1(-dt))
 
 
 def backbone_tensor(name: str, shape: Tuple[int, ...], seed: int) -> torch.Tensor:
@@ -70,10 +83,9 @@ def backbone_tensor(name: str, shape: Tuple[int, ...], seed: int) -> torch.Tenso
     if name.endswith("linear_attn.norm.weight"):
         return _normal(shape, 0.1, g, mean=1.0)
     if name.endswith("linear_attn.A_log"):
-        return _uniform(shape, 1.0, 16.0, g).log_()
+        return _per_element(math.log, _uniform64(shape, 1.0, 16.0, g))
     if name.endswith("linear_attn.dt_bias"):
-        dt = _uniform(shape, math.log(1e-3), math.log(1e-1), g).exp_()
-        return dt + torch.log(-torch.expm1(-dt))
+        return _per_element(_inverse_softplus_dt, _uniform64(shape, math.log(1e-3), math.log(1e-1), g))
     if name.endswith("conv1d.weight"):
         return _normal(shape, 1.0 / math.sqrt(shape[-1]), g)
     if name.endswith(("embed_tokens.weight", "lm_head.weight", "pos_embed.weight")):
@@ -98,7 +110,7 @@ def head_tensor(name: str, shape: Tuple[int, ...], seed: int) -> torch.Tensor:
     """Random float32 tensor for joint-head tensor ``name`` (scheme in the module docstring)."""
     g = tensor_generator(seed, "joint_head/" + name)
     if name in ("prior_logit_scale", "joint_logit_scale"):
-        return _uniform(shape, 2.0, 8.0, g).log_()
+        return _per_element(math.log, _uniform64(shape, 2.0, 8.0, g))
     if name == "residual_gate":
         return _normal(shape, 1.0, g)
     if name == "type_embedding.weight":
