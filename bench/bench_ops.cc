@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
       clef::ops::gated_delta_rule(d, t, q.data(), k.data(), st, v.data(), d.hv * d.dv, g.data(), beta.data(),
                                   s.data(), o.data());
     });
-    const double flop = 47.2e6 / 18.0 * static_cast<double>(t);  // architecture.md §9, per layer
+    const double flop = 47.2e6 / 18.0 * static_cast<double>(t);  // docs/MODEL.md §9, per layer
     std::printf("gated_delta_rule (0.8b layer, T=%lld): %.2f ms, %.0f tokens/s/layer, ~%.1f GFLOP/s\n",
                 static_cast<long long>(t), sec * 1e3, static_cast<double>(t) / sec, flop / sec / 1e9);
   }

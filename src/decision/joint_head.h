@@ -1,4 +1,4 @@
-// The joint schema head (protocol.md §4.4), fp32, fed with the backbone's final-norm hidden rows
+// The joint schema head (docs/PROTOCOL.md §4.4), fp32, fed with the backbone's final-norm hidden rows
 // chunk by chunk: a record of any length never needs the [T, hidden] matrix at once. Per row the
 // head keeps only the projected memory row [W] and running span sums; everything else happens in
 // logits() once all T rows have arrived.
@@ -29,14 +29,14 @@ struct TokenSpan {
   std::int64_t size() const noexcept { return end - begin; }
 };
 
-/// One question of a record as the head sees it (protocol.md §4.3).
+/// One question of a record as the head sees it (docs/PROTOCOL.md §4.3).
 struct HeadQuestion {
   int type_id = 0;                  ///< 0 noul, 1 choice, 2 score (rows of type_embedding)
   TokenSpan span;                   ///< tokens of render(instructions or id)
   std::vector<TokenSpan> options;   ///< tokens of render({option_id, description}), model order
 };
 
-/// The attention keys and values of the joint head over memory rows [0, rows) (protocol.md §4.4):
+/// The attention keys and values of the joint head over memory rows [0, rows) (docs/PROTOCOL.md §4.4):
 /// for each routing layer i (step 7) K = LN_mem_i(M)·Wkᵀ + bk and V = LN_mem_i(M)·Wvᵀ + bv, then
 /// for each field-decoder layer j (step 11, cross-attention to the raw memory) K = M·Wkᵀ + bk and
 /// V = M·Wvᵀ + bv, all [rows, W] fp32 row-major, M the projected memory rows. Exact functions of
@@ -62,7 +62,7 @@ class JointHead {
 
   const JointHeadConfig& config() const noexcept { return cfg_; }
 
-  /// The head's per-row input (protocol.md §4.4 steps 1-2): M = LN_hidden(rows) · Wmemᵀ.
+  /// The head's per-row input (docs/PROTOCOL.md §4.4 steps 1-2): M = LN_hidden(rows) · Wmemᵀ.
   /// `hidden` [n, H] fp32 final-norm hidden rows -> [n, W] fp32. Row-independent: a row's result
   /// does not depend on the other rows given (so it can be computed once per state and reused,
   /// issue 7). Throws InvalidArgument unless `hidden` holds whole rows.
@@ -127,7 +127,7 @@ class JointHeadRecord {
   /// end, so that an uncached record does exactly the arithmetic of one whose prefix was restored
   /// from a cache (restore_prefix with `split` rows). Throws InvalidArgument if a span is empty or
   /// outside [0, T), an id is outside the output table (an empty span would be a NaN in the
-  /// reference, protocol.md §5.3), or the split is invalid (see restore_prefix).
+  /// reference, docs/PROTOCOL.md §5.3), or the split is invalid (see restore_prefix).
   JointHeadRecord(const JointHead& head, std::vector<HeadQuestion> questions, std::span<const std::int32_t> input_ids,
                   std::int64_t memory_split = 0);
 
@@ -176,7 +176,7 @@ struct KvRun {
   std::int64_t rows = 0;
 };
 
-/// The attention core of nn.MultiheadAttention (no mask; protocol.md §4.4 step 7 MHA): for each
+/// The attention core of nn.MultiheadAttention (no mask; docs/PROTOCOL.md §4.4 step 7 MHA): for each
 /// head h (size d = W / heads) and query i, softmax_j(q_i,h · k_j,h / √d) over the keys of all
 /// `runs` concatenated in order, then Σ_j p_ij v_j,h. `q` [nq, W] fp32 holds the projected queries
 /// (in_proj applied); returns the context [nq, W] fp32 (before out_proj). Tasks of one head × up to

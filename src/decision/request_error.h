@@ -1,5 +1,5 @@
 // Typed rejection of a SystemOne request: a machine-readable code, the JSON path of the offending
-// value and (for syntax errors) the byte offset in the body (protocol.md §2.5, §5.3).
+// value and (for syntax errors) the byte offset in the body (docs/PROTOCOL.md §2.5, §5.3).
 #pragma once
 
 #include <cstddef>

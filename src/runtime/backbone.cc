@@ -179,7 +179,7 @@ void Backbone::prefill(std::span<const std::int32_t> ids, SequenceState& st, con
     }
     model_.embed(call, embeds_.data());
     for (std::int64_t i = 0; i < n; ++i) {
-      if (call[static_cast<std::size_t>(i)] == media.image_token_id) {  // replaced, not added (§6.9)
+      if (call[static_cast<std::size_t>(i)] == media.image_token_id) {  // replaced (docs/MODEL.md §6.9)
         std::copy(next_image_row, next_image_row + H, embeds_.begin() + i * H);
         next_image_row += H;
       }

@@ -59,7 +59,7 @@ struct BackboneOptions {
 using HiddenConsumer =
     std::function<void(std::int64_t first_row, const float* rows, std::int64_t count, std::int64_t hidden)>;
 
-/// Multimodal inputs of one prefill call (architecture.md §6.9, §7.1), for exactly the ids of that
+/// Multimodal inputs of one prefill call (docs/MODEL.md §6.9, §7.1), for exactly the ids of that
 /// call.
 struct PrefillMedia {
   /// [3, n] M-RoPE positions (t, h, w planes, plane-major: positions[r * n + i]) of the call's n ids.

@@ -196,7 +196,7 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
   const SystemOneRequest req = parse_request(request_body, options_.limits, dialect, served_);
 
   // Images: decode + preprocess (request order), then the tower; their merged-token counts size
-  // the media block of the prompt (protocol.md §3.2 step 2, §3.6; architecture.md §6).
+  // the media block of the prompt (docs/PROTOCOL.md §3.2 step 2, §3.6; docs/MODEL.md §6).
   std::vector<std::int64_t> image_tokens;
   std::vector<qwen35::ImageGrid> grids;
   std::vector<float> image_rows;

@@ -46,7 +46,7 @@ struct EngineOptions {
   /// whole record.
   static constexpr std::int64_t kDefaultStateCacheMb = 2048;
   std::int64_t state_cache_mb = kDefaultStateCacheMb;
-  /// Images (issue 8; protocol.md §1.5, §3.6): accepted when the release has a vision tower and
+  /// Images (issue 8; docs/PROTOCOL.md §1.5, §3.6): accepted when the release has a vision tower and
   /// this is true; decoded within `image_limits`.
   bool images = true;
   ImageLimits image_limits;
