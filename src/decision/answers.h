@@ -1,6 +1,6 @@
-// From option logits to the SystemOne answer (docs/PROTOCOL.md §2.1-2.3): per-question fp32 softmax,
-// noul / choice / score mapping, Python-compatible 4-decimal rounding, confidence modes, and the
-// response body as JSON text with Python's number formatting.
+// From option logits to the SystemOne answer (docs/PROTOCOL.md §2.1-2.3): per-question fp32
+// softmax, noul / choice / score mapping, Python-compatible 4-decimal rounding, confidence modes,
+// and the response body as JSON text with Python's number formatting.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
-// The joint schema head (docs/PROTOCOL.md §4.4), fp32, fed with the backbone's final-norm hidden rows
-// chunk by chunk: a record of any length never needs the [T, hidden] matrix at once. Per row the
-// head keeps only the projected memory row [W] and running span sums; everything else happens in
-// logits() once all T rows have arrived.
+// The joint schema head (docs/PROTOCOL.md §4.4), fp32, fed with the backbone's final-norm hidden
+// rows chunk by chunk: a record of any length never needs the [T, hidden] matrix at once. Per row
+// the head keeps only the projected memory row [W] and running span sums; everything else happens
+// in logits() once all T rows have arrived.
 //
 // State reuse (issues 7, 12): the memory rows before a record's state end depend only on the prefix
 // + state tokens, and so do the attention keys and values the head computes from them (steps 7 and
@@ -36,11 +36,11 @@ struct HeadQuestion {
   std::vector<TokenSpan> options;   ///< tokens of render({option_id, description}), model order
 };
 
-/// The attention keys and values of the joint head over memory rows [0, rows) (docs/PROTOCOL.md §4.4):
-/// for each routing layer i (step 7) K = LN_mem_i(M)·Wkᵀ + bk and V = LN_mem_i(M)·Wvᵀ + bv, then
-/// for each field-decoder layer j (step 11, cross-attention to the raw memory) K = M·Wkᵀ + bk and
-/// V = M·Wvᵀ + bv, all [rows, W] fp32 row-major, M the projected memory rows. Exact functions of
-/// those rows (computed once by JointHead::memory_prefix, never modified), so a state cache may
+/// The attention keys and values of the joint head over memory rows [0, rows) (docs/PROTOCOL.md
+/// §4.4): for each routing layer i (step 7) K = LN_mem_i(M)·Wkᵀ + bk and V = LN_mem_i(M)·Wvᵀ + bv,
+/// then for each field-decoder layer j (step 11, cross-attention to the raw memory) K = M·Wkᵀ + bk
+/// and V = M·Wvᵀ + bv, all [rows, W] fp32 row-major, M the projected memory rows. Exact functions
+/// of those rows (computed once by JointHead::memory_prefix, never modified), so a state cache may
 /// share one instance between records and threads.
 struct HeadMemoryPrefix {
   std::int64_t rows = 0;   ///< memory rows covered
@@ -176,8 +176,8 @@ struct KvRun {
   std::int64_t rows = 0;
 };
 
-/// The attention core of nn.MultiheadAttention (no mask; docs/PROTOCOL.md §4.4 step 7 MHA): for each
-/// head h (size d = W / heads) and query i, softmax_j(q_i,h · k_j,h / √d) over the keys of all
+/// The attention core of nn.MultiheadAttention (no mask; docs/PROTOCOL.md §4.4 step 7 MHA): for
+/// each head h (size d = W / heads) and query i, softmax_j(q_i,h · k_j,h / √d) over the keys of all
 /// `runs` concatenated in order, then Σ_j p_ij v_j,h. `q` [nq, W] fp32 holds the projected queries
 /// (in_proj applied); returns the context [nq, W] fp32 (before out_proj). Tasks of one head × up to
 /// 16 queries run in parallel and keys are visited in blocks of 128 rows (each block read once

@@ -1,5 +1,5 @@
-// encode_record (docs/PROTOCOL.md §3): a validated SystemOne request -> the exact prompt token ids and
-// the question/option spans the joint head reads. Every piece is tokenized on its own (no
+// encode_record (docs/PROTOCOL.md §3): a validated SystemOne request -> the exact prompt token ids
+// and the question/option spans the joint head reads. Every piece is tokenized on its own (no
 // special-token insertion; added tokens inside any piece are still recognised) and the id lists
 // are concatenated: prefix ‖ state ‖ schema ‖ suffix.
 #pragma once

@@ -1,5 +1,5 @@
-// render(): the text of a JSON value inside a Clef prompt (docs/PROTOCOL.md §3.3), byte-identical to the
-// reference's Python: a string is used as-is, any other value is
+// render(): the text of a JSON value inside a Clef prompt (docs/PROTOCOL.md §3.3), byte-identical
+// to the reference's Python: a string is used as-is, any other value is
 //   json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 // of the value json.loads produced from the request.
 #pragma once
@@ -25,8 +25,8 @@ std::string dump_json(const JsonValue& value);
 /// Appends dump_json(value) to `out`.
 void append_dump_json(std::string& out, const JsonValue& value);
 
-/// Appends `value` as a response echoes a request value (docs/PROTOCOL.md §2.1 rule 4: the reference
-/// returns the json.loads value inside its response dict, serialised without sort_keys):
+/// Appends `value` as a response echoes a request value (docs/PROTOCOL.md §2.1 rule 4: the
+/// reference returns the json.loads value inside its response dict, serialised without sort_keys):
 /// Python json.dumps(value, ensure_ascii=False, separators=(",", ":")) with object members in the
 /// order JsonValue keeps them (first position, last value of a repeated key, at every depth);
 /// strings, numbers and literals exactly as dump_json writes them. Returns UTF-8; never throws for

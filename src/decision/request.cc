@@ -88,8 +88,8 @@ void check_state(const JsonValue& body, Dialect dialect, const RequestLimits& li
   if (s == nullptr) reject(RequestErrorCode::kMissingField, JsonPath().key("state"), "state is required (it may be null)");
   req.state = *s;
   if (dialect != Dialect::kOpenRouter || !s->is_array()) return;
-  // OpenRouter (docs/PROTOCOL.md §1.5): image parts inside the state array become the request's images,
-  // in order; the other items stay the state (an array, order kept).
+  // OpenRouter (docs/PROTOCOL.md §1.5): image parts inside the state array become the request's
+  // images, in order; the other items stay the state (an array, order kept).
   JsonValue::Array text_items, urls;
   for (std::size_t i = 0; i < s->items().size(); ++i) {
     const JsonValue& item = s->items()[i];

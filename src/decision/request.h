@@ -51,9 +51,10 @@ struct RequestLimits {
   JsonParseOptions json;                     ///< nesting depth, integer digits
 };
 
-/// Which `model` values a request may name (docs/PROTOCOL.md §1.1, §2.4). A request may omit `model`, or
-/// name "jev-latest" (the TypeSafe SDK default), `name`, one of `aliases`, or either of those as a
-/// Workers AI path "@cf/cloudflare/<name>" or an OpenRouter slug "cloudflare/<name>" (any dialect).
+/// Which `model` values a request may name (docs/PROTOCOL.md §1.1, §2.4). A request may omit
+/// `model`, or name "jev-latest" (the TypeSafe SDK default), `name`, one of `aliases`, or either of
+/// those as a Workers AI path "@cf/cloudflare/<name>" or an OpenRouter slug "cloudflare/<name>"
+/// (any dialect).
 struct ServedModel {
   std::string name;                  ///< the served model's name, echoed when the request has none
   std::vector<std::string> aliases;  ///< further accepted names (e.g. "clef-flash")

@@ -46,8 +46,8 @@ struct EngineOptions {
   /// whole record.
   static constexpr std::int64_t kDefaultStateCacheMb = 2048;
   std::int64_t state_cache_mb = kDefaultStateCacheMb;
-  /// Images (issue 8; docs/PROTOCOL.md §1.5, §3.6): accepted when the release has a vision tower and
-  /// this is true; decoded within `image_limits`.
+  /// Images (issue 8; docs/PROTOCOL.md §1.5, §3.6): accepted when the release has a vision tower
+  /// and this is true; decoded within `image_limits`.
   bool images = true;
   ImageLimits image_limits;
   /// Seed-000 fixed-grid mode: 0 = the processor's smart resize (keeps the aspect ratio); 8 or 14 =

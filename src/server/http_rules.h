@@ -47,7 +47,7 @@ bool is_json_media_type(std::string_view content_type);
 /// The form of a request target (RFC 9112 §3.2).
 enum class TargetForm : unsigned char {
   kOrigin,     ///< "/path?query" (or empty)
-  kAbsolute,   ///< "http://authority/path" or "https://...": the authority replaces Host (RFC 9112 §3.2.2)
+  kAbsolute,   ///< "http://authority/path" or "https://...": the authority replaces Host (§3.2.2)
   kBadScheme,  ///< "scheme://..." with a scheme other than http and https (400)
   kOther,      ///< "*" or an authority-form: matches no route (404)
 };

@@ -60,7 +60,8 @@ class PairMap {
     slots_.assign(table_size_for(count), Slot{kEmpty, {0, 0}});
     mask_ = slots_.size() - 1;
   }
-  /// Inserts or overwrites (a later duplicate merge wins, docs/TOKENIZER.md §1.4). Returns true if new.
+  /// Inserts or overwrites (a later duplicate merge wins, docs/TOKENIZER.md §1.4).
+  /// Returns true if new.
   bool put(std::int32_t a, std::int32_t b, Value v) {
     const std::uint64_t key = make_key(a, b);
     std::size_t i = mix64(key) & mask_;

@@ -243,7 +243,8 @@ struct AddedToken {
   bool in_tokenizer_json;  ///< false: only in tokenizer_config.json (docs/TOKENIZER.md §1.5)
 };
 
-// The Qwen3.5 added tokens in id order (docs/TOKENIZER.md §1.5), offset to follow the stand-in vocab.
+// The Qwen3.5 added tokens in id order (docs/TOKENIZER.md §1.5), offset to follow the
+// stand-in vocab.
 constexpr AddedToken kAddedTokens[] = {
     {"<|endoftext|>", true, true},      {"<|im_start|>", true, true},      {"<|im_end|>", true, true},
     {"<|object_ref_start|>", true, true}, {"<|object_ref_end|>", true, true}, {"<|box_start|>", true, true},

@@ -35,8 +35,8 @@ enum class AlphaMode : std::uint8_t {
   kDrop,
 };
 
-/// Limits on the `images` of one request (docs/PROTOCOL.md §1.3: hosted <= 4 images, <= 16 MP each).
-/// Every value is inclusive; a value over a limit is a RequestError, never a truncation.
+/// Limits on the `images` of one request (docs/PROTOCOL.md §1.3: hosted <= 4 images, <= 16 MP
+/// each). Every value is inclusive; a value over a limit is a RequestError, never a truncation.
 struct ImageLimits {
   std::size_t max_images = 4;                                ///< images per request
   std::size_t max_encoded_bytes_per_image = 8u << 20;        ///< file bytes after base64 decoding
