@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Backbone prefill benchmark (issue 5): clef.cpp vs transformers on one release folder.
+"""Backbone prefill benchmark (the CPU backbone's speed target): clef.cpp vs transformers on one release folder.
 
 Prints a markdown table: for each T and mode, prefill tokens/s (best of --runs processes, each
 best of its --repeat passes, and the spread (best - worst) / best over all timed passes), achieved

@@ -1,7 +1,8 @@
-// Op micro-benchmarks (issue 5): the measured peak of the kernel level in use (fp32 FMA and bf16
-// vdpbf16ps kernels, ops/peak.h; CLEF_ISA forces a level), the GEMM libraries on the 0.8b / flash linear-layer shapes (oneDNN fp32, oneDNN bf16,
-// OpenBLAS sgemm; all in the same run so the ratios are comparable on a noisy machine), and the
-// chunked gated delta rule and blocked attention kernels. Prints a table; not a timed test.
+// Op micro-benchmarks (kernel speed vs the machine's peak): the measured peak of the kernel level
+// in use (fp32 FMA and bf16 vdpbf16ps kernels, ops/peak.h; CLEF_ISA forces a level), the GEMM
+// libraries on the 0.8b / flash linear-layer shapes (oneDNN fp32, oneDNN bf16, OpenBLAS sgemm; all
+// in the same run so the ratios are comparable on a noisy machine), and the chunked gated delta
+// rule and blocked attention kernels. Prints a table; not a timed test.
 //
 //   clef_bench_ops [--threads N] [--m 1024] [--reps 5] [--quick] [--peak-only]
 #include <cblas.h>

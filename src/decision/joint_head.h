@@ -3,12 +3,13 @@
 // the head keeps only the projected memory row [W] and running span sums; everything else happens
 // in logits() once all T rows have arrived.
 //
-// State reuse (issues 7, 12): the memory rows before a record's state end depend only on the prefix
-// + state tokens, and so do the attention keys and values the head computes from them (steps 7 and
-// 11). HeadMemoryPrefix holds those keys/values for a run of leading rows; the state cache keeps it
-// with the backbone state, and a warm record attends over it plus its own new rows. A record that
-// computes everything itself splits its memory at the same row (`memory_split`) and runs the very
-// same code on both parts, so cached, just computed and cache-off answers are bit-identical.
+// State reuse (README "Exact state reuse"): the memory rows before a record's state end depend only
+// on the prefix + state tokens, and so do the attention keys and values the head computes from them
+// (steps 7 and 11). HeadMemoryPrefix holds those keys/values for a run of leading rows; the state
+// cache keeps it with the backbone state, and a warm record attends over it plus its own new rows.
+// A record that computes everything itself splits its memory at the same row (`memory_split`) and
+// runs the very same code on both parts, so cached, just computed and cache-off answers are
+// bit-identical.
 #pragma once
 
 #include <cstdint>
@@ -64,8 +65,8 @@ class JointHead {
 
   /// The head's per-row input (docs/PROTOCOL.md §4.4 steps 1-2): M = LN_hidden(rows) · Wmemᵀ.
   /// `hidden` [n, H] fp32 final-norm hidden rows -> [n, W] fp32. Row-independent: a row's result
-  /// does not depend on the other rows given (so it can be computed once per state and reused,
-  /// issue 7). Throws InvalidArgument unless `hidden` holds whole rows.
+  /// does not depend on the other rows given (so it can be computed once per state and reused by
+  /// the state cache). Throws InvalidArgument unless `hidden` holds whole rows.
   std::vector<float> project_memory(std::span<const float> hidden) const;
 
   /// The keys and values over memory rows `memory` [n, W] fp32 (project_memory of the rows), as
@@ -136,7 +137,7 @@ class JointHeadRecord {
   std::int64_t rows_fed() const noexcept { return fed_; }
 
   /// Takes rows [0, n) as already fed, from `prefix` (JointHead::memory_prefix of their projected
-  /// memory rows; state reuse, issues 7 and 12), which the record keeps a reference to (no copy).
+  /// memory rows; state reuse), which the record keeps a reference to (no copy).
   /// The head keeps no other per-row value for rows before the first question/option span and
   /// before T-1, so the result is bit-identical to feeding those rows to a record constructed with
   /// memory_split = n. Throws InvalidArgument unless nothing was fed yet, `prefix` is non-null with

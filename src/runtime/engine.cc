@@ -277,9 +277,9 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
   d.state_tokens_dropped = rec.state_tokens_dropped();
 
   const std::span<const std::int32_t> ids(rec.input_ids);
-  // The split at state_end (issue 7). The padded readout keeps the seed's 64-position call grid
-  // over the whole record instead (no split, no cache). The head splits its memory keys/values at
-  // the same row, cache on or off (issue 12), so both do the same arithmetic.
+  // The split at state_end (state reuse, see engine.h). The padded readout keeps the seed's
+  // 64-position call grid over the whole record instead (no split, no cache). The head splits its
+  // memory keys/values at the same row, cache on or off, so both do the same arithmetic.
   const std::int64_t split = options_.backbone.padded_readout ? 0 : rec.state_end();
   JointHeadRecord head(*head_, rec.questions, rec.input_ids, split);
   SequenceState state = backbone_->new_state();

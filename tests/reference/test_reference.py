@@ -182,7 +182,7 @@ def test_head_matches_loop_evaluation(ref, tiny_dir, index):
 
 
 def test_reference_with_an_image_follows_the_record_layout(ref):
-    """The toolkit's image path (the oracle for issue 8): media block right after the 36-token
+    """The toolkit's image path (the oracle for clef.cpp's image path): media block right after the 36-token
     prefix (docs/PROTOCOL.md §3.2 step 2, §3.6), pad count = merged grid H*W, and the composite model
     consumes pixel_values without error, giving finite probabilities."""
     import base64

@@ -1,4 +1,4 @@
-"""Live parity of clef.cpp's request validation with the toolkit's strict validator (issue 4).
+"""Live parity of clef.cpp's request validation with the toolkit's strict validator (docs/DIFFERENCES.md).
 
 Every request of tests/data/requests/corpus.jsonl and bad.jsonl, plus a few thousand generated
 requests (valid variants of the corpus and single-fault mutations), goes through

@@ -1,4 +1,4 @@
-"""Vision tower and M-RoPE positions (issue 8): the C++ engine against transformers, live.
+"""Vision tower and M-RoPE positions: the C++ engine against transformers, live.
 
 Tower: `clef_vision_driver tower` (tests/tools/vision_driver.cc) on random pixel_values for
 several patch grids, one and several images per call, against

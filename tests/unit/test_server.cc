@@ -57,7 +57,7 @@ TEST(ServerRoutes, UnknownPaths) {
   }
 }
 
-// GET /ready (issue 15): 200 only while a decision sent now would be queued.
+// GET /ready (balancer readiness): 200 only while a decision sent now would be queued.
 TEST(ServerReadiness, ReadyUntilTheQueueIsFull) {
   ReadinessInput in{true, false, 0, 2, 1};
   ReadinessReply r = readiness(in, "m\"x");

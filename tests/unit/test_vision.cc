@@ -1,7 +1,7 @@
-// Unit tests of src/vision (issue 8, first half). Pixel-exactness against Pillow/transformers is
-// checked live by tests/reference/test_vision_preprocess.py; these cover the parts with published
-// expected values (RFC 4648 vectors, the token counts quoted in docs/MODEL.md §6.1) and the
-// error codes/paths.
+// Unit tests of src/vision (decoding and preprocessing). Pixel-exactness against
+// Pillow/transformers is checked live by tests/reference/test_vision_preprocess.py; these cover the
+// parts with published expected values (RFC 4648 vectors, the token counts quoted in docs/MODEL.md
+// §6.1) and the error codes/paths.
 #include <gtest/gtest.h>
 
 #include <string>

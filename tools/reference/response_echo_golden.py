@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden SystemOne response bodies for requests whose answers echo request values (issue 12).
+"""Golden SystemOne response bodies for requests whose answers echo request values.
 
 A response echoes four things from its request (docs/PROTOCOL.md §2.1, the reference's
 ``systemone_answer``): the ``model`` string, the question ids (answer keys, request order), the
