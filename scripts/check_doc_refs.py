@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
 """Checks that every section a source or doc file cites in docs/ exists.
 
-A citation is `docs/NAME.md` followed by section references:
-  §3.2  §2–§7  §6.1-6.2  Appendix B  "Heading text"
-separated by commas, semicolons, "and" or "/" (a comment may wrap between them). A numbered
-reference must match a heading of docs/NAME.md that starts with that number ("## 3." or
-"### 3.2 ..."); an appendix one a heading "Appendix B..."; a quoted one a heading containing the
-text. A bare `§N` later in the same file (not after "RFC nnnn") is checked against the docs file the
-file cited last; docs/DIFFERENCES.md and docs/COMPATIBILITY.md cite docs/PROTOCOL.md by default.
-Also fails on citations of files outside the repository (`../shared/`, `architecture.md`, ...).
+A citation is `docs/NAME.md` followed by section references
+  §3.2   §2–§7   §6.1-6.2   Appendix B   "Heading text"
+separated by commas, semicolons, "and", "or" or "/" (a comment may wrap between them).
+  * §N must match a heading of docs/NAME.md that starts with N ("## 3. ..." or "### 3.2 ...");
+    both ends of a range are checked;
+  * Appendix X must match a heading "Appendix X...";
+  * "Text" must occur (case-insensitively) in a heading, or start a bold label `**Text`.
+A bare `§N` (not after "RFC nnnn", "Unicode" or "SPEC") is read as a section of: the file itself for
+docs/MODEL.md, docs/PROTOCOL.md and docs/TOKENIZER.md; docs/PROTOCOL.md in docs/DIFFERENCES.md and
+docs/COMPATIBILITY.md; elsewhere the docs file last cited with a section number before it (with -v,
+bare references that name no docs file are listed as notes). Also fails on citations of research
+notes that are not part of the repository (a sibling `shared` folder, the old spec file names such
+as `protocol` + `.md`). "step N" / "item N" inside a section are not checked.
 
 Usage: python3 scripts/check_doc_refs.py [-v]   (exit 1 and one line per problem if any)
-Standard library only.
+Standard library only; reads the files git tracks under src apps tests tools bench scripts docs
+cmake examples deploy .ci.
 """
 from __future__ import annotations
 
