@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Backbone prefill benchmark (issue 5): clef.cpp vs transformers on one release folder.
+"""Backbone prefill benchmark (the CPU backbone's speed target): clef.cpp vs transformers on one release folder.
 
 Prints a markdown table: for each T and mode, prefill tokens/s (best of --runs processes, each
 best of its --repeat passes, and the spread (best - worst) / best over all timed passes), achieved
@@ -14,7 +14,7 @@ a busy machine. Not a timed test.
   python3 bench/bench_backbone.py --model /tmp/clef-0.8b --T 512,1024,4096,16384 --threads 2
 
 PyTorch is skipped at a T whose estimated time (from the largest T measured so far, scaled by the
-prefill FLOPs of architecture.md §9) exceeds --torch-budget seconds (default 180); the skip and the
+prefill FLOPs of docs/MODEL.md §9) exceeds --torch-budget seconds (default 180); the skip and the
 estimate are printed.
 
 Binaries come from --bin (default: the newest build/*/bin containing clef_backbone_dump).
@@ -46,7 +46,7 @@ def find_bin(explicit: str | None) -> pathlib.Path:
 
 
 def flops_per_token(cfg: dict, t: int, chunk: int = 64) -> float:
-    """Average FLOP per token of a T-token prefill (architecture.md §9): linear layers, causal
+    """Average FLOP per token of a T-token prefill (docs/MODEL.md §9): linear layers, causal
     attention, chunked GDN state math."""
     tc = cfg.get("text_config", cfg)
     h, inter, nh, nkv, hd = tc["hidden_size"], tc["intermediate_size"], tc["num_attention_heads"], \

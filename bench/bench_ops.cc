@@ -1,7 +1,8 @@
-// Op micro-benchmarks (issue 5): the measured peak of the kernel level in use (fp32 FMA and bf16
-// vdpbf16ps kernels, ops/peak.h; CLEF_ISA forces a level), the GEMM libraries on the 0.8b / flash linear-layer shapes (oneDNN fp32, oneDNN bf16,
-// OpenBLAS sgemm; all in the same run so the ratios are comparable on a noisy machine), and the
-// chunked gated delta rule and blocked attention kernels. Prints a table; not a timed test.
+// Op micro-benchmarks (kernel speed vs the machine's peak): the measured peak of the kernel level
+// in use (fp32 FMA and bf16 vdpbf16ps kernels, ops/peak.h; CLEF_ISA forces a level), the GEMM
+// libraries on the 0.8b / flash linear-layer shapes (oneDNN fp32, oneDNN bf16, OpenBLAS sgemm; all
+// in the same run so the ratios are comparable on a noisy machine), and the chunked gated delta
+// rule and blocked attention kernels. Prints a table; not a timed test.
 //
 //   clef_bench_ops [--threads N] [--m 1024] [--reps 5] [--quick] [--peak-only]
 #include <cblas.h>
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
       clef::ops::gated_delta_rule(d, t, q.data(), k.data(), st, v.data(), d.hv * d.dv, g.data(), beta.data(),
                                   s.data(), o.data());
     });
-    const double flop = 47.2e6 / 18.0 * static_cast<double>(t);  // architecture.md §9, per layer
+    const double flop = 47.2e6 / 18.0 * static_cast<double>(t);  // docs/MODEL.md §9, per layer
     std::printf("gated_delta_rule (0.8b layer, T=%lld): %.2f ms, %.0f tokens/s/layer, ~%.1f GFLOP/s\n",
                 static_cast<long long>(t), sec * 1e3, static_cast<double>(t) / sec, flop / sec / 1e9);
   }

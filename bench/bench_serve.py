@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`clef serve` throughput benchmark (issues 6, 15): requests/s and latency percentiles for the corpus
+"""`clef serve` throughput benchmark: requests/s and latency percentiles for the corpus
 (tests/data/requests/corpus.jsonl) with 1, 4, 16 and 64 concurrent clients, then GET /health alone
 (the HTTP layer without the engine); with --baseline-bin, a second binary (main's cpp-httplib
 server) is measured the same way in the same run. Prints the CPU model (lscpu). Not a test.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark of exact state reuse (issue 7): one long state asked once cold, then new questions warm.
+"""Benchmark of exact state reuse: one long state asked once cold, then new questions warm.
 
 Not a test. Runs tests/tools/cache_driver.cc (one Engine, many requests) on a release folder
 (default: the 0.8b random-weight preset, generated with tools/reference/make_model.py if missing):
@@ -17,7 +17,7 @@ Not a test. Runs tests/tools/cache_driver.cc (one Engine, many requests) on a re
 
 for each precision of ``--precision`` (default bf16 then f32, one after the other in one run, so
 their ratios share the machine's state). Prints each request's latency (Decision timings), then a
-markdown table: cold latency, warm medians, speed-ups cold / warm (issue 12 goals: >= 50x for one
+markdown table: cold latency, warm medians, speed-ups cold / warm (goals: >= 50x for one
 new question, >= 20x for 10, on a 16k-token state), the bit checks, and the cache's bytes per
 prefix+state token with the head's key/value part; and the CPU model (lscpu). Exit 1 when a bit
 check fails.

@@ -1,6 +1,6 @@
 // clef_bench_tokenizer: single-thread encode throughput of clef's tokenizer and of the PyPI
 // `tokenizers` (HF Rust core) on the same >= 50 MB mixed corpus, measured in one run, plus the
-// cold load time of tokenizer.json; prints a table and the ratio (issue 3).
+// cold load time of tokenizer.json; prints a table and the ratio (goal: >= 1.5x HF).
 //
 //   clef_bench_tokenizer --model DIR [--mb 50] [--sources PYTHON_STDLIB_DIR] [--no-hf] [--keep FILE]
 //

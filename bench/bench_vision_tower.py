@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Vision tower benchmark (issue 8): clef.cpp's VisionTower vs transformers' Qwen3_5VisionModel
+"""Vision tower benchmark: clef.cpp's VisionTower vs transformers' Qwen3_5VisionModel
 on one release folder, per image, for square images whose patch grid comes from the processor's
-smart_resize rule (architecture.md §6.1: factor 32, min_pixels 256^2, max_pixels 4096^2).
+smart_resize rule (docs/MODEL.md §6.1: factor 32, min_pixels 256^2, max_pixels 4096^2).
 
 Prints a markdown table: image size, patch grid, merged tokens, and per mode the best wall time
 of one tower call (clef.cpp: best of --repeat calls inside one process, model load excluded;
@@ -32,7 +32,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 def smart_resize(height: int, width: int, factor: int = 32, min_pixels: int = 256 * 256,
                  max_pixels: int = 4096 * 4096) -> tuple[int, int]:
-    """Target size of Qwen2VLImageProcessor (architecture.md §6.1)."""
+    """Target size of Qwen2VLImageProcessor (docs/MODEL.md §6.1)."""
     h = round(height / factor) * factor
     w = round(width / factor) * factor
     if h * w > max_pixels:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Backbone prefill, clef.cpp vs llama.cpp in one run, per CPU level (issue 14 benchmark).
+"""Backbone prefill, clef.cpp vs llama.cpp in one run, per CPU level (the one-binary CPU dispatch check).
 
 For each T, each level and each round, runs clef.cpp's `clef_backbone_dump` (CLEF_ISA=<level>, fp32
 and bf16 modes) and then llama.cpp's `llama-bench -p T -n 0 -t THREADS` (the llama build given for

@@ -1,4 +1,4 @@
-# Issue 5: op micro-benchmarks incl. the GEMM library comparison (oneDNN vs OpenBLAS).
+# Op micro-benchmarks incl. the GEMM library comparison (oneDNN vs OpenBLAS).
 # OpenBLAS is linked only here, as the comparison point; the engine uses oneDNN.
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_library(CLEF_OPENBLAS_LIB NAMES openblas PATHS /usr/lib/x86_64-linux-gnu/openblas-pthread NO_DEFAULT_PATH)

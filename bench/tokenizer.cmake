@@ -1,4 +1,4 @@
-# Tokenizer throughput benchmark vs the PyPI `tokenizers` (issue 3). Not a test: run by hand,
+# Tokenizer throughput benchmark vs the PyPI `tokenizers`. Not a test: run by hand,
 #   build/release/bin/clef_bench_tokenizer --model DIR [--mb 50]
 add_executable(clef_bench_tokenizer ${CMAKE_CURRENT_LIST_DIR}/bench_tokenizer.cc)
 target_link_libraries(clef_bench_tokenizer PRIVATE clef_engine clef_warnings)

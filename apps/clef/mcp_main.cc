@@ -44,7 +44,7 @@ constexpr const char* kMcpFooter =
 
 constexpr const char* kVersions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
 
-/// The decide tool's input schema: a SystemOne request (protocol.md §1; validation rules in
+/// The decide tool's input schema: a SystemOne request (docs/PROTOCOL.md §1; validation rules in
 /// src/decision/request.h).
 Json decide_schema(const RequestLimits& lim) {
   const Json instructions = {{"type", "string"}, {"description", "What the question asks, in words"}};

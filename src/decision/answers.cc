@@ -82,7 +82,7 @@ std::string build_response_json(const SystemOneRequest& request, const std::stri
   std::size_t base = 0;
   for (std::size_t qi = 0; qi < request.questions.size(); ++qi) {
     const RequestQuestion& q = request.questions[qi];
-    // Probabilities as Python floats: doubles holding the float32 values (§2.1 rule 1).
+    // Probabilities as Python floats: doubles holding float32 values (docs/PROTOCOL.md §2.1).
     std::vector<double> p(q.options.size());
     for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<double>(probs[base + i]);
     base += p.size();

@@ -1,6 +1,6 @@
-// From option logits to the SystemOne answer (protocol.md §2.1-2.3): per-question fp32 softmax,
-// noul / choice / score mapping, Python-compatible 4-decimal rounding, confidence modes, and the
-// response body as JSON text with Python's number formatting.
+// From option logits to the SystemOne answer (docs/PROTOCOL.md §2.1-2.3): per-question fp32
+// softmax, noul / choice / score mapping, Python-compatible 4-decimal rounding, confidence modes,
+// and the response body as JSON text with Python's number formatting.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,7 @@
 
 namespace clef {
 
-/// How `confidence` is computed (protocol.md §2.2).
+/// How `confidence` is computed (docs/PROTOCOL.md §2.2).
 enum class ConfidenceMode : std::uint8_t {
   kReference,  ///< Clef reference: the top probability (choice), the largest level probability (score)
   kJev,        ///< TypeSafe: (m - 1/n)/(1 - 1/n) (choice); max(0, 1 - sum p_i |i - k| / D) (score)
@@ -22,7 +22,7 @@ enum class ConfidenceMode : std::uint8_t {
 struct AnswerOptions {
   ConfidenceMode confidence = ConfidenceMode::kReference;
   /// Jev-compatible legends: a null level description becomes "" (the TypeSafe SDK rejects null,
-  /// protocol.md §2.3). Off: legends echo the raw criteria (reference).
+  /// docs/PROTOCOL.md §2.3). Off: legends echo the raw criteria (reference).
   bool jev_legend = false;
 };
 
@@ -35,7 +35,7 @@ double python_round4(double x);
 /// the request's option count and InternalError on a non-finite logit (never NaN downstream).
 std::vector<float> question_probabilities(const SystemOneRequest& request, std::span<const float> logits);
 
-/// The SystemOne response body (protocol.md §2.1) as compact UTF-8 JSON:
+/// The SystemOne response body (docs/PROTOCOL.md §2.1) as compact UTF-8 JSON:
 /// {"model": model, "answers": {qid: answer, ...}, "usage": {"input_tokens": n, "output_tokens": 0}}
 /// with answers in request order, choice probabilities in request order, score levels "0".."n-1",
 /// numbers rounded like Python's round(x, 4) and printed like Python's repr. `extra_usage` members

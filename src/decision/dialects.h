@@ -1,7 +1,7 @@
-// The three wire dialects of a decision (protocol.md §2.4, §2.5): how a SystemOne response body
-// is wrapped, and how a refused request is reported (HTTP status + body in the dialect's shape).
-// Pure string building: the HTTP server picks the dialect from the route and sends what this
-// returns; nothing here knows about sockets or tensors.
+// The three wire dialects of a decision (docs/PROTOCOL.md §2.4, §2.5): how a SystemOne response
+// body is wrapped, and how a refused request is reported (HTTP status + body in the dialect's
+// shape). Pure string building: the HTTP server picks the dialect from the route and sends what
+// this returns; nothing here knows about sockets or tensors.
 #pragma once
 
 #include <string>
@@ -11,7 +11,8 @@
 
 namespace clef {
 
-/// Workers AI error codes (the `code` of a Cloudflare envelope's `errors[]`, protocol.md §2.5).
+/// Workers AI error codes: the `code` of a Cloudflare envelope's `errors[]` (docs/PROTOCOL.md
+/// §2.5).
 enum class CloudflareCode : int {
   kUnassigned = 0,         ///< an HTTP-layer error Workers AI has no code for (framing, Host, timeouts)
   kOverloaded = 3040,      ///< capacity: queue full, queue deadline, body budget, connections

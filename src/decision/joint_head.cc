@@ -386,7 +386,8 @@ JointHeadRecord::JointHeadRecord(const JointHead& head, std::vector<HeadQuestion
   option_sum_.assign(n_options * H, 0.0);
   last_row_.assign(H, 0.0f);
 
-  // Lexical vectors: the mean of the raw output-embedding rows of each option span's ids (§4.4 step 5).
+  // Lexical vectors: the mean of the raw output-embedding rows of each option span's ids
+  // (docs/PROTOCOL.md §4.4 step 5).
   const WeightView& table = *head.output_embeddings_;
   const std::int64_t vocab = table.shape()[0];
   const std::size_t row_bytes = dtype_bytes(table.dtype(), H);  // Q8_0 (a GGUF table): whole blocks
@@ -483,7 +484,8 @@ void JointHeadRecord::feed(std::span<const float> hidden) {
   if (static_cast<std::int64_t>(hidden.size()) % H != 0) throw InvalidArgument("joint head: feed() needs whole rows");
   const std::int64_t n = static_cast<std::int64_t>(hidden.size()) / H;
   if (fed_ + n > total_) throw InvalidArgument("joint head: fed more rows than the record has");
-  // §4.4 steps 1-2: X = LN_hidden(rows); M = X · Wmemᵀ (as in JointHead::project_memory).
+  // docs/PROTOCOL.md §4.4 steps 1-2: X = LN_hidden(rows); M = X · Wmemᵀ (as in
+  // JointHead::project_memory).
   const std::vector<float> x = layer_norm(head_.hidden_norm_, hidden.data(), n, H);
   const std::vector<float> m = linear_rows(head_.memory_, x.data(), n);
   const std::int64_t base = prefix_ ? split_ : 0;  // memory_ holds rows [base, T)

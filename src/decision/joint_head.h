@@ -1,14 +1,15 @@
-// The joint schema head (protocol.md §4.4), fp32, fed with the backbone's final-norm hidden rows
-// chunk by chunk: a record of any length never needs the [T, hidden] matrix at once. Per row the
-// head keeps only the projected memory row [W] and running span sums; everything else happens in
-// logits() once all T rows have arrived.
+// The joint schema head (docs/PROTOCOL.md §4.4), fp32, fed with the backbone's final-norm hidden
+// rows chunk by chunk: a record of any length never needs the [T, hidden] matrix at once. Per row
+// the head keeps only the projected memory row [W] and running span sums; everything else happens
+// in logits() once all T rows have arrived.
 //
-// State reuse (issues 7, 12): the memory rows before a record's state end depend only on the prefix
-// + state tokens, and so do the attention keys and values the head computes from them (steps 7 and
-// 11). HeadMemoryPrefix holds those keys/values for a run of leading rows; the state cache keeps it
-// with the backbone state, and a warm record attends over it plus its own new rows. A record that
-// computes everything itself splits its memory at the same row (`memory_split`) and runs the very
-// same code on both parts, so cached, just computed and cache-off answers are bit-identical.
+// State reuse (README "Exact state reuse"): the memory rows before a record's state end depend only
+// on the prefix + state tokens, and so do the attention keys and values the head computes from them
+// (steps 7 and 11). HeadMemoryPrefix holds those keys/values for a run of leading rows; the state
+// cache keeps it with the backbone state, and a warm record attends over it plus its own new rows.
+// A record that computes everything itself splits its memory at the same row (`memory_split`) and
+// runs the very same code on both parts, so cached, just computed and cache-off answers are
+// bit-identical.
 #pragma once
 
 #include <cstdint>
@@ -29,18 +30,18 @@ struct TokenSpan {
   std::int64_t size() const noexcept { return end - begin; }
 };
 
-/// One question of a record as the head sees it (protocol.md §4.3).
+/// One question of a record as the head sees it (docs/PROTOCOL.md §4.3).
 struct HeadQuestion {
   int type_id = 0;                  ///< 0 noul, 1 choice, 2 score (rows of type_embedding)
   TokenSpan span;                   ///< tokens of render(instructions or id)
   std::vector<TokenSpan> options;   ///< tokens of render({option_id, description}), model order
 };
 
-/// The attention keys and values of the joint head over memory rows [0, rows) (protocol.md §4.4):
-/// for each routing layer i (step 7) K = LN_mem_i(M)·Wkᵀ + bk and V = LN_mem_i(M)·Wvᵀ + bv, then
-/// for each field-decoder layer j (step 11, cross-attention to the raw memory) K = M·Wkᵀ + bk and
-/// V = M·Wvᵀ + bv, all [rows, W] fp32 row-major, M the projected memory rows. Exact functions of
-/// those rows (computed once by JointHead::memory_prefix, never modified), so a state cache may
+/// The attention keys and values of the joint head over memory rows [0, rows) (docs/PROTOCOL.md
+/// §4.4): for each routing layer i (step 7) K = LN_mem_i(M)·Wkᵀ + bk and V = LN_mem_i(M)·Wvᵀ + bv,
+/// then for each field-decoder layer j (step 11, cross-attention to the raw memory) K = M·Wkᵀ + bk
+/// and V = M·Wvᵀ + bv, all [rows, W] fp32 row-major, M the projected memory rows. Exact functions
+/// of those rows (computed once by JointHead::memory_prefix, never modified), so a state cache may
 /// share one instance between records and threads.
 struct HeadMemoryPrefix {
   std::int64_t rows = 0;   ///< memory rows covered
@@ -62,10 +63,10 @@ class JointHead {
 
   const JointHeadConfig& config() const noexcept { return cfg_; }
 
-  /// The head's per-row input (protocol.md §4.4 steps 1-2): M = LN_hidden(rows) · Wmemᵀ.
+  /// The head's per-row input (docs/PROTOCOL.md §4.4 steps 1-2): M = LN_hidden(rows) · Wmemᵀ.
   /// `hidden` [n, H] fp32 final-norm hidden rows -> [n, W] fp32. Row-independent: a row's result
-  /// does not depend on the other rows given (so it can be computed once per state and reused,
-  /// issue 7). Throws InvalidArgument unless `hidden` holds whole rows.
+  /// does not depend on the other rows given (so it can be computed once per state and reused by
+  /// the state cache). Throws InvalidArgument unless `hidden` holds whole rows.
   std::vector<float> project_memory(std::span<const float> hidden) const;
 
   /// The keys and values over memory rows `memory` [n, W] fp32 (project_memory of the rows), as
@@ -127,7 +128,7 @@ class JointHeadRecord {
   /// end, so that an uncached record does exactly the arithmetic of one whose prefix was restored
   /// from a cache (restore_prefix with `split` rows). Throws InvalidArgument if a span is empty or
   /// outside [0, T), an id is outside the output table (an empty span would be a NaN in the
-  /// reference, protocol.md §5.3), or the split is invalid (see restore_prefix).
+  /// reference, docs/PROTOCOL.md §5.3), or the split is invalid (see restore_prefix).
   JointHeadRecord(const JointHead& head, std::vector<HeadQuestion> questions, std::span<const std::int32_t> input_ids,
                   std::int64_t memory_split = 0);
 
@@ -136,7 +137,7 @@ class JointHeadRecord {
   std::int64_t rows_fed() const noexcept { return fed_; }
 
   /// Takes rows [0, n) as already fed, from `prefix` (JointHead::memory_prefix of their projected
-  /// memory rows; state reuse, issues 7 and 12), which the record keeps a reference to (no copy).
+  /// memory rows; state reuse), which the record keeps a reference to (no copy).
   /// The head keeps no other per-row value for rows before the first question/option span and
   /// before T-1, so the result is bit-identical to feeding those rows to a record constructed with
   /// memory_split = n. Throws InvalidArgument unless nothing was fed yet, `prefix` is non-null with
@@ -176,8 +177,8 @@ struct KvRun {
   std::int64_t rows = 0;
 };
 
-/// The attention core of nn.MultiheadAttention (no mask; protocol.md §4.4 step 7 MHA): for each
-/// head h (size d = W / heads) and query i, softmax_j(q_i,h · k_j,h / √d) over the keys of all
+/// The attention core of nn.MultiheadAttention (no mask; docs/PROTOCOL.md §4.4 step 7 MHA): for
+/// each head h (size d = W / heads) and query i, softmax_j(q_i,h · k_j,h / √d) over the keys of all
 /// `runs` concatenated in order, then Σ_j p_ij v_j,h. `q` [nq, W] fp32 holds the projected queries
 /// (in_proj applied); returns the context [nq, W] fp32 (before out_proj). Tasks of one head × up to
 /// 16 queries run in parallel and keys are visited in blocks of 128 rows (each block read once

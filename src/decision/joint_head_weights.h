@@ -1,5 +1,5 @@
-// Tensors of joint_head.safetensors (protocol.md §4.2), bound strictly (the reference loads them
-// with strict=True): every tensor must be present with the shape implied by
+// Tensors of joint_head.safetensors (docs/PROTOCOL.md §4.2), bound strictly (the reference loads
+// them with strict=True): every tensor must be present with the shape implied by
 // joint_head_config.json, and no other tensor may exist.
 #pragma once
 
@@ -21,7 +21,7 @@ struct MultiheadAttentionWeights {
   WeightView in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias;
 };
 
-/// Evidence-routing layer i < R (protocol.md §4.4 step 7).
+/// Evidence-routing layer i < R (docs/PROTOCOL.md §4.4 step 7).
 struct RoutingLayerWeights {
   LayerNormWeights query_norm, memory_norm, feedforward_norm;  ///< [W]
   MultiheadAttentionWeights attention;

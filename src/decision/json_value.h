@@ -1,7 +1,7 @@
 // An immutable JSON value that keeps what Python's json.loads keeps and render() needs
-// (protocol.md §3.3): object members in the order sent (a duplicate key keeps its first position
-// and its last value, like a Python dict), integer vs float, the exact double of a float, the
-// decimal digits of integers of any size, and strings as valid UTF-8 without lone surrogates.
+// (docs/PROTOCOL.md §3.3): object members in the order sent (a duplicate key keeps its first
+// position and its last value, like a Python dict), integer vs float, the exact double of a float,
+// the decimal digits of integers of any size, and strings as valid UTF-8 without lone surrogates.
 // parse_json() reads request bodies into it with byte-offset errors.
 #pragma once
 

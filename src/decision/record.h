@@ -1,5 +1,5 @@
-// encode_record (protocol.md §3): a validated SystemOne request -> the exact prompt token ids and
-// the question/option spans the joint head reads. Every piece is tokenized on its own (no
+// encode_record (docs/PROTOCOL.md §3): a validated SystemOne request -> the exact prompt token ids
+// and the question/option spans the joint head reads. Every piece is tokenized on its own (no
 // special-token insertion; added tokens inside any piece are still recognised) and the id lists
 // are concatenated: prefix ‖ state ‖ schema ‖ suffix.
 #pragma once
@@ -15,7 +15,7 @@
 
 namespace clef {
 
-/// The fixed prompt strings (protocol.md §3.1, seed 000).
+/// The fixed prompt strings (docs/PROTOCOL.md §3.1, seed 000).
 inline constexpr const char* kSystemPrompt =
     "Read the complete state and schema. Decide every field jointly. Each answer must be exactly one of that "
     "field's allowed options.";
@@ -53,7 +53,7 @@ struct EncodedRecord {
   std::int64_t state_end() const noexcept { return prefix_len + state_len; }
 };
 
-/// Encodes `request` (protocol.md §3.2 steps 1-8, text only). Throws RequestError:
+/// Encodes `request` (docs/PROTOCOL.md §3.2 steps 1-8, text only). Throws RequestError:
 /// input_too_long (path `state`) when prefix + state + schema + suffix exceeds max_length under
 /// kRefuse, or when the fixed part alone does ("schema requires N tokens before state; maximum is
 /// M", path `questions`), and empty_span (path `questions.<id>`) when an instruction or option

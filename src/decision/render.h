@@ -1,5 +1,5 @@
-// render(): the text of a JSON value inside a Clef prompt (protocol.md §3.3), byte-identical to the
-// reference's Python: a string is used as-is, any other value is
+// render(): the text of a JSON value inside a Clef prompt (docs/PROTOCOL.md §3.3), byte-identical
+// to the reference's Python: a string is used as-is, any other value is
 //   json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 // of the value json.loads produced from the request.
 #pragma once
@@ -11,7 +11,7 @@
 
 namespace clef {
 
-/// Prompt text of a value (protocol.md §3.3): the string itself for a JSON string, else
+/// Prompt text of a value (docs/PROTOCOL.md §3.3): the string itself for a JSON string, else
 /// dump_json(value). Returns UTF-8. Never throws for a JsonValue (its invariants exclude NaN,
 /// infinities, invalid UTF-8 and lone surrogates).
 std::string render(const JsonValue& value);
@@ -25,8 +25,8 @@ std::string dump_json(const JsonValue& value);
 /// Appends dump_json(value) to `out`.
 void append_dump_json(std::string& out, const JsonValue& value);
 
-/// Appends `value` as a response echoes a request value (protocol.md §2.1 rule 4: the reference
-/// returns the json.loads value inside its response dict, serialised without sort_keys):
+/// Appends `value` as a response echoes a request value (docs/PROTOCOL.md §2.1 rule 4: the
+/// reference returns the json.loads value inside its response dict, serialised without sort_keys):
 /// Python json.dumps(value, ensure_ascii=False, separators=(",", ":")) with object members in the
 /// order JsonValue keeps them (first position, last value of a repeated key, at every depth);
 /// strings, numbers and literals exactly as dump_json writes them. Returns UTF-8; never throws for
@@ -38,7 +38,7 @@ void append_echo_json(std::string& out, const JsonValue& value);
 /// byte below 0x20 as \u00xx (lower-case hex), everything else (DEL, U+2028, non-ASCII) raw.
 void append_json_string(std::string& out, std::string_view s);
 
-/// Python repr() of a finite double (protocol.md §3.3): the shortest digits that round-trip;
+/// Python repr() of a finite double (docs/PROTOCOL.md §3.3): the shortest digits that round-trip;
 /// positional when the decimal exponent of the leading digit is in [-4, 15] ("1.0", "0.0001",
 /// "-0.0", "1e+16" is the first exponent form), else "d[.ddd]e±XX" with at least two exponent
 /// digits ("1e-05", "1.2345e+20", "5e-324"). Throws InternalError for NaN and infinities.

@@ -57,7 +57,7 @@ std::string count_text(std::size_t n, const char* what) {
   return std::to_string(n) + " " + what;
 }
 
-// OpenRouter image part: {"type": "image_url", "image_url": {...}} (protocol.md §1.5).
+// OpenRouter image part: {"type": "image_url", "image_url": {...}} (docs/PROTOCOL.md §1.5).
 bool is_image_part(const JsonValue& item) {
   if (!item.is_object()) return false;
   const JsonValue* t = item.find("type");
@@ -88,8 +88,8 @@ void check_state(const JsonValue& body, Dialect dialect, const RequestLimits& li
   if (s == nullptr) reject(RequestErrorCode::kMissingField, JsonPath().key("state"), "state is required (it may be null)");
   req.state = *s;
   if (dialect != Dialect::kOpenRouter || !s->is_array()) return;
-  // OpenRouter (protocol.md §1.5): image parts inside the state array become the request's images,
-  // in order; the other items stay the state (an array, order kept).
+  // OpenRouter (docs/PROTOCOL.md §1.5): image parts inside the state array become the request's
+  // images, in order; the other items stay the state (an array, order kept).
   JsonValue::Array text_items, urls;
   for (std::size_t i = 0; i < s->items().size(); ++i) {
     const JsonValue& item = s->items()[i];

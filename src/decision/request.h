@@ -1,9 +1,9 @@
-// The SystemOne request model and its validation (protocol.md §1, §5.3, §8).
+// The SystemOne request model and its validation (docs/PROTOCOL.md §1, §5.3, §6).
 //
 // parse_request() turns a request body into typed questions with their options in model order
 // (§3.4), or throws a RequestError naming a machine-readable code and the JSON path of the
 // offending value. It accepts what the reference accepts except where the reference crashes or
-// silently computes garbage (§5.3 items 5-6, §8 #7-9), which become RequestErrors; see
+// silently computes garbage (§5.3 items 5-6, §6 items 6-8), which become RequestErrors; see
 // docs/DIFFERENCES.md for each deliberate difference.
 #pragma once
 
@@ -25,7 +25,7 @@ enum class QuestionType : std::uint8_t { kNoul = 0, kChoice = 1, kScore = 2 };
 /// "noul", "choice" or "score".
 const char* question_type_name(QuestionType type) noexcept;
 
-/// Wire dialect the body arrived in (protocol.md §2.4). All share the SystemOne body; the
+/// Wire dialect the body arrived in (docs/PROTOCOL.md §2.4). All share the SystemOne body; the
 /// OpenRouter form may also carry image parts inside a `state` array (§1.5).
 enum class Dialect : std::uint8_t {
   kSystemOne,   ///< TypeSafe / Jev `POST /v1/systemone`
@@ -33,7 +33,7 @@ enum class Dialect : std::uint8_t {
   kOpenRouter,  ///< OpenRouter `POST /api/alpha/decisions`
 };
 
-/// Limits applied by validation (protocol.md §1.3); every count is inclusive.
+/// Limits applied by validation (docs/PROTOCOL.md §1.3); every count is inclusive.
 struct RequestLimits {
   std::size_t min_questions = 1;
   std::size_t max_questions = 64;
@@ -51,9 +51,10 @@ struct RequestLimits {
   JsonParseOptions json;                     ///< nesting depth, integer digits
 };
 
-/// Which `model` values a request may name (protocol.md §1.1, §2.4). A request may omit `model`, or
-/// name "jev-latest" (the TypeSafe SDK default), `name`, one of `aliases`, or either of those as a
-/// Workers AI path "@cf/cloudflare/<name>" or an OpenRouter slug "cloudflare/<name>" (any dialect).
+/// Which `model` values a request may name (docs/PROTOCOL.md §1.1, §2.4). A request may omit
+/// `model`, or name "jev-latest" (the TypeSafe SDK default), `name`, one of `aliases`, or either of
+/// those as a Workers AI path "@cf/cloudflare/<name>" or an OpenRouter slug "cloudflare/<name>"
+/// (any dialect).
 struct ServedModel {
   std::string name;                  ///< the served model's name, echoed when the request has none
   std::vector<std::string> aliases;  ///< further accepted names (e.g. "clef-flash")
@@ -119,7 +120,7 @@ struct SystemOneRequest {
 SystemOneRequest parse_request(std::string_view body, const RequestLimits& limits, Dialect dialect,
                                const ServedModel& served);
 
-/// Validates an already parsed body (protocol.md §1, §5.3). Rules, in order:
+/// Validates an already parsed body (docs/PROTOCOL.md §1, §5.3). Rules, in order:
 ///  * body an object (invalid_type at the root);
 ///  * `model` absent or a string (invalid_type `model`) naming a served model (unknown_model `model`);
 ///  * `state` present, any value (missing_field `state`); OpenRouter: image parts

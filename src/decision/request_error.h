@@ -1,5 +1,5 @@
 // Typed rejection of a SystemOne request: a machine-readable code, the JSON path of the offending
-// value and (for syntax errors) the byte offset in the body (protocol.md §2.5, §5.3).
+// value and (for syntax errors) the byte offset in the body (docs/PROTOCOL.md §2.5, §5.3).
 #pragma once
 
 #include <cstddef>
@@ -37,7 +37,7 @@ class JsonPath {
 };
 
 /// Machine-readable reason of a RequestError. The string form (request_error_code_name) is the
-/// stable wire name; DIFFERENCES.md and the report of issue 4 list each code with its paths.
+/// stable wire name; docs/DIFFERENCES.md lists each code with its paths.
 enum class RequestErrorCode : std::uint8_t {
   kInvalidJson,           ///< "invalid_json": not JSON (syntax, bad UTF-8, raw control character)
   kLoneSurrogate,         ///< "lone_surrogate": a UTF-16 surrogate that is not part of a pair

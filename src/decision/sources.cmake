@@ -1,4 +1,4 @@
-# SystemOne request model, validation and Python-exact render() (issue 4, items 1-2).
+# SystemOne request model, validation and Python-exact render().
 target_sources(clef_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/request_error.cc
   ${CMAKE_CURRENT_LIST_DIR}/json_value.cc

@@ -1,4 +1,5 @@
-// The GGUF container (llama.cpp's model file; issue 13), version 2 and 3, little-endian:
+// The GGUF container (llama.cpp's model file, read for `--model FILE.gguf`), version 2 and 3,
+// little-endian:
 //   magic "GGUF", u32 version, u64 tensor_count, u64 kv_count,
 //   kv_count x (string key, u32 value type, value),
 //   tensor_count x (string name, u32 n_dims, n_dims x u64 ne, u32 ggml type, u64 offset),

@@ -2,7 +2,7 @@
 //   config.json (Qwen3.5, composite `text_config` + `vision_config` form or flat text-only form),
 //   joint_head_config.json, preprocessor_config.json.
 // Defaults are the ones transformers' Qwen3_5*Config classes use (transformers 5.x,
-// configuration_qwen3_5.py); see ../shared/spec/architecture.md §1 for the meaning of each field.
+// configuration_qwen3_5.py); see docs/MODEL.md §1 for the meaning of each field.
 #pragma once
 
 #include <array>
@@ -15,7 +15,7 @@
 
 namespace clef {
 
-/// Kind of one decoder layer (architecture.md §1.2).
+/// Kind of one decoder layer (docs/MODEL.md §1.2).
 enum class LayerType { kLinearAttention, kFullAttention };
 const char* layer_type_name(LayerType t) noexcept;
 
@@ -85,7 +85,7 @@ struct ModelConfig {
 /// does not implement (unknown model_type, MoE, non-default RoPE, attention bias, ...).
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& label = "config.json");
 
-/// joint_head_config.json (protocol.md §4.1).
+/// joint_head_config.json (docs/PROTOCOL.md §4.1).
 struct JointHeadConfig {
   std::int64_t hidden_size = 0;     ///< backbone width H the head reads
   std::int64_t width = 0;           ///< W
@@ -101,7 +101,7 @@ struct JointHeadConfig {
 JointHeadConfig parse_joint_head_config(const nlohmann::json& j,
                                         const std::string& label = "joint_head_config.json");
 
-/// preprocessor_config.json (Qwen2VLImageProcessor fields, architecture.md §6.1).
+/// preprocessor_config.json (Qwen2VLImageProcessor fields, docs/MODEL.md §6.1).
 struct PreprocessorConfig {
   std::string image_processor_type;
   bool do_convert_rgb = true, do_resize = true, do_rescale = true, do_normalize = true;

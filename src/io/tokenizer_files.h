@@ -11,7 +11,7 @@
 
 namespace clef {
 
-/// What tokenizer.json and tokenizer_config.json declare (tokenizer.md §1.1, §1.5).
+/// What tokenizer.json and tokenizer_config.json declare (docs/TOKENIZER.md §1.1, §1.5).
 struct TokenizerSummary {
   std::string model_type;          ///< "BPE"
   std::int64_t vocab_entries = 0;  ///< model.vocab size (base vocabulary)

@@ -17,7 +17,7 @@
 namespace clef {
 
 /// How a small tensor's numbers are stored relative to the checkpoint parameter the model is
-/// defined with (architecture.md). The release folder stores every tensor as the parameter
+/// defined with (docs/MODEL.md). The release folder stores every tensor as the parameter
 /// itself (kParameter); llama.cpp's GGUF converter stores some as a function of it, and clef reads
 /// the stored form rather than inverting it (the inverse is not exact in floating point).
 enum class StoredAs : std::uint8_t {

@@ -1,4 +1,4 @@
-// Gated full attention (architecture.md §3): q/gate projection (per-head interleaved), k/v
+// Gated full attention (docs/MODEL.md §3): q/gate projection (per-head interleaved), k/v
 // projections, per-head offset q/k RMSNorm, partial M-RoPE, KV-cache append, causal GQA
 // attention, sigmoid output gate, output projection.
 #pragma once

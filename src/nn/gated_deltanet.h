@@ -1,4 +1,4 @@
-// Gated DeltaNet mixer (architecture.md §4): projections, causal conv with carried state, q/k L2
+// Gated DeltaNet mixer (docs/MODEL.md §4): projections, causal conv with carried state, q/k L2
 // norm, gates, the delta rule (chunked form), per-head gated RMSNorm, output projection.
 #pragma once
 

@@ -19,7 +19,7 @@ ops::GemmWeight linear_weight(const WeightView& w, ops::Precision p, const std::
 /// (w.stored != kParameter: use offset_norm_f32 / neg_exp_a).
 std::vector<float> small_f32(const WeightView& w, const std::string& name);
 
-/// The weight w of an offset RMSNorm (architecture.md §2.2: y = x̂ · (1 + w), the kernels compute
+/// The weight w of an offset RMSNorm (docs/MODEL.md §2.2: y = x̂ · (1 + w), the kernels compute
 /// 1.0f + w[j] in fp32), [n] fp32. kParameter: w as stored. kOnePlus (GGUF: u = fp32(1 + w)
 /// stored): a v with fp32(1.0f + v) == u bit for bit, so the kernel's factor equals the stored u
 /// and a GGUF made from a folder gives the folder's numbers exactly. v = u - 1 (exact for every u

@@ -1,4 +1,4 @@
-// SwiGLU MLP block (architecture.md §5): h += down( silu(gate(x)) * up(x) ).
+// SwiGLU MLP block (docs/MODEL.md §5): h += down( silu(gate(x)) * up(x) ).
 #pragma once
 
 #include <cstdint>

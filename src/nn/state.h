@@ -1,5 +1,5 @@
 // Per-sequence state of a hybrid (Gated DeltaNet + full attention) decoder, carried between
-// prefill chunks (architecture.md §13, issue 5 §4). Plain values: copying a ModelState is a deep
+// prefill chunks (docs/MODEL.md §13). Plain values: copying a ModelState is a deep
 // copy, which is exactly "fork"; assigning one back is "restore".
 #pragma once
 

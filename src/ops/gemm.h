@@ -4,7 +4,7 @@
 // The CPU backend is oneDNN's matmul (chosen by measurement over OpenBLAS, see docs/NUMERICS.md
 // and bench/bench_ops.cc); it runs on the engine's OpenMP pool (ops/parallel.h).
 //
-// Precision (issue 5 §3):
+// Precision (docs/NUMERICS.md "Precision modes"):
 //   kF32  parity mode: fp32 activations times exact fp32 weights (bf16/f16 weights are widened,
 //         which is exact), fp32 accumulation;
 //   kBF16 fast mode: activations rounded to bf16, bf16 weights used in place (mmapped, zero

@@ -1,4 +1,5 @@
-// int8 linear layers in ggml's Q8_0 scheme (issue 13): y [m, n] = x [m, k] · Wᵀ with
+// int8 linear layers in ggml's Q8_0 scheme (`--precision int8`, and GGUF Q8_0 weights): y [m, n] =
+// x [m, k] · Wᵀ with
 //
 //   W   symmetric int8, one scale per row and block of 32 along k:  W[j, 32b + i] ≈ dw[j, b] · qw[j, 32b + i]
 //       (dw is IEEE fp16, qw in [-127, 127]). Made at load from F32/BF16/F16 weights exactly as

@@ -1,4 +1,5 @@
-// Run-time CPU dispatch: which SIMD level the CPU kernels run at (issue 14).
+// Run-time CPU dispatch: which SIMD level the CPU kernels run at, so that one binary serves every
+// x86-64 level.
 //
 // One portable binary carries every hot kernel of src/ops/cpu compiled for several x86-64 levels
 // (Google Highway's foreach_target / HWY_DYNAMIC_DISPATCH, one copy per target in each kernel

@@ -1,4 +1,4 @@
-// Device-agnostic op functions of the Qwen3.5 backbone (architecture.md §2-§7).
+// Device-agnostic op functions of the Qwen3.5 backbone (docs/MODEL.md §2-§7).
 //
 // Every op exists twice with the same signature and contract:
 //   clef::ops::ref::NAME   plain scalar reference, written as the formula reads; the test oracle,
@@ -19,7 +19,7 @@
 
 namespace clef::ops {
 
-/// Shapes of one Gated DeltaNet layer's recurrence (architecture.md §4).
+/// Shapes of one Gated DeltaNet layer's recurrence (docs/MODEL.md §4).
 struct GdnDims {
   std::int64_t hk = 0;  ///< q/k heads Hk
   std::int64_t hv = 0;  ///< value heads Hv (multiple of hk; v-head h reads k-head h / (hv/hk))
@@ -27,14 +27,14 @@ struct GdnDims {
   std::int64_t dv = 0;  ///< value head dim
 };
 
-/// Shapes of the gated full-attention core (architecture.md §3).
+/// Shapes of the gated full-attention core (docs/MODEL.md §3).
 struct AttentionDims {
   std::int64_t nh = 0;   ///< query heads
   std::int64_t nkv = 0;  ///< key/value heads (nh a multiple of nkv, contiguous groups)
   std::int64_t hd = 0;   ///< head dim
 };
 
-/// Multimodal rotary configuration (architecture.md §7.2).
+/// Multimodal rotary configuration (docs/MODEL.md §7.2).
 struct RopeDims {
   std::int64_t rotary_dim = 0;          ///< rotated dims per head (even); rotary_dim/2 frequencies
   double theta = 1e7;                   ///< rope_theta

@@ -1,6 +1,7 @@
 // The engine's one thread pool. clef's own parallel loops use OpenMP, and Debian's oneDNN is
 // built on the same OpenMP runtime (libgomp), so the GEMM library and our kernels share one pool
-// and never oversubscribe each other (issue 5 §6). The pool is sized once per process.
+// and never oversubscribe each other (docs/NUMERICS.md "Threading"). The pool is sized once per
+// process.
 #pragma once
 
 namespace clef::ops {

@@ -1,4 +1,4 @@
-// M-RoPE frequency table and stream selector (architecture.md §7.2), shared by the reference and
+// M-RoPE frequency table and stream selector (docs/MODEL.md §7.2), shared by the reference and
 // the optimized rope_tables so both define the angles identically.
 #pragma once
 

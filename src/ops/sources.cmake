@@ -1,4 +1,4 @@
-# Ops, nn blocks, the Qwen3.5 text model and the backbone runtime (issue 5).
+# Ops, nn blocks, the Qwen3.5 text model and the backbone runtime.
 # GEMM: oneDNN (Debian libdnnl, OpenMP runtime); our own parallel loops use the same OpenMP.
 # Kernels: Google Highway (Debian libhwy-dev) compiles each src/ops/cpu kernel file once per x86-64
 # target and dispatches at run time (ops/isa.h). The build itself targets the plain x86-64

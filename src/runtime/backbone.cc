@@ -178,8 +178,9 @@ void Backbone::prefill(std::span<const std::int32_t> ids, SequenceState& st, con
       std::copy_n(media.positions.begin() + r * total + c0, n, pos.begin() + r * n);
     }
     model_.embed(call, embeds_.data());
+    // Pad rows are replaced by tower rows, not added to (docs/MODEL.md §6.9).
     for (std::int64_t i = 0; i < n; ++i) {
-      if (call[static_cast<std::size_t>(i)] == media.image_token_id) {  // replaced, not added (§6.9)
+      if (call[static_cast<std::size_t>(i)] == media.image_token_id) {
         std::copy(next_image_row, next_image_row + H, embeds_.begin() + i * H);
         next_image_row += H;
       }

@@ -1,4 +1,4 @@
-// The backbone runtime (issue 5): a Qwen3.5 text model bound to a release folder, run as a
+// The backbone runtime: a Qwen3.5 text model bound to a release folder, run as a
 // chunked prefill over a per-sequence state, delivering final-norm hidden rows chunk by chunk.
 #pragma once
 
@@ -22,7 +22,7 @@ inline constexpr std::int32_t kEndOfTextId = 248044;
 /// Rows per call of the seed's static-shape readout (seed 000, decision.readout).
 inline constexpr std::int64_t kStaticReadoutRows = 64;
 
-/// Where fp32 mode reads the linear weights of a BF16/F16 checkpoint from (issue 14).
+/// Where fp32 mode reads the linear weights of a BF16/F16 checkpoint from (`--fp32-weights`).
 enum class Fp32Weights {
   /// kResident when the fp32 copies take at most a quarter of the machine's memory
   /// (fp32_weights_resident()), else kStream. The default.
@@ -59,7 +59,7 @@ struct BackboneOptions {
 using HiddenConsumer =
     std::function<void(std::int64_t first_row, const float* rows, std::int64_t count, std::int64_t hidden)>;
 
-/// Multimodal inputs of one prefill call (architecture.md §6.9, §7.1), for exactly the ids of that
+/// Multimodal inputs of one prefill call (docs/MODEL.md §6.9, §7.1), for exactly the ids of that
 /// call.
 struct PrefillMedia {
   /// [3, n] M-RoPE positions (t, h, w planes, plane-major: positions[r * n + i]) of the call's n ids.

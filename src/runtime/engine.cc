@@ -196,7 +196,7 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
   const SystemOneRequest req = parse_request(request_body, options_.limits, dialect, served_);
 
   // Images: decode + preprocess (request order), then the tower; their merged-token counts size
-  // the media block of the prompt (protocol.md §3.2 step 2, §3.6; architecture.md §6).
+  // the media block of the prompt (docs/PROTOCOL.md §3.2 step 2, §3.6; docs/MODEL.md §6).
   std::vector<std::int64_t> image_tokens;
   std::vector<qwen35::ImageGrid> grids;
   std::vector<float> image_rows;
@@ -277,9 +277,9 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
   d.state_tokens_dropped = rec.state_tokens_dropped();
 
   const std::span<const std::int32_t> ids(rec.input_ids);
-  // The split at state_end (issue 7). The padded readout keeps the seed's 64-position call grid
-  // over the whole record instead (no split, no cache). The head splits its memory keys/values at
-  // the same row, cache on or off (issue 12), so both do the same arithmetic.
+  // The split at state_end (state reuse, see engine.h). The padded readout keeps the seed's
+  // 64-position call grid over the whole record instead (no split, no cache). The head splits its
+  // memory keys/values at the same row, cache on or off, so both do the same arithmetic.
   const std::int64_t split = options_.backbone.padded_readout ? 0 : rec.state_end();
   JointHeadRecord head(*head_, rec.questions, rec.input_ids, split);
   SequenceState state = backbone_->new_state();

@@ -5,7 +5,7 @@
 //
 // The prefill always splits at the end of the state (EncodedRecord::state_end()): rows
 // [0, state_end) in chunks, then [state_end, T) in chunks. The first part depends only on the
-// prefix + state tokens; it is computed once and kept in a StateCache (issue 7), and a later
+// prefix + state tokens; it is computed once and kept in a StateCache, and a later
 // request with the same prefix + state restores it and runs only its schema + suffix tokens. Cold,
 // warm and cache-off runs do the very same arithmetic, so their answers are bit-identical.
 #pragma once
@@ -39,15 +39,15 @@ struct EngineOptions {
   /// (the reference's behaviour, right for a CLI where the folder chooses the model).
   std::vector<std::string> aliases;
   bool accept_any_model = false;
-  /// Byte budget of the state cache in MiB (issue 7); 0 disables it. Entries count the backbone
-  /// state and the head's cached keys/values (issue 12). The default holds one maximum-length
+  /// Byte budget of the state cache in MiB; 0 disables it. Entries count the backbone
+  /// state and the head's cached keys/values. The default holds one maximum-length
   /// (16,384-token) state of the flash preset (~1.8 GiB) or two of 0.8b (~0.9 GiB each).
   /// Ignored (cache off) with backbone.padded_readout, whose 64-position call grid runs over the
   /// whole record.
   static constexpr std::int64_t kDefaultStateCacheMb = 2048;
   std::int64_t state_cache_mb = kDefaultStateCacheMb;
-  /// Images (issue 8; protocol.md §1.5, §3.6): accepted when the release has a vision tower and
-  /// this is true; decoded within `image_limits`.
+  /// Images (docs/PROTOCOL.md §1.5, §3.6): accepted when the release has a vision tower
+  /// and this is true; decoded within `image_limits`.
   bool images = true;
   ImageLimits image_limits;
   /// Seed-000 fixed-grid mode: 0 = the processor's smart resize (keeps the aspect ratio); 8 or 14 =
@@ -87,11 +87,12 @@ struct Decision {
   DecisionTimings timings;
   StateCacheUse state_cache = StateCacheUse::kOff;
   std::int64_t reused_tokens = 0;  ///< prefix + state tokens restored instead of computed (a hit)
-  /// The state key (issue 15): lower-case hex SHA-256 of (the routing identity, the prefix + state
-  /// token ids, the images' data URLs), see Engine::routing_identity and docs/DEPLOYMENT.md. Equal
-  /// for requests about the same state of the same model on every replica, whatever their cache
-  /// budget, threads or folder path; computed with the cache on or off. `clef serve` sends it as
-  /// `X-Clef-State-Key` so that a balancer can route a state's requests to one replica.
+  /// The state key (for balancers, docs/DEPLOYMENT.md): lower-case hex SHA-256 of (the routing
+  /// identity, the prefix + state token ids, the images' data URLs), see Engine::routing_identity
+  /// and docs/DEPLOYMENT.md. Equal for requests about the same state of the same model on every
+  /// replica, whatever their cache budget, threads or folder path; computed with the cache on or
+  /// off. `clef serve` sends it as `X-Clef-State-Key` so that a balancer can route a state's
+  /// requests to one replica.
   std::string state_key;
   std::vector<float> logits;       ///< [N] option logits in model order (request order, §3.4 options)
 };

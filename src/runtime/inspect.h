@@ -30,7 +30,7 @@ struct ModelSummary {
   std::uint64_t activation_bytes_per_chunk_token = 0;  ///< fp32 scratch per token of a prefill chunk
 };
 
-/// Counts parameters from the bound tensors and derives the memory estimates (architecture.md §9).
+/// Counts parameters from the bound tensors and derives the memory estimates (docs/MODEL.md §9).
 ModelSummary summarize(const ReleaseFolder& release);
 
 /// Human-readable report (what `clef inspect` prints). `chunk` and `context` size the

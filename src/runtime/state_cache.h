@@ -1,5 +1,5 @@
-// Exact state reuse (issue 7). A Clef prompt is prefix ‖ [images] ‖ state ‖ schema ‖ suffix
-// (protocol.md §3) and the backbone is causal, so everything the engine computes for the rows
+// Exact state reuse. A Clef prompt is prefix ‖ [images] ‖ state ‖ schema ‖ suffix
+// (docs/PROTOCOL.md §3) and the backbone is causal, so everything the engine computes for the rows
 // [0, state_end) depends only on those tokens (and the model). The engine computes that part
 // once, publishes it here as an immutable entry keyed by a SHA-256 of the exact token ids (plus
 // image bytes and the model identity), and later requests with the same prefix + state copy it
@@ -32,7 +32,7 @@ namespace clef {
 
 /// What a cached prefix holds: the backbone state after the rows [0, rows) and the joint head's
 /// per-row work on those rows: the attention keys and values of every routing and field-decoder
-/// layer over their memory rows (protocol.md §4.4 steps 7 and 11; HeadMemoryPrefix, issue 12).
+/// layer over their memory rows (docs/PROTOCOL.md §4.4 steps 7 and 11; HeadMemoryPrefix).
 /// The head keeps nothing else per row before state_end (every question / option span and the
 /// global row lie after it), and needs nothing else of those rows, so a warm request reads them
 /// and never recomputes them.

@@ -1,4 +1,4 @@
-// The route table of `clef serve` (protocol.md §2.4): which path is which endpoint, which wire
+// The route table of `clef serve` (docs/PROTOCOL.md §2.4): which path is which endpoint, which wire
 // dialect it speaks and which methods it allows. Pure string matching; no HTTP library types.
 #pragma once
 

@@ -1,5 +1,5 @@
-// `clef serve`: a Jev/SystemOne-compatible HTTP server around one Engine (protocol.md §2.4, §2.5).
-// The HTTP layer (Boost.Beast on Boost.Asio: a few event-driven I/O threads, one strand per
+// `clef serve`: a Jev/SystemOne-compatible HTTP server around one Engine (docs/PROTOCOL.md §2.4,
+// §2.5). The HTTP layer (Boost.Beast on Boost.Asio: a few event-driven I/O threads, one strand per
 // connection) reads bodies, routes, authenticates, validates and answers; decisions run on one
 // scheduler thread (server/scheduler.h). The engine never sees sockets and this layer never sees
 // tensors. By role: server.cc listens and accepts, connection.cc reads and writes one connection,

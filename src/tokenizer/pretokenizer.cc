@@ -54,7 +54,7 @@ inline bool is_crlf(std::uint32_t cp) noexcept { return cp == '\r' || cp == '\n'
 inline unsigned char lower_ascii(unsigned char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<unsigned char>(c + 32) : c; }
 
 // Length of a contraction starting at the apostrophe at i ((?i:'s|'t|'re|'ve|'m|'ll|'d)), or 0.
-// Case folding: ASCII case plus U+017F LATIN SMALL LETTER LONG S == s (tokenizer.md §1.2).
+// Case folding: ASCII case plus U+017F LATIN SMALL LETTER LONG S == s (docs/TOKENIZER.md §1.2).
 std::size_t contraction(const Cursor& c, std::size_t i) noexcept {
   if (i + 1 >= c.n) return 0;
   const unsigned char a = lower_ascii(c.p[i + 1]);

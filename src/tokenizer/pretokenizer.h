@@ -1,5 +1,5 @@
 // The Qwen split pre-tokenizer: a hand-written scanner equivalent to the Oniguruma regexes of
-// Qwen2/Qwen2.5/Qwen3 and Qwen3.5/Qwen3.6 (tokenizer.md §1.2, §5.2), driven by the generated
+// Qwen2/Qwen2.5/Qwen3 and Qwen3.5/Qwen3.6 (docs/TOKENIZER.md §1.2), driven by the generated
 // Unicode 16.0 tables. Leftmost-first alternation, behaviour "Isolated": every character of the
 // input lands in exactly one piece.
 #pragma once
@@ -17,7 +17,7 @@ enum class SplitPattern {
   kQwen35,  ///< Qwen3.5 / Qwen3.6 ([\p{L}\p{M}]+ word run, marks excluded from punctuation)
 };
 
-/// The exact pattern strings, byte for byte as in tokenizer.json (tokenizer.md §1.2).
+/// The exact pattern strings, byte for byte as in tokenizer.json (docs/TOKENIZER.md §1.2).
 extern const char* const kSplitRegexQwen2;
 extern const char* const kSplitRegexQwen35;
 

@@ -1,4 +1,4 @@
-# The tokenizer (issue 3): registered into clef_engine by src/CMakeLists.txt.
+# The tokenizer: registered into clef_engine by src/CMakeLists.txt.
 target_sources(clef_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/unicode.cc
   ${CMAKE_CURRENT_LIST_DIR}/pretokenizer.cc

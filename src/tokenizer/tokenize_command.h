@@ -1,4 +1,4 @@
-// `clef tokenize`: print the token ids (and pieces) of a text, or decode ids (issue 3).
+// `clef tokenize`: print the token ids (and pieces) of a text, or decode ids.
 #pragma once
 
 #include <iosfwd>

@@ -86,7 +86,7 @@ namespace {
 constexpr std::size_t kMaxCachedPiece = 256;  // bytes; as HF, longer pieces are not cached
 constexpr std::size_t kSmallPiece = 64;       // symbols; above, the heap algorithm is used
 
-// Byte-level BPE of one piece (tokenizer.md §1.4): repeatedly merge the adjacent pair with the
+// Byte-level BPE of one piece (docs/TOKENIZER.md §1.4): repeatedly merge the adjacent pair with the
 // lowest rank, leftmost on ties. Appends the resulting ids to `out`.
 void bpe_piece(const Tokenizer::Impl& t, std::string_view piece, TokenizerWorkspace::State& ws,
                std::vector<std::int32_t>& out) {
@@ -234,7 +234,7 @@ void check_utf8(std::string_view text) {
 }
 
 // Walks the text: calls on_added(id, content) for every added token (leftmost-longest on the raw
-// text, tokenizer.md §1.5) and on_segment(view) for each text run between them.
+// text, docs/TOKENIZER.md §1.5) and on_segment(view) for each text run between them.
 template <class OnAdded, class OnSegment>
 void walk_added(const Tokenizer::Impl& t, std::string_view text, OnAdded&& on_added, OnSegment&& on_segment) {
   std::size_t seg = 0, i = 0;

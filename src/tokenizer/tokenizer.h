@@ -1,7 +1,7 @@
 // clef's byte-exact reimplementation of the Hugging Face `tokenizers` pipeline used by Qwen3.5
 // (and Qwen2/Qwen3): added-token extraction on raw text (leftmost-longest), NFC, the Qwen split
 // regex (hand-written scanner), byte-level mapping, byte-level BPE with pair-keyed merges, and the
-// ByteLevel decoder. Spec: ../shared/spec/tokenizer.md §1 (pipeline), §5.2 (algorithm), §5.3.
+// ByteLevel decoder. Spec: docs/TOKENIZER.md §1 (pipeline), §1.8 (steps), §1.9 (edge cases).
 //
 // Thread safety: a loaded Tokenizer is immutable; encode/decode may run concurrently. Each thread
 // keeps its own BPE cache (a TokenizerWorkspace), or callers pass one explicitly.
@@ -24,7 +24,7 @@ struct AddedTokenInfo {
   std::int32_t id = 0;
   std::string content;
   bool special = false;
-  bool in_tokenizer_json = true;  ///< false: only in tokenizer_config.json (tokenizer.md §1.5)
+  bool in_tokenizer_json = true;  ///< false: only in tokenizer_config.json (docs/TOKENIZER.md §1.5)
 };
 
 /// Reusable per-thread working memory for encode: the BPE cache and scratch buffers. Reusing one
@@ -51,7 +51,7 @@ class TokenizerWorkspace {
 /// Load options.
 struct TokenizerLoadOptions {
   /// Add tokenizer_config.json's added_tokens_decoder entries missing from tokenizer.json, as
-  /// transformers' AutoTokenizer does (tokenizer.md §1.5). Default true.
+  /// transformers' AutoTokenizer does (docs/TOKENIZER.md §1.5). Default true.
   bool merge_config_added_tokens = true;
   /// Maximum BPE cache entries per workspace; the cache is emptied when full. 0 disables it.
   std::size_t cache_capacity = 1u << 16;

@@ -60,7 +60,8 @@ class PairMap {
     slots_.assign(table_size_for(count), Slot{kEmpty, {0, 0}});
     mask_ = slots_.size() - 1;
   }
-  /// Inserts or overwrites (a later duplicate merge wins, tokenizer.md §1.4). Returns true if new.
+  /// Inserts or overwrites (a later duplicate merge wins, docs/TOKENIZER.md §1.4).
+  /// Returns true if new.
   bool put(std::int32_t a, std::int32_t b, Value v) {
     const std::uint64_t key = make_key(a, b);
     std::size_t i = mix64(key) & mask_;
@@ -226,7 +227,7 @@ struct Tokenizer::Impl {
 std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_json, std::string_view config_json,
                                                      const TokenizerLoadOptions& options, const std::string& label);
 
-/// GPT-2 byte -> code point table (tokenizer.md §1.3).
+/// GPT-2 byte -> code point table (docs/TOKENIZER.md §1.3).
 std::uint32_t byte_level_char(unsigned char b) noexcept;
 /// Inverse: code point -> byte, or -1 when the code point is not in the table.
 int byte_level_byte(std::uint32_t cp) noexcept;

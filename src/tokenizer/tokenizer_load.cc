@@ -332,7 +332,7 @@ SplitPattern check_pre_tokenizer(const std::string& file, const json& root) {
   if (!p) {
     unsupported(file, "pre_tokenizer.pretokenizers[0].pattern.Regex: the split regex " + short_dump(json(regex)) +
                           " is not one the scanner implements (known: the Qwen2/Qwen3 and Qwen3.5/Qwen3.6 "
-                          "patterns of tokenizer.md §1.2); refusing rather than tokenizing differently");
+                          "patterns of docs/TOKENIZER.md §1.2); refusing rather than tokenizing differently");
   }
   check_byte_level(file, bl, "pre_tokenizer.pretokenizers[1]");
   if (!is_false_or_absent(bl, "add_prefix_space")) {
@@ -406,7 +406,7 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
   impl->options = options;
   impl->serial = ++g_serial;
 
-  // --- pipeline checks (tokenizer.md §1.1, §5.2 "refuse to start") ---
+  // --- pipeline checks (docs/TOKENIZER.md §1.1, "Refused at load") ---
   for (const char* k : {"truncation", "padding"}) {
     if (!is_null_or_absent(root, k)) unsupported(file, std::string(k) + ": must be null");
   }

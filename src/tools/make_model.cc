@@ -118,7 +118,7 @@ constexpr const char* kTrainingText =
     "contract between two companies, the start date, the price and the terms of renewal. Please review the "
     "state and decide whether the statement is true or false, and choose the best option for every question.";
 
-/// GPT-2 byte -> unicode code point table (tokenizer.md §1.3).
+/// GPT-2 byte -> unicode code point table (docs/TOKENIZER.md §1.3).
 std::vector<std::string> byte_to_unicode() {
   std::vector<int> cps(256, -1);
   for (int b = 0; b < 256; ++b) {
@@ -240,10 +240,11 @@ StandInTokenizer train_stand_in(std::size_t max_merges) {
 struct AddedToken {
   const char* content;
   bool special;
-  bool in_tokenizer_json;  ///< false: only in tokenizer_config.json (tokenizer.md §1.5)
+  bool in_tokenizer_json;  ///< false: only in tokenizer_config.json (docs/TOKENIZER.md §1.5)
 };
 
-// The Qwen3.5 added tokens in id order (tokenizer.md §1.5), offset to follow the stand-in vocab.
+// The Qwen3.5 added tokens in id order (docs/TOKENIZER.md §1.5), offset to follow the
+// stand-in vocab.
 constexpr AddedToken kAddedTokens[] = {
     {"<|endoftext|>", true, true},      {"<|im_start|>", true, true},      {"<|im_end|>", true, true},
     {"<|object_ref_start|>", true, true}, {"<|object_ref_end|>", true, true}, {"<|box_start|>", true, true},

@@ -5,7 +5,7 @@
 // offline. Its tokenizer is a small stand-in byte-level BPE with the Qwen3.5 structure (same
 // normalizer, split regex, byte-level mapping, added-token names and flags) and a small
 // vocabulary trained here on embedded text; the tensors have the authentic Qwen3.5 names,
-// shapes and dtypes (architecture.md §8, protocol.md §4.2).
+// shapes and dtypes (docs/MODEL.md §8, docs/PROTOCOL.md §4.2).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,7 @@ std::string default_model_dir();
 /// returns its path.
 std::string ensure_default_model();
 
-/// The Qwen3.5 pre-tokenizer split pattern (tokenizer.md §1.2), as written in tokenizer.json.
+/// The Qwen3.5 pre-tokenizer split pattern (docs/TOKENIZER.md §1.2), as written in tokenizer.json.
 extern const char* const kQwen35SplitRegex;
 
 }  // namespace clef

@@ -1,5 +1,5 @@
 // Images of a request: data-URL wire form -> decoded RGB8 pixels, the way the reference reads them
-// (protocol.md §1.5; architecture.md §6.1 step 1). See docs/VISION.md.
+// (docs/PROTOCOL.md §1.5; docs/MODEL.md §6.1 step 1). See docs/VISION.md.
 //
 // Cloudflare's reference passes the request's data-URL strings to transformers, which decodes them
 // with torchvision (RGB mode: alpha dropped, EXIF orientation of PNG/JPEG applied); that is the
@@ -35,8 +35,8 @@ enum class AlphaMode : std::uint8_t {
   kDrop,
 };
 
-/// Limits on the `images` of one request (protocol.md §1.3: hosted <= 4 images, <= 16 MP each).
-/// Every value is inclusive; a value over a limit is a RequestError, never a truncation.
+/// Limits on the `images` of one request (docs/PROTOCOL.md §1.3: hosted <= 4 images, <= 16 MP
+/// each). Every value is inclusive; a value over a limit is a RequestError, never a truncation.
 struct ImageLimits {
   std::size_t max_images = 4;                                ///< images per request
   std::size_t max_encoded_bytes_per_image = 8u << 20;        ///< file bytes after base64 decoding
@@ -96,7 +96,7 @@ std::vector<std::uint8_t> decode_data_url(std::string_view url, std::size_t inde
 RgbImage decode_image_url(std::string_view url, std::size_t index, const ImageLimits& limits,
                           const ImageDecodeOptions& options = {});
 
-/// Decodes every entry of a request's `images` array, in request order (protocol.md §1.5).
+/// Decodes every entry of a request's `images` array, in request order (docs/PROTOCOL.md §1.5).
 /// Throws RequestError: too_many_images (path `images.<max_images>`, checked first),
 /// image_too_large (the running total of file bytes over max_encoded_bytes_total, at the first
 /// image that crosses it), and everything decode_image_url throws.

@@ -262,7 +262,8 @@ VisionInput preprocess_image(const RgbImage& image, std::size_t index, const Vis
   const std::size_t cols = static_cast<std::size_t>(out.cols);
   const std::size_t img_stride = std::size_t{resized.width} * 3;
   std::size_t row = 0;
-  // Rows: merge blocks in row-major order, then the m x m patches of a block row-major (§6.2).
+  // Rows: merge blocks in row-major order, then the m x m patches of a block row-major
+  // (docs/MODEL.md §6.2).
   for (std::uint64_t br = 0; br < gh / m; ++br) {
     for (std::uint64_t bc = 0; bc < gw / m; ++bc) {
       for (std::uint64_t r = 0; r < m; ++r) {

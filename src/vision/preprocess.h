@@ -1,7 +1,7 @@
 // Image preprocessing of the Qwen3.5 vision tower, bit-exact with transformers' Qwen2-VL image
 // processor, PIL backend (`Qwen2VLImageProcessorPil`, transformers 5.24.0): smart resize, Pillow
 // BICUBIC resampling, rescale + normalize, temporal duplication, merge-block-major patches
-// (architecture.md §6.1, §6.2, Appendix B). See docs/VISION.md.
+// (docs/MODEL.md §6.1, §6.2, Appendix B). See docs/VISION.md.
 #pragma once
 
 #include <array>
@@ -19,7 +19,7 @@ namespace clef {
 enum class ResizePassOrder : std::uint8_t {
   /// Pillow >= 13 (PR #9549): vertical first iff the height shrinks and in_h - out_h > 2 (in_w - out_w).
   kPillow13,
-  /// Pillow <= 12 and architecture.md Appendix B: always horizontal first.
+  /// Pillow <= 12 and docs/MODEL.md Appendix B: always horizontal first.
   kHorizontalFirst,
   /// torchvision 0.29 / torch 2.15 uint8 antialiased bicubic on the CPU (docs/VISION.md "The
   /// torchvision backend"): always horizontal first, and the weights are int16 with a per-axis
@@ -39,7 +39,7 @@ enum class ImageBackend : std::uint8_t {
   kPil,
 };
 
-/// Processor parameters (architecture.md §6.1). Defaults are the clef-flash / Qwen3.5
+/// Processor parameters (docs/MODEL.md §6.1). Defaults are the clef-flash / Qwen3.5
 /// preprocessor_config.json values; the clef-vision-0.8b student was trained with
 /// min_pixels 16384 and max_pixels 200704 (seeds/002).
 struct VisionPreprocessConfig {
@@ -85,14 +85,14 @@ struct VisionInput {
 
 /// transformers' `smart_resize(height, width, factor, min_pixels, max_pixels)`: returns
 /// (height', width'), both multiples of `factor`, with Python's round-half-to-even, two divisions
-/// (`h / beta / factor`) and `max(factor, .)` on the downscale branch (architecture.md §6.1 step 2).
+/// (`h / beta / factor`) and `max(factor, .)` on the downscale branch (docs/MODEL.md §6.1 step 2).
 /// Throws InvalidArgument when max(h, w) / min(h, w) > 200 (the reference's ValueError) or a side
 /// is 0.
 std::pair<std::uint64_t, std::uint64_t> smart_resize(std::uint64_t height, std::uint64_t width, std::uint64_t factor,
                                                      std::uint64_t min_pixels, std::uint64_t max_pixels);
 
 /// Pillow's `Image.resize((width, height), Image.BICUBIC)` of an RGB8 image, reimplemented from
-/// architecture.md Appendix B: separable, horizontal pass first into a uint8 intermediate,
+/// docs/MODEL.md Appendix B: separable, horizontal pass first into a uint8 intermediate,
 /// cubic a = -0.5 with support 2 * max(scale, 1), coefficients normalized in double and rounded to
 /// 22-bit fixed point, int32 accumulation with rounding, clipped to 0..255. An axis whose size is
 /// unchanged is not resampled; `order` picks which pass runs first when both do. Throws

@@ -1,5 +1,5 @@
-// The `images` member of a request body -> preprocessed tower inputs (protocol.md §1.5, §3.6;
-// architecture.md §6.1-6.2). The one entry point the request/engine wiring of issue 8 calls.
+// The `images` member of a request body -> preprocessed tower inputs (docs/PROTOCOL.md §1.5, §3.6;
+// docs/MODEL.md §6.1-6.2). The one entry point the engine calls for a request's images.
 #pragma once
 
 #include <cstdint>

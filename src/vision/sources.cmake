@@ -1,4 +1,4 @@
-# Images (issue 8, first half): data-URL decoding to RGB8 and the exact Qwen2-VL preprocessing.
+# Images: data-URL decoding to RGB8 and the exact Qwen2-VL preprocessing.
 # Decoders come from Debian: libpng-dev, libjpeg62-turbo-dev, libwebp-dev (scripts/setup.sh).
 find_package(PNG REQUIRED)
 find_package(JPEG REQUIRED)

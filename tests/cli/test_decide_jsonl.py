@@ -1,4 +1,4 @@
-"""`clef decide --jsonl` (issue 6): one answer line per request line, error objects for refused lines,
+"""`clef decide --jsonl`: one answer line per request line, error objects for refused lines,
 resumption of an interrupted run, and agreement with single-request `clef decide`.
 
 Expected values come from the binary's own single-request path (itself checked against the Python

@@ -215,7 +215,7 @@ def test_usage_errors_exit_2(tmp_path):
     assert r.returncode == 3 and "not a directory" in r.stderr
 
 
-# --- regressions from the fresh-user attack on issue 2 (each was a crash, hang or silent accept) ---
+# --- regressions found by attacking `clef inspect` as a new user would (each was a crash, hang or silent accept) ---
 
 def _one_error_line(r, code=3):
     assert r.returncode == code, (r.returncode, r.stderr)

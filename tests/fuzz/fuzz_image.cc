@@ -1,4 +1,4 @@
-// libFuzzer target: image decoding (src/vision, issue 8) must accept or refuse any byte string with a
+// libFuzzer target: image decoding (src/vision) must accept or refuse any byte string with a
 // RequestError, never crash, hang, read out of bounds (ASan/UBSan watch) or throw anything else; an
 // accepted image must have a pixel buffer matching its size and preprocess without error (small
 // pixel caps keep each input fast; the code paths are the same as with the defaults).

@@ -1,6 +1,6 @@
-// libFuzzer target: parse_request (JSON parser + SystemOne validation, protocol.md §1, §3.3, §5.3)
-// must accept or reject any byte string with a RequestError, never crash, hang, read out of bounds
-// (ASan/UBSan watch) or throw anything else. Accepted requests must satisfy the validator's
+// libFuzzer target: parse_request (JSON parser + SystemOne validation, docs/PROTOCOL.md §1, §3.3,
+// §5.3) must accept or reject any byte string with a RequestError, never crash, hang, read out of
+// bounds (ASan/UBSan watch) or throw anything else. Accepted requests must satisfy the validator's
 // promises, and render() must be a fixed point: parse_json(dump_json(v)) dumps to the same bytes.
 #include <cstddef>
 #include <cstdint>

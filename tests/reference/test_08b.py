@@ -1,4 +1,4 @@
-"""0.8b-preset checks of issue 5, live in CI (a 0.8B-parameter random-weight folder in the real format).
+"""0.8b-preset checks of the precision modes, live in CI (a 0.8B-parameter random-weight folder in the real format).
 
   * Backbone parity at T = 1024: fp32 mode per-position cosine >= 0.99999 against transformers fp32
     (`Qwen3_5ForConditionalGeneration(...).model.language_model`, the same oracle as test_backbone.py);
@@ -7,9 +7,9 @@
     --precision fp32` for every request of tests/data/requests/corpus.jsonl, every option of every
     question. The fp32 side is tied to transformers by the cosine test above and, on the tiny preset,
     by test_decide_e2e.py (full pipeline vs the Python reference).
-    Issue 5 asked for |dp| <= 5e-3 and for the default precision to be the fastest mode within that
-    bound; bf16 is not within it on this random-weight folder (the error is spread over every
-    projection, docs/NUMERICS.md), so fp32 stays the default. Issue 14 (item 4) decided the bf16
+    The default precision must be the fastest mode with |dp| <= 5e-3 against fp32; bf16 is not
+    within that bound on this random-weight folder (the error is spread over every
+    projection, docs/NUMERICS.md), so fp32 stays the default. A later decision set the bf16
     bound: bf16 stays opt-in and its drift must stay at or below transformers' own bf16 drift on the
     same requests, at every ISA level (CLEF_ISA). That bound is not typed here: it is the golden file
     golden/transformers_bf16_drift.json, written by tools/reference/bf16_drift.py (the Python
@@ -47,9 +47,9 @@ from conftest import CORPUS, REPO_ROOT, SHAPES_08B, folder_for
 from test_backbone import _hf_hidden, _ids_for, _run_dump, dump_bin  # noqa: F401  (fixture)
 
 
-BF16_PROB_BOUND = 5e-3   # issue 5: the bound a mode must meet to be the default
+BF16_PROB_BOUND = 5e-3   # the bound a mode must meet to be the default
 ROUNDING = 1e-4          # our responses carry 4-decimal probabilities (the golden is raw floats)
-# transformers' own bf16 drift on this folder (issue 14 item 4); regenerate with
+# transformers' own bf16 drift on this folder (bf16's bound); regenerate with
 # `python tools/reference/bf16_drift.py` when the folder, the corpus or the reference changes.
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden"
 TRANSFORMERS_BF16_DRIFT = {"0.8b": GOLDEN / "transformers_bf16_drift.json",
@@ -175,7 +175,7 @@ def test_bf16_head_probabilities_within_5e3_on_corpus(dump_bin, which, request, 
         assert default == fp32[:2], "bf16 exceeds the 5e-3 bound, so the default precision must be fp32"
 
 
-INT8_PROB_BOUND = 0.02   # issue 13: int8 mode's max |dp| against fp32 on the corpus
+INT8_PROB_BOUND = 0.02   # the int8 goal: int8 mode's max |dp| against fp32 on the corpus
 TIE = 2e-4               # top-two fp32 probabilities this close (4-decimal responses) are a tie
 
 
@@ -193,11 +193,11 @@ def _argmax_flip(pa: dict, pb: dict):
 @pytest.mark.slow
 @pytest.mark.skipif(bool(os.environ.get("CLEF_ISA")), reason="int8 kernels are bit-identical at every level "
                     "(tests/unit/test_int8_gemm.cc), so the corpus drift is measured once, at the native level")
-@pytest.mark.xfail(strict=True, reason="issue 13's bound is not met on this random-weight folder: measured max "
+@pytest.mark.xfail(strict=True, reason="the int8 bound (0.02) is not met on this random-weight folder: measured max "
                    "|dp| 0.0642 (request 13), 6 flips; Q8_0 weights alone (fp32 activations) already give 0.0442 "
                    "there, transformers' own bf16 0.0289 (docs/NUMERICS.md, int8 drift)")
 def test_int8_head_probabilities_on_corpus(dump_bin, folder_08b, corpus_fp32_by_folder, tmp_path):  # noqa: F811
-    """Issue 13: --precision int8 (Q8_0 weights made at load, dynamic per-block activations) against
+    """--precision int8 (Q8_0 weights made at load, dynamic per-block activations) against
     fp32 on every corpus request: max |dp| <= 0.02 and no argmax flip outside ties. Strict xfail:
     when a change meets the bound, this test fails until the marker is removed."""
     requests, fp32 = corpus_fp32_by_folder(folder_08b)

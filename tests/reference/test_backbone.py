@@ -1,8 +1,8 @@
-"""Backbone parity (issue 5): the C++ engine's final-norm hidden states against transformers, live.
+"""Backbone parity: the C++ engine's final-norm hidden states against transformers, live.
 
 For the tiny preset made by the C++ `clef make-model` and by tools/reference/make_model.py, for
 T in {1, 7, 63, 64, 65, 200, 1000} and prefill chunk sizes {1, 16, 64, 4096} (fp32 mode):
-  * every position: max_j |h_cpp - h_hf| <= 1e-4 * max_j |h_hf|   (issue 5 "Parity");
+  * every position: max_j |h_cpp - h_hf| <= 1e-4 * max_j |h_hf|   (the parity bound of docs/NUMERICS.md "Tolerances");
   * chunked equals unchunked (chunk 4096) up to fp32 rounding;
   * the seed-000 padded 64-call readout equals the unpadded run;
   * forking / restoring the state mid-sequence reproduces the one-shot rows exactly.
@@ -27,7 +27,7 @@ import pytest
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 T_VALUES = [1, 7, 63, 64, 65, 200, 1000]
 CHUNKS = [1, 16, 64, 4096]
-PARITY_REL = 1e-4     # issue 5: max |dh| <= 1e-4 * max |h| at every position
+PARITY_REL = 1e-4     # max |dh| <= 1e-4 * max |h| at every position (docs/NUMERICS.md "Tolerances")
 CHUNK_REL = 1e-4      # chunked vs unchunked: fp32 rounding only (same bound as parity)
 # padded readout vs unpadded: same math, but GEMMs with other row counts, which the GEMM library may
 # block differently (and differently per ISA level: AVX2 vs AVX-512 tiles), so fp32 summation order

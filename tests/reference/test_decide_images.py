@@ -6,8 +6,8 @@ processor), configured from the folder's processor_config.json, builds the media
 block after the prefix, and runs the composite `Qwen3_5ForConditionalGeneration.model` (vision tower,
 image rows scattered into the `<|image_pad|>` slots, `get_rope_index` M-RoPE positions) in fp32, then
 the PyTorch joint head. clef.cpp runs its own decoder, preprocessing, tower, positions and backbone.
-Probabilities are compared after both sides' 4-decimal rounding: within 1e-4 (issue 8: |dp| <= 1e-4
-in fp32 mode), identical choices.
+Probabilities are compared after both sides' 4-decimal rounding: within 1e-4 (the image-path goal:
+|dp| <= 1e-4 in fp32 mode), identical choices.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def test_fixed_grid_mode_matches_reference_on_pre_resized_images(ref, tiny_dir, 
 
 
 def test_state_cache_keys_on_the_image(tiny_dir, tmp_path):
-    """Issue 7 + 8: the image bytes are part of the cache key; a hit is exact."""
+    """State cache with images: the image bytes are part of the cache key; a hit is exact."""
     a, b = data_url(120, 80), data_url(120, 80)
     q2 = {"other": {"type": "noul", "instructions": "Is it blue?"}}
     lines = [

@@ -1,4 +1,4 @@
-"""GGUF model input (issue 13 part 2): a GGUF written from a random release folder the way llama.cpp's
+"""GGUF model input (`--model FILE.gguf`): a GGUF written from a random release folder the way llama.cpp's
 convert_hf_to_gguf.py writes it (tools/reference/make_gguf.py, PyPI gguf 0.19.0) must give clef's
 answers exactly as the folder it came from.
 

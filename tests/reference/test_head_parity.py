@@ -1,4 +1,4 @@
-"""C++ joint schema head vs the toolkit's PyTorch head (both written from protocol.md §4.4), live.
+"""C++ joint schema head vs the toolkit's PyTorch head (both written from docs/PROTOCOL.md §4.4), live.
 
 Hidden states are fed from files: the reference backbone's real final-norm rows for a few tiny
 records, and seeded random rows for every request of tests/data/requests/corpus.jsonl (the head's

@@ -1,4 +1,4 @@
-"""C++ encode_record and response building vs the Python toolkit (protocol.md §2.1, §3), live.
+"""C++ encode_record and response building vs the Python toolkit (docs/PROTOCOL.md §2.1, §3), live.
 
 * every request of tests/data/requests/corpus.jsonl and a few hundred generated ones: identical token
   ids, spans and piece lengths, with the real-vocabulary tokenizer (tiny preset) and the C++ stand-in;
@@ -192,7 +192,7 @@ def test_round4_and_repr_match_python():
 
 @pytest.mark.parametrize("counts", [[1], [64], [117, 64], [4, 9, 16, 25], [3000]])
 def test_image_blocks_match_the_reference(tiny_dir, cpp_tiny, counts):
-    """Media block after the prefix (protocol.md §3.2 step 2, §3.6): ids, spans and lengths as the
+    """Media block after the prefix (docs/PROTOCOL.md §3.2 step 2, §3.6): ids, spans and lengths as the
     toolkit's encode_record(image_token_counts=...), on both tokenizers."""
     reqs = [dict(r, x_image_token_counts=counts) for r in corpus_requests()[:6]]
     for folder in (tiny_dir, cpp_tiny):

@@ -1,4 +1,5 @@
-"""reference.py end to end on the tiny model + an independent loop evaluation of the head (§4.4)."""
+"""reference.py end to end on the tiny model + an independent loop evaluation of the head
+(docs/PROTOCOL.md §4.4)."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def test_cli_outputs(tiny_dir, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Independent loop evaluation of protocol.md §4.4 straight from the state dict (no nn modules).
+# Independent loop evaluation of docs/PROTOCOL.md §4.4 straight from the state dict (no nn modules).
 
 def _ln(x, sd, p):
     return F.layer_norm(x, (x.shape[-1],), sd[p + ".weight"], sd[p + ".bias"], 1e-5)
@@ -181,8 +182,8 @@ def test_head_matches_loop_evaluation(ref, tiny_dir, index):
 
 
 def test_reference_with_an_image_follows_the_record_layout(ref):
-    """The toolkit's image path (the oracle for issue 8): media block right after the 36-token
-    prefix (protocol.md §3.2 step 2, §3.6), pad count = merged grid H*W, and the composite model
+    """The toolkit's image path (the oracle for clef.cpp's image path): media block right after the 36-token
+    prefix (docs/PROTOCOL.md §3.2 step 2, §3.6), pad count = merged grid H*W, and the composite model
     consumes pixel_values without error, giving finite probabilities."""
     import base64
     import io

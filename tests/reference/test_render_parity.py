@@ -1,4 +1,4 @@
-"""Live parity of clef.cpp's JSON parser + ``render()`` with Python (protocol.md §3.3; issue 4).
+"""Live parity of clef.cpp's JSON parser + ``render()`` with Python (docs/PROTOCOL.md §3.3).
 
 The oracle is Python itself: ``json.dumps(json.loads(text), ensure_ascii=False, sort_keys=True,
 separators=(",", ":"))`` for every value, and the toolkit's ``clef_ref.render.render`` (strings

@@ -1,4 +1,4 @@
-"""render() (protocol.md §3.3), validation (§5.3) and encode_record (§3)."""
+"""render() (docs/PROTOCOL.md §3.3), validation (§5.3) and encode_record (§3)."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def test_encode_spans(tokenizer):
     ids = rec.input_ids
     assert ids[:36] == R.tok(tokenizer, R.PREFIX) and rec.prefix_len == 36 and rec.suffix_len == 18
     assert ids[-18:] == R.tok(tokenizer, R.SUFFIX)
-    # protocol.md §3.2 check: state "ok" → question span [61, 66)
+    # docs/PROTOCOL.md §3.2 check: state "ok" → question span [61, 66)
     q0 = rec.questions[0]
     assert q0.span == (61, 66)
     assert ids[slice(*q0.span)] == R.tok(tokenizer, "Overall sentiment of the text")

@@ -1,4 +1,4 @@
-"""Live parity of clef.cpp's request validation with the toolkit's strict validator (issue 4).
+"""Live parity of clef.cpp's request validation with the toolkit's strict validator (docs/DIFFERENCES.md).
 
 Every request of tests/data/requests/corpus.jsonl and bad.jsonl, plus a few thousand generated
 requests (valid variants of the corpus and single-fault mutations), goes through
@@ -6,7 +6,7 @@ requests (valid variants of the corpus and single-fault mutations), goes through
 and through ``clef_ref.validate.validate_request(strict=True)``:
 
 * accepted by the toolkit -> accepted by clef.cpp with the same question ids, types, rendered
-  instruction (id fallback, protocol.md §1.2), options in model order with byte-identical rendered
+  instruction (id fallback, docs/PROTOCOL.md §1.2), options in model order with byte-identical rendered
   option semantics (§3.4) and the request-order permutation of choice options;
 * rejected by the toolkit -> rejected by clef.cpp with the error code (and JSON path) the fault calls for;
 * the deliberate differences of docs/DIFFERENCES.md are asserted one by one, with the toolkit's

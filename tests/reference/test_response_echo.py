@@ -1,4 +1,4 @@
-"""Issue 12: request values echoed in a response (model, question ids, choice option ids, score
+"""Request values echoed in a response (model, question ids, choice option ids, score
 legends) come back as the reference returns them, byte for byte, never key-sorted.
 
 The expected bytes come from tools/reference/response_echo_golden.py (the toolkit's reference

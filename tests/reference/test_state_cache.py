@@ -1,4 +1,4 @@
-"""Exact state reuse (issue 7) end to end on the tiny preset, fp32: many requests through ONE engine
+"""Exact state reuse end to end on the tiny preset, fp32: many requests through ONE engine
 (tests/tools/cache_driver.cc), the state cache on vs off.
 
 The engine always splits its prefill at the end of the state, so a warm request (state restored

@@ -1,5 +1,5 @@
 """The presets' tokenizer (the regenerated clef-flash tokenizer.json): structure (docs/TOKENIZER.md "The
-release files, byte for byte") and golden ids (protocol.md §3.2)."""
+release files, byte for byte") and golden ids (docs/PROTOCOL.md §3.2)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_structure(tiny_dir):
     tc = json.loads((tiny_dir / "tokenizer_config.json").read_text())
     assert sorted(map(int, tc["added_tokens_decoder"])) == list(range(248044, 248077))
     assert tc["eos_token"] == "<|im_end|>" and tc["pad_token"] == "<|endoftext|>" and tc["add_bos_token"] is False
-    # ids 0..255 = byte characters in table order (tokenizer.md §1.3)
+    # ids 0..255 = byte characters in table order (docs/TOKENIZER.md §1.3)
     b2u = bytes_to_unicode()
     keep = [b for b in range(256) if b2u[b] == chr(b)]
     order = keep + [b for b in range(256) if b2u[b] != chr(b)]

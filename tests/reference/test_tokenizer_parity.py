@@ -27,7 +27,7 @@ import test_tokenizer_parity_util as U
 
 N_RANDOM = int(os.environ.get("CLEF_TOKENIZER_RANDOM", "200000"))
 
-# tokenizer.md §1.2 table and §5.3
+# docs/TOKENIZER.md §1.2 examples and §1.9
 TRICKY = [
     "a  b", "abc   ", "a   \n\n  b", "x\r\n\r\ny", "1234", "don't DON'T", "it's", " 's", "hello!!!\n\nnext", "$100",
     "_foo (bar @user .com", "\tfoo", "你好，世界！", "สวัสดีครับ", "नमस्ते", "❤️❤️", "x\u0301y",
@@ -105,7 +105,7 @@ def test_tricky_cases(dirs, name, with_config):
 
 
 def test_union_with_config_tokens(dirs):
-    """Config-only added tokens are recognized only with the union (tokenizer.md §1.5)."""
+    """Config-only added tokens are recognized only with the union (docs/TOKENIZER.md §1.5)."""
     with_cfg = U.run_batch(_args(dirs["qwen35-26"], True), "encode", [b"<|audio_pad|>"])[0]
     without = U.run_batch(_args(dirs["qwen35-26"], False), "encode", [b"<|audio_pad|>"])[0]
     assert with_cfg == [248076]

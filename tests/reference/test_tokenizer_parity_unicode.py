@@ -1,4 +1,4 @@
-"""Exhaustive Unicode parity of the C++ tokenizer against PyPI ``tokenizers`` (tokenizer.md §4, §5.3).
+"""Exhaustive Unicode parity of the C++ tokenizer against PyPI ``tokenizers`` (docs/TOKENIZER.md §1.7, §1.9).
 
 * character classes: clef's generated \\p{L}, \\p{M}, \\p{N} and \\s tables vs Oniguruma's, on every code
   point (Unicode 16.0.0; a future ``tokenizers`` on another Unicode version fails here first);

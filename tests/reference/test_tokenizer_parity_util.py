@@ -238,7 +238,7 @@ def hf_backend(model_dir: pathlib.Path, with_config: bool):
     """The oracle: ``tokenizers.Tokenizer.from_file(tokenizer.json)``. with_config: plus the entries of
     tokenizer_config.json's ``added_tokens_decoder`` that tokenizer.json lacks, added as
     ``AddedToken(content, special, normalized=False)`` in id order -- the union transformers builds
-    (tokenizer.md §1.5).
+    (docs/TOKENIZER.md §1.5).
 
     Not ``transformers.AutoTokenizer``, which may rebuild the pre-tokenizer with another regex than the
     file's (docs/TOKENIZER.md "Which split regex")."""

@@ -1,6 +1,6 @@
-"""Live parity of clef.cpp's image decoding and preprocessing (src/vision; issue 8, first half) with
+"""Live parity of clef.cpp's image decoding and preprocessing (src/vision) with
 the reference: Pillow 13 opening the file and transformers' ``Qwen2VLImageProcessorPil`` (the PIL
-backend of the Qwen2-VL / Qwen3.5 image processor, architecture.md §6.1-6.2) turning it into
+backend of the Qwen2-VL / Qwen3.5 image processor, docs/MODEL.md §6.1-6.2) turning it into
 ``pixel_values`` and ``image_grid_thw``.
 
 Every image is generated here with Pillow (or, for PNG variants Pillow cannot write, with a small
@@ -481,7 +481,7 @@ def test_refusals_have_code_and_path(tmp_path):
 
 def test_reference_also_refuses_the_corrupt_files():
     """The files clef.cpp calls image_invalid do not open (or load) in Pillow either, except GIF
-    content, which Pillow reads but the wire form (protocol.md §1.5: PNG/JPEG/WebP) excludes."""
+    content, which Pillow reads but the wire form (docs/PROTOCOL.md §1.5: PNG/JPEG/WebP) excludes."""
     for name, url, code in REFUSALS:
         if code != "image_invalid" or not url.startswith("data:image/") or name == "gif_bytes_as_png":
             continue

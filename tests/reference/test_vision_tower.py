@@ -1,4 +1,4 @@
-"""Vision tower and M-RoPE positions (issue 8): the C++ engine against transformers, live.
+"""Vision tower and M-RoPE positions: the C++ engine against transformers, live.
 
 Tower: `clef_vision_driver tower` (tests/tools/vision_driver.cc) on random pixel_values for
 several patch grids, one and several images per call, against
@@ -13,7 +13,7 @@ The 0.8b preset (12 blocks, D 768) runs on a 16x16-patch grid, on the session's 
 Positions: `clef_vision_driver positions` against `model.model.get_rope_index(input_ids,
 mm_token_type_ids, image_grid_thw)` for sequences with 0, 1, 2 and 4 images of different grids
 with text before, between and after; and `clef_vision_driver shift` (the seed-000 rope-shift
-form, architecture.md §7.4) against get_rope_index on the Clef layout (one image after the
+form, docs/MODEL.md §7.4) against get_rope_index on the Clef layout (one image after the
 36-token prefix).
 
 Set CLEF_VISION_DRIVER to the driver's path, or build a preset (build/*/bin is searched, newest
@@ -107,7 +107,7 @@ def _pixels(folder: pathlib.Path, grids, seed: int) -> np.ndarray:
     v = json.loads((folder / "config.json").read_text())["vision_config"]
     dim = v.get("in_channels", 3) * v["temporal_patch_size"] * v["patch_size"] ** 2
     n = sum(t * h * w for t, h, w in grids)
-    # Normalized pixels lie in [-1, 1] (architecture.md §6.1).
+    # Normalized pixels lie in [-1, 1] (docs/MODEL.md §6.1).
     return np.random.default_rng(seed).uniform(-1.0, 1.0, size=(n, dim)).astype(np.float32)
 
 

@@ -1,4 +1,4 @@
-"""`clef serve` with images (issue 8) and the exact state cache (issue 7): answers equal `clef decide`
+"""`clef serve` with images and the exact state cache: answers equal `clef decide`
 on the same model (itself checked against transformers in tests/reference/test_decide_images.py and
 test_state_cache.py), OpenRouter image parts, bad images as 4xx in every dialect, and the cache's
 per-request headers and /metrics counters."""

@@ -27,7 +27,7 @@ JSON_SYNTAX = {"invalid_json", "lone_surrogate", "non_finite_number", "number_ou
 
 
 def cloudflare_code(code: str) -> int:
-    """Workers AI error codes (protocol.md §2.5)."""
+    """Workers AI error codes (docs/PROTOCOL.md §2.5)."""
     if code in JSON_SYNTAX:
         return 6003
     return {"empty_questions": 5006, "too_few_questions": 5006, "invalid_question_type": 5006,
@@ -35,7 +35,7 @@ def cloudflare_code(code: str) -> int:
 
 
 def expected_status(code: str, dialect: str) -> int:
-    """Statuses of protocol.md §2.5 per dialect."""
+    """Statuses of docs/PROTOCOL.md §2.5 per dialect."""
     if dialect == "systemone":
         return 400 if code == "unknown_model" else 422
     if dialect == "cloudflare":
@@ -119,7 +119,7 @@ def test_bad_requests_get_the_dialects_4xx_and_code(server, dialect, tiny_model,
     for (name, body), (code, jpath) in zip(cases, expected):
         if dialect == "openrouter" and jpath.startswith("images"):
             # OpenRouter carries images inside `state`; a top-level `images` field is refused as such
-            # (protocol.md §1.5), whatever it holds.
+            # (docs/PROTOCOL.md §1.5), whatever it holds.
             code, jpath = "images_unsupported", "images"
         status, h, resp = server.request("POST", path, body.encode(), {"Content-Type": "application/json"})
         assert status == expected_status(code, dialect), (name, status, resp[:300])

@@ -1,4 +1,4 @@
-// Test driver of the exact state cache (issue 7; tests/reference/test_state_cache.py): runs many
+// Test driver of the exact state cache (tests/reference/test_state_cache.py): runs many
 // requests through ONE Engine, so later requests can reuse earlier states.
 //   clef_cache_driver MODEL_DIR [--state-cache-mb N] [--threads N] [--chunk N] [--max-tokens N]
 //                     [--precision f32|bf16]

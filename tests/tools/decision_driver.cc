@@ -51,7 +51,7 @@ int encode(int argc, char** argv) {
       const clef::SystemOneRequest req =
           clef::parse_request(line, clef::RequestLimits{}, clef::Dialect::kSystemOne, any_model());
       // Test hook: "x_image_token_counts": [N, ...] encodes the request as if it carried images
-      // with these merged-token counts (the media block of protocol.md §3.2 step 2).
+      // with these merged-token counts (the media block of docs/PROTOCOL.md §3.2 step 2).
       std::vector<std::int64_t> counts;
       const auto raw = nlohmann::json::parse(line, nullptr, false);
       if (raw.is_object() && raw.contains("x_image_token_counts")) {

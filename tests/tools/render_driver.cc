@@ -1,5 +1,6 @@
-// Batch driver for the live parity tests of issue 4 items 1-2 (tests/reference/test_render_parity.py,
-// test_request_parity.py). Reads one JSON text per stdin line and answers each line with
+// Batch driver for the live parity tests of the request model and render()
+// (tests/reference/test_render_parity.py, test_request_parity.py). Reads one JSON text per stdin
+// line and answers each line with
 //   "OK <n>\n<n bytes>\n"            on success, or
 //   "ERR <code>\t<path>\t<message>\n" on a RequestError (tabs and newlines in path/message become spaces).
 // Modes:

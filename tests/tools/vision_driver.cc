@@ -10,7 +10,7 @@
 //   clef_vision_driver positions --ids IDS.npy [--grids GRIDS.npy] --image-token ID [--merge M]
 //       IDS [T] int64. Prints {"pos": [[t...], [h...], [w...]], "rope_delta": d}.
 //   clef_vision_driver shift --tokens T --merged H W [--first-pad P]
-//       The seed-000 rope-shift form (architecture.md §7.4); prints the same JSON plus
+//       The seed-000 rope-shift form (docs/MODEL.md §7.4); prints the same JSON plus
 //       "rope_shift_start" and "rope_shift_amount".
 // Exit codes: 0 ok, 2 bad arguments, others per core/error.h.
 #include <algorithm>

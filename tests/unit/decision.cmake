@@ -1,4 +1,4 @@
-# Issue 4 (request model, validation, render()): unit tests and the batch driver that the live
+# Request model, validation, render(): unit tests and the batch driver that the live
 # parity tests (tests/reference/test_render_parity.py, test_request_parity.py) pipe JSON through.
 target_sources(clef_unit_tests PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/test_render.cc
@@ -9,7 +9,7 @@ add_executable(clef_render_driver ${PROJECT_SOURCE_DIR}/tests/tools/render_drive
 target_link_libraries(clef_render_driver PRIVATE clef_engine clef_warnings)
 set_target_properties(clef_render_driver PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 
-# The record/answers driver of the later items of issue 4 (tests/tools/decision_driver.cc, used by
+# The driver of encode_record and the answers (tests/tools/decision_driver.cc, used by
 # tests/reference/test_record_parity.py); built once encode_record and the answers are in the engine.
 get_target_property(_clef_engine_sources clef_engine SOURCES)
 if(EXISTS ${PROJECT_SOURCE_DIR}/tests/tools/decision_driver.cc

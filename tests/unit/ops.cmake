@@ -1,4 +1,4 @@
-# Issue 5 (ops + backbone): op harness (ref vs optimized) and backbone tests, plus the
+# Ops + backbone: op harness (ref vs optimized) and backbone tests, plus the
 # hidden-state dump tool the pytest parity suite (tests/reference/test_backbone.py) drives.
 add_executable(clef_ops_tests
   ${CMAKE_CURRENT_LIST_DIR}/test_ops.cc

@@ -161,7 +161,7 @@ TEST_F(BackboneTest, RejectsBadInput) {
 }
 
 TEST_F(BackboneTest, Fp32CopyBytesFollowTheArchitecture) {
-  // architecture.md §9 linear layers: per GDN layer (conv_dim + Hv*dv + 2*Hv) x H + H x Hv*dv,
+  // docs/MODEL.md §9 linear layers: per GDN layer (conv_dim + Hv*dv + 2*Hv) x H + H x Hv*dv,
   // per attention layer (2*nh*hd + 2*nkv*hd) x H + H x nh*hd, per layer 3 x I x H (SwiGLU).
   const auto& c = release_->config.text;
   const std::int64_t H = c.hidden_size;

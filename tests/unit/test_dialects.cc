@@ -1,5 +1,5 @@
-// Dialect wrapping and error shapes (protocol.md §2.4, §2.5), and answer edge cases that the live
-// response parity test cannot reach (non-finite logits, count mismatches, the Jev modes).
+// Dialect wrapping and error shapes (docs/PROTOCOL.md §2.4, §2.5), and answer edge cases that the
+// live response parity test cannot reach (non-finite logits, count mismatches, the Jev modes).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -89,7 +89,7 @@ TEST(Dialects, NeverA5xx) {
 
 // The full comparison against Python's round() runs live in tests/reference/test_record_parity.py.
 TEST(Answers, RoundingFollowsPython) {
-  EXPECT_EQ(python_round4(0.03125), 0.0312);  // exact binary tie: half to even (protocol.md §2.1)
+  EXPECT_EQ(python_round4(0.03125), 0.0312);  // exact tie: half to even (docs/PROTOCOL.md §2.1)
   EXPECT_EQ(python_round4(1.0), 1.0);
   EXPECT_THROW(python_round4(NAN), InternalError);
 }

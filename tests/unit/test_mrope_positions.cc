@@ -1,6 +1,6 @@
 // M-RoPE positions (models/qwen35/mrope_positions.h). The live comparison with transformers'
 // get_rope_index is tests/reference/test_vision_tower.py; here: the seed-000 rope-shift form
-// equals the get_rope_index form for one image after the 36-token Clef prefix (architecture.md
+// equals the get_rope_index form for one image after the 36-token Clef prefix (docs/MODEL.md
 // §7.4, for many merged grids), text-only sequences, and the error paths.
 #include <gtest/gtest.h>
 

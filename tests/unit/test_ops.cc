@@ -370,7 +370,8 @@ TEST_P(OpsAtLevel, GatedDeltaRuleGroupedHeadMapping) {
 }
 
 TEST_P(OpsAtLevel, RopeTablesAndRotation) {
-  // Interleaved section map of the real models (§7.2): H at 1,4,..,31, W at 2,5,..,29.
+  // Interleaved section map of the real models (docs/MODEL.md §7.2):
+  // H at 1,4,..,31, W at 2,5,..,29.
   RopeDims big;
   big.rotary_dim = 64;
   big.section[0] = 11;

@@ -64,7 +64,7 @@ TEST_F(ReleaseTest, TinyModelLoadsAndCountsMatchConfig) {
   EXPECT_EQ(r.model.text.layers[0].linear_attn->a_log.dtype(), DType::kF32);  // as in official checkpoints
   EXPECT_EQ(r.model.text.layers[0].linear_attn->in_proj_qkv.dtype(), DType::kBF16);
 
-  // Independent count from the config (architecture.md §9 formulas).
+  // Independent count from the config (docs/MODEL.md §9 formulas).
   const std::int64_t H = t.hidden_size, I = t.intermediate_size;
   const std::int64_t mlp = 3 * H * I, norms = 2 * H;
   const std::int64_t gdn = t.gdn_conv_dim() * H + t.gdn_value_dim() * H + 2 * t.linear_num_value_heads * H +

@@ -1,4 +1,4 @@
-// render() / dump_json() / parse_json() (protocol.md §3.3). Expected strings are Python 3.11's
+// render() / dump_json() / parse_json() (docs/PROTOCOL.md §3.3). Expected strings are Python 3.11's
 // json.dumps(json.loads(text), ensure_ascii=False, sort_keys=True, separators=(",", ":")); the
 // live comparison on >= 100,000 generated values is tests/reference/test_render_parity.py.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-// parse_request(): the SystemOne request model and every rejection rule (protocol.md §1, §5.3,
-// §8), each with its code and JSON path. The live comparison with the toolkit's validator over
+// parse_request(): the SystemOne request model and every rejection rule (docs/PROTOCOL.md §1, §5.3,
+// §6), each with its code and JSON path. The live comparison with the toolkit's validator over
 // tests/data/requests is tests/reference/test_request_parity.py.
 #include <gtest/gtest.h>
 
@@ -233,7 +233,8 @@ TEST(Request, QuestionRules) {
                   R"(questions["with space"].criteria)");
   expect_rejected(body_with("{\"\xec\xa7\x88\xeb\xac\xb8\": {\"type\": \"score\", \"criteria\": 3}}"), "invalid_type",
                   "questions[\"\xec\xa7\x88\xeb\xac\xb8\"].criteria");
-  // Ids are kept as sent: spaces, non-ASCII, even newlines (inserted raw in the prompt, §8 #4).
+  // Ids are kept as sent: spaces, non-ASCII, even newlines (inserted raw in the prompt,
+  // docs/PROTOCOL.md §6 item 3).
   const auto r = parse(body_with(R"({"with space": {"type": "noul"}, "x\nTYPE: score": {"type": "noul"}, "🎯": {"type": "noul"}})"));
   EXPECT_EQ(r.questions[1].id, "x\nTYPE: score");
   EXPECT_EQ(r.questions[2].id, "\xf0\x9f\x8e\xaf");

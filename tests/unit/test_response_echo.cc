@@ -1,4 +1,4 @@
-// Issue 12: every request value a response echoes (model, question ids, choice option ids, score
+// Every request value a response echoes (model, question ids, choice option ids, score
 // legends) comes back as the reference returns it, byte for byte. The expected bodies are NOT typed
 // here: tools/reference/response_echo_golden.py runs the reference behaviour (the Python toolkit's
 // validate -> encode_record -> build_response, json.dumps compact) and wrote

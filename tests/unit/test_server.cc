@@ -1,4 +1,4 @@
-// Unit tests of the HTTP-free parts of `clef serve`: the route table (protocol.md §2.4), the
+// Unit tests of the HTTP-free parts of `clef serve`: the route table (docs/PROTOCOL.md §2.4), the
 // Prometheus exposition, and the scheduler's queue bound, cancellation and ordering on the tiny
 // random model (answers compared with Engine::decide called directly).
 #include <gtest/gtest.h>
@@ -57,7 +57,7 @@ TEST(ServerRoutes, UnknownPaths) {
   }
 }
 
-// GET /ready (issue 15): 200 only while a decision sent now would be queued.
+// GET /ready (balancer readiness): 200 only while a decision sent now would be queued.
 TEST(ServerReadiness, ReadyUntilTheQueueIsFull) {
   ReadinessInput in{true, false, 0, 2, 1};
   ReadinessReply r = readiness(in, "m\"x");

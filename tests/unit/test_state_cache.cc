@@ -1,4 +1,4 @@
-// Exact state reuse (issue 7): the cache key, the LRU (budget, eviction order, immutability,
+// Exact state reuse: the cache key, the LRU (budget, eviction order, immutability,
 // compute-once under concurrency, a failing compute), the head's restore_prefix checks, and the
 // engine's hit/miss/off paths on the embedded tiny model (bit-identical logits; the corpus-wide
 // comparison is tests/reference/test_state_cache.py).
@@ -276,7 +276,7 @@ TEST_F(EngineStateCacheTest, HeadRestorePrefixEqualsFeedingTheRows) {
     return std::span<const float>(hidden).subspan(static_cast<std::size_t>(a * H), static_cast<std::size_t>((b - a) * H));
   };
   // The plain path: a record that computes everything from the hidden rows, its memory keys/values
-  // split at row 6 like a warm record's (issue 12).
+  // split at row 6 like a warm record's.
   JointHeadRecord fed(head, {q}, ids, /*memory_split=*/6);
   fed.feed(rows(0, 4));
   fed.feed(rows(4, T));
@@ -372,7 +372,7 @@ TEST_F(EngineStateCacheTest, HitMissAndOffGiveBitIdenticalLogits) {
   EXPECT_EQ(st.misses, 2u);
   EXPECT_EQ(st.entries, 2u);
   EXPECT_EQ(st.budget, std::size_t{64} << 20);
-  // The budget counts the head's cached keys/values (issue 12): 2 (K, V) x (routing + field layers)
+  // The budget counts the head's cached keys/values: 2 (K, V) x (routing + field layers)
   // x W floats per state row, for both entries (s2 differs by one digit: as many tokens as s1).
   const JointHeadConfig hc = open_release(*model_).head_config;
   const auto kv_per_row = static_cast<std::size_t>(2 * (hc.routing_layers + hc.layers) * hc.width) * sizeof(float);
@@ -382,7 +382,7 @@ TEST_F(EngineStateCacheTest, HitMissAndOffGiveBitIdenticalLogits) {
   EXPECT_EQ(none.misses, 0u);
 }
 
-// Decision::state_key (issue 15): the balancer's routing key covers the model and the prefix +
+// Decision::state_key: the balancer's routing key covers the model and the prefix +
 // state only, never the questions, and no replica-local setting (path, mtime, threads, chunk,
 // cache budget, padded readout).
 TEST_F(EngineStateCacheTest, StateKeyCoversTheStateAndNotTheReplica) {

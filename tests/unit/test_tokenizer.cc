@@ -1,5 +1,5 @@
 // Unit tests of the tokenizer (src/tokenizer/): UTF-8, Unicode tables, NFC, the split scanner,
-// BPE rules and added tokens on small synthetic tokenizer.json files (tokenizer.md §1, §5.3).
+// BPE rules and added tokens on small synthetic tokenizer.json files (docs/TOKENIZER.md §1, §1.9).
 // Byte-exact parity with HF `tokenizers` on real vocabularies is tested live by
 // tests/reference/test_tokenizer_parity*.py.
 #include <gtest/gtest.h>
@@ -26,7 +26,7 @@ using Ids = std::vector<std::int32_t>;
 // ---------------------------------------------------------------------------------------------
 // helpers
 
-/// GPT-2 byte -> unicode string (tokenizer.md §1.3), written independently of the library.
+/// GPT-2 byte -> unicode string (docs/TOKENIZER.md §1.3), written independently of the library.
 std::string byte_char(unsigned b) {
   auto printable = [](unsigned x) { return (x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE; };
   std::uint32_t cp = b;
@@ -162,7 +162,7 @@ TEST(TokenizerUnicode, Nfc) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// split scanner (tokenizer.md §1.2 table)
+// split scanner (docs/TOKENIZER.md §1.2 examples)
 
 TEST(TokenizerSplit, PatternRecognition) {
   EXPECT_EQ(split_pattern_from_regex(kSplitRegexQwen35), SplitPattern::kQwen35);
@@ -231,7 +231,7 @@ TEST(TokenizerBpe, LeftmostOnTiesAndLaterDuplicateWins) {
 }
 
 TEST(TokenizerBpe, UnreachableTokenNeverProduced) {
-  // "xyz" is in the vocab but no merge builds it (ignore_merges false, tokenizer.md §1.4)
+  // "xyz" is in the vocab but no merge builds it (ignore_merges false, docs/TOKENIZER.md §1.4)
   const Tokenizer t = load(make_json({"xy", "xyz"}, {{"x", "y"}}));
   EXPECT_EQ(t.encode("xyz"), (Ids{256, 'z'}));
   json j = make_json({"xy", "xyz"}, {{"x", "y"}});

@@ -1,7 +1,7 @@
-// Unit tests of src/vision (issue 8, first half). Pixel-exactness against Pillow/transformers is
-// checked live by tests/reference/test_vision_preprocess.py; these cover the parts with published
-// expected values (RFC 4648 vectors, the token counts quoted in architecture.md §6.1) and the
-// error codes/paths.
+// Unit tests of src/vision (decoding and preprocessing). Pixel-exactness against
+// Pillow/transformers is checked live by tests/reference/test_vision_preprocess.py; these cover the
+// parts with published expected values (RFC 4648 vectors, the token counts quoted in docs/MODEL.md
+// §6.1) and the error codes/paths.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -90,7 +90,7 @@ TEST(VisionDataUrl, TooManyImagesNamesTheFirstExtra) {
   }
 }
 
-// architecture.md §6.1: 640x480 -> 300 tokens; 10x10 -> 64; 4096x4096 -> 16384 (mlx-decision tests).
+// docs/MODEL.md §6.1: 640x480 -> 300 tokens; 10x10 -> 64; 4096x4096 -> 16384 (mlx-decision tests).
 TEST(VisionSmartResize, TokenCountsQuotedInTheSpec) {
   auto tokens = [](std::uint64_t h, std::uint64_t w) {
     const auto [rh, rw] = smart_resize(h, w, 32, 65536, 16777216);
@@ -106,7 +106,7 @@ TEST(VisionSmartResize, TokenCountsQuotedInTheSpec) {
 }
 
 TEST(VisionPreprocess, GridForSizeWithoutPixels) {
-  // architecture.md §6.1: a 640x480 image gives 300 image tokens (grid 30 x 40 patches).
+  // docs/MODEL.md §6.1: a 640x480 image gives 300 image tokens (grid 30 x 40 patches).
   const ImageGrid g = image_grid_for_size(640, 480, 0);
   EXPECT_EQ(g.t, 1);
   EXPECT_EQ(g.h, 30);
@@ -121,7 +121,7 @@ TEST(VisionPreprocess, GridForSizeWithoutPixels) {
 
 TEST(VisionPreprocess, MergeBlockMajorPatchOrder) {
   // A 64x64 image with no resampling (min/max pixels around 64*64): every pixel's value encodes
-  // its (row, col) so that each pixel_values entry can be traced back (architecture.md §6.2).
+  // its (row, col) so that each pixel_values entry can be traced back (docs/MODEL.md §6.2).
   RgbImage img;
   img.width = img.height = 64;
   img.pixels.resize(64 * 64 * 3);
@@ -191,7 +191,7 @@ TEST(VisionResize, ConstantImageStaysConstant) {
 }
 
 // A 1x1 red RGB PNG as Pillow writes it, as a data URL. Its token count (64) is the spec's
-// 10x10 -> 64 rule for tiny images (architecture.md §6.1), which holds for 1x1 as well.
+// 10x10 -> 64 rule for tiny images (docs/MODEL.md §6.1), which holds for 1x1 as well.
 constexpr const char* kOnePixelPng =
     "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC";
 

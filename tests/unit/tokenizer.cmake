@@ -1,4 +1,4 @@
-# Tokenizer unit tests (issue 3) and the batch driver used by the live parity tests.
+# Tokenizer unit tests and the batch driver used by the live parity tests.
 target_sources(clef_unit_tests PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer.cc
 )

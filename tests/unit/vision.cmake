@@ -1,4 +1,4 @@
-# Issue 8 (images, first half): unit tests of decoding and preprocessing, and the driver that the
+# Images: unit tests of decoding and preprocessing, and the driver that the
 # live parity test tests/reference/test_vision_preprocess.py runs against transformers + Pillow.
 target_sources(clef_unit_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/test_vision.cc)
 add_executable(clef_image_driver ${PROJECT_SOURCE_DIR}/tests/tools/image_driver.cc)

@@ -1,4 +1,4 @@
-# Issue 8 (images): vision ops (ref vs optimized), the vision tower and M-RoPE positions, and the
+# Images: vision ops (ref vs optimized), the vision tower and M-RoPE positions, and the
 # driver the live parity suite (tests/reference/test_vision_tower.py) and
 # bench/bench_vision_tower.py run.
 add_executable(clef_vision_tests

@@ -6,8 +6,8 @@ Usage:
         [--llama-src DIR] [--model DIR] [--corpus FILE] [--out FILE] [--threads N] [--ctx N]
         [--kv-type f32|f16] [--requests I,J,...] [--no-reference] [--clef BIN] [--cache DIR]
 
-Issue 13 asks for "llama.cpp's Q8_0 drift on the same requests (its hidden states through our
-head)", to stand beside clef's ``--precision int8`` drift in docs/NUMERICS.md. Nothing of llama.cpp
+It measures llama.cpp's Q8_0 drift on the same requests (its hidden states through our
+head), to stand beside clef's ``--precision int8`` drift in docs/NUMERICS.md. Nothing of llama.cpp
 is committed or imported: the user builds llama.cpp and a tiny driver against its public libllama
 API, and points this script at them.
 
@@ -244,7 +244,7 @@ def main(argv=None) -> int:
     rw = folder / "random_weights.json"
     rwj = json.loads(rw.read_text()) if rw.exists() else {}
     doc: Dict[str, Any] = {
-        "what": "llama.cpp's own Q8_0 drift on the Clef head's probabilities (issue 13): llama.cpp's per-token "
+        "what": "llama.cpp's own Q8_0 drift on the Clef head's probabilities: llama.cpp's per-token "
                 "final-norm hidden states (embeddings on, pooling none) for the reference's token ids, from the "
                 "f32 and the Q8_0 GGUF of the same folder, each through our joint head in fp32; "
                 "max |p_q8_0 - p_f32(llama)| over every option of every question (noul: p(true); choice/score: "

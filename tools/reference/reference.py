@@ -7,8 +7,8 @@ Usage:
 
 A JSONL line may be a bare request, ``{"name": ..., "request": {...}}`` or ``{"name": ..., "body": "<json text>"}``.
 
-Steps (all from the specs): validation (protocol.md §5.3) → ``encode_record`` (§3) → backbone
-``model.model.language_model(input_ids, attention_mask=ones)`` (text-only, architecture.md §0) →
+Steps (all from the specs): validation (docs/PROTOCOL.md §5.3) → ``encode_record`` (§3) → backbone
+``model.model.language_model(input_ids, attention_mask=ones)`` (text-only, docs/MODEL.md §0) →
 joint schema head in fp32 (§4.4) → per-question softmax and response (§2.1).
 
 Outputs in OUT_DIR:
@@ -42,7 +42,7 @@ from clef_ref.validate import RequestError, validate_request  # noqa: E402
 
 
 def load_request_file(path: os.PathLike) -> Any:
-    """Parse a request JSON file with ``json.loads`` (keeps int vs float, protocol.md §3.3)."""
+    """Parse a request JSON file with ``json.loads`` (keeps int vs float, docs/PROTOCOL.md §3.3)."""
     return parse_request_text(pathlib.Path(path).read_text(encoding="utf-8"))
 
 
@@ -95,17 +95,17 @@ class ClefReference:
         self.prefix_suffix = check_prefix_suffix(self.tokenizer)
 
     def output_embeddings(self) -> torch.Tensor:
-        """[V, H] lexical table: lm_head.weight, which is embed_tokens.weight when tied (protocol.md §4.3)."""
+        """[V, H] lexical table: lm_head.weight, which is embed_tokens.weight when tied (docs/PROTOCOL.md §4.3)."""
         return self.model.get_output_embeddings().weight
 
     @torch.no_grad()
     def hidden_states(self, input_ids: torch.Tensor, pixel_values: Optional[torch.Tensor] = None,
                       image_grid_thw: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Final-norm hidden states [T, H] float32 for ``input_ids`` [T] int64 (architecture.md §0).
+        """Final-norm hidden states [T, H] float32 for ``input_ids`` [T] int64 (docs/MODEL.md §0).
 
         With images: ``pixel_values`` [patches, 1536] and ``image_grid_thw`` [n, 3] from
         ``preprocess_images``; the composite model runs the vision tower, scatters its rows into the
-        ``<|image_pad|>`` slots and computes 3-D M-RoPE positions (architecture.md §6.9, §7.1).
+        ``<|image_pad|>`` slots and computes 3-D M-RoPE positions (docs/MODEL.md §6.9, §7.1).
         """
         ids = input_ids.unsqueeze(0)
         if pixel_values is None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Golden SystemOne response bodies for requests whose answers echo request values (issue 12).
+"""Golden SystemOne response bodies for requests whose answers echo request values.
 
-A response echoes four things from its request (protocol.md §2.1, the reference's
+A response echoes four things from its request (docs/PROTOCOL.md §2.1, the reference's
 ``systemone_answer``): the ``model`` string, the question ids (answer keys, request order), the
 choice option ids (``choice`` and the ``probabilities`` keys, criteria order) and the score levels'
 raw values (``legend``). The reference returns them inside a Python dict built from

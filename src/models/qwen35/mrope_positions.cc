@@ -73,7 +73,7 @@ MropePositions mrope_positions(std::span<const std::int32_t> ids, std::int32_t i
           for (std::int64_t b = 0; b < W; ++b, ++j) set(j, cur + f, cur + a, cur + b);
         }
       }
-      cur += std::max(H, W);  // not += n (§7.1)
+      cur += std::max(H, W);  // not += n (docs/MODEL.md §7.1)
       ++image;
     }
     i = end;

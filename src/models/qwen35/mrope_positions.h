@@ -1,4 +1,4 @@
-// 3-D M-RoPE position ids of a Qwen3.5 token sequence with image blocks (architecture.md §7.1,
+// 3-D M-RoPE position ids of a Qwen3.5 token sequence with image blocks (docs/MODEL.md §7.1,
 // §7.4): the (temporal, height, width) position streams the text backbone's full-attention
 // rotary consumes (TextModel::forward_chunk's `positions` argument).
 #pragma once
@@ -34,7 +34,7 @@ struct MropePositions {
 MropePositions mrope_positions(std::span<const std::int32_t> ids, std::int32_t image_token_id,
                                std::span<const ImageGrid> grids, std::int64_t spatial_merge_size);
 
-/// The fixed-layout "rope shift" inputs of the Core AI port (seed 000, architecture.md §7.4)
+/// The fixed-layout "rope shift" inputs of the Core AI port (seed 000, docs/MODEL.md §7.4)
 /// for one image of merged grid H x W whose N = H*W pads start at sequence index `first_pad`
 /// (Clef's layout: 37, right after the 36-token prefix and <|vision_start|>).
 struct RopeShiftInputs {

@@ -13,7 +13,7 @@
 namespace clef::qwen35 {
 namespace {
 
-constexpr float kLayerNormEps = 1e-6f;  // every vision LayerNorm (§6.6, §6.7)
+constexpr float kLayerNormEps = 1e-6f;  // every vision LayerNorm (docs/MODEL.md §6.6, §6.7)
 constexpr std::int64_t kMaxFramePatches = std::int64_t{1} << 20;
 
 // Scratch slots (the tower does not share a Scratch with running text blocks).
@@ -36,7 +36,8 @@ std::vector<float> vec(const WeightView& w, const std::string& name, std::int64_
   return v;
 }
 
-// Conv3d weight [D, C, T, P, P] seen as the [D, C*T*P*P] matrix of a linear layer (§6.3).
+// Conv3d weight [D, C, T, P, P] seen as the [D, C*T*P*P] matrix of a linear layer
+// (docs/MODEL.md §6.3).
 ops::GemmWeight patch_weight(const WeightView& w, std::int64_t d, std::int64_t k, ops::Precision p) {
   if (!w.valid() || static_cast<std::int64_t>(w.numel()) != d * k) {
     throw ModelLoadError("vision tensor model.visual.patch_embed.proj.weight is missing or not " +
@@ -57,7 +58,7 @@ VisionTower::VisionTower(const VisionConfig& cfg, const VisionWeights& w, const 
   head_dim_ = D / cfg.num_heads;
   if (head_dim_ % 4 != 0) {
     throw Unsupported("vision tower: head size " + std::to_string(head_dim_) +
-                      " is not a multiple of 4 (axial rotary, architecture.md §6.5)");
+                      " is not a multiple of 4 (axial rotary, docs/MODEL.md §6.5)");
   }
   side_ = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(cfg.num_position_embeddings))));
   if (side_ < 2 || side_ * side_ != cfg.num_position_embeddings) {
@@ -206,7 +207,7 @@ void VisionTower::rotary_tables(const ImageGrid& g, std::vector<float>& cos, std
     float* c = cos.data() + base + k * half;
     float* s = sin.data() + base + k * half;
     for (std::int64_t j = 0; j < half; ++j) {
-      // fp32 angle (one multiply), evaluated in double and rounded (architecture.md §11).
+      // fp32 angle (one multiply), evaluated in double and rounded (docs/MODEL.md §11).
       const float pos = static_cast<float>(j < f ? rc.row : rc.col);
       const float ang = pos * inv_freq_[static_cast<std::size_t>(j < f ? j : j - f)];
       c[j] = static_cast<float>(std::cos(static_cast<double>(ang)));

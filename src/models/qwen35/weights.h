@@ -1,5 +1,5 @@
 // Qwen3.5 checkpoint layout: which tensor names fill which fields, with the shape each must have
-// (architecture.md §8.1). Binding is strict: a missing or mis-shaped tensor is named with the
+// (docs/MODEL.md §8.1). Binding is strict: a missing or mis-shaped tensor is named with the
 // expected and actual shape, and a tensor nobody uses is an error, except the MTP block
 // (`mtp.*`) which clef deliberately ignores.
 #pragma once
@@ -13,7 +13,7 @@
 
 namespace clef::qwen35 {
 
-/// Gated DeltaNet mixer of one layer (`linear_attn.*`, architecture.md §4.1).
+/// Gated DeltaNet mixer of one layer (`linear_attn.*`, docs/MODEL.md §4.1).
 struct LinearAttentionWeights {
   WeightView in_proj_qkv;  ///< [conv_dim, H]
   WeightView in_proj_z;    ///< [Hv*dv, H]
@@ -28,7 +28,7 @@ struct LinearAttentionWeights {
   bool v_heads_tiled = false;
 };
 
-/// Gated full attention of one layer (`self_attn.*`, architecture.md §3).
+/// Gated full attention of one layer (`self_attn.*`, docs/MODEL.md §3).
 struct FullAttentionWeights {
   WeightView q_proj;  ///< [2*nh*hd, H], per head [q | gate]
   WeightView k_proj;  ///< [nkv*hd, H]
@@ -71,7 +71,7 @@ struct VisionBlockWeights {
   WeightView fc2_bias;     ///< [D]
 };
 
-/// The vision tower (`model.visual.*`, architecture.md §6).
+/// The vision tower (`model.visual.*`, docs/MODEL.md §6).
 struct VisionWeights {
   WeightView patch_embed_weight;  ///< [D, C, T, P, P]
   WeightView patch_embed_bias;    ///< [D]

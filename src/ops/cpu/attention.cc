@@ -1,4 +1,4 @@
-// Optimized causal GQA attention (architecture.md §3.5): flash-style blocks with an online
+// Optimized causal GQA attention (docs/MODEL.md §3.5): flash-style blocks with an online
 // softmax, fp32 throughout. A work item is (kv head j, block of nq queries); it serves all
 // `group` query heads that read kv head j at once, so each key/value block is loaded once for
 // group x nq query columns. The item works in the transposed ("key rows, query columns") layout,

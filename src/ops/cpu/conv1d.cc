@@ -1,4 +1,4 @@
-// Optimized causal depthwise conv1d + SiLU with carried state (architecture.md §4.2).
+// Optimized causal depthwise conv1d + SiLU with carried state (docs/MODEL.md §4.2).
 // Channels are split into blocks across threads; inside a block the taps are transposed to
 // [k, block] so every tap is a contiguous, vectorized multiply-add over channels. Compiled once
 // per SIMD target (Highway foreach_target, ops/isa.h).

@@ -1,4 +1,4 @@
-// Optimized gated delta rule: the chunked form of architecture.md §4.6 with chunk C = 64,
+// Optimized gated delta rule: the chunked form of docs/MODEL.md §4.6 with chunk C = 64,
 // parallel over value heads (each head walks its chunks in order). Per chunk and head, with S the
 // state entering the chunk ([dk, dv], fp32) and local index i = 0..C-1:
 //   G_i = cumsum(g),  Γ_ij = exp(G_i - G_j) (j <= i)

@@ -1,4 +1,4 @@
-// Scalar references of the gated delta rule (architecture.md §4.5, §4.6).
+// Scalar references of the gated delta rule (docs/MODEL.md §4.5, §4.6).
 #include <cmath>
 #include <string>
 #include <vector>

@@ -1,5 +1,5 @@
 // Scalar reference implementations of the backbone's elementwise, norm, conv, gate, rotary and
-// attention ops (architecture.md §2-§7). Slow and obvious on purpose: each function is the
+// attention ops (docs/MODEL.md §2-§7). Slow and obvious on purpose: each function is the
 // formula of the spec written out, with double accumulation where a sum is taken. These are the
 // oracles of tests/unit/test_ops.cc and must never be "optimized".
 #include <cmath>

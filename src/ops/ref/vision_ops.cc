@@ -1,5 +1,5 @@
 // Scalar references of the vision tower ops (ops/vision_ops.h): the formulas of
-// architecture.md §6.6-§6.7 written out with double accumulation. Test oracles; never optimize.
+// docs/MODEL.md §6.6-§6.7 written out with double accumulation. Test oracles; never optimize.
 #include <algorithm>
 #include <cmath>
 #include <limits>

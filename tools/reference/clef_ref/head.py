@@ -1,4 +1,4 @@
-"""Joint schema head (protocol.md §4), written from the §4.4 formulas.
+"""Joint schema head (docs/PROTOCOL.md §4), written from the §4.4 formulas.
 
 Module/parameter names follow §4.2 so that ``state_dict()`` of :class:`JointSchemaHead` is exactly the
 ``joint_head.safetensors`` layout (PyTorch-authentic names from ``nn.MultiheadAttention`` and
@@ -21,7 +21,7 @@ LN100 = math.log(100.0)
 
 
 class EvidenceLayer(nn.Module):
-    """One evidence-routing layer (protocol.md §4.4 step 7): pre-norm cross-attention of option queries
+    """One evidence-routing layer (docs/PROTOCOL.md §4.4 step 7): pre-norm cross-attention of option queries
     over the memory, then a GELU feed-forward; no option-option attention, no masks."""
 
     def __init__(self, width: int, heads: int, feedforward: int, dropout: float = 0.0):
@@ -42,7 +42,7 @@ class EvidenceLayer(nn.Module):
 
 
 class JointSchemaHead(nn.Module):
-    """Clef joint schema head (protocol.md §4.1 config, §4.2 tensors, §4.4 forward).
+    """Clef joint schema head (docs/PROTOCOL.md §4.1 config, §4.2 tensors, §4.4 forward).
 
     Args: hidden_size H, width W, routing_layers R, layers L, heads h, feedforward F, dropout (unused at
     inference).
@@ -94,7 +94,7 @@ class JointSchemaHead(nn.Module):
         option_spans: Sequence[Sequence[int]],
         option_owner: Sequence[int],
     ) -> torch.Tensor:
-        """Option logits of one record (protocol.md §4.4 steps 1-15).
+        """Option logits of one record (docs/PROTOCOL.md §4.4 steps 1-15).
 
         Args:
             hidden: [T, H] final-norm hidden states (any float dtype; upcast to f32).
@@ -145,7 +145,7 @@ class JointSchemaHead(nn.Module):
 
 
 def head_param_count(cfg: Dict[str, int]) -> int:
-    """Number of parameters of a head with config ``cfg`` (protocol.md §4.1), built on the meta device."""
+    """Number of parameters of a head with config ``cfg`` (docs/PROTOCOL.md §4.1), built on the meta device."""
     with torch.device("meta"):
         h = JointSchemaHead(**cfg)
     return sum(p.numel() for p in h.parameters())

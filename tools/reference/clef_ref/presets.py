@@ -1,4 +1,4 @@
-"""Model presets for random-weight Clef release folders (architecture.md §1.1, §1.3; protocol.md §4.1)."""
+"""Model presets for random-weight Clef release folders (docs/MODEL.md §1.1, §1.3; docs/PROTOCOL.md §4.1)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ PRESETS: Dict[str, Dict[str, Any]] = {
 
 
 def make_config(preset: str, dtype: str = "bf16"):
-    """Build the composite ``transformers.Qwen3_5Config`` for a preset (architecture.md §1.1/§1.3).
+    """Build the composite ``transformers.Qwen3_5Config`` for a preset (docs/MODEL.md §1.1/§1.3).
 
     Args: preset in {"tiny", "0.8b", "0.8b-shapes", "flash"}; dtype "bf16" or "f32" (recorded as config ``dtype``).
     Returns: Qwen3_5Config with architectures ["Qwen3_5ForConditionalGeneration"], explicit layer_types,
@@ -138,5 +138,5 @@ def text_param_count(cfg) -> int:
 
 
 def vision_param_count(cfg) -> int:
-    """Vision tower parameters (architecture.md §9)."""
+    """Vision tower parameters (docs/MODEL.md §9)."""
     return sum(p.numel() for p in meta_model(cfg).model.visual.parameters())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict
 
-#: The image settings (architecture.md §6.1): Qwen2VLImageProcessor fields as transformers writes them.
+#: The image settings (docs/MODEL.md §6.1): Qwen2VLImageProcessor fields as transformers writes them.
 IMAGE_PROCESSOR: Dict[str, Any] = {
     "do_convert_rgb": True,
     "do_normalize": True,

@@ -1,4 +1,4 @@
-"""``encode_record``: SystemOne request → token ids and spans (protocol.md §3.1-§3.5).
+"""``encode_record``: SystemOne request → token ids and spans (docs/PROTOCOL.md §3.1-§3.5).
 
 Every piece is tokenized separately with ``tokenizers.Tokenizer`` ``encode(piece,
 add_special_tokens=False)`` (special tokens inside pieces are recognised), ids are concatenated, spans
@@ -25,18 +25,18 @@ END_FIELD = "END FIELD\n"
 SUFFIX = "\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:"
 TYPE_IDS = {"noul": 0, "choice": 1, "score": 2}
 MAX_LENGTH = 16384
-#: Token counts of PREFIX / SUFFIX with the official tokenizer (protocol.md §3.2 golden ids).
+#: Token counts of PREFIX / SUFFIX with the official tokenizer (docs/PROTOCOL.md §3.2 golden ids).
 EXPECTED_PREFIX_LEN = 36
 EXPECTED_SUFFIX_LEN = 18
 
 
 def field_head(k: int, question_id: str, qtype: str) -> str:
-    """FIELD_HEAD text for question k (1-based) (protocol.md §3.1); id and type inserted raw."""
+    """FIELD_HEAD text for question k (1-based) (docs/PROTOCOL.md §3.1); id and type inserted raw."""
     return f"\nFIELD {k}\nID: {question_id}\nTYPE: {qtype}\nINSTRUCTION: "
 
 
 def option_head(j: int) -> str:
-    """``OPTION {j}: `` for option j (1-based, model order) (protocol.md §3.1)."""
+    """``OPTION {j}: `` for option j (1-based, model order) (docs/PROTOCOL.md §3.1)."""
     return f"OPTION {j}: "
 
 
@@ -49,7 +49,7 @@ def option_semantics(option_id: str, description: Any) -> Dict[str, Any]:
 
 
 def instruction_value(question_id: str, question: Dict[str, Any]) -> Any:
-    """Instruction value: ``instructions`` unless missing/None/"" → the question id (protocol.md §1.2)."""
+    """Instruction value: ``instructions`` unless missing/None/"" → the question id (docs/PROTOCOL.md §1.2)."""
     instr = question.get("instructions")
     if instr is None or instr == "":
         return question_id
@@ -71,7 +71,7 @@ class QuestionSpan:
 
 @dataclasses.dataclass
 class Record:
-    """An encoded record (protocol.md §3.2). ``input_ids``: list[int] of length T."""
+    """An encoded record (docs/PROTOCOL.md §3.2). ``input_ids``: list[int] of length T."""
 
     input_ids: List[int]
     questions: List[QuestionSpan]
@@ -112,21 +112,21 @@ class Record:
 
 
 def load_tokenizer(model_dir: os.PathLike):
-    """Load ``<model_dir>/tokenizer.json`` with ``tokenizers.Tokenizer.from_file`` (tokenizer.md §1)."""
+    """Load ``<model_dir>/tokenizer.json`` with ``tokenizers.Tokenizer.from_file`` (docs/TOKENIZER.md §1)."""
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(os.fspath(os.path.join(model_dir, "tokenizer.json")))
 
 
 def tok(tokenizer, text: str) -> List[int]:
-    """Token ids of one piece: ``encode(text, add_special_tokens=False).ids`` (protocol.md §3.2)."""
+    """Token ids of one piece: ``encode(text, add_special_tokens=False).ids`` (docs/PROTOCOL.md §3.2)."""
     if text == "":
         return []
     return list(tokenizer.encode(text, add_special_tokens=False).ids)
 
 
 #: One image's placeholder in the media piece; each ``<|image_pad|>`` is expanded to the image's
-#: merged-token count (protocol.md §3.2 step 2, §3.6).
+#: merged-token count (docs/PROTOCOL.md §3.2 step 2, §3.6).
 IMAGE_PLACEHOLDER = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
 
 
@@ -138,7 +138,7 @@ def media_text(image_token_counts: Sequence[int]) -> str:
 
 def encode_record(request: Dict[str, Any], tokenizer, max_length: int = MAX_LENGTH,
                   image_token_counts: Sequence[int] = ()) -> Record:
-    """Encode a validated request (protocol.md §3.2 steps 1-8; images per §3.6).
+    """Encode a validated request (docs/PROTOCOL.md §3.2 steps 1-8; images per §3.6).
 
     Args:
         request: parsed request (already passed ``validate.validate_request``).
@@ -206,7 +206,7 @@ def encode_record(request: Dict[str, Any], tokenizer, max_length: int = MAX_LENG
 
 
 def check_prefix_suffix(tokenizer) -> Dict[str, int]:
-    """Token counts of PREFIX and SUFFIX with this tokenizer; official: 36 and 18 (protocol.md §3.2).
+    """Token counts of PREFIX and SUFFIX with this tokenizer; official: 36 and 18 (docs/PROTOCOL.md §3.2).
 
     Returns {"prefix": n, "suffix": m, "ok": bool}.
     """

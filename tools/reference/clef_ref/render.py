@@ -1,4 +1,4 @@
-"""``render(value)``: the text form of a JSON value inside a Clef prompt (protocol.md §3.3).
+"""``render(value)``: the text form of a JSON value inside a Clef prompt (docs/PROTOCOL.md §3.3).
 
 Python's ``json`` module is the definition: strings are used verbatim, every other value is
 ``json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))``. Requests must be
@@ -12,7 +12,7 @@ from typing import Any
 
 
 def render(value: Any) -> str:
-    """Render one JSON value for the prompt (protocol.md §3.3).
+    """Render one JSON value for the prompt (docs/PROTOCOL.md §3.3).
 
     Args:
         value: a value produced by ``json.loads`` (str, int, float, bool, None, list, dict).
@@ -28,6 +28,6 @@ def render(value: Any) -> str:
 
 
 def parse_request_text(text: str) -> Any:
-    """Parse a request body with Python ``json.loads`` (protocol.md §3.3: keeps int vs float, big ints,
+    """Parse a request body with Python ``json.loads`` (docs/PROTOCOL.md §3.3: keeps int vs float, big ints,
     last duplicate key wins). Returns the parsed value (any JSON type)."""
     return json.loads(text)

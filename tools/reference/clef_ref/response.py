@@ -1,4 +1,4 @@
-"""Per-question softmax and the SystemOne response body (protocol.md §2.1)."""
+"""Per-question softmax and the SystemOne response body (docs/PROTOCOL.md §2.1)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def question_probabilities(logits: torch.Tensor, record) -> List[torch.Tensor]:
 
 
 def build_response(model_name: str, request: Dict[str, Any], record, probs: List[torch.Tensor]) -> Dict[str, Any]:
-    """SystemOne response body (protocol.md §2.1 rules 1-5).
+    """SystemOne response body (docs/PROTOCOL.md §2.1 rules 1-5).
 
     Args:
         model_name: value of ``"model"`` in the body.

@@ -99,7 +99,7 @@ PROVENANCE = (
 
 
 def bytes_to_unicode() -> Dict[int, str]:
-    """GPT-2 byte → printable character table (tokenizer.md §1.3).
+    """GPT-2 byte → printable character table (docs/TOKENIZER.md §1.3).
 
     Bytes 0x21-0x7E, 0xA1-0xAC, 0xAE-0xFF map to themselves; the other 68 bytes, ascending, map to
     U+0100, U+0101, ... Returns a dict {byte (0..255): one-character str}.
@@ -361,7 +361,7 @@ def release_files(ranks: Dict[bytes, int]) -> Dict[str, bytes]:
 
 def build_tokenizer_config(model_max_length: int = 262144) -> dict:
     """tokenizer_config.json object: added_tokens_decoder for all 33 added tokens (248044..248076),
-    add_bos_token false, eos ``<|im_end|>``, pad ``<|endoftext|>`` (tokenizer.md §1.5)."""
+    add_bos_token false, eos ``<|im_end|>``, pad ``<|endoftext|>`` (docs/TOKENIZER.md §1.1)."""
     decoder = {
         str(BASE_VOCAB_SIZE + i): {
             "content": content,

@@ -1,4 +1,4 @@
-"""Request validation (protocol.md §5.3, §1.2, §1.3).
+"""Request validation (docs/PROTOCOL.md §5.3, §1.2, §1.3).
 
 Two levels:
 
@@ -20,15 +20,15 @@ QUESTION_TYPES = ("noul", "choice", "score")
 
 
 class RequestError(ValueError):
-    """A request the reference rejects (ValueError with the reference's message, protocol.md §5.3)."""
+    """A request the reference rejects (ValueError with the reference's message, docs/PROTOCOL.md §5.3)."""
 
 
 class ReferenceCrash(RequestError):
-    """An input on which the reference crashes with an unhandled exception (protocol.md §5.3 item 5)."""
+    """An input on which the reference crashes with an unhandled exception (docs/PROTOCOL.md §5.3 item 5)."""
 
 
 class PolicyError(RequestError):
-    """Rejected only under ``strict=True`` (recommended server policy; protocol.md §1.3, §5.3 item 6)."""
+    """Rejected only under ``strict=True`` (recommended server policy; docs/PROTOCOL.md §1.3, §5.3 item 6)."""
 
 
 def _has_lone_surrogate(value: Any) -> bool:
@@ -52,7 +52,7 @@ def _has_non_finite(value: Any) -> bool:
 
 
 def validate_request(request: Any, strict: bool = False, allow_images: bool = False) -> None:
-    """Validate a parsed SystemOne request (protocol.md §5.3; §1.3 limits when ``strict``).
+    """Validate a parsed SystemOne request (docs/PROTOCOL.md §5.3; §1.3 limits when ``strict``).
 
     Args:
         request: the parsed JSON body (any type).
@@ -122,7 +122,7 @@ def validate_request(request: Any, strict: bool = False, allow_images: bool = Fa
 
 
 def option_list(question: Dict[str, Any]) -> List[tuple]:
-    """Options of a question in MODEL order as (option_id str, description or None) (protocol.md §3.4).
+    """Options of a question in MODEL order as (option_id str, description or None) (docs/PROTOCOL.md §3.4).
 
     noul: [("true", d_true), ("false", d_false)] with the defaults of §1.2 merged by dict update;
     choice: sorted((str(key), desc)); score: [("0", c[0]), ("1", c[1]), ...] (iterating the criteria

@@ -9,7 +9,7 @@ every x86-64 CPU: torch's own ``normal_`` takes a vectorized path on AVX2 CPUs a
 AVX-512 CPUs, and the two differ in the last bits, which made the same seed write different folders
 (and invalidated the goldens measured on one of them) on different machines.
 
-Backbone (architecture.md §8.1 names):
+Backbone (docs/MODEL.md §8.1 names):
 * 2-D weights (projections, MLP, vision qkv/proj/fc, merger, lm_head excepted): normal(0, 1/sqrt(fan_in)),
   so every layer's contribution to the residual stream is O(1);
 * ``embed_tokens.weight`` and ``lm_head.weight``: normal(0, 0.02);
@@ -23,7 +23,7 @@ Backbone (architecture.md §8.1 names):
 * vision LayerNorm weights: 1 + normal(0, 0.1); all biases: normal(0, 0.02);
   ``patch_embed.proj.weight``: normal(0, 1/sqrt(3·2·16·16)); ``pos_embed.weight``: normal(0, 0.02).
 
-Head (protocol.md §4.2 names):
+Head (docs/PROTOCOL.md §4.2 names):
 * Linear / in_proj weights: normal(0, 1/sqrt(fan_in)); biases normal(0, 0.02);
 * LayerNorm weights 1 + normal(0, 0.1), biases normal(0, 0.02);
 * ``type_embedding.weight``: normal(0, 0.5);
@@ -99,7 +99,7 @@ def backbone_tensor(name: str, shape: Tuple[int, ...], seed: int) -> torch.Tenso
 
 
 def backbone_storage_dtype(name: str, dtype: str) -> torch.dtype:
-    """Storage dtype like the official checkpoints (architecture.md §8.2): bf16 except A_log and
+    """Storage dtype like the official checkpoints (docs/MODEL.md §8.2): bf16 except A_log and
     linear_attn.norm.weight in F32; everything F32 when ``dtype == "f32"``."""
     if dtype == "f32" or name.endswith(F32_SUFFIXES):
         return torch.float32
