@@ -15,7 +15,7 @@
 
 namespace clef {
 
-/// The fixed prompt strings (docs/PROTOCOL.md §3.1, seed 000).
+/// The fixed prompt strings (docs/PROTOCOL.md §3.1; docs/MODEL.md §14).
 inline constexpr const char* kSystemPrompt =
     "Read the complete state and schema. Decide every field jointly. Each answer must be exactly one of that "
     "field's allowed options.";

@@ -19,7 +19,7 @@ namespace clef {
 
 /// `<|endoftext|>`, the pad id of the seed's static-shape readout.
 inline constexpr std::int32_t kEndOfTextId = 248044;
-/// Rows per call of the seed's static-shape readout (seed 000, decision.readout).
+/// Rows per call of the seed's static-shape readout (docs/MODEL.md §14, readout).
 inline constexpr std::int64_t kStaticReadoutRows = 64;
 
 /// Where fp32 mode reads the linear weights of a BF16/F16 checkpoint from (`--fp32-weights`).

@@ -41,7 +41,7 @@ enum class ImageBackend : std::uint8_t {
 
 /// Processor parameters (docs/MODEL.md §6.1). Defaults are the clef-flash / Qwen3.5
 /// preprocessor_config.json values; the clef-vision-0.8b student was trained with
-/// min_pixels 16384 and max_pixels 200704 (seeds/002).
+/// min_pixels 16384 and max_pixels 200704 (docs/MODEL.md §14).
 struct VisionPreprocessConfig {
   std::uint32_t patch_size = 16;          ///< p
   std::uint32_t merge_size = 2;           ///< m (spatial merge)
@@ -53,7 +53,7 @@ struct VisionPreprocessConfig {
   std::array<float, 3> image_std = {0.5f, 0.5f, 0.5f};
   /// 0: smart resize (keeps the aspect ratio). Otherwise the side of a square target
   /// (fixed_side x fixed_side, aspect NOT kept), e.g. 256 or 448 as in the Core AI towers of
-  /// seeds/000; must be a multiple of patch_size * merge_size.
+  /// docs/MODEL.md §14; must be a multiple of patch_size * merge_size.
   std::uint32_t fixed_side = 0;
   /// The processor backend reproduced. Default: the reference's (torchvision).
   ImageBackend backend = ImageBackend::kTorchvision;

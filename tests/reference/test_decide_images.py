@@ -83,7 +83,7 @@ def test_decide_with_images_matches_reference(ref, tiny_dir, tmp_path, name, bac
 
 @pytest.mark.parametrize("grid", [8, 14])
 def test_fixed_grid_mode_matches_reference_on_pre_resized_images(ref, tiny_dir, tmp_path, grid):
-    """--vision-grid 8|14 (seed 000): every image resized to 256/448 px square, aspect not kept.
+    """--vision-grid 8|14 (docs/MODEL.md §14): every image resized to 256/448 px square, aspect not kept.
     Reference: Pillow BICUBIC resize to that square first; the processor then keeps it (a multiple
     of 32 within its pixel bounds)."""
     from PIL import Image

@@ -139,7 +139,7 @@ def test_generated_requests(tiny_dir):
 
 def test_prefix_and_suffix_lengths(tiny_dir):
     (g,) = cpp_encode(tiny_dir, corpus_requests()[:1])
-    assert g["prefix_len"] == 36 and g["suffix_len"] == 18  # seed 000 with the Qwen3.5 vocabulary
+    assert g["prefix_len"] == 36 and g["suffix_len"] == 18  # docs/MODEL.md §14, with the Qwen3.5 vocabulary
 
 
 def test_over_long_record_is_refused_then_truncated_like_the_reference(tiny_dir):

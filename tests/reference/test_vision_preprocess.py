@@ -14,7 +14,7 @@ ratios), PNG RGB/RGBA/L/LA/P/1-bit/2-bit/4-bit/16-bit with and without tRNS, JPE
   ``--alpha drop``);
 * ``pixel_values`` with max |delta| <= 1e-6 (in practice 0) and identical ``image_grid_thw``, for the
   Qwen3.5 processor config (min 256^2, max 4096^2 pixels), the clef-vision-0.8b training caps
-  (16384 / 200704) and the fixed 256/448 grids of the Core AI towers (seeds/000).
+  (16384 / 200704) and the fixed 256/448 grids of the Core AI towers (docs/MODEL.md §14).
 
 Then every refused input (remote/bare/unsupported URLs, bad base64, corrupt/truncated files,
 decompression bombs, 0-sized images, aspect ratio, too many images, byte caps) must come back as the
@@ -46,7 +46,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 QWEN35 = {"min_pixels": 65536, "max_pixels": 16777216}  # Qwen3.5 / clef-flash preprocessor_config.json
-STUDENT = {"min_pixels": 16384, "max_pixels": 200704}   # clef-vision-0.8b training caps (seeds/002)
+STUDENT = {"min_pixels": 16384, "max_pixels": 200704}   # clef-vision-0.8b training caps (docs/MODEL.md §14)
 TOLERANCE = 1e-6
 # Pillow 13 (PR #9549) runs the vertical resampling pass first when the height shrinks by more than
 # twice as many pixels as the width; Pillow <= 12 always runs the horizontal pass first. The C++
@@ -338,7 +338,7 @@ def test_preprocess_matches_processor(tmp_path, cfg):
 
 @pytest.mark.parametrize("side", [256, 448])
 def test_fixed_grid_matches_pillow_resize_then_processor(tmp_path, side):
-    """seeds/000 host_preprocess: Pillow BICUBIC to side x side (aspect not kept), then the
+    """The on-device host preprocessing (docs/MODEL.md §14): Pillow BICUBIC to side x side (aspect not kept), then the
     processor's rescale/normalize/patchify (do_resize=False)."""
     cases = CASES[::4]
     results = run_driver(tmp_path, "preprocess", [data_url(d, m) for _, d, m, _ in cases],

@@ -112,7 +112,7 @@ TEST(VisionPreprocess, GridForSizeWithoutPixels) {
   EXPECT_EQ(g.h, 30);
   EXPECT_EQ(g.w, 40);
   VisionPreprocessConfig fixed;
-  fixed.fixed_side = 448;  // seeds/000: the 448 tower takes 14 x 14 merged tokens
+  fixed.fixed_side = 448;  // docs/MODEL.md §14: the 448 tower takes 14 x 14 merged tokens
   const ImageGrid f = image_grid_for_size(640, 480, 0, fixed);
   EXPECT_EQ(f.h / 2 * (f.w / 2), 196);
   fixed.fixed_side = 250;

@@ -34,7 +34,7 @@ struct MropePositions {
 MropePositions mrope_positions(std::span<const std::int32_t> ids, std::int32_t image_token_id,
                                std::span<const ImageGrid> grids, std::int64_t spatial_merge_size);
 
-/// The fixed-layout "rope shift" inputs of the Core AI port (seed 000, docs/MODEL.md §7.4)
+/// The fixed-layout "rope shift" inputs of the Core AI port (docs/MODEL.md §14, §7.4)
 /// for one image of merged grid H x W whose N = H*W pads start at sequence index `first_pad`
 /// (Clef's layout: 37, right after the 36-token prefix and <|vision_start|>).
 struct RopeShiftInputs {
