@@ -2,6 +2,7 @@
 #include "commands.h"
 
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
