@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/json_reader.h"
 #include "runtime/make_model.h"
 
 namespace clef::cli {

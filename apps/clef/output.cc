@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/json_reader.h"
 
 namespace clef::cli {
 
