@@ -3,6 +3,7 @@
 #include "hidden_command.h"
 
 #include <exception>
+#include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -92,10 +93,12 @@ int run_hidden(const HiddenFlags& f) {
     }
     run_backbone_dump(dump_options(f, model));
     return 0;
-  } catch (const Error&) {
-    throw;
+  } catch (const Error& e) {
+    std::cerr << "clef_backbone_dump: " << e.what() << "\n";
+    return exit_code_for(e.kind());
   } catch (const std::exception& e) {
-    throw InvalidArgument(e.what());
+    std::cerr << "clef_backbone_dump: " << e.what() << "\n";
+    return 2;
   }
 }
 

@@ -1,12 +1,8 @@
-// clef_backbone_dump: `clef hidden` as a program of its own (the same flags: apps/clef/hidden_command.h),
-// for the parity suite (tests/reference/test_backbone.py) and bench/bench_backbone.py. Errors are
-// one line "clef_backbone_dump: MESSAGE" on stderr with the exit codes of core/error.h.
-#include <exception>
-#include <iostream>
-
+// clef_backbone_dump: `clef hidden` as a program of its own (the same flags and errors:
+// apps/clef/hidden_command.h), for the parity suite (tests/reference/test_backbone.py) and
+// bench/bench_backbone.py.
 #include <CLI/CLI.hpp>
 
-#include "core/error.h"
 #include "engine_flags.h"
 #include "hidden_command.h"
 #include "ops/parallel.h"
@@ -16,14 +12,6 @@ int main(int argc, char** argv) {
   CLI::App app{"Backbone final-norm hidden states for token ids, as .npy (debugging, parity).", "clef_backbone_dump"};
   clef::cli::HiddenFlags flags;
   clef::cli::add_hidden_flags(app, flags);
-  try {
-    if (const int rc = clef::cli::parse_command_line(app, argc, argv, "clef_backbone_dump --help"); rc >= 0) return rc;
-    return clef::cli::run_hidden(flags);
-  } catch (const clef::Error& e) {
-    std::cerr << "clef_backbone_dump: " << e.what() << "\n";
-    return clef::exit_code_for(e.kind());
-  } catch (const std::exception& e) {
-    std::cerr << "clef_backbone_dump: " << e.what() << "\n";
-    return 2;
-  }
+  if (const int rc = clef::cli::parse_command_line(app, argc, argv, "clef_backbone_dump --help"); rc >= 0) return rc;
+  return clef::cli::run_hidden(flags);
 }
