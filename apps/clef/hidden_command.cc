@@ -83,14 +83,14 @@ void add_hidden_flags(CLI::App& app, HiddenFlags& f) {
 }
 
 int run_hidden(const HiddenFlags& f) {
+  std::string model;
+  if (f.model_opt->count() > 0) {
+    bool is_default = false;
+    model = resolve_model_arg(f.model, true, f.revision, false, &is_default);
+  } else if (f.revision_opt->count() > 0) {
+    throw InvalidArgument("--revision needs --model ORG/REPO");
+  }
   try {
-    std::string model;
-    if (f.model_opt->count() > 0) {
-      bool is_default = false;
-      model = resolve_model_arg(f.model, true, f.revision, false, &is_default);
-    } else if (f.revision_opt->count() > 0) {
-      throw InvalidArgument("--revision needs --model ORG/REPO");
-    }
     run_backbone_dump(dump_options(f, model));
     return 0;
   } catch (const Error& e) {

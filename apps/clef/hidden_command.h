@@ -27,10 +27,10 @@ struct HiddenFlags {
 /// footer. A flag given twice keeps its last value.
 void add_hidden_flags(CLI::App& app, HiddenFlags& flags);
 
-/// Checks the values, resolves a hub name given to --model (at --revision; engine_flags.h
-/// resolve_model_arg) and runs run_backbone_dump(). Returns the exit code: 0, or after an error
-/// the one line "clef_backbone_dump: MESSAGE" on stderr (as the tool always printed) and the code
-/// of core/error.h (2 for a bad flag value or any other exception).
+/// Resolves a hub name given to --model (at --revision; engine_flags.h resolve_model_arg; its
+/// errors are thrown), checks the values and runs run_backbone_dump(). Returns the exit code: 0,
+/// or after an error the one line "clef_backbone_dump: MESSAGE" on stderr (as the tool always
+/// printed) and the code of core/error.h (2 for a bad flag value or any other exception).
 int run_hidden(const HiddenFlags& flags);
 
 }  // namespace clef::cli

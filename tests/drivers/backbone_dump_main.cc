@@ -1,8 +1,11 @@
 // clef_backbone_dump: `clef hidden` as a program of its own (the same flags and errors:
 // apps/clef/hidden_command.h), for the parity suite (tests/reference/test_backbone.py) and
 // bench/bench_backbone.py.
+#include <iostream>
+
 #include <CLI/CLI.hpp>
 
+#include "core/error.h"
 #include "engine_flags.h"
 #include "hidden_command.h"
 #include "ops/parallel.h"
@@ -13,5 +16,10 @@ int main(int argc, char** argv) {
   clef::cli::HiddenFlags flags;
   clef::cli::add_hidden_flags(app, flags);
   if (const int rc = clef::cli::parse_command_line(app, argc, argv, "clef_backbone_dump --help"); rc >= 0) return rc;
-  return clef::cli::run_hidden(flags);
+  try {
+    return clef::cli::run_hidden(flags);
+  } catch (const clef::Error& e) {  // resolving a hub name given to --model
+    std::cerr << "clef_backbone_dump: " << e.what() << "\n";
+    return clef::exit_code_for(e.kind());
+  }
 }
