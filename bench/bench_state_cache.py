@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark of exact state reuse: one long state asked once cold, then new questions warm.
 
-Not a test. Runs tests/tools/cache_driver.cc (one Engine, many requests) on a release folder
+Not a test. Runs tests/drivers/cache_driver.cc (one Engine, many requests) on a release folder
 (default: the 0.8b random-weight preset, generated with tools/reference/make_model.py if missing):
 
   1. a cold request: prefix + state of ~16,384 tokens (``--state-tokens``) and 1 question (the

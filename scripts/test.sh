@@ -3,6 +3,7 @@
 # what each stage proves and what it costs):
 #   setup       scripts/setup.sh --dev: test libraries, clang, ccache, the Python reference toolkit
 #               in the virtual environment .venv/ ($CLEF_VENV), whose python runs every Python step;
+#   layer check scripts/check_layers.py: no engine layer (src/<layer>) includes a higher one;
 #   release     release build with -Werror (every target: clef, test drivers, benchmarks), then all
 #               GoogleTest unit tests (ctest) at the native kernel level;
 #   models      the 0.8b random-weight release folder, written once and shared by every test session
@@ -70,6 +71,8 @@ stage() {
 }
 
 stage setup bash scripts/setup.sh --dev
+# No engine layer includes a higher one (src/CMakeLists.txt lists the order): seconds, before any build.
+stage "layer check" python3 scripts/check_layers.py
 # Every Python step (and anything the tests start by name, e.g. `jevcompat`) uses the venv.
 export VIRTUAL_ENV=${CLEF_VENV:-$PWD/.venv}
 export PATH="$VIRTUAL_ENV/bin:$PATH"

@@ -6,7 +6,7 @@
 
 #include "hub/cache.h"
 #include "hub/pull.h"
-#include "tools/make_model.h"
+#include "runtime/make_model.h"
 
 namespace clef::cli {
 

@@ -1,6 +1,5 @@
 #include "hub/pull.h"
 
-#include <curl/curl.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/file.h>
@@ -26,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "hub/http.h"
 
 namespace fs = std::filesystem;
 
@@ -34,47 +34,18 @@ namespace clef::hub {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using net::http;
+using net::HttpResponse;
+using net::lower;
+using net::origin_of;
+using net::Request;
+using net::Sink;
+using net::trim;
+using net::url_encode;
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr ? std::string(v) : std::string();
-}
-
-std::string trim(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  std::size_t i = 0;
-  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-  return s.substr(i);
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-/// Percent-encodes a path segment (RFC 3986 unreserved characters kept; '/' kept when `keep_slash`).
-std::string url_encode(const std::string& s, bool keep_slash) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
-      out += ch;
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
-/// scheme://host:port of an absolute URL ("" when `url` is not absolute).
-std::string origin_of(const std::string& url) {
-  const auto scheme = url.find("://");
-  if (scheme == std::string::npos) return "";
-  const auto path = url.find('/', scheme + 3);
-  return lower(url.substr(0, path));
 }
 
 /// The etag as huggingface_hub normalizes it: no weak prefix, no quotes.
@@ -109,122 +80,6 @@ std::string human_eta(double seconds) {
   if (s >= 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, (s / 60) % 60, s % 60);
   else std::snprintf(buf, sizeof buf, "%lld:%02lld", s / 60, s % 60);
   return buf;
-}
-
-// ---------------------------------------------------------------------------------------------
-// HTTP through libcurl
-
-struct CurlGlobal {
-  CurlGlobal() { curl_global_init(CURL_GLOBAL_DEFAULT); }
-  ~CurlGlobal() { curl_global_cleanup(); }
-};
-
-void ensure_curl() { static CurlGlobal global; }
-
-struct CurlDeleter {
-  void operator()(CURL* c) const { curl_easy_cleanup(c); }
-};
-struct SlistDeleter {
-  void operator()(curl_slist* s) const { curl_slist_free_all(s); }
-};
-
-struct HttpResponse {
-  long status = 0;
-  std::map<std::string, std::string> headers;  ///< lower-case names; the last response's
-  std::string body;
-  CURLcode code = CURLE_OK;
-  std::string error;  ///< curl's message when code != CURLE_OK
-};
-
-/// Where a GET body goes: a string (body) or a file (with a byte counter).
-struct Sink {
-  std::string* text = nullptr;
-  std::size_t text_limit = std::size_t{64} << 20;
-  std::FILE* file = nullptr;
-  std::atomic<std::int64_t>* counter = nullptr;
-  std::atomic<std::int64_t>* total_counter = nullptr;
-  int write_errno = 0;
-  long status = 0;  ///< set by the header callback: only a 2xx body is written to the file
-};
-
-std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
-  auto* r = static_cast<std::pair<HttpResponse*, Sink*>*>(user);
-  const std::string line(data, size * n);
-  if (line.rfind("HTTP/", 0) == 0) {
-    r->first->headers.clear();  // a new response (after a redirect or 100 Continue)
-    const auto sp = line.find(' ');
-    if (sp != std::string::npos) r->second->status = std::strtol(line.c_str() + sp + 1, nullptr, 10);
-  } else if (const auto colon = line.find(':'); colon != std::string::npos) {
-    r->first->headers[lower(trim(line.substr(0, colon)))] = trim(line.substr(colon + 1));
-  }
-  return size * n;
-}
-
-std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
-  auto* s = static_cast<Sink*>(user);
-  const std::size_t bytes = size * n;
-  if (s->file != nullptr) {
-    if (s->status < 200 || s->status >= 300) return bytes;  // an error page: not file content
-    if (std::fwrite(data, 1, bytes, s->file) != bytes || std::fflush(s->file) != 0) {
-      s->write_errno = errno != 0 ? errno : EIO;
-      return 0;  // aborts the transfer (CURLE_WRITE_ERROR)
-    }
-    if (s->counter != nullptr) *s->counter += static_cast<std::int64_t>(bytes);
-    if (s->total_counter != nullptr) *s->total_counter += static_cast<std::int64_t>(bytes);
-    return bytes;
-  }
-  if (s->text != nullptr) {
-    if (s->text->size() + bytes > s->text_limit) return 0;
-    s->text->append(data, bytes);
-  }
-  return bytes;
-}
-
-struct Request {
-  std::string method = "GET";  ///< GET or HEAD
-  std::string url;
-  std::vector<std::string> headers;
-  bool follow = false;
-  std::int64_t range_from = -1;  ///< >= 0: "Range: bytes=N-"
-};
-
-HttpResponse http(const Request& req, Sink& sink) {
-  ensure_curl();
-  HttpResponse resp;
-  std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
-  if (!curl) throw IoError("cannot initialise libcurl");
-  std::unique_ptr<curl_slist, SlistDeleter> list;
-  auto add = [&](const std::string& h) { list.reset(curl_slist_append(list.release(), h.c_str())); };
-  for (const auto& h : req.headers) add(h);
-  add("Accept-Encoding: identity");  // the real size; no transparent decompression
-  if (req.range_from >= 0) add("Range: bytes=" + std::to_string(req.range_from) + "-");
-  char err[CURL_ERROR_SIZE] = {0};
-  std::pair<HttpResponse*, Sink*> hdr_ctx{&resp, &sink};
-  CURL* c = curl.get();
-  curl_easy_setopt(c, CURLOPT_URL, req.url.c_str());
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, list.get());
-  curl_easy_setopt(c, CURLOPT_USERAGENT, "clef/0.1.0");
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 15L);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);  // no byte for 60 s: a dead connection
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
-  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(c, CURLOPT_HEADERDATA, &hdr_ctx);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  if (req.follow) {
-    // Custom Authorization headers are not sent to another host after a redirect (libcurl >= 7.58).
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
-  }
-  if (req.method == "HEAD") curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-  resp.code = curl_easy_perform(c);
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
-  if (resp.code != CURLE_OK) resp.error = err[0] != 0 ? std::string(err) : curl_easy_strerror(resp.code);
-  return resp;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -127,9 +127,4 @@ class Backbone {
   std::vector<float> embeds_;
 };
 
-/// `clef_backbone_dump` entry point (also meant for a `clef hidden` CLI subcommand): writes the
-/// hidden states of given ids as .npy files; see backbone_dump.cc for the flags. Returns the
-/// process exit code.
-int backbone_dump_main(int argc, char** argv);
-
 }  // namespace clef

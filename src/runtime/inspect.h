@@ -1,13 +1,11 @@
-// `clef inspect`: what a release folder contains, how many parameters each block has, and how
-// much memory running it will take.
+// What a release folder contains, how many parameters each block has, and how much memory running
+// it will take (`clef inspect` prints it: apps/clef/inspect_report.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "runtime/release.h"
 
@@ -32,14 +30,5 @@ struct ModelSummary {
 
 /// Counts parameters from the bound tensors and derives the memory estimates (docs/MODEL.md §9).
 ModelSummary summarize(const ReleaseFolder& release);
-
-/// Human-readable report (what `clef inspect` prints). `chunk` and `context` size the
-/// activation and state estimates.
-std::string format_inspect_report(const ReleaseFolder& release, const ModelSummary& s, std::int64_t chunk,
-                                  std::int64_t context);
-
-/// The same content as JSON (`clef inspect --json`), for scripts and tests.
-nlohmann::ordered_json inspect_json(const ReleaseFolder& release, const ModelSummary& s, std::int64_t chunk,
-                                    std::int64_t context);
 
 }  // namespace clef

@@ -1,4 +1,4 @@
-// Compiled with -ffp-contract=off (vision/sources.cmake): the coefficient arithmetic must round
+// Compiled with -ffp-contract=off (src/vision/CMakeLists.txt): the coefficient arithmetic must round
 // after every operation, as Pillow's and NumPy's do, or a pixel can land one level off.
 #include "vision/preprocess.h"
 

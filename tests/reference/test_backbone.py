@@ -9,7 +9,7 @@ T in {1, 7, 63, 64, 65, 200, 1000} and prefill chunk sizes {1, 16, 64, 4096} (fp
 The reference is `Qwen3_5ForConditionalGeneration.from_pretrained(DIR, dtype=float32)
 .model.language_model(input_ids, attention_mask=ones).last_hidden_state`.
 
-The C++ side is `clef_backbone_dump` (built by tests/unit/ops.cmake). Set CLEF_BACKBONE_DUMP to
+The C++ side is `clef_backbone_dump` (built by tests/CMakeLists.txt). Set CLEF_BACKBONE_DUMP to
 its path, or build any preset (build/<preset>/bin/ is searched, newest first); the tests skip
 when no binary is found. CLEF_TEST_THREADS (default 1) sets the engine's threads.
 """

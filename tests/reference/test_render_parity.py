@@ -3,7 +3,7 @@
 The oracle is Python itself: ``json.dumps(json.loads(text), ensure_ascii=False, sort_keys=True,
 separators=(",", ":"))`` for every value, and the toolkit's ``clef_ref.render.render`` (strings
 verbatim) for prompt text. Every input text is piped through ``build/<preset>/bin/clef_render_driver``
-(tests/tools/render_driver.cc) and compared byte for byte; zero differences allowed.
+(tests/drivers/render_driver.cc) and compared byte for byte; zero differences allowed.
 
 Coverage: >= 100,000 generated values (random nesting, every float class: random bit patterns,
 subnormals, powers of ten and their neighbours, integral floats, signed zeros, huge/tiny, long and

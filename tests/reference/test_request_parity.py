@@ -2,7 +2,7 @@
 
 Every request of tests/data/requests/corpus.jsonl and bad.jsonl, plus a few thousand generated
 requests (valid variants of the corpus and single-fault mutations), goes through
-``clef_render_driver request`` (tests/tools/render_driver.cc: parse_request + a JSON summary)
+``clef_render_driver request`` (tests/drivers/render_driver.cc: parse_request + a JSON summary)
 and through ``clef_ref.validate.validate_request(strict=True)``:
 
 * accepted by the toolkit -> accepted by clef.cpp with the same question ids, types, rendered

@@ -1,5 +1,5 @@
 """Exact state reuse end to end on the tiny preset, fp32: many requests through ONE engine
-(tests/tools/cache_driver.cc), the state cache on vs off.
+(tests/drivers/cache_driver.cc), the state cache on vs off.
 
 The engine always splits its prefill at the end of the state, so a warm request (state restored
 from the cache) does the very same arithmetic as a cold one and as the cache-off engine. Checked:

@@ -1,7 +1,7 @@
 """Shared helpers of the live tokenizer parity tests (docs/TOKENIZER.md "Tests").
 
 No tests here. The C++ side runs through ``build/<preset>/bin/clef_tokenizer_batch`` (one process per
-batch; see tests/unit/test_tokenizer_batch_tool.cc for the record format); the oracle is the PyPI
+batch; see tests/drivers/tokenizer_batch_driver.cc for the record format); the oracle is the PyPI
 ``tokenizers`` package (Rust core, Oniguruma), and ``transformers`` for the tokenizer_config union.
 
 Fixtures built here (cached under ``$CLEF_CACHE`` or ``~/.cache/clef``):

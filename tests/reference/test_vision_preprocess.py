@@ -7,7 +7,7 @@ Every image is generated here with Pillow (or, for PNG variants Pillow cannot wr
 PNG writer below): several sizes (1x1, tiny, odd, just above/below the pixel bounds, huge aspect
 ratios), PNG RGB/RGBA/L/LA/P/1-bit/2-bit/4-bit/16-bit with and without tRNS, JPEG RGB (4:2:0,
 4:4:4, progressive)/gray/CMYK, WebP lossy/lossless/alpha. Each is sent to
-``build/<preset>/bin/clef_image_driver`` (tests/tools/image_driver.cc) as a data URL, and compared:
+``build/<preset>/bin/clef_image_driver`` (tests/drivers/image_driver.cc) as a data URL, and compared:
 
 * decoded RGB8 exactly equal to the reference's RGB (``transformers.image_transforms.convert_to_rgb``
   on the PIL image = composite onto white when there is alpha; and ``Image.convert("RGB")`` for

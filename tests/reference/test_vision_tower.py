@@ -1,6 +1,6 @@
 """Vision tower and M-RoPE positions: the C++ engine against transformers, live.
 
-Tower: `clef_vision_driver tower` (tests/tools/vision_driver.cc) on random pixel_values for
+Tower: `clef_vision_driver tower` (tests/drivers/vision_driver.cc) on random pixel_values for
 several patch grids, one and several images per call, against
 `Qwen3_5ForConditionalGeneration.from_pretrained(DIR, dtype=float32).model.visual(
 pixel_values, grid_thw=grid_thw).pooler_output` (transformers 5.24: Qwen3_5VisionModel.forward

@@ -13,7 +13,7 @@
 #include "runtime/backbone.h"
 #include "runtime/release.h"
 #include "test_util.h"
-#include "tools/make_model.h"
+#include "runtime/make_model.h"
 
 namespace clef {
 namespace {

@@ -9,10 +9,10 @@
 #include "core/sha256.h"
 #include "decision/joint_head_weights.h"
 #include "io/safetensors.h"
-#include "runtime/inspect.h"
+#include "inspect_report.h"  // apps/clef
 #include "runtime/release.h"
 #include "test_util.h"
-#include "tools/make_model.h"
+#include "runtime/make_model.h"
 
 namespace clef {
 namespace {
@@ -79,10 +79,10 @@ TEST_F(ReleaseTest, TinyModelLoadsAndCountsMatchConfig) {
   EXPECT_EQ(s.full_layer_params, attn + mlp + norms);
   EXPECT_EQ(s.head_params, joint_head_parameter_count(r.head_config));
   EXPECT_GT(s.vision_params, 0);
-  const std::string report = format_inspect_report(r, s, 512, 16384);
+  const std::string report = cli::format_inspect_report(r, s, 512, 16384);
   EXPECT_NE(report.find("LLLF"), std::string::npos);
   EXPECT_NE(report.find("RANDOM WEIGHTS"), std::string::npos);
-  EXPECT_EQ(inspect_json(r, s, 512, 16384)["params"]["text"].get<std::int64_t>(), want);
+  EXPECT_EQ(cli::inspect_json(r, s, 512, 16384)["params"]["text"].get<std::int64_t>(), want);
 }
 
 TEST(MakeModel, DeterministicPerSeed) {
@@ -254,7 +254,7 @@ TEST_F(ReleaseTest, ImageSettingsFromProcessorConfig) {
     EXPECT_EQ(r.preprocessor->max_pixels, 401408);
     EXPECT_EQ(r.preprocessor->image_mean[0], 0.25);
     EXPECT_EQ(r.preprocessor_source, "processor_config.json (image_processor)");
-    EXPECT_NE(format_inspect_report(r, summarize(r), 512, 4096).find("image settings   from processor_config.json"),
+    EXPECT_NE(cli::format_inspect_report(r, summarize(r), 512, 4096).find("image settings   from processor_config.json"),
               std::string::npos);
   }
   // both files: they must agree, else the folder is refused naming the field
@@ -276,7 +276,7 @@ TEST_F(ReleaseTest, ImageSettingsFromProcessorConfig) {
   fs::remove(path("preprocessor_config.json"));
   const ReleaseFolder r = open_release(dir_.str());
   EXPECT_FALSE(r.preprocessor.has_value());
-  EXPECT_NE(format_inspect_report(r, summarize(r), 512, 4096).find("preprocessor none"), std::string::npos);
+  EXPECT_NE(cli::format_inspect_report(r, summarize(r), 512, 4096).find("preprocessor none"), std::string::npos);
 }
 
 }  // namespace

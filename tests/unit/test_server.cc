@@ -18,7 +18,7 @@
 #include "server/routes.h"
 #include "server/scheduler.h"
 #include "test_util.h"
-#include "tools/make_model.h"
+#include "runtime/make_model.h"
 
 namespace clef::server {
 namespace {

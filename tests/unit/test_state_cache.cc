@@ -25,7 +25,7 @@
 #include "runtime/release.h"
 #include "runtime/state_cache.h"
 #include "test_util.h"
-#include "tools/make_model.h"
+#include "runtime/make_model.h"
 
 namespace clef {
 namespace {

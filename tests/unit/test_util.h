@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/make_model.h"
+#include "runtime/make_model.h"
 
 namespace clef::test {
 

@@ -16,7 +16,7 @@
 #include "ops/parallel.h"
 #include "runtime/release.h"
 #include "test_util.h"
-#include "tools/make_model.h"
+#include "runtime/make_model.h"
 
 namespace clef {
 namespace {

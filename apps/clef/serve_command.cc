@@ -1,0 +1,137 @@
+// `clef serve`: parses the flags, loads the engine and hands it to server::serve().
+#include "commands.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/error.h"
+#include "core/json_reader.h"
+#include "engine_flags.h"
+#include "runtime/engine.h"
+#include "server/server.h"
+
+namespace clef::cli {
+
+namespace {
+
+constexpr const char* kServeFooter =
+    "Routes: POST /v1/systemone, /v1/decisions (SystemOne); POST /ai/run/@cf/cloudflare/{model} and\n"
+    "/client/v4/accounts/{id}/ai/run/@cf/cloudflare/{model} (Cloudflare envelope); POST /api/alpha/decisions\n"
+    "(OpenRouter); GET /v1/models, /health (liveness), /ready (readiness: 503 while the queue is full),\n"
+    "/metrics (Prometheus). Overload (queue full, queued past --timeout, --body-budget spent): 503 with\n"
+    "Retry-After. A decision answer carries X-Clef-State-Key (its state's cache key) and X-Clef-Route-Key (the\n"
+    "routing key a balancer hashes; docs/DEPLOYMENT.md).\n"
+    "See README.md \"clef serve\".\n"
+    "Exit codes: 0 stopped by SIGINT/SIGTERM after finishing the requests in flight; 2 invalid argument or\n"
+    "usage; 3 model folder malformed, missing or inconsistent; 4 unsupported model option; 5 I/O error\n"
+    "(e.g. the address cannot be bound); 70 internal error; 130 a second signal during shutdown.";
+
+struct ServeFlags {
+  EngineFlags flags;
+  server::ServeOptions so;
+  std::int64_t queue = 64;
+  std::int64_t max_body = std::int64_t{64} << 20;
+  bool strict = false;
+  std::int64_t max_connections = 1024;
+  std::int64_t body_budget_mb = 256;
+  std::int64_t state_cache_mb = EngineOptions::kDefaultStateCacheMb;
+  CLI::Option* model_opt = nullptr;
+};
+
+int run_serve(ServeFlags& f) {
+  auto& so = f.so;
+  auto& flags = f.flags;
+  so.queue = static_cast<std::size_t>(f.queue);
+  so.max_body_bytes = static_cast<std::size_t>(f.max_body);
+  so.max_connections = static_cast<std::size_t>(f.max_connections);
+  so.body_budget_bytes = static_cast<std::size_t>(f.body_budget_mb) << 20;
+  flags.model_given = f.model_opt->count() > 0;
+  // A hub name resolves (and with --pull downloads, Ctrl-C still stopping it) first; its threads
+  // are all joined when it returns.
+  bool is_default = false;
+  const std::string dir = resolve_model_arg(flags.model_dir, flags.model_given, flags.revision, flags.pull, &is_default);
+  // Before any engine thread exists: the engine's pool must not take SIGINT/SIGTERM (server/server.h).
+  server::block_shutdown_signals();
+  EngineOptions eo = engine_options(flags);
+  eo.accept_any_model = !f.strict;
+  eo.state_cache_mb = f.state_cache_mb;
+  eo.aliases = so.aliases;
+  const auto engine = with_default_hint(dir, is_default, [&] { return std::make_unique<Engine>(dir, eo); });
+  return server::serve(*engine, so);
+}
+
+}  // namespace
+
+
+Command add_serve_command(CLI::App& parent) {
+  auto f = std::make_shared<ServeFlags>();
+  auto* app = parent.add_subcommand("serve", "Serve a Clef model over HTTP (Jev/SystemOne, Cloudflare and OpenRouter routes).");
+  server::ServeOptions& so = f->so;
+  app->footer(kServeFooter);
+  app->allow_extras(false);
+  f->model_opt = add_engine_flags(*app, f->flags);
+  app->add_option("--host", so.host, "Address to bind (default loopback; 0.0.0.0 exposes the server)")
+      ->capture_default_str();
+  app->add_option("--port", so.port, "TCP port (0: any free port, printed at startup)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app->add_option("--queue", f->queue, "Decision requests that may wait for the engine; more get 503 + Retry-After")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}))
+      ->capture_default_str();
+  app->add_option("--timeout", so.timeout_seconds,
+                  "Seconds a request may wait in the queue; then 503 + Retry-After (a decision that started runs to the end)")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app->add_option("--max-body", f->max_body, "Largest request body in bytes, after Content-Encoding decoding (more: 413)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 34))
+      ->capture_default_str();
+  app->add_option("--api-key", so.api_key,
+                  "Require \"Authorization: Bearer KEY\" on every route but /health and /ready (default: $CLEF_API_KEY; none: open)")
+      ->envname("CLEF_API_KEY");
+  app->add_option("--alias", so.aliases,
+                  "Another model name requests may use (repeatable); with --strict-model, the only other names "
+                  "accepted besides the folder's name and jev-latest");
+  app->add_flag("--strict-model", f->strict,
+                "Refuse requests naming a model other than the served name, an --alias or jev-latest (400 "
+                "unknown_model); default: any name is accepted and echoed, like clef decide and the reference");
+  app->add_option("--description", so.description, "Model description reported by GET /v1/models");
+  app->add_flag("--quiet,-q", so.quiet, "No access log on stderr");
+  app->add_option("--allow-host", so.allow_hosts,
+                  "A Host header name to accept besides localhost, 127.0.0.1, [::1] and the --host address "
+                  "(repeatable; '*' accepts any: only behind a proxy that checks Host). Other Hosts get 421 "
+                  "(DNS rebinding guard); with --host 0.0.0.0 the address a client connected to is accepted too");
+  app->add_option("--header-timeout", so.header_timeout_seconds,
+                  "Seconds the request line and headers may take to arrive; then 408 and the connection ends")
+      ->check(CLI::Range(0.01, 3600.0))
+      ->capture_default_str();
+  app->add_option("--body-timeout", so.body_timeout_seconds,
+                  "Seconds a request body may take to arrive; then 408 and the connection ends")
+      ->check(CLI::Range(0.01, 3600.0))
+      ->capture_default_str();
+  app->add_option("--max-connections", f->max_connections,
+                  "Open connections at most; at the limit the connection that has waited longest for its request "
+                  "(idle, or still sending headers) is closed to admit a new one; when none waits, the new one is "
+                  "answered 503 + Connection: close")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+      ->capture_default_str();
+  app->add_option("--body-budget", f->body_budget_mb,
+                  "MiB of decoded request bodies all connections may hold at once (at least --max-body); a body "
+                  "beyond it is answered 503 + Retry-After")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))
+      ->capture_default_str();
+  app->add_option("--state-cache-mb", f->state_cache_mb,
+                  "Memory budget of the exact state cache in MiB (0: off): requests that share a prefix + images + "
+                  "state reuse its computation, bit-identically (README \"Exact state reuse\")")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
+      ->capture_default_str();
+
+  return {app, "clef serve --help", [f] { return run_serve(*f); }};
+}
+
+}  // namespace clef::cli
