@@ -17,11 +17,13 @@ target_sources(clef_engine PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/ref/int8_gemm.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/int8_gemm.cc
   ${CMAKE_CURRENT_LIST_DIR}/ref/vision_ops.cc
+  ${CMAKE_CURRENT_LIST_DIR}/ref/head_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/elementwise.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/conv1d.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/gdn.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/attention.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/vision_ops.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/head_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/gemm_onednn.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/isa.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/peak.cc
@@ -46,6 +48,11 @@ set_source_files_properties(
   ${CMAKE_CURRENT_LIST_DIR}/cpu/vision_ops.cc ${CMAKE_CURRENT_LIST_DIR}/cpu/peak.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/convert.cc
   PROPERTIES COMPILE_OPTIONS "-Wno-psabi")
+# The joint head's ops fix their summation order (ops/head_ops.h): no multiply-add may be fused on
+# any target (GCC contracts a * b + c by default in C++), so every level gives the baseline's bits.
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cpu/head_ops.cc
+  PROPERTIES COMPILE_OPTIONS "-Wno-psabi;-ffp-contract=off")
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/ref/head_ops.cc PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
 # The int8 kernels: register tiles are arrays sized by int template parameters (sign-conversion
 # noise), and GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized inside _mm512_cvtph_ps.
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cpu/int8_gemm.cc

@@ -3,6 +3,7 @@
 add_executable(clef_ops_tests
   ${CMAKE_CURRENT_LIST_DIR}/test_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/test_int8_gemm.cc
+  ${CMAKE_CURRENT_LIST_DIR}/test_head_ops.cc
 )
 if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/test_backbone.cc)
   target_sources(clef_ops_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR}/test_backbone.cc)
