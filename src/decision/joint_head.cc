@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <numbers>
 
 #include "core/error.h"
+#include "ops/head_ops.h"
+#include "ops/ops.h"
+#include "ops/vision_ops.h"
 
 namespace clef {
 namespace {
@@ -47,95 +48,10 @@ Mha make_mha(const MultiheadAttentionWeights& m) {
   return out;
 }
 
-/// dot product with 16 independent partial sums (vectorizable without reassociation flags).
-float dot(const float* a, const float* b, std::int64_t n) {
-  float acc[16] = {};
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
-  }
-  float s = 0.0f;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (int j = 0; j < 16; ++j) s += acc[j];
-  return s;
-}
-
-/// Register tile of linear_rows: kTileRows input rows × kTileOuts weight rows, kTileRows ×
-/// kTileOuts independent dot products sharing every load.
-constexpr std::int64_t kTileRows = 4, kTileOuts = 4;
-/// Rows per panel of linear_rows (one thread's unit; the panel's inputs stay in L2 while every
-/// weight row streams past once).
-constexpr std::int64_t kRowPanel = 64;
-
-/// 16 floats as one value (GCC/Clang vector extension): the 16 partial sums of dot(), lane j
-/// holding the sum over elements i ≡ j (mod 16). Element-wise +, * on it are the scalar
-/// operations of dot()'s loop, lane by lane.
-typedef float Lanes16 __attribute__((vector_size(64)));
-
-/// v = p[0..16). By reference, not by value: a 64-byte vector return changes the ABI when AVX-512
-/// is not enabled (the asan/debug presets build without -march=native).
-inline void load16(Lanes16& v, const float* p) { std::memcpy(&v, p, sizeof v); }
-
-/// out[r * kTileOuts + o] = dot(x + r * ldx, w + o * ldw, n) for the whole tile, each computed
-/// exactly as dot() computes it (same 16 partial sums, same order of the final additions):
-/// tiling changes speed, not bits.
-void dot_tile(const float* x, std::int64_t ldx, const float* w, std::int64_t ldw, std::int64_t n, float* out) {
-  Lanes16 acc[kTileRows][kTileOuts] = {};
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    Lanes16 wv[kTileOuts];
-#pragma GCC unroll 4
-    for (std::int64_t o = 0; o < kTileOuts; ++o) load16(wv[o], w + o * ldw + i);
-#pragma GCC unroll 4
-    for (std::int64_t r = 0; r < kTileRows; ++r) {
-      Lanes16 xv;
-      load16(xv, x + r * ldx + i);
-#pragma GCC unroll 4
-      for (std::int64_t o = 0; o < kTileOuts; ++o) acc[r][o] += xv * wv[o];
-    }
-  }
-  for (std::int64_t r = 0; r < kTileRows; ++r) {
-    for (std::int64_t o = 0; o < kTileOuts; ++o) {
-      const float* xr = x + r * ldx;
-      const float* wo = w + o * ldw;
-      float s = 0.0f;
-      for (std::int64_t k = i; k < n; ++k) s += xr[k] * wo[k];
-      for (int j = 0; j < 16; ++j) s += acc[r][o][j];
-      out[r * kTileOuts + o] = s;
-    }
-  }
-}
-
-/// y[n, out] = x[n, in] · Wᵀ (+ b). Every element is dot(x_r, w_o) (+ b_o), whatever the tiling
-/// and the thread count (row panels run in parallel), so results do not depend on either.
+/// y[n, out] = x[n, in] · Wᵀ + b in the head's fixed order (ops::linear_dot16).
 std::vector<float> linear_rows(const Linear& l, const float* x, std::int64_t n) {
   std::vector<float> y(static_cast<std::size_t>(n * l.out));
-  const std::int64_t panels = (n + kRowPanel - 1) / kRowPanel;
-  auto put = [&](std::int64_t r, std::int64_t o, float v) {
-    y[static_cast<std::size_t>(r * l.out + o)] = v + (l.b.empty() ? 0.0f : l.b[static_cast<std::size_t>(o)]);
-  };
-#pragma omp parallel for schedule(static) if (n > kRowPanel && n * l.out * l.in >= (std::int64_t{1} << 22))
-  for (std::int64_t p = 0; p < panels; ++p) {
-    const std::int64_t r0 = p * kRowPanel, r1 = std::min(n, r0 + kRowPanel);
-    float t[kTileRows * kTileOuts];
-    std::int64_t o = 0;
-    for (; o + kTileOuts <= l.out; o += kTileOuts) {
-      const float* w = l.w.data() + o * l.in;
-      std::int64_t r = r0;
-      for (; r + kTileRows <= r1; r += kTileRows) {
-        dot_tile(x + r * l.in, l.in, w, l.in, l.in, t);
-        for (std::int64_t a = 0; a < kTileRows; ++a) {
-          for (std::int64_t c = 0; c < kTileOuts; ++c) put(r + a, o + c, t[a * kTileOuts + c]);
-        }
-      }
-      for (; r < r1; ++r) {
-        for (std::int64_t c = 0; c < kTileOuts; ++c) put(r, o + c, dot(x + r * l.in, w + c * l.in, l.in));
-      }
-    }
-    for (; o < l.out; ++o) {
-      for (std::int64_t r = r0; r < r1; ++r) put(r, o, dot(x + r * l.in, l.w.data() + o * l.in, l.in));
-    }
-  }
+  ops::linear_dot16(x, n, l.in, l.w.data(), l.out, l.b.empty() ? nullptr : l.b.data(), y.data());
   return y;
 }
 std::vector<float> linear_rows(const Linear& l, const std::vector<float>& x) {
@@ -149,36 +65,14 @@ std::vector<float> linear_gemm(const Linear& l, const ops::GemmWeight& w, const 
   std::vector<float> y(static_cast<std::size_t>(n * l.out));
   if (n == 0) return y;
   ops::linear(x.data(), n, w, y.data());
-  if (!l.b.empty()) {
-    for (std::int64_t r = 0; r < n; ++r) {
-      float* yr = y.data() + r * l.out;
-      for (std::int64_t o = 0; o < l.out; ++o) yr[o] += l.b[static_cast<std::size_t>(o)];
-    }
-  }
+  if (!l.b.empty()) ops::add_bias(y.data(), n, l.out, l.b.data());
   return y;
 }
 
-/// LayerNorm over rows of width `w` (biased variance, eps 1e-5, affine).
+/// LayerNorm over rows of width `width` (biased variance, eps 1e-5, affine; double statistics).
 std::vector<float> layer_norm(const Norm& n, const float* x, std::int64_t rows, std::int64_t width) {
   std::vector<float> y(static_cast<std::size_t>(rows * width));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * width;
-    double mean = 0.0;
-    for (std::int64_t i = 0; i < width; ++i) mean += static_cast<double>(xr[i]);
-    mean /= static_cast<double>(width);
-    double var = 0.0;
-    for (std::int64_t i = 0; i < width; ++i) {
-      const double dv = static_cast<double>(xr[i]) - mean;
-      var += dv * dv;
-    }
-    var /= static_cast<double>(width);
-    const auto inv = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(kLayerNormEps)));
-    const auto m = static_cast<float>(mean);
-    for (std::int64_t i = 0; i < width; ++i) {
-      const auto k = static_cast<std::size_t>(i);
-      y[static_cast<std::size_t>(r * width + i)] = (xr[i] - m) * inv * n.w[k] + n.b[k];
-    }
-  }
+  ops::layer_norm_f64stats(x, rows, width, n.w.data(), n.b.data(), kLayerNormEps, y.data());
   return y;
 }
 std::vector<float> layer_norm(const Norm& n, const std::vector<float>& x) {
@@ -186,118 +80,25 @@ std::vector<float> layer_norm(const Norm& n, const std::vector<float>& x) {
   return layer_norm(n, x.data(), static_cast<std::int64_t>(x.size()) / width, width);
 }
 
-float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * static_cast<float>(std::numbers::sqrt2 / 2.0))); }
+/// Exact (erf) GELU in place (PyTorch nn.GELU()).
+void gelu_inplace(std::vector<float>& x) { ops::gelu_erf(x.data(), static_cast<std::int64_t>(x.size()), x.data()); }
 
 void add_into(std::vector<float>& a, const std::vector<float>& b) {
-  for (std::size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+  ops::add_inplace(a.data(), b.data(), static_cast<std::int64_t>(a.size()));
 }
 
-/// Queries per task and keys per block of attend(): a task's score rows stay in L2 and a block's
-/// key/value rows in L1/L2 while every query of the task reads them.
-constexpr std::int64_t kQueryBlock = 16, kKeyBlock = 128;
+float dot(const float* a, const float* b, std::int64_t n) { return ops::dot16(a, b, n); }
 
-}  // namespace
-
-namespace head_detail {
-
-std::vector<float> attend(const std::vector<float>& q, std::int64_t W, std::int64_t heads, std::span<const KvRun> runs) {
-  const std::int64_t d = W / heads, nq = static_cast<std::int64_t>(q.size()) / W;
-  std::int64_t nk = 0;
-  for (const KvRun& r : runs) nk += r.rows;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  std::vector<float> ctx(static_cast<std::size_t>(nq * W), 0.0f);
-  const std::int64_t qblocks = (nq + kQueryBlock - 1) / kQueryBlock, tasks = heads * qblocks;
-#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1 && nq * nk * W >= (std::int64_t{1} << 20))
-  for (std::int64_t task = 0; task < tasks; ++task) {
-    const std::int64_t h = task / qblocks, i0 = (task % qblocks) * kQueryBlock, i1 = std::min(nq, i0 + kQueryBlock);
-    std::vector<float> p(static_cast<std::size_t>((i1 - i0) * nk));
-    // Scores, key block by key block (the block's rows are read once for every query).
-    std::int64_t base = 0;
-    for (const KvRun& r : runs) {
-      for (std::int64_t j0 = 0; j0 < r.rows; j0 += kKeyBlock) {
-        const std::int64_t j1 = std::min(r.rows, j0 + kKeyBlock);
-        for (std::int64_t i = i0; i < i1; ++i) {
-          const float* qi = q.data() + i * W + h * d;
-          float* pi = p.data() + (i - i0) * nk + base;
-          for (std::int64_t j = j0; j < j1; ++j) pi[j] = dot(qi, r.k + j * W + h * d, d) * scale;
-        }
-      }
-      base += r.rows;
-    }
-    // Softmax per query: max, exp, double sum over j ascending; weights rounded to float.
-    for (std::int64_t i = i0; i < i1; ++i) {
-      float* pi = p.data() + (i - i0) * nk;
-      float mx = -INFINITY;
-      for (std::int64_t j = 0; j < nk; ++j) mx = std::max(mx, pi[j]);
-      double sum = 0.0;
-      for (std::int64_t j = 0; j < nk; ++j) {
-        pi[j] = std::exp(pi[j] - mx);
-        sum += static_cast<double>(pi[j]);
-      }
-      for (std::int64_t j = 0; j < nk; ++j) pi[j] = static_cast<float>(static_cast<double>(pi[j]) / sum);
-    }
-    // Context: each query accumulates over j ascending, key block by key block.
-    base = 0;
-    for (const KvRun& r : runs) {
-      for (std::int64_t j0 = 0; j0 < r.rows; j0 += kKeyBlock) {
-        const std::int64_t j1 = std::min(r.rows, j0 + kKeyBlock);
-        for (std::int64_t i = i0; i < i1; ++i) {
-          const float* pi = p.data() + (i - i0) * nk + base;
-          float* out = ctx.data() + i * W + h * d;
-          for (std::int64_t j = j0; j < j1; ++j) {
-            const float w = pi[j];
-            const float* vj = r.v + j * W + h * d;
-            for (std::int64_t e = 0; e < d; ++e) out[e] += w * vj[e];
-          }
-        }
-      }
-      base += r.rows;
-    }
-  }
-  return ctx;
-}
-
-std::vector<float> attend_reference(const std::vector<float>& q, std::int64_t W, std::int64_t heads,
-                                    const std::vector<float>& k, const std::vector<float>& v) {
-  const std::int64_t d = W / heads, nq = static_cast<std::int64_t>(q.size()) / W, nk = static_cast<std::int64_t>(k.size()) / W;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  std::vector<float> ctx(static_cast<std::size_t>(nq * W), 0.0f);
-  std::vector<float> p(static_cast<std::size_t>(nk));
-  for (std::int64_t h = 0; h < heads; ++h) {
-    for (std::int64_t i = 0; i < nq; ++i) {
-      const float* qi = q.data() + i * W + h * d;
-      float mx = -INFINITY;
-      for (std::int64_t j = 0; j < nk; ++j) {
-        p[static_cast<std::size_t>(j)] = dot(qi, k.data() + j * W + h * d, d) * scale;
-        mx = std::max(mx, p[static_cast<std::size_t>(j)]);
-      }
-      double sum = 0.0;
-      for (auto& x : p) {
-        x = std::exp(x - mx);
-        sum += static_cast<double>(x);
-      }
-      float* out = ctx.data() + i * W + h * d;
-      for (std::int64_t j = 0; j < nk; ++j) {
-        const float w = static_cast<float>(static_cast<double>(p[static_cast<std::size_t>(j)]) / sum);
-        const float* vj = v.data() + j * W + h * d;
-        for (std::int64_t e = 0; e < d; ++e) out[e] += w * vj[e];
-      }
-    }
-  }
-  return ctx;
-}
-
-}  // namespace head_detail
-
-namespace {
-
-using head_detail::attend;
-using head_detail::KvRun;
+using ops::KvRun;
 
 /// nn.MultiheadAttention (batch_first, no mask) with already projected keys/values `runs`:
-/// queries [nq, W] -> out_proj(attend(q_in·Wqᵀ + bq)).
+/// queries [nq, W] -> out_proj(attention(q_in·Wqᵀ + bq)).
 std::vector<float> mha(const Mha& m, std::int64_t heads, const std::vector<float>& q_in, std::span<const KvRun> runs) {
-  return linear_rows(m.o, attend(linear_rows(m.q, q_in), m.q.in, heads, runs));
+  const std::vector<float> q = linear_rows(m.q, q_in);
+  const std::int64_t W = m.q.out, nq = static_cast<std::int64_t>(q.size()) / W;
+  std::vector<float> ctx(q.size());
+  ops::attention_runs(q.data(), nq, W, heads, runs, ctx.data());
+  return linear_rows(m.o, ctx);
 }
 
 /// nn.MultiheadAttention (batch_first, no mask): queries [nq, W], keys/values from kv [nk, W].
@@ -309,20 +110,18 @@ std::vector<float> mha(const Mha& m, std::int64_t heads, const std::vector<float
 
 std::vector<float> feed_forward(const Linear& l1, const Linear& l2, const std::vector<float>& x) {
   std::vector<float> h = linear_rows(l1, x);
-  for (auto& e : h) e = gelu(e);
+  gelu_inplace(h);
   return linear_rows(l2, h);
 }
 
 std::vector<float> l2_normalize(const float* x, std::int64_t n) {
-  double s = 0.0;
-  for (std::int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  const double inv = 1.0 / std::max(std::sqrt(s), 1e-12);
   std::vector<float> y(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = static_cast<float>(static_cast<double>(x[i]) * inv);
+  ops::l2_normalize_f64(x, n, y.data());
   return y;
 }
 
 }  // namespace
+
 
 JointHead::JointHead(const JointHeadWeights& w, const JointHeadConfig& cfg, const WeightView& output_embeddings)
     : cfg_(cfg), output_embeddings_(&output_embeddings) {
@@ -626,7 +425,7 @@ std::vector<float> JointHeadRecord::logits() const {
     }
   }
   std::vector<float> hidden = linear_rows(hd.scorer1_, pair);
-  for (auto& e : hidden) e = gelu(e);
+  gelu_inplace(hidden);
   const std::vector<float> r = linear_rows(hd.scorer2_, hidden);
   std::vector<float> out(N);
   for (std::size_t k = 0; k < N; ++k) {

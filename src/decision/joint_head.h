@@ -1,7 +1,8 @@
-// The joint schema head (docs/PROTOCOL.md §4.4), fp32, fed with the backbone's final-norm hidden
-// rows chunk by chunk: a record of any length never needs the [T, hidden] matrix at once. Per row
-// the head keeps only the projected memory row [W] and running span sums; everything else happens
-// in logits() once all T rows have arrived.
+// The joint schema head (docs/PROTOCOL.md §4.4), fp32, fed with the backbone's final-norm hidden rows
+// chunk by chunk: a record of any length never needs the [T, hidden] matrix at once. Per row the
+// head keeps only the projected memory row [W] and running span sums; everything else happens in
+// logits() once all T rows have arrived. Its kernels are the ops of ops/head_ops.h (fixed summation
+// order, docs/NUMERICS.md "The joint head's kernels"); this file and joint_head.cc hold the recipe.
 //
 // State reuse (README "Exact state reuse"): the memory rows before a record's state end depend only
 // on the prefix + state tokens, and so do the attention keys and values the head computes from them
@@ -166,32 +167,5 @@ class JointHeadRecord {
   std::vector<float> last_row_;      ///< [H] normed row T-1 (the global vector g)
   std::vector<float> lexical_;       ///< [N, H] mean lm_head rows of each option span
 };
-
-/// Internals of the head exposed for their unit tests (tests/unit/test_state_cache.cc).
-namespace head_detail {
-
-/// One run of projected key/value rows, [rows, W] fp32 row-major each.
-struct KvRun {
-  const float* k = nullptr;
-  const float* v = nullptr;
-  std::int64_t rows = 0;
-};
-
-/// The attention core of nn.MultiheadAttention (no mask; docs/PROTOCOL.md §4.4 step 7 MHA): for
-/// each head h (size d = W / heads) and query i, softmax_j(q_i,h · k_j,h / √d) over the keys of all
-/// `runs` concatenated in order, then Σ_j p_ij v_j,h. `q` [nq, W] fp32 holds the projected queries
-/// (in_proj applied); returns the context [nq, W] fp32 (before out_proj). Tasks of one head × up to
-/// 16 queries run in parallel and keys are visited in blocks of 128 rows (each block read once
-/// per task, not once per query), which changes no sum order: the result is bit-identical to
-/// attend_reference on the concatenated rows, whatever the thread count and the run boundaries.
-std::vector<float> attend(const std::vector<float>& q, std::int64_t W, std::int64_t heads, std::span<const KvRun> runs);
-
-/// The plain oracle of attend(): one thread, one query at a time over all `k`/`v` [nk, W] rows
-/// (scores by a 16-lane dot, max, exp, double sum over j ascending, weights rounded to float,
-/// context accumulated over j ascending).
-std::vector<float> attend_reference(const std::vector<float>& q, std::int64_t W, std::int64_t heads,
-                                    const std::vector<float>& k, const std::vector<float>& v);
-
-}  // namespace head_detail
 
 }  // namespace clef

@@ -31,17 +31,30 @@ KvCache GatedAttention::new_cache() const {
   return c;
 }
 
+AttentionActivations::AttentionActivations(const AttentionConfig& c, std::int64_t n)
+    : rows(n),
+      q_gate(static_cast<std::size_t>(n * 2 * c.dims.nh * c.dims.hd)),
+      q(static_cast<std::size_t>(n * c.dims.nh * c.dims.hd)),
+      gate(q.size()),
+      k(static_cast<std::size_t>(n * c.dims.nkv * c.dims.hd)),
+      v(k.size()),
+      core(q.size()) {}
+
+std::size_t AttentionActivations::floats() const noexcept {
+  return q_gate.size() + q.size() + gate.size() + k.size() + v.size() + core.size();
+}
+
 void GatedAttention::forward(const float* x, std::int64_t n, const float* cos, const float* sin,
-                             KvCache& kv, float* h, Scratch& s) const {
+                             KvCache& kv, float* h, AttentionActivations& act) const {
   const ops::AttentionDims& d = cfg_.dims;
   const std::int64_t qw = d.nh * d.hd, kvw = d.nkv * d.hd;
-  float* qg = s.get(kSlotBase + 0, n * 2 * qw);  // [n, nh, 2*hd]: per head [q | gate]
-  float* q = s.get(kSlotBase + 1, n * qw);       // [n, nh, hd]
-  float* gate = s.get(kSlotBase + 2, n * qw);    // [n, nh*hd]
-  float* kvn = s.get(kSlotBase + 3, 2 * n * kvw);  // k, v [n, nkv, hd]
-  float* k = kvn;
-  float* v = kvn + n * kvw;
-  float* o = s.get(kSlotBase + 4, n * qw);       // [n, nh, hd]
+  if (n > act.rows) throw InvalidArgument("attention: a chunk of " + std::to_string(n) + " rows, activations for " + std::to_string(act.rows));
+  float* qg = act.q_gate.data();
+  float* q = act.q.data();
+  float* gate = act.gate.data();
+  float* k = act.k.data();
+  float* v = act.v.data();
+  float* o = act.core.data();
 
   {
     CLEF_PROF_SCOPE("attn.qkv_proj");

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "io/weight_store.h"
-#include "nn/scratch.h"
 #include "nn/state.h"
 #include "ops/gemm.h"
 #include "ops/ops.h"
@@ -26,6 +25,21 @@ struct AttentionWeights {
   WeightView q_proj, k_proj, v_proj, o_proj, q_norm, k_norm;
 };
 
+/// The activation buffers of GatedAttention::forward for chunks of up to `rows` tokens, sized from
+/// the layer config (shared by every full-attention layer of a model).
+struct AttentionActivations {
+  std::int64_t rows = 0;        ///< capacity in tokens
+  std::vector<float> q_gate;    ///< [rows, nh, 2·hd]: per head [query | gate] (q_proj output)
+  std::vector<float> q;         ///< [rows, nh, hd]
+  std::vector<float> gate;      ///< [rows, nh·hd]
+  std::vector<float> k, v;      ///< [rows, nkv, hd] each: the chunk's new keys/values
+  std::vector<float> core;      ///< [rows, nh, hd]: attention output before the gate
+
+  AttentionActivations() = default;
+  AttentionActivations(const AttentionConfig& c, std::int64_t rows);
+  std::size_t floats() const noexcept;
+};
+
 class GatedAttention {
  public:
   GatedAttention() = default;
@@ -38,11 +52,9 @@ class GatedAttention {
   /// x [n, H] normalized input; cos/sin [n, rotary_dim/2] rotary tables of the n new tokens;
   /// the n new tokens are appended to `kv`; h [n, H] residual, h += attention(x). In kBF16 the
   /// attention core multiplies bf16-rounded q/k/v/probabilities (ops::attention_bf16).
-  /// Uses scratch slots kSlotBase..kSlotBase+4.
+  /// `act` holds the intermediates; throws InvalidArgument when n exceeds act.rows.
   void forward(const float* x, std::int64_t n, const float* cos, const float* sin, KvCache& kv,
-               float* h, Scratch& s) const;
-
-  static constexpr std::size_t kSlotBase = 10;
+               float* h, AttentionActivations& act) const;
 
  private:
   AttentionConfig cfg_;

@@ -95,14 +95,28 @@ GdnState GatedDeltaNet::new_state() const {
   return s;
 }
 
-void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float* h, Scratch& s) const {
+GdnActivations::GdnActivations(const GdnConfig& c, std::int64_t n)
+    : rows(n),
+      mixed(static_cast<std::size_t>(n * c.conv_dim())),
+      conv(mixed.size()),
+      z(static_cast<std::size_t>(n * c.value_dim())),
+      gates(static_cast<std::size_t>(4 * n * c.dims.hv)),
+      core(z.size()),
+      head_order(static_cast<std::size_t>(c.value_dim())) {}
+
+std::size_t GdnActivations::floats() const noexcept {
+  return mixed.size() + conv.size() + z.size() + gates.size() + core.size() + head_order.size();
+}
+
+void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float* h, GdnActivations& act) const {
   const ops::GdnDims& d = cfg_.dims;
   const std::int64_t cd = cfg_.conv_dim(), kd = cfg_.key_dim(), vd = cfg_.value_dim();
-  float* mixed = s.get(kSlotBase + 0, n * cd);  // [n, conv_dim] = [q | k | v] pre-conv
-  float* u = s.get(kSlotBase + 1, n * cd);      // [n, conv_dim] post conv + SiLU
-  float* z = s.get(kSlotBase + 2, n * vd);      // [n, Hv, dv] output gate
-  float* bg = s.get(kSlotBase + 3, 4 * n * d.hv);  // b, a, beta, g: [n, Hv] each
-  float* o = s.get(kSlotBase + 4, n * vd);      // [n, Hv, dv] delta-rule output
+  if (n > act.rows) throw InvalidArgument("gated deltanet: a chunk of " + std::to_string(n) + " rows, activations for " + std::to_string(act.rows));
+  float* mixed = act.mixed.data();
+  float* u = act.conv.data();
+  float* z = act.z.data();
+  float* bg = act.gates.data();
+  float* o = act.core.data();
   float* b = bg;
   float* a = bg + n * d.hv;
   float* beta = bg + 2 * n * d.hv;
@@ -115,7 +129,7 @@ void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float*
     ops::linear(x, n, b_, b);
     ops::linear(x, n, a_, a);
     if (tiled(cfg_)) {  // stored (tiled) V-head order -> grouped, per token (see GdnConfig)
-      float* tmp = s.get(kSlotBase + 5, vd);
+      float* tmp = act.head_order.data();
       to_grouped(mixed, n, cd, 2 * kd, d.dv, tmp);
       to_grouped(z, n, vd, 0, d.dv, tmp);
       to_grouped(b, n, d.hv, 0, 1, tmp);

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "io/weight_store.h"
-#include "nn/scratch.h"
 #include "nn/state.h"
 #include "ops/gemm.h"
 #include "ops/ops.h"
@@ -40,6 +39,22 @@ struct GdnWeights {
   WeightView in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, conv1d, dt_bias, a_log, norm, out_proj;
 };
 
+/// The activation buffers of GatedDeltaNet::forward for chunks of up to `rows` tokens, sized from
+/// the layer config (every GDN layer of a model has the same shapes and shares one set).
+struct GdnActivations {
+  std::int64_t rows = 0;           ///< capacity in tokens
+  std::vector<float> mixed;        ///< [rows, conv_dim]: q | k | v before the conv
+  std::vector<float> conv;         ///< [rows, conv_dim]: after the causal conv + SiLU
+  std::vector<float> z;            ///< [rows, Hv, dv]: output gate
+  std::vector<float> gates;        ///< 4 blocks of [n, Hv] for a chunk of n: b, a, beta, g
+  std::vector<float> core;         ///< [rows, Hv, dv]: delta-rule output
+  std::vector<float> head_order;   ///< [Hv, dv]: one token's V heads while reordering (tiled checkpoints)
+
+  GdnActivations() = default;
+  GdnActivations(const GdnConfig& c, std::int64_t rows);
+  std::size_t floats() const noexcept;
+};
+
 class GatedDeltaNet {
  public:
   GatedDeltaNet() = default;
@@ -49,10 +64,9 @@ class GatedDeltaNet {
   GdnState new_state() const;
 
   /// x [n, H] (input_layernorm output); st carried in/out; h [n, H] residual, h += mixer(x).
-  /// Uses scratch slots kSlotBase..kSlotBase+5.
-  void forward(const float* x, std::int64_t n, GdnState& st, float* h, Scratch& s) const;
-
-  static constexpr std::size_t kSlotBase = 0;
+  /// `act` holds the intermediates (sized for this layer's config). Throws InvalidArgument when n
+  /// exceeds act.rows.
+  void forward(const float* x, std::int64_t n, GdnState& st, float* h, GdnActivations& act) const;
 
  private:
   GdnConfig cfg_;

@@ -1,5 +1,8 @@
 #include "nn/mlp.h"
 
+#include <string>
+
+#include "core/error.h"
 #include "nn/linear.h"
 #include "ops/ops.h"
 #include "ops/profile.h"
@@ -13,9 +16,15 @@ SwiGluMlp::SwiGluMlp(const WeightView& gate, const WeightView& up, const WeightV
       down_(linear_weight(down, p, name + ".down_proj")),
       inter_(gate_.n()) {}
 
-void SwiGluMlp::forward(const float* x, std::int64_t n, float* h, Scratch& s) const {
-  float* g = s.get(kSlotBase, n * inter_);      // [n, I]
-  float* u = s.get(kSlotBase + 1, n * inter_);  // [n, I]
+MlpActivations::MlpActivations(std::int64_t intermediate, std::int64_t n)
+    : rows(n), gate(static_cast<std::size_t>(n * intermediate)), up(gate.size()) {}
+
+void SwiGluMlp::forward(const float* x, std::int64_t n, float* h, MlpActivations& act) const {
+  if (n > act.rows || act.gate.size() < static_cast<std::size_t>(act.rows * inter_)) {
+    throw InvalidArgument("mlp: a chunk of " + std::to_string(n) + " rows, activations for " + std::to_string(act.rows));
+  }
+  float* g = act.gate.data();
+  float* u = act.up.data();
   {
     CLEF_PROF_SCOPE("mlp.gate_up");
     ops::linear(x, n, gate_, g);

@@ -3,12 +3,24 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "io/weight_store.h"
-#include "nn/scratch.h"
 #include "ops/gemm.h"
 
 namespace clef::nn {
+
+/// The activation buffers of SwiGluMlp::forward for chunks of up to `rows` tokens (shared by every
+/// MLP of a model).
+struct MlpActivations {
+  std::int64_t rows = 0;    ///< capacity in tokens
+  std::vector<float> gate;  ///< [rows, I]: gate_proj output, then silu(gate) · up
+  std::vector<float> up;    ///< [rows, I]: up_proj output
+
+  MlpActivations() = default;
+  MlpActivations(std::int64_t intermediate, std::int64_t rows);
+  std::size_t floats() const noexcept { return gate.size() + up.size(); }
+};
 
 class SwiGluMlp {
  public:
@@ -16,11 +28,9 @@ class SwiGluMlp {
   /// gate, up [I, H]; down [H, I]. `name` prefixes error messages.
   SwiGluMlp(const WeightView& gate, const WeightView& up, const WeightView& down, ops::Precision p,
             const std::string& name);
-  /// x [n, H] (normalized input); h [n, H] residual stream, h += MLP(x). Uses scratch slots
-  /// kSlotBase.. kSlotBase+1.
-  void forward(const float* x, std::int64_t n, float* h, Scratch& s) const;
-
-  static constexpr std::size_t kSlotBase = 20;
+  /// x [n, H] (normalized input); h [n, H] residual stream, h += MLP(x). `act` holds the
+  /// intermediates; throws InvalidArgument when n exceeds act.rows or act is sized for another I.
+  void forward(const float* x, std::int64_t n, float* h, MlpActivations& act) const;
 
  private:
   ops::GemmWeight gate_, up_, down_;

@@ -23,6 +23,10 @@ struct KvCache {
 
   /// Appends n rows of k and v ([n, width] each). Storage grows geometrically.
   void append(const float* k_rows, const float* v_rows, std::int64_t n);
+
+  /// A deep copy with capacity reserved for `extra_rows` more rows (>= 0), so that appending them
+  /// does not reallocate (and copy the rows again).
+  KvCache clone(std::int64_t extra_rows) const;
 };
 
 /// State of one decoder layer (only the member matching the layer type is used).
@@ -39,6 +43,10 @@ struct ModelState {
 
   /// Bytes held by the caches (conv + recurrent states, KV rows in use).
   std::size_t bytes() const noexcept;
+
+  /// A deep copy (as the copy constructor makes) whose KV caches have room for `extra_tokens` more
+  /// tokens (>= 0), for a restored state that goes on with that many tokens.
+  ModelState clone(std::int64_t extra_tokens) const;
 };
 
 }  // namespace clef::nn

@@ -122,29 +122,35 @@ Backbone::Backbone(const ReleaseFolder& release, const BackboneOptions& options)
   }
 }
 
+void Backbone::reserve_activations(std::int64_t rows) {
+  if (act_.rows < rows) act_ = model_.activations(rows);
+}
+
 void Backbone::prefill(std::span<const std::int32_t> ids, SequenceState& st, const HiddenConsumer& consumer) {
   const auto total = static_cast<std::int64_t>(ids.size());
   const std::int64_t H = model_.hidden_size();
   if (options_.padded_readout) {
     std::vector<std::int32_t> call(static_cast<std::size_t>(kStaticReadoutRows));
     out_.resize(static_cast<std::size_t>(kStaticReadoutRows * H));
+    reserve_activations(kStaticReadoutRows);
     for (std::int64_t c0 = 0; c0 < total; c0 += kStaticReadoutRows) {
       const std::int64_t real = std::min(kStaticReadoutRows, total - c0);
       std::copy(ids.begin() + c0, ids.begin() + c0 + real, call.begin());
       std::fill(call.begin() + real, call.end(), pad_id_);
       const std::int64_t first = st.n_tokens;
-      model_.forward_chunk(call, {}, st, out_.data(), scratch_);
+      model_.forward_chunk(call, {}, st, out_.data(), act_);
       if (consumer) consumer(first, out_.data(), real, H);  // padded rows discarded
     }
     return;
   }
   const std::int64_t chunk = options_.chunk_size;
   out_.resize(static_cast<std::size_t>(std::min(chunk, std::max<std::int64_t>(total, 1)) * H));
+  reserve_activations(std::min(chunk, std::max<std::int64_t>(total, 1)));
   for (std::int64_t c0 = 0; c0 < total; c0 += chunk) {
     const std::int64_t n = std::min(chunk, total - c0);
     const std::int64_t first = st.n_tokens;
     model_.forward_chunk(ids.subspan(static_cast<std::size_t>(c0), static_cast<std::size_t>(n)), {}, st,
-                         out_.data(), scratch_);
+                         out_.data(), act_);
     if (consumer) consumer(first, out_.data(), n, H);
   }
 }
@@ -169,6 +175,7 @@ void Backbone::prefill(std::span<const std::int32_t> ids, SequenceState& st, con
   const std::int64_t cap = std::min(chunk, std::max<std::int64_t>(total, 1));
   out_.resize(static_cast<std::size_t>(cap * H));
   embeds_.resize(static_cast<std::size_t>(cap * H));
+  reserve_activations(cap);
   std::vector<std::int32_t> pos(static_cast<std::size_t>(3 * cap));
   const float* next_image_row = media.image_rows.data();
   for (std::int64_t c0 = 0; c0 < total; c0 += chunk) {
@@ -187,7 +194,7 @@ void Backbone::prefill(std::span<const std::int32_t> ids, SequenceState& st, con
     }
     const std::int64_t first = st.n_tokens;
     model_.forward_chunk(call, std::span<const std::int32_t>(pos.data(), static_cast<std::size_t>(3 * n)), st,
-                         out_.data(), scratch_, embeds_.data());
+                         out_.data(), act_, embeds_.data());
     if (consumer) consumer(first, out_.data(), n, H);
   }
 }

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "models/qwen35/text_model.h"
-#include "nn/scratch.h"
 #include "ops/gemm.h"
 #include "runtime/release.h"
 #include "runtime/state.h"
@@ -115,14 +114,18 @@ class Backbone {
   std::int32_t pad_id() const noexcept { return pad_id_; }
   std::int64_t hidden_size() const noexcept { return model_.hidden_size(); }
   const qwen35::TextModel& model() const noexcept { return model_; }
-  /// Floats held by the activation scratch (O(chunk)).
-  std::size_t scratch_floats() const noexcept { return scratch_.floats(); }
+  /// Floats held by the activation buffers (O(chunk)).
+  std::size_t activation_floats() const noexcept { return act_.floats(); }
 
  private:
   BackboneOptions options_;
   qwen35::TextModel model_;
   std::int32_t pad_id_ = kEndOfTextId;
-  nn::Scratch scratch_;
+  /// Sized from the config for the largest chunk run so far (at most chunk_size, or the 64 rows of
+  /// the static-shape readout).
+  qwen35::TextActivations act_;
+  /// Makes act_ hold chunks of `rows` tokens.
+  void reserve_activations(std::int64_t rows);
   std::vector<float> out_;
   std::vector<float> embeds_;
 };

@@ -85,34 +85,6 @@ std::string release_routing_identity(const ReleaseFolder& r) {
   return sha256_hex(std::as_bytes(std::span<const char>(text.data(), text.size())));
 }
 
-/// dst = snapshot (a deep copy), with KV capacity for `extra_tokens` more rows reserved up front,
-/// so that continuing the sequence does not reallocate (and copy again) every KV cache.
-void restore_with_room(SequenceState& dst, const SequenceState& snapshot, std::int64_t extra_tokens) {
-  // Field by field: a new member of these structs must be copied here too.
-  static_assert(sizeof(nn::KvCache) == 2 * sizeof(std::int64_t) + 2 * sizeof(std::vector<float>));
-  static_assert(sizeof(nn::GdnState) == 2 * sizeof(std::vector<float>));
-  static_assert(sizeof(nn::ModelState) == sizeof(std::vector<nn::LayerState>) + 2 * sizeof(std::int64_t));
-  dst.layers.resize(snapshot.layers.size());
-  for (std::size_t i = 0; i < snapshot.layers.size(); ++i) {
-    const nn::LayerState& src = snapshot.layers[i];
-    nn::LayerState& l = dst.layers[i];
-    l.gdn = src.gdn;
-    l.kv.width = src.kv.width;
-    l.kv.length = src.kv.length;
-    if (src.kv.width > 0) {
-      const auto room = src.kv.k.size() + static_cast<std::size_t>(extra_tokens * src.kv.width);
-      l.kv.k.clear();
-      l.kv.v.clear();
-      l.kv.k.reserve(room);
-      l.kv.v.reserve(room);
-    }
-    l.kv.k.assign(src.kv.k.begin(), src.kv.k.end());
-    l.kv.v.assign(src.kv.v.begin(), src.kv.v.end());
-  }
-  dst.n_tokens = snapshot.n_tokens;
-  dst.next_position = snapshot.next_position;
-}
-
 }  // namespace
 
 const char* state_cache_use_name(StateCacheUse u) noexcept {
@@ -190,147 +162,187 @@ void Engine::validate(std::string_view request_body, Dialect dialect) const {
   (void)parse_request(request_body, options_.limits, dialect, served_);
 }
 
-Decision Engine::decide(std::string_view request_body, Dialect dialect) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Decision d;
-  const SystemOneRequest req = parse_request(request_body, options_.limits, dialect, served_);
+/// A request's images, decoded and through the vision tower (empty when it has none).
+struct Engine::RequestMedia {
+  std::vector<std::int64_t> tokens;       ///< merged tokens per image: sizes the prompt's media block
+  std::vector<qwen35::ImageGrid> grids;   ///< patch grid per image (request order)
+  std::vector<float> rows;                ///< [Σ tokens, H] tower output, replacing the image pads
+  std::string key;                        ///< the data URLs, length-prefixed: part of the state cache key
+};
 
+/// An encoded record with what its prefill calls need.
+struct Engine::PreparedRecord {
+  EncodedRecord rec;
+  RequestMedia media;
+  qwen35::MropePositions mrope;  ///< [3, T] M-RoPE positions (§7.1); empty without images
+  std::int32_t image_pad = -1;   ///< the `<|image_pad|>` id
+  std::int64_t tokens() const noexcept { return static_cast<std::int64_t>(rec.input_ids.size()); }
+};
+
+Engine::RequestMedia Engine::request_images(const SystemOneRequest& req) const {
   // Images: decode + preprocess (request order), then the tower; their merged-token counts size
   // the media block of the prompt (docs/PROTOCOL.md §3.2 step 2, §3.6; docs/MODEL.md §6).
-  std::vector<std::int64_t> image_tokens;
-  std::vector<qwen35::ImageGrid> grids;
-  std::vector<float> image_rows;
-  std::string image_key;  // the data URLs, length-prefixed: part of the state cache key
-  if (!req.images.is_null()) {
-    const auto tv = std::chrono::steady_clock::now();
-    if (options_.backbone.padded_readout) {
-      throw RequestError(RequestErrorCode::kImagesUnsupported, JsonPath().key("images"),
-                         "images are not supported with the static-shape (padded) readout");
-    }
-    // Refuse from the file headers an image set that could never fit the record: the budget left
-    // after the prompt's fixed text (prefix, suffix, one vision_start/end pair per image, "\n", and
-    // at least one schema token); encode_record checks the exact total afterwards.
-    const VisionPreprocessConfig pc = preprocess_config();
-    ImageLimits limits = options_.image_limits;
-    const std::int64_t n_images = req.images.is_array() ? static_cast<std::int64_t>(req.images.size()) : 0;
-    const std::int64_t room = options_.record.max_length - fixed_text_tokens_ - 2 * n_images - 2;
-    limits.max_image_tokens = static_cast<std::uint64_t>(std::max<std::int64_t>(room, 0));
-    limits.tokens_for_size = [&pc](std::uint64_t w, std::uint64_t h) -> std::uint64_t {
-      try {
-        const ImageGrid g = image_grid_for_size(static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(h), 0, pc);
-        const auto m = static_cast<std::int64_t>(pc.merge_size);
-        return static_cast<std::uint64_t>(g.t * (g.h / m) * (g.w / m));
-      } catch (const RequestError&) {
-        return 0;  // e.g. the aspect ratio: preprocess_image reports it with the image's own index
-      }
-    };
-    ImageDecodeOptions decode;
-    if (options_.image_backend == ImageBackend::kPil) {
-      decode.alpha = AlphaMode::kCompositeOnWhite;
-      decode.apply_exif_orientation = false;
-    }
-    const RequestImages images = prepare_request_images(&req.images, limits, decode, pc);
-    std::vector<float> pixels;
-    std::int64_t patches = 0;
-    for (const VisionInput& in : images.inputs) {
-      image_tokens.push_back(in.num_tokens);
-      grids.push_back(qwen35::ImageGrid{in.grid.t, in.grid.h, in.grid.w});
-      pixels.insert(pixels.end(), in.pixel_values.begin(), in.pixel_values.end());
-      patches += in.rows;
-    }
-    for (const JsonValue& url : req.images.items()) {
-      image_key += std::to_string(url.as_string().size()) + ":" + url.as_string();
-    }
-    image_rows = tower_->forward(pixels.data(), patches, grids);
-    d.timings.vision = seconds_since(tv);
+  RequestMedia m;
+  if (req.images.is_null()) return m;
+  if (options_.backbone.padded_readout) {
+    throw RequestError(RequestErrorCode::kImagesUnsupported, JsonPath().key("images"),
+                       "images are not supported with the static-shape (padded) readout");
   }
-  const EncodedRecord rec = encode_record(req, tokenizer_, options_.record, image_tokens);
-  d.timings.tokenize = seconds_since(t0) - d.timings.vision;
-
-  // M-RoPE positions of the whole record (§7.1) and the per-call media of a prefill over ids [a, b).
-  const std::int32_t image_pad = static_cast<std::int32_t>(release_.config.image_token_id);
-  qwen35::MropePositions mrope;
-  if (!grids.empty()) {
-    mrope = qwen35::mrope_positions(rec.input_ids, image_pad, grids, release_.config.vision->spatial_merge_size);
-  }
-  const auto T = static_cast<std::int64_t>(rec.input_ids.size());
-  std::vector<std::int32_t> call_positions;
-  const auto prefill_part = [&](std::int64_t a, std::int64_t b, SequenceState& st, const HiddenConsumer& consumer) {
-    const std::span<const std::int32_t> part(rec.input_ids.data() + a, static_cast<std::size_t>(b - a));
-    if (grids.empty()) return backbone_->prefill(part, st, consumer);
-    call_positions.resize(static_cast<std::size_t>(3 * (b - a)));
-    for (std::int64_t r = 0; r < 3; ++r) {
-      std::copy(mrope.pos.begin() + r * T + a, mrope.pos.begin() + r * T + b, call_positions.begin() + r * (b - a));
+  // Refuse from the file headers an image set that could never fit the record: the budget left
+  // after the prompt's fixed text (prefix, suffix, one vision_start/end pair per image, "\n", and
+  // at least one schema token); encode_record checks the exact total afterwards.
+  const VisionPreprocessConfig pc = preprocess_config();
+  ImageLimits limits = options_.image_limits;
+  const std::int64_t n_images = req.images.is_array() ? static_cast<std::int64_t>(req.images.size()) : 0;
+  const std::int64_t room = options_.record.max_length - fixed_text_tokens_ - 2 * n_images - 2;
+  limits.max_image_tokens = static_cast<std::uint64_t>(std::max<std::int64_t>(room, 0));
+  limits.tokens_for_size = [&pc](std::uint64_t w, std::uint64_t h) -> std::uint64_t {
+    try {
+      const ImageGrid g = image_grid_for_size(static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(h), 0, pc);
+      const auto merge = static_cast<std::int64_t>(pc.merge_size);
+      return static_cast<std::uint64_t>(g.t * (g.h / merge) * (g.w / merge));
+    } catch (const RequestError&) {
+      return 0;  // e.g. the aspect ratio: preprocess_image reports it with the image's own index
     }
-    // Image rows before `a` (pads all sit in the prefix, but stay general).
-    const auto pads_before = std::count(rec.input_ids.begin(), rec.input_ids.begin() + a, image_pad);
-    const auto pads_in = std::count(part.begin(), part.end(), image_pad);
-    const std::int64_t H = backbone_->hidden_size();
-    PrefillMedia media;
-    media.positions = call_positions;
-    media.image_token_id = image_pad;
-    media.image_rows = std::span<const float>(image_rows).subspan(static_cast<std::size_t>(pads_before * H),
-                                                                 static_cast<std::size_t>(pads_in * H));
-    backbone_->prefill(part, st, consumer, media);
   };
-  d.input_tokens = static_cast<std::int64_t>(rec.input_ids.size());
-  d.state_tokens_dropped = rec.state_tokens_dropped();
+  ImageDecodeOptions decode;
+  if (options_.image_backend == ImageBackend::kPil) {
+    decode.alpha = AlphaMode::kCompositeOnWhite;
+    decode.apply_exif_orientation = false;
+  }
+  const RequestImages images = prepare_request_images(&req.images, limits, decode, pc);
+  std::vector<float> pixels;
+  std::int64_t patches = 0;
+  for (const VisionInput& in : images.inputs) {
+    m.tokens.push_back(in.num_tokens);
+    m.grids.push_back(qwen35::ImageGrid{in.grid.t, in.grid.h, in.grid.w});
+    pixels.insert(pixels.end(), in.pixel_values.begin(), in.pixel_values.end());
+    patches += in.rows;
+  }
+  for (const JsonValue& url : req.images.items()) {
+    m.key += std::to_string(url.as_string().size()) + ":" + url.as_string();
+  }
+  m.rows = tower_->forward(pixels.data(), patches, m.grids);
+  return m;
+}
 
-  const std::span<const std::int32_t> ids(rec.input_ids);
-  // The split at state_end (state reuse, see engine.h). The padded readout keeps the seed's
-  // 64-position call grid over the whole record instead (no split, no cache). The head splits its
-  // memory keys/values at the same row, cache on or off, so both do the same arithmetic.
-  const std::int64_t split = options_.backbone.padded_readout ? 0 : rec.state_end();
-  JointHeadRecord head(*head_, rec.questions, rec.input_ids, split);
-  SequenceState state = backbone_->new_state();
+Engine::PreparedRecord Engine::prepare_record(const SystemOneRequest& req, RequestMedia media) const {
+  PreparedRecord p;
+  p.rec = encode_record(req, tokenizer_, options_.record, media.tokens);
+  p.media = std::move(media);
+  p.image_pad = static_cast<std::int32_t>(release_.config.image_token_id);
+  if (!p.media.grids.empty()) {
+    p.mrope = qwen35::mrope_positions(p.rec.input_ids, p.image_pad, p.media.grids,
+                                      release_.config.vision->spatial_merge_size);
+  }
+  return p;
+}
+
+void Engine::prefill_range(const PreparedRecord& p, std::int64_t a, std::int64_t b, SequenceState& st,
+                           const HiddenConsumer& consumer) {
+  const std::vector<std::int32_t>& ids = p.rec.input_ids;
+  const std::span<const std::int32_t> part(ids.data() + a, static_cast<std::size_t>(b - a));
+  if (p.media.grids.empty()) return backbone_->prefill(part, st, consumer);
+  // The call's slice of the record's [3, T] positions, and its image rows: those of the pads in
+  // [a, b) (pads all sit in the prefix, but stay general).
+  const std::int64_t T = p.tokens();
+  std::vector<std::int32_t> positions(static_cast<std::size_t>(3 * (b - a)));
+  for (std::int64_t r = 0; r < 3; ++r) {
+    std::copy(p.mrope.pos.begin() + r * T + a, p.mrope.pos.begin() + r * T + b, positions.begin() + r * (b - a));
+  }
+  const auto pads_before = std::count(ids.begin(), ids.begin() + a, p.image_pad);
+  const auto pads_in = std::count(part.begin(), part.end(), p.image_pad);
+  const std::int64_t H = backbone_->hidden_size();
+  PrefillMedia media;
+  media.positions = positions;
+  media.image_token_id = p.image_pad;
+  media.image_rows = std::span<const float>(p.media.rows).subspan(static_cast<std::size_t>(pads_before * H),
+                                                                 static_cast<std::size_t>(pads_in * H));
+  backbone_->prefill(part, st, consumer, media);
+}
+
+double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, JointHeadRecord& head, Decision& d) {
+  const std::span<const std::int32_t> ids(p.rec.input_ids);
   double head_seconds = 0;
-  const auto t1 = std::chrono::steady_clock::now();
   const HiddenConsumer feed_head = [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
     const auto th = std::chrono::steady_clock::now();
     head.feed(std::span<const float>(rows, static_cast<std::size_t>(count * hidden)));
     head_seconds += seconds_since(th);
   };
-  const std::span<const std::byte> image_bytes = std::as_bytes(std::span<const char>(image_key.data(), image_key.size()));
+  const std::span<const std::byte> image_bytes = std::as_bytes(std::span<const char>(p.media.key.data(), p.media.key.size()));
   // The routing key covers the prefix + state whether or not this run splits or caches there.
-  d.state_key = state_cache_key(routing_identity_, ids.first(static_cast<std::size_t>(rec.state_end())), image_bytes);
+  d.state_key = state_cache_key(routing_identity_, ids.first(static_cast<std::size_t>(p.rec.state_end())), image_bytes);
+  SequenceState state = backbone_->new_state();
   if (split > 0 && cache_) {
-    const std::span<const std::int32_t> prefix = ids.first(static_cast<std::size_t>(split));
+    // Rows [0, split) from the cache, or computed and published: the backbone state and the head's
+    // keys/values of the prefix's memory rows (what JointHeadRecord computes for them itself).
     const auto compute = [&]() -> StateCache::EntryPtr {
       auto e = std::make_shared<StateCacheEntry>();
       e->state = backbone_->new_state();
       e->rows = split;
       std::vector<float> memory;  // the prefix's projected memory rows [split, W]
       memory.reserve(static_cast<std::size_t>(split * head_->config().width));
-      prefill_part(0, split, e->state, [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
+      prefill_range(p, 0, split, e->state, [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
         const auto th = std::chrono::steady_clock::now();
         const std::vector<float> m = head_->project_memory(std::span<const float>(rows, static_cast<std::size_t>(count * hidden)));
         memory.insert(memory.end(), m.begin(), m.end());
         head_seconds += seconds_since(th);
       });
       const auto th = std::chrono::steady_clock::now();
-      e->head = head_->memory_prefix(memory);  // what JointHeadRecord computes for rows [0, split)
+      e->head = head_->memory_prefix(memory);
       head_seconds += seconds_since(th);
       return e;
     };
-    const StateCache::Result r = cache_->get_or_compute(
-        state_cache_key(identity_, prefix, image_bytes),
-        compute);
+    const StateCache::Result r =
+        cache_->get_or_compute(state_cache_key(identity_, ids.first(static_cast<std::size_t>(split)), image_bytes), compute);
     d.state_cache = r.hit ? StateCacheUse::kHit : StateCacheUse::kMiss;
     d.reused_tokens = r.hit ? split : 0;
     const auto tr = std::chrono::steady_clock::now();
-    restore_with_room(state, r.entry->state, static_cast<std::int64_t>(ids.size()) - split);
+    state = r.entry->state.clone(p.tokens() - split);
     head.restore_prefix(r.entry->head);
     d.timings.state_restore = seconds_since(tr);
   } else if (split > 0) {
-    prefill_part(0, split, state, feed_head);
+    prefill_range(p, 0, split, state, feed_head);
   }
-  prefill_part(split, T, state, feed_head);
+  prefill_range(p, split, p.tokens(), state, feed_head);
+  return head_seconds;
+}
+
+Decision Engine::decide(std::string_view request_body, Dialect dialect) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Decision d;
+  const SystemOneRequest req = parse_request(request_body, options_.limits, dialect, served_);
+
+  // 1. Images (decode, preprocess, vision tower).
+  RequestMedia media;
+  if (!req.images.is_null()) {
+    const auto tv = std::chrono::steady_clock::now();
+    media = request_images(req);
+    d.timings.vision = seconds_since(tv);
+  }
+  // 2. The record: tokens, spans, positions.
+  const PreparedRecord p = prepare_record(req, std::move(media));
+  d.timings.tokenize = seconds_since(t0) - d.timings.vision;
+  d.input_tokens = p.tokens();
+  d.state_tokens_dropped = p.rec.state_tokens_dropped();
+
+  // 3. Prefill, split at state_end (state reuse, see engine.h) and through the state cache when it
+  // is on. The padded readout keeps the on-device 64-position call grid (docs/MODEL.md §14) over the
+  // whole record instead (no split, no cache). The head splits its memory keys/values at the same
+  // row, cache on or off, so both do the same arithmetic.
+  const std::int64_t split = options_.backbone.padded_readout ? 0 : p.rec.state_end();
+  JointHeadRecord head(*head_, p.rec.questions, p.rec.input_ids, split);
+  const auto t1 = std::chrono::steady_clock::now();
+  const double head_seconds = prefill_record(p, split, head, d);
   d.timings.prefill = seconds_since(t1) - head_seconds - d.timings.state_restore;
+
+  // 4. The head's logits.
   const auto t2 = std::chrono::steady_clock::now();
   d.logits = head.logits();
   d.timings.head = head_seconds + seconds_since(t2);
 
-  // A random-weight model always says so; otherwise the request's model is echoed (reference).
+  // 5. The answer. A random-weight model always says so; otherwise the request's model is echoed
+  // (reference).
   const std::string& model = random_weights() ? release_.model_name : req.model;
   const std::string extra =
       d.state_tokens_dropped > 0 ? "\"state_tokens_dropped\":" + std::to_string(d.state_tokens_dropped) : "";

@@ -143,6 +143,23 @@ class Engine {
   /// and the fixed-grid option.
   VisionPreprocessConfig preprocess_config() const;
 
+  // The steps of decide(), in order.
+  struct RequestMedia;
+  struct PreparedRecord;
+  /// Images: decodes and preprocesses the request's images within the limits and the record's
+  /// token budget, then runs the vision tower. Throws RequestError for images it refuses.
+  RequestMedia request_images(const SystemOneRequest& req) const;
+  /// Record: the prompt's tokens and spans (encode_record) and, with images, the M-RoPE positions.
+  PreparedRecord prepare_record(const SystemOneRequest& req, RequestMedia media) const;
+  /// Backbone prefill of record rows [a, b) on `st`, with the positions and image rows of that range.
+  void prefill_range(const PreparedRecord& p, std::int64_t a, std::int64_t b, SequenceState& st,
+                     const HiddenConsumer& consumer);
+  /// Prefill with the state cache: rows [0, split) restored from the cache or computed (and
+  /// published), or fed to `head` directly when the cache is off; then rows [split, T) fed to
+  /// `head`. Sets d.state_key, d.state_cache, d.reused_tokens and d.timings.state_restore; returns
+  /// the seconds spent in the head meanwhile.
+  double prefill_record(const PreparedRecord& p, std::int64_t split, JointHeadRecord& head, Decision& d);
+
   EngineOptions options_;
   ReleaseFolder release_;
   Tokenizer tokenizer_;

@@ -122,7 +122,7 @@ int run(const Args& a) {
     std::int64_t rows = 0;
     for (const auto& g : grids) rows += tower.merged_tokens(g);
     std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(rows, 0) * tower.out_hidden_size()));
-    nn::Scratch s;
+    qwen35::VisionActivations s;
     double best = 1e30;
     for (int r = 0; r < std::max(1, a.repeat); ++r) {
       const auto t0 = std::chrono::steady_clock::now();

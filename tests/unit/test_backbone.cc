@@ -103,8 +103,8 @@ TEST_F(BackboneTest, ConsumerGetsRowsChunkByChunk) {
   EXPECT_EQ(calls, want);
   EXPECT_EQ(st.n_tokens, 100);
   EXPECT_EQ(st.next_position, 100);
-  // Activation scratch is O(chunk): far below T * H * layers.
-  EXPECT_LT(bb.scratch_floats(), static_cast<std::size_t>(32 * 4096));
+  // Activation buffers are O(chunk): far below T * H * layers.
+  EXPECT_LT(bb.activation_floats(), static_cast<std::size_t>(32 * 4096));
 }
 
 TEST_F(BackboneTest, ForkAndRestoreState) {

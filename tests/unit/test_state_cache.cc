@@ -315,32 +315,6 @@ TEST_F(EngineStateCacheTest, HeadRestorePrefixEqualsFeedingTheRows) {
   EXPECT_THROW(head.project_memory(std::span<const float>(hidden).first(static_cast<std::size_t>(H - 1))), InvalidArgument);
 }
 
-TEST(HeadAttention, BlockedParallelAttendEqualsThePlainLoopBitForBit) {
-  // Sizes that cross the query block (16) and the key block (128) with ragged tails, and runs split
-  // at a row that is not a block boundary.
-  const std::int64_t W = 64, heads = 4, nq = 37, nk = 301;
-  std::vector<float> q(static_cast<std::size_t>(nq * W)), k(static_cast<std::size_t>(nk * W)), v(k.size());
-  std::uint32_t x = 12345;
-  const auto next = [&] {
-    x = x * 1664525u + 1013904223u;
-    return static_cast<float>(x >> 8) / static_cast<float>(1u << 24) * 8.0f - 4.0f;
-  };
-  for (auto* a : {&q, &k, &v}) {
-    for (auto& e : *a) e = next();
-  }
-  const std::vector<float> want = head_detail::attend_reference(q, W, heads, k, v);
-  for (const std::int64_t cut : {std::int64_t{0}, std::int64_t{1}, std::int64_t{130}, nk - 1}) {
-    std::vector<head_detail::KvRun> runs;
-    if (cut > 0) runs.push_back({k.data(), v.data(), cut});
-    runs.push_back({k.data() + cut * W, v.data() + cut * W, nk - cut});
-    for (const int threads : {1, 2, 3}) {
-      ops::set_num_threads(threads);
-      EXPECT_TRUE(same_bits(want, head_detail::attend(q, W, heads, runs))) << "cut " << cut << " threads " << threads;
-    }
-  }
-  ops::set_num_threads(0);
-}
-
 TEST_F(EngineStateCacheTest, HitMissAndOffGiveBitIdenticalLogits) {
   Engine on(*model_, options(64));
   Engine off(*model_, options(0));

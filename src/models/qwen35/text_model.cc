@@ -9,14 +9,6 @@
 #include "ops/profile.h"
 
 namespace clef::qwen35 {
-namespace {
-
-// Scratch slots used here (the blocks use 0..5, 10..14, 20..21).
-constexpr std::size_t kSlotHidden = 30;  // [n, H] residual stream
-constexpr std::size_t kSlotNormed = 31;  // [n, H] normalized input of the current block
-constexpr std::size_t kSlotRope = 32;    // cos, sin [n, rotary/2] each
-
-}  // namespace
 
 TextModel::TextModel(const TextConfig& cfg, const TextWeights& w, const TextModelOptions& opt)
     : cfg_(cfg), opt_(opt), embed_(w.embed_tokens) {
@@ -30,13 +22,13 @@ TextModel::TextModel(const TextConfig& cfg, const TextWeights& w, const TextMode
   for (int i = 0; i < 3; ++i) rope_.section[i] = cfg.mrope_section[static_cast<std::size_t>(i)];
   rope_.interleaved = cfg.mrope_interleaved;
 
-  nn::GdnConfig gc;
+  nn::GdnConfig& gc = gdn_cfg_;
   gc.hidden = cfg.hidden_size;
   gc.dims = {cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
              cfg.linear_value_head_dim};
   gc.conv_k = cfg.linear_conv_kernel_dim;
   gc.eps = eps;
-  nn::AttentionConfig ac;
+  nn::AttentionConfig& ac = attn_cfg_;
   ac.hidden = cfg.hidden_size;
   ac.dims = {cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim};
   ac.rotary_dim = cfg.rotary_dim();
@@ -82,12 +74,29 @@ nn::ModelState TextModel::new_state() const {
   return st;
 }
 
+TextActivations TextModel::activations(std::int64_t rows) const {
+  if (rows < 1) throw InvalidArgument("text model: activations for " + std::to_string(rows) + " rows");
+  TextActivations a;
+  a.rows = rows;
+  a.hidden.resize(static_cast<std::size_t>(rows * cfg_.hidden_size));
+  a.normed.resize(a.hidden.size());
+  a.rope.resize(static_cast<std::size_t>(2 * rows * (rope_.rotary_dim / 2)));
+  a.gdn = nn::GdnActivations(gdn_cfg_, rows);
+  a.attention = nn::AttentionActivations(attn_cfg_, rows);
+  a.mlp = nn::MlpActivations(cfg_.intermediate_size, rows);
+  return a;
+}
+
+std::size_t TextActivations::floats() const noexcept {
+  return hidden.size() + normed.size() + rope.size() + gdn.floats() + attention.floats() + mlp.floats();
+}
+
 void TextModel::embed(std::span<const std::int32_t> ids, float* out) const {
   ops::embedding_gather(embed_.dtype(), embed_.bytes.data(), embed_.shape()[0], cfg_.hidden_size, ids, out);
 }
 
 void TextModel::forward_chunk(std::span<const std::int32_t> ids, std::span<const std::int32_t> positions,
-                              nn::ModelState& st, float* out, nn::Scratch& s, const float* embeds) const {
+                              nn::ModelState& st, float* out, TextActivations& act, const float* embeds) const {
   const auto n = static_cast<std::int64_t>(ids.size());
   if (n == 0) return;
   if (st.layers.size() != layers_.size()) throw InvalidArgument("forward_chunk: state belongs to another model");
@@ -95,14 +104,17 @@ void TextModel::forward_chunk(std::span<const std::int32_t> ids, std::span<const
     throw InvalidArgument("forward_chunk: positions must be [3, " + std::to_string(n) + "], got " +
                           std::to_string(positions.size()) + " values");
   }
+  if (n > act.rows) {
+    throw InvalidArgument("forward_chunk: " + std::to_string(n) + " tokens, activations for " + std::to_string(act.rows));
+  }
   const std::int64_t H = cfg_.hidden_size;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  float* h = s.get(kSlotHidden, n * H);
-  float* a = s.get(kSlotNormed, n * H);
+  float* h = act.hidden.data();
+  float* a = act.normed.data();
 
   // Rotary tables for the n new tokens (shared by every full-attention layer).
   const std::int64_t half = rope_.rotary_dim / 2;
-  float* cos = s.get(kSlotRope, 2 * n * half);
+  float* cos = act.rope.data();
   float* sin = cos + n * half;
   std::vector<std::int32_t> pos;
   const std::int32_t* pp = positions.data();
@@ -129,15 +141,15 @@ void TextModel::forward_chunk(std::span<const std::int32_t> ids, std::span<const
       ops::rms_norm_offset(h, n, H, L.input_norm.data(), eps, a);
     }
     if (L.type == LayerType::kLinearAttention) {
-      L.gdn.forward(a, n, ls.gdn, h, s);
+      L.gdn.forward(a, n, ls.gdn, h, act.gdn);
     } else {
-      L.attn.forward(a, n, cos, sin, ls.kv, h, s);
+      L.attn.forward(a, n, cos, sin, ls.kv, h, act.attention);
     }
     {
       CLEF_PROF_SCOPE("rms_norm");
       ops::rms_norm_offset(h, n, H, L.post_norm.data(), eps, a);
     }
-    L.mlp.forward(a, n, h, s);
+    L.mlp.forward(a, n, h, act.mlp);
   }
   ops::rms_norm_offset(h, n, H, final_norm_.data(), eps, out);
 

@@ -14,7 +14,6 @@
 #include "nn/attention.h"
 #include "nn/gated_deltanet.h"
 #include "nn/mlp.h"
-#include "nn/scratch.h"
 #include "nn/state.h"
 #include "ops/gemm.h"
 
@@ -22,6 +21,23 @@ namespace clef::qwen35 {
 
 struct TextModelOptions {
   ops::Precision precision = ops::Precision::kF32;
+};
+
+/// The activation buffers of TextModel::forward_chunk for chunks of up to `rows` tokens, sized once
+/// from the config by TextModel::activations(): the residual stream, the normed input of the
+/// current block, the chunk's rotary tables, and one set per block kind (the layers of a kind run
+/// one after another and share it). O(rows); only the state grows with the sequence.
+struct TextActivations {
+  std::int64_t rows = 0;               ///< capacity in tokens
+  std::vector<float> hidden;           ///< [rows, H] residual stream
+  std::vector<float> normed;           ///< [rows, H] normalized input of the current block
+  std::vector<float> rope;             ///< cos then sin, [n, rotary_dim/2] each for a chunk of n
+  nn::GdnActivations gdn;              ///< Gated DeltaNet layers
+  nn::AttentionActivations attention;  ///< full-attention layers
+  nn::MlpActivations mlp;              ///< every layer's MLP
+
+  /// Floats held by all the buffers.
+  std::size_t floats() const noexcept;
 };
 
 class TextModel {
@@ -33,7 +49,11 @@ class TextModel {
   /// A fresh state (zero conv/recurrent states, empty KV caches, position 0).
   nn::ModelState new_state() const;
 
-  /// Runs n = ids.size() >= 1 tokens that follow the tokens already in `st`, updating it.
+  /// Activation buffers for chunks of up to `rows` (>= 1) tokens.
+  TextActivations activations(std::int64_t rows) const;
+
+  /// Runs n = ids.size() >= 1 tokens that follow the tokens already in `st`, updating it, with
+  /// intermediates in `act` (activations(r) for some r >= n; InvalidArgument otherwise).
   /// positions: optional [3, n] M-RoPE positions (t, h, w streams); when empty, text positions
   /// st.next_position + i on all three streams. out [n, H]: final-norm hidden rows (fp32).
   /// Throws InvalidArgument for an id outside the vocabulary or a bad positions size.
@@ -41,7 +61,7 @@ class TextModel {
   /// multimodal path: text rows gathered with embed() and image rows scattered in, §6.9); `ids`
   /// still gives n.
   void forward_chunk(std::span<const std::int32_t> ids, std::span<const std::int32_t> positions,
-                     nn::ModelState& st, float* out, nn::Scratch& s, const float* embeds = nullptr) const;
+                     nn::ModelState& st, float* out, TextActivations& act, const float* embeds = nullptr) const;
 
   /// The embedding rows of `ids`: out [n, H] fp32. Throws InvalidArgument for an id outside the
   /// vocabulary.
@@ -61,6 +81,8 @@ class TextModel {
   };
   TextConfig cfg_;
   TextModelOptions opt_;
+  nn::GdnConfig gdn_cfg_;         ///< shapes of every GDN layer (v_heads_tiled aside)
+  nn::AttentionConfig attn_cfg_;  ///< shapes of every full-attention layer
   WeightView embed_;
   std::vector<Layer> layers_;
   std::vector<float> final_norm_;

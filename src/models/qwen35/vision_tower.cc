@@ -16,17 +16,6 @@ namespace {
 constexpr float kLayerNormEps = 1e-6f;  // every vision LayerNorm (docs/MODEL.md §6.6, §6.7)
 constexpr std::int64_t kMaxFramePatches = std::int64_t{1} << 20;
 
-// Scratch slots (the tower does not share a Scratch with running text blocks).
-constexpr std::size_t kSlotX = 0;      // [N, D] residual stream
-constexpr std::size_t kSlotA = 1;      // [N, D] normalized input
-constexpr std::size_t kSlotQkv = 2;    // [N, 3D]
-constexpr std::size_t kSlotQ = 3;      // [N, D] each of q, k, v, o
-constexpr std::size_t kSlotK = 4;
-constexpr std::size_t kSlotV = 5;
-constexpr std::size_t kSlotO = 6;
-constexpr std::size_t kSlotMlp = 7;    // [N, I]
-constexpr std::size_t kSlotMerge = 8;  // [N/4, 4D]
-
 std::vector<float> vec(const WeightView& w, const std::string& name, std::int64_t n) {
   std::vector<float> v = nn::small_f32(w, name);
   if (static_cast<std::int64_t>(v.size()) != n) {
@@ -217,7 +206,7 @@ void VisionTower::rotary_tables(const ImageGrid& g, std::vector<float>& cos, std
 }
 
 void VisionTower::forward(const float* pixel_values, std::int64_t num_patches, std::span<const ImageGrid> grids,
-                          float* out, nn::Scratch& s) const {
+                          float* out, VisionActivations& act) const {
   if (grids.empty()) throw InvalidArgument("vision tower: no image grids given");
   std::int64_t total = 0;
   for (std::size_t i = 0; i < grids.size(); ++i) {
@@ -263,19 +252,26 @@ void VisionTower::forward(const float* pixel_values, std::int64_t num_patches, s
     }
   }
 
-  float* x = s.get(kSlotX, N * D);
-  float* a = s.get(kSlotA, N * D);
+  if (act.patches < N) {
+    act.patches = N;
+    const auto nd = static_cast<std::size_t>(N * D);
+    for (std::vector<float>* b : {&act.x, &act.normed, &act.q, &act.k, &act.v, &act.core, &act.merged}) b->resize(nd);
+    act.qkv.resize(3 * nd);
+    act.mlp.resize(static_cast<std::size_t>(N * I));
+  }
+  float* x = act.x.data();
+  float* a = act.normed.data();
   // Patch embedding (§6.3) + position embedding (§6.4).
   ops::linear(pixel_values, N, patch_, x);
   ops::add_bias(x, N, D, patch_b_.data());
   ops::add_inplace(x, pos.data(), N * D);
 
-  float* qkv = s.get(kSlotQkv, N * 3 * D);
-  float* q = s.get(kSlotQ, N * D);
-  float* k = s.get(kSlotK, N * D);
-  float* v = s.get(kSlotV, N * D);
-  float* o = s.get(kSlotO, N * D);
-  float* mlp = s.get(kSlotMlp, N * I);
+  float* qkv = act.qkv.data();
+  float* q = act.q.data();
+  float* k = act.k.data();
+  float* v = act.v.data();
+  float* o = act.core.data();
+  float* mlp = act.mlp.data();
   const ops::AttentionDims ad{nh, nh, hd};
   const bool bf16 = opt_.precision == ops::Precision::kBF16;
   for (const Block& b : blocks_) {
@@ -317,12 +313,17 @@ void VisionTower::forward(const float* pixel_values, std::int64_t num_patches, s
   // Patch merger (§6.7): LN per patch, groups of m*m consecutive rows, fc1, erf-GELU, fc2.
   const std::int64_t nm = N / m2;
   ops::layer_norm(x, N, D, merger_norm_w_.data(), merger_norm_b_.data(), kLayerNormEps, a);
-  float* hmid = s.get(kSlotMerge, nm * m2 * D);
+  float* hmid = act.merged.data();  // nm · m² · D <= N · D
   ops::linear(a, nm, merger_fc1_, hmid);
   ops::add_bias(hmid, nm, m2 * D, merger_fc1_b_.data());
   ops::gelu_erf(hmid, nm * m2 * D, hmid);
   ops::linear(hmid, nm, merger_fc2_, out);
   ops::add_bias(out, nm, cfg_.out_hidden_size, merger_fc2_b_.data());
+}
+
+std::size_t VisionActivations::floats() const noexcept {
+  return x.size() + normed.size() + qkv.size() + q.size() + k.size() + v.size() + core.size() + mlp.size() +
+         merged.size();
 }
 
 std::vector<float> VisionTower::forward(const float* pixel_values, std::int64_t num_patches,
@@ -333,8 +334,8 @@ std::vector<float> VisionTower::forward(const float* pixel_values, std::int64_t 
     rows += merged_tokens(grids[i]);
   }
   std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(rows, 0) * cfg_.out_hidden_size));
-  nn::Scratch s;
-  forward(pixel_values, num_patches, grids, out.data(), s);
+  VisionActivations act;
+  forward(pixel_values, num_patches, grids, out.data(), act);
   return out;
 }
 

@@ -14,7 +14,6 @@
 
 #include "io/hf_config.h"
 #include "models/qwen35/weights.h"
-#include "nn/scratch.h"
 #include "ops/gemm.h"
 
 namespace clef::qwen35 {
@@ -33,6 +32,21 @@ struct VisionTowerOptions {
   /// kBF16: bf16-rounded GEMM operands and attention operands, fp32 accumulation and fp32
   /// everywhere else (LayerNorm, GELU, rotary, position embeddings), like the text backbone.
   ops::Precision precision = ops::Precision::kF32;
+};
+
+/// The activation buffers of VisionTower::forward for up to `patches` patch rows N (D the tower
+/// width, I its MLP width); forward() regrows them for a larger call.
+struct VisionActivations {
+  std::int64_t patches = 0;     ///< capacity in patch rows
+  std::vector<float> x;         ///< [N, D] residual stream
+  std::vector<float> normed;    ///< [N, D] LayerNorm output
+  std::vector<float> qkv;       ///< [N, 3D] qkv projection
+  std::vector<float> q, k, v;   ///< [N, D] each, split from qkv
+  std::vector<float> core;      ///< [N, D] attention output
+  std::vector<float> mlp;       ///< [N, I] MLP hidden
+  std::vector<float> merged;    ///< [N / m², m²·D] patch merger hidden
+
+  std::size_t floats() const noexcept;
 };
 
 class VisionTower {
@@ -61,7 +75,7 @@ class VisionTower {
   /// Throws InvalidArgument on an empty or bad grid list, a num_patches mismatch, or a
   /// non-finite pixel value (naming the row).
   void forward(const float* pixel_values, std::int64_t num_patches, std::span<const ImageGrid> grids,
-               float* out, nn::Scratch& s) const;
+               float* out, VisionActivations& act) const;
 
   /// forward() into a new vector.
   std::vector<float> forward(const float* pixel_values, std::int64_t num_patches,
