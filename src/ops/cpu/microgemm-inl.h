@@ -14,7 +14,7 @@
 //   A2 word (r, pp) at a[r * lda + pp] (bf16_gemm) or a[pp * lda + r] (bf16_gemm_at)
 //   B2 word (pp, c) at b[pp * ldb + c]
 // These functions carry the avx512bf16 target attribute on top of the AVX3_DL target; the
-// dispatcher (ops/cpu/isa.h) only selects AVX3_DL on CPUs that also report AVX512-BF16.
+// dispatcher (ops/isa.h, cpu/isa.cc) only selects AVX3_DL on CPUs that also report AVX512-BF16.
 
 #if defined(CLEF_OPS_CPU_MICROGEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef CLEF_OPS_CPU_MICROGEMM_INL_H_

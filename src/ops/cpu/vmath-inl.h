@@ -1,6 +1,6 @@
 // Vectorized transcendental helpers for the CPU kernels, one copy per SIMD target (Google Highway
 // multi-target "-inl" header: include it after hwy/highway.h inside a foreach_target TU; see
-// ops/cpu/isa.h). Internal to src/ops/cpu.
+// ops/isa.h). Internal to src/ops/cpu.
 //
 // exp: Cody-Waite range reduction x = n ln2 + r, |r| <= ln2/2, degree-6 Taylor polynomial
 // (truncation error < 1.3e-7 relative, i.e. ~1-2 ulp), then p * 2^n. 2^n is applied as two exact
