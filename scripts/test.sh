@@ -107,12 +107,14 @@ stage "models (0.8b, 0.8b-shapes)" make_folders
 export CLEF_08B_DIR="$PWD/build/models/clef-0.8b-seed2" CLEF_08B_SHAPES_DIR="$PWD/build/models/clef-0.8b-shapes-seed2"
 
 # Separate processes: each folder's conftest.py is imported as the module "conftest".
-# Natively the full 0.8b preset runs; its 0.8b-shapes twins (mark shapes08b) are for the AVX2 level.
+# Natively both 0.8b folders run: the full preset (depth: 24 blocks, the drift tests on the requests up to
+# 600 tokens) and its 0.8b-shapes twins (mark shapes08b; length: every corpus request), which the AVX2
+# level runs again below.
 # The reference tests run in two pytest-xdist workers, a test file per worker at a time (module and
 # session fixtures stay whole): much of their time is one-threaded Python or one-threaded clef, so
 # the second core would idle. tests/server stays serial (it measures latencies).
 XDIST=(-n 2 --dist loadfile)
-stage "pytest tests/reference" "$PY" -m pytest -q -p no:cacheprovider --durations=10 "${XDIST[@]}" -m "not shapes08b" tests/reference
+stage "pytest tests/reference" "$PY" -m pytest -q -p no:cacheprovider --durations=20 "${XDIST[@]}" tests/reference
 stage "pytest tests/cli" "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/cli
 stage "pytest tests/server" "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/server
 stage "pytest tests/hub" "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/hub

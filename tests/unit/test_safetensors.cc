@@ -21,11 +21,11 @@ std::vector<std::byte> bytes_of(const std::string& s) {
 }
 
 /// A file made of an explicit header JSON and `data_bytes` zero bytes of data.
-std::vector<std::byte> file_with(const std::string& json, std::size_t data_bytes, std::uint64_t claimed_len = ~0ull) {
-  const std::uint64_t len = claimed_len == ~0ull ? json.size() : claimed_len;
+std::vector<std::byte> file_with(const std::string& header, std::size_t data_bytes, std::uint64_t claimed_len = ~0ull) {
+  const std::uint64_t len = claimed_len == ~0ull ? header.size() : claimed_len;
   std::string s(8, '\0');
   for (int i = 0; i < 8; ++i) s[static_cast<std::size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
-  s += json;
+  s += header;
   s += std::string(data_bytes, '\0');
   return bytes_of(s);
 }
@@ -179,14 +179,14 @@ TEST(Safetensors, DeepNestingIsRefusedWithoutRecursion) {
 
 // Many entries (a hostile but legal header) parse in time linear in the header size.
 TEST(Safetensors, ManyTensorsParse) {
-  std::string json = "{";
+  std::string header = "{";
   const int n = 200000;
   for (int i = 0; i < n; ++i) {
-    if (i) json += ",";
-    json += "\"t" + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+    if (i) header += ",";
+    header += "\"t" + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
   }
-  json += "}";
-  const auto h = parse_safetensors_header(file_with(json, 0), "w");
+  header += "}";
+  const auto h = parse_safetensors_header(file_with(header, 0), "w");
   EXPECT_EQ(h.tensors.size(), static_cast<std::size_t>(n));
 }
 

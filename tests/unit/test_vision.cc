@@ -209,8 +209,8 @@ TEST(VisionRequestImages, ArrayOfDataUrls) {
 }
 
 TEST(VisionRequestImages, TypeErrorsHavePaths) {
-  auto error_of = [](const char* json) {
-    const JsonValue v = parse_json(json);
+  auto error_of = [](const char* text) {
+    const JsonValue v = parse_json(text);
     try {
       prepare_request_images(&v);
     } catch (const RequestError& e) {
