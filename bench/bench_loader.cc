@@ -18,8 +18,10 @@ std::vector<std::byte> make_file(int n) {
   std::uint64_t off = 0;
   for (int i = 0; i < n; ++i) {
     if (i) json += ",";
-    json += "\"model.language_model.layers." + std::to_string(i) + ".mlp.up_proj.weight\":{\"dtype\":\"BF16\","
-            "\"shape\":[64,64],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + 8192) + "]}";
+    json += "\"model.language_model.layers." + std::to_string(i) +
+            ".mlp.up_proj.weight\":{\"dtype\":\"BF16\","
+            "\"shape\":[64,64],\"data_offsets\":[" +
+            std::to_string(off) + "," + std::to_string(off + 8192) + "]}";
     off += 8192;
   }
   json += "}";

@@ -83,16 +83,16 @@ int main(int argc, char** argv) {
 
   // Linear-layer shapes of the 0.8b preset (and one flash MLP shape), y [m, n] = x [m, k] W^T.
   std::vector<Shape> shapes = {
-      {"0.8b gdn in_proj_qkv", 6144, 1024}, {"0.8b gdn in_proj_z", 2048, 1024},
-      {"0.8b gdn out_proj", 1024, 2048},    {"0.8b attn q_proj", 4096, 1024},
-      {"0.8b attn k_proj", 512, 1024},      {"0.8b mlp gate/up", 3584, 1024},
+      {"0.8b gdn in_proj_qkv", 6144, 1024}, {"0.8b gdn in_proj_z", 2048, 1024}, {"0.8b gdn out_proj", 1024, 2048},
+      {"0.8b attn q_proj", 4096, 1024},     {"0.8b attn k_proj", 512, 1024},    {"0.8b mlp gate/up", 3584, 1024},
       {"0.8b mlp down", 1024, 3584},        {"flash mlp gate/up", 12288, 4096},
   };
   if (quick) shapes.resize(3);
-  std::printf("GEMM, m = %lld rows, best of %d (GFLOP/s; %% of the matching measured peak)\n", static_cast<long long>(m), reps);
+  std::printf("GEMM, m = %lld rows, best of %d (GFLOP/s; %% of the matching measured peak)\n",
+              static_cast<long long>(m), reps);
   const std::string i8name = std::string("int8 ") + clef::ops::int8_kernel_name(clef::ops::active_int8_kernel());
-  std::printf("%-22s %6s %6s | %15s %15s %15s %15s | %s\n", "shape", "n", "k", "oneDNN fp32", "oneDNN bf16", "OpenBLAS sgemm",
-              i8name.c_str(), "bf16, int8 / best fp32");
+  std::printf("%-22s %6s %6s | %15s %15s %15s %15s | %s\n", "shape", "n", "k", "oneDNN fp32", "oneDNN bf16",
+              "OpenBLAS sgemm", i8name.c_str(), "bf16, int8 / best fp32");
   double tot_flop = 0, tot_f32 = 0, tot_b16 = 0, tot_blas = 0, tot_i8 = 0;
   for (const Shape& s : shapes) {
     const std::vector<float> x = randv(static_cast<std::size_t>(m * s.k), 1);
@@ -143,8 +143,8 @@ int main(int argc, char** argv) {
     std::vector<float> s(static_cast<std::size_t>(d.hv * d.dk * d.dv)), o(v.size());
     const double sec = best_seconds(reps, [&] {
       std::fill(s.begin(), s.end(), 0.0f);
-      clef::ops::gated_delta_rule(d, t, q.data(), k.data(), st, v.data(), d.hv * d.dv, g.data(), beta.data(),
-                                  s.data(), o.data());
+      clef::ops::gated_delta_rule(d, t, q.data(), k.data(), st, v.data(), d.hv * d.dv, g.data(), beta.data(), s.data(),
+                                  o.data());
     });
     const double flop = 47.2e6 / 18.0 * static_cast<double>(t);  // docs/MODEL.md §9, per layer
     std::printf("gated_delta_rule (0.8b layer, T=%lld): %.2f ms, %.0f tokens/s/layer, ~%.1f GFLOP/s\n",
@@ -157,8 +157,10 @@ int main(int argc, char** argv) {
     const std::vector<float> q = randv(static_cast<std::size_t>(t * d.nh * d.hd), 6);
     const std::vector<float> kc = randv(static_cast<std::size_t>(t * d.nkv * d.hd), 7), vc = randv(kc.size(), 8);
     std::vector<float> o(q.size());
-    const double sec = best_seconds(reps, [&] { clef::ops::attention(d, t, t, q.data(), kc.data(), vc.data(), o.data()); });
-    const double flop = 4.0 * static_cast<double>(d.nh * d.hd) * static_cast<double>(t) * static_cast<double>(t + 1) / 2.0;
+    const double sec =
+        best_seconds(reps, [&] { clef::ops::attention(d, t, t, q.data(), kc.data(), vc.data(), o.data()); });
+    const double flop =
+        4.0 * static_cast<double>(d.nh * d.hd) * static_cast<double>(t) * static_cast<double>(t + 1) / 2.0;
     std::printf("attention (0.8b layer, T=%lld causal): %.2f ms, %.1f GFLOP/s (%.0f%% of fp32 peak)\n",
                 static_cast<long long>(t), sec * 1e3, flop / sec / 1e9, pf > 0 ? 100.0 * flop / sec / 1e9 / pf : 0.0);
   }

@@ -65,13 +65,17 @@ std::string multilingual(std::mt19937_64& rng, std::size_t bytes) {
     std::uint32_t lo, hi;
     std::uint32_t mark_lo, mark_hi;  // optional combining marks (0 = none)
   };
-  const Script scripts[] = {
-      {0x4E00, 0x9FA5, 0, 0},      {0xAC00, 0xD7A3, 0, 0},      {0x3041, 0x3096, 0, 0}, {0x30A1, 0x30FA, 0, 0},
-      {0x0E01, 0x0E2E, 0x0E31, 0x0E3A}, {0x0915, 0x0939, 0x093E, 0x094D}, {0x0621, 0x064A, 0x064B, 0x0652},
-      {0x0430, 0x044F, 0, 0},      {0x00E0, 0x00FF, 0, 0},      {0x03B1, 0x03C9, 0, 0}};
-  const char* emoji[] = {"\xF0\x9F\x98\x80", "\xF0\x9F\x8E\x89", "\xE2\x9D\xA4\xEF\xB8\x8F",
+  const Script scripts[] = {{0x4E00, 0x9FA5, 0, 0},           {0xAC00, 0xD7A3, 0, 0},
+                            {0x3041, 0x3096, 0, 0},           {0x30A1, 0x30FA, 0, 0},
+                            {0x0E01, 0x0E2E, 0x0E31, 0x0E3A}, {0x0915, 0x0939, 0x093E, 0x094D},
+                            {0x0621, 0x064A, 0x064B, 0x0652}, {0x0430, 0x044F, 0, 0},
+                            {0x00E0, 0x00FF, 0, 0},           {0x03B1, 0x03C9, 0, 0}};
+  const char* emoji[] = {"\xF0\x9F\x98\x80",
+                         "\xF0\x9F\x8E\x89",
+                         "\xE2\x9D\xA4\xEF\xB8\x8F",
                          "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7",
-                         "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD", "\xF0\x9F\x87\xAF\xF0\x9F\x87\xB5"};
+                         "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD",
+                         "\xF0\x9F\x87\xAF\xF0\x9F\x87\xB5"};
   const char* punct[] = {", ", ". ", "\xEF\xBC\x8C", "\xE3\x80\x82", "! ", "? ", " - ", "\n", "\n\n", ": ", " (", ") "};
   std::string s;
   std::uniform_int_distribution<int> pick(0, 99);
@@ -82,7 +86,8 @@ std::string multilingual(std::mt19937_64& rng, std::size_t bytes) {
       const int len = 1 + pick(rng) % 7;
       for (int k = 0; k < len; ++k) {
         s += utf8(sc.lo + static_cast<std::uint32_t>(rng() % (sc.hi - sc.lo + 1)));
-        if (sc.mark_lo && pick(rng) < 35) s += utf8(sc.mark_lo + static_cast<std::uint32_t>(rng() % (sc.mark_hi - sc.mark_lo + 1)));
+        if (sc.mark_lo && pick(rng) < 35)
+          s += utf8(sc.mark_lo + static_cast<std::uint32_t>(rng() % (sc.mark_hi - sc.mark_lo + 1)));
       }
       const int r = pick(rng);
       if (r < 8) {
@@ -188,7 +193,8 @@ int main(int argc, char** argv) {
 
     // --- corpus ---
     if (sources.empty()) {
-      std::string out = run_capture("python3 -c \"import sysconfig;print(sysconfig.get_paths()['stdlib'])\" 2>/dev/null");
+      std::string out =
+          run_capture("python3 -c \"import sysconfig;print(sysconfig.get_paths()['stdlib'])\" 2>/dev/null");
       while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
       sources = out;
     }
@@ -263,8 +269,9 @@ int main(int argc, char** argv) {
     std::size_t hf_ids = 0;
     std::string hf_hash, hf_api;
     if (hf) {
-      const fs::path tmp = keep.empty() ? fs::temp_directory_path() / ("clef-bench-corpus-" + std::to_string(getpid()) + ".bin")
-                                        : fs::path(keep);
+      const fs::path tmp = keep.empty()
+                               ? fs::temp_directory_path() / ("clef-bench-corpus-" + std::to_string(getpid()) + ".bin")
+                               : fs::path(keep);
       {
         std::ofstream f(tmp, std::ios::binary);
         for (const auto& d : docs) {
@@ -278,8 +285,9 @@ int main(int argc, char** argv) {
         std::ofstream f(script);
         f << kPython;
       }
-      const std::string out = run_capture("RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false python3 '" + script.string() +
-                                          "' '" + (fs::path(model) / "tokenizer.json").string() + "' '" + tmp.string() + "'");
+      const std::string out =
+          run_capture("RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false python3 '" + script.string() + "' '" +
+                      (fs::path(model) / "tokenizer.json").string() + "' '" + tmp.string() + "'");
       fs::remove(script);
       if (keep.empty()) fs::remove(tmp);
       std::istringstream in(out.substr(std::min(out.find("HF "), out.size())));
@@ -300,8 +308,8 @@ int main(int argc, char** argv) {
                 static_cast<double>(bytes) / 1e6, docs.size(), static_cast<double>(code_bytes) / 1e6,
                 static_cast<double>(ml_bytes) / 1e6, static_cast<double>(req_bytes) / 1e6);
     std::printf("\n| %-28s | %12s | %12s | %8s |\n", "measure", "clef.cpp", "HF tokenizers", "ratio");
-    std::printf("|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(14, '-').c_str(), std::string(15, '-').c_str(),
-                std::string(10, '-').c_str());
+    std::printf("|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(14, '-').c_str(),
+                std::string(15, '-').c_str(), std::string(10, '-').c_str());
     if (hf) {
       std::printf("| %-28s | %12.1f | %13.1f | %7.2fx |\n", "encode, 1 thread (MB/s)", clef_mbs,
                   static_cast<double>(bytes) / 1e6 / hf_time, hf_time / best);

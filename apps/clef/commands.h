@@ -12,8 +12,8 @@
 namespace clef::cli {
 
 struct Command {
-  CLI::App* app = nullptr;  ///< the registered subcommand
-  std::string help_hint;    ///< what a usage error of this command points to, e.g. "clef serve --help"
+  CLI::App* app = nullptr;   ///< the registered subcommand
+  std::string help_hint;     ///< what a usage error of this command points to, e.g. "clef serve --help"
   std::function<int()> run;  ///< runs the parsed command; returns its exit code
 };
 

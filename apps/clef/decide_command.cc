@@ -84,7 +84,8 @@ int run_decide(DecideFlags& f) {
                  "clef: %lld tokens: tokenize %.3f s, prefill %.3f s (%.1f tokens/s), head %.3f s, total %.3f s; "
                  "state cache %s (%lld tokens reused, restore %.3f s)\n",
                  static_cast<long long>(d.input_tokens), d.timings.tokenize, d.timings.prefill,
-                 d.timings.prefill > 0 ? static_cast<double>(d.input_tokens - d.reused_tokens) / d.timings.prefill : 0.0,
+                 d.timings.prefill > 0 ? static_cast<double>(d.input_tokens - d.reused_tokens) / d.timings.prefill
+                                       : 0.0,
                  d.timings.head, d.timings.total, state_cache_use_name(d.state_cache),
                  static_cast<long long>(d.reused_tokens), d.timings.state_restore);
   }
@@ -96,29 +97,34 @@ int run_decide(DecideFlags& f) {
 Command add_decide_command(CLI::App& app) {
   auto f = std::make_shared<DecideFlags>();
   auto* decide = app.add_subcommand(
-      "decide", "Answer one SystemOne request (JSON file or - for stdin) and print the SystemOne response, or a "
-                "file of requests (--jsonl), one answer line per request line.");
-  auto* request_opt =
-      decide->add_option("REQUEST", f->request_path, "Request JSON file, or - for standard input")->capture_default_str();
+      "decide",
+      "Answer one SystemOne request (JSON file or - for stdin) and print the SystemOne response, or a "
+      "file of requests (--jsonl), one answer line per request line.");
+  auto* request_opt = decide->add_option("REQUEST", f->request_path, "Request JSON file, or - for standard input")
+                          ->capture_default_str();
   f->jsonl_opt = decide->add_option(
       "--jsonl", f->jsonl.input,
       "File of requests, one JSON body per line (- for stdin). Writes one line per input line: the response, or "
       "{\"error\":{\"code\",\"message\",\"path\"},\"line\":N}; keeps going past refused lines");
   f->jsonl_opt->excludes(request_opt);
-  decide->add_option("--out,-o", f->jsonl.output,
-                     "With --jsonl: answer file (default stdout). An existing file is resumed: its complete lines "
-                     "are kept and the matching input lines skipped")
+  decide
+      ->add_option("--out,-o", f->jsonl.output,
+                   "With --jsonl: answer file (default stdout). An existing file is resumed: its complete lines "
+                   "are kept and the matching input lines skipped")
       ->needs(f->jsonl_opt);
-  decide->add_flag("--restart", f->jsonl.restart, "With --jsonl --out: start over instead of resuming")->needs(f->jsonl_opt);
+  decide->add_flag("--restart", f->jsonl.restart, "With --jsonl --out: start over instead of resuming")
+      ->needs(f->jsonl_opt);
   decide->add_flag("--no-progress", f->no_progress, "With --jsonl: no progress line on stderr")->needs(f->jsonl_opt);
   f->model = add_engine_flags(*decide, f->engine);
   decide->add_flag("--timings", f->timings, "Print per-stage timings (and the state cache's hit/miss) to stderr");
-  f->cache_opt = decide->add_option(
-      "--state-cache-mb", f->state_cache_mb,
-      "Memory budget of the exact state cache in MiB (0: off); requests of a --jsonl run that share a state reuse "
-      "it (a single request has nothing to reuse: the cache is off then unless this is given)")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
-      ->capture_default_str();
+  f->cache_opt =
+      decide
+          ->add_option("--state-cache-mb", f->state_cache_mb,
+                       "Memory budget of the exact state cache in MiB (0: off); requests of a --jsonl run that share a "
+                       "state reuse "
+                       "it (a single request has nothing to reuse: the cache is off then unless this is given)")
+          ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
+          ->capture_default_str();
   return {decide, "clef --help", [f] { return run_decide(*f); }};
 }
 

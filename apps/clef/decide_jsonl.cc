@@ -116,14 +116,16 @@ ExistingOutput prepare_resume(std::FILE* f, const std::string& path) {
   while (reader.next(line, too_long)) {
     if (!reader.terminated()) {
       if (!line.starts_with("{\"")) {
-        throw InvalidArgument("--out " + printable(path) + ": its last line is not an answer written by clef decide "
+        throw InvalidArgument("--out " + printable(path) +
+                              ": its last line is not an answer written by clef decide "
                               "(use --restart to overwrite it, or another --out)");
       }
       break;  // torn write
     }
     if (too_long || !is_answer_line(line)) {
-      throw InvalidArgument("--out " + printable(path) + ": line " + std::to_string(out.lines + 1) +
-                            " is not an answer written by clef decide (use --restart to overwrite it, or another --out)");
+      throw InvalidArgument(
+          "--out " + printable(path) + ": line " + std::to_string(out.lines + 1) +
+          " is not an answer written by clef decide (use --restart to overwrite it, or another --out)");
     }
     complete_bytes = reader.bytes_read();
     ++out.lines;
@@ -209,11 +211,12 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
       ::close(fd);
       throw IoError("cannot open the output file " + printable(options.output) + ": " + std::strerror(errno));
     }
-    struct stat so {}, si {};
+    struct stat so {
+    }, si{};
     if (::fstat(fd, &so) == 0 && ::fstat(::fileno(in.get()), &si) == 0 && so.st_dev == si.st_dev &&
         so.st_ino == si.st_ino) {
-      throw InvalidArgument("--out names the input file " + printable(from_stdin ? std::string("(standard input)")
-                                                                                  : options.input));
+      throw InvalidArgument("--out names the input file " +
+                            printable(from_stdin ? std::string("(standard input)") : options.input));
     }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       throw InvalidArgument("--out " + printable(options.output) + " is being written by another clef decide");
@@ -289,8 +292,8 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
       continue;
     }
     if (too_long) {
-      write_line(error_line("request_too_large", "the line is longer than " + std::to_string(kMaxLineBytes >> 20) + " MiB",
-                            "", sum.lines));
+      write_line(error_line("request_too_large",
+                            "the line is longer than " + std::to_string(kMaxLineBytes >> 20) + " MiB", "", sum.lines));
       ++sum.refused;
     } else {
       try {
@@ -303,9 +306,9 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
                        "%sclef: line %lld: %lld tokens: tokenize %.3f s, prefill %.3f s, head %.3f s, total %.3f s; "
                        "state cache %s (%lld tokens reused, restore %.3f s)\n",
                        tty && options.progress ? "\r\x1b[K" : "", static_cast<long long>(sum.lines),
-                       static_cast<long long>(d.input_tokens), d.timings.tokenize, d.timings.prefill,
-                       d.timings.head, d.timings.total, state_cache_use_name(d.state_cache),
-                       static_cast<long long>(d.reused_tokens), d.timings.state_restore);
+                       static_cast<long long>(d.input_tokens), d.timings.tokenize, d.timings.prefill, d.timings.head,
+                       d.timings.total, state_cache_use_name(d.state_cache), static_cast<long long>(d.reused_tokens),
+                       d.timings.state_restore);
         }
       } catch (const RequestError& e) {
         const std::string at = e.offset() ? " (at byte " + std::to_string(*e.offset()) + ")" : std::string();

@@ -12,21 +12,21 @@ namespace clef::cli {
 
 /// What run_decide_jsonl() is asked to do.
 struct JsonlRunOptions {
-  std::string input;       ///< request file (one JSON body per line), or "-" for standard input
-  std::string output;      ///< answer file; "" writes to standard output (no resumption then)
-  bool restart = false;    ///< ignore (truncate) an existing output file instead of resuming it
-  bool progress = true;    ///< progress line on stderr (records, tokens/s, ETA)
-  bool timings = false;    ///< one timing line per record on stderr
+  std::string input;     ///< request file (one JSON body per line), or "-" for standard input
+  std::string output;    ///< answer file; "" writes to standard output (no resumption then)
+  bool restart = false;  ///< ignore (truncate) an existing output file instead of resuming it
+  bool progress = true;  ///< progress line on stderr (records, tokens/s, ETA)
+  bool timings = false;  ///< one timing line per record on stderr
 };
 
 /// Outcome of a run (what the exit code is made of).
 struct JsonlRunSummary {
-  std::int64_t lines = 0;         ///< input lines seen (including resumed ones)
-  std::int64_t resumed = 0;       ///< lines already answered in the output file, skipped
-  std::int64_t answered = 0;      ///< lines answered with a response (this run and resumed ones)
-  std::int64_t refused = 0;       ///< lines answered with an error object (this run and resumed ones)
-  std::int64_t tokens = 0;        ///< input tokens decided in this run
-  double seconds = 0;             ///< wall time of this run
+  std::int64_t lines = 0;     ///< input lines seen (including resumed ones)
+  std::int64_t resumed = 0;   ///< lines already answered in the output file, skipped
+  std::int64_t answered = 0;  ///< lines answered with a response (this run and resumed ones)
+  std::int64_t refused = 0;   ///< lines answered with an error object (this run and resumed ones)
+  std::int64_t tokens = 0;    ///< input tokens decided in this run
+  double seconds = 0;         ///< wall time of this run
 };
 
 /// Runs every line of `options.input` through `engine`, writing for line N (1-based) exactly one

@@ -94,7 +94,8 @@ CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f, bool with_pull) {
                  "grids, every image resized to 256x256 / 448x448 pixels (aspect not kept)")
       ->check(CLI::IsMember({0, 8, 14}))
       ->capture_default_str();
-  app.add_flag("--no-images", f.no_images, "Refuse requests with images (images_unsupported) even when the model has a vision tower");
+  app.add_flag("--no-images", f.no_images,
+               "Refuse requests with images (images_unsupported) even when the model has a vision tower");
   app.add_option("--image-backend", f.image_backend,
                  "How images are read: torchvision (what Cloudflare's reference does with a request: alpha dropped, "
                  "EXIF orientation applied, torchvision's antialiased bicubic) or pil (transformers' PIL processor on "
@@ -140,7 +141,8 @@ std::string model_dir_or_default(const std::string& dir, bool given, bool* is_de
 std::string resolve_model_arg(const std::string& arg, bool given, const std::string& revision, bool pull,
                               bool* is_default) {
   if (!given || !hub::is_model_name_arg(arg)) {
-    if (given && !revision.empty()) throw InvalidArgument("--revision applies to a hub name (ORG/REPO), not to the path " + printable(arg));
+    if (given && !revision.empty())
+      throw InvalidArgument("--revision applies to a hub name (ORG/REPO), not to the path " + printable(arg));
     return model_dir_or_default(arg, given, is_default);
   }
   *is_default = false;
@@ -153,8 +155,8 @@ std::string resolve_model_arg(const std::string& arg, bool given, const std::str
   } else {
     r = hub::resolve_cached(name, revision, hub::hub_cache_dir());
   }
-  std::cerr << "clef: " << printable(name.display()) << " -> " << printable(r.path) << " (commit " << r.commit.substr(0, 12)
-            << ")\n";
+  std::cerr << "clef: " << printable(name.display()) << " -> " << printable(r.path) << " (commit "
+            << r.commit.substr(0, 12) << ")\n";
   if (!r.mmproj.empty()) {
     std::cerr << "clef: note: the repository's projector " << printable(r.files.mmproj)
               << " is in the cache; this build reads a vision tower only from release folders, so requests with "

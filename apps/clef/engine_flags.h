@@ -17,26 +17,28 @@ namespace clef::cli {
 
 /// Values of the engine flags, with `clef decide`'s defaults.
 struct EngineFlags {
-  std::string model_dir;           ///< --model: a path or a hub name (empty with model_given false: the embedded default)
+  std::string model_dir;  ///< --model: a path or a hub name (empty with model_given false: the embedded default)
   bool model_given = false;
-  std::string revision;            ///< --revision: branch, tag or commit of a hub name ("" = main)
-  bool pull = false;               ///< --pull: fetch what the cache lacks (decide, serve, mcp)
-  std::string precision = "fp32";  ///< fp32 (or f32) | bf16
-  std::string fp32_weights = "auto";  ///< auto | stream | resident (fp32 mode on a bf16 checkpoint)
-  std::int64_t threads = 0;        ///< 0 = all CPUs
-  std::int64_t chunk = 512;        ///< prefill chunk (tokens)
-  std::int64_t max_tokens = 16384; ///< record token budget
-  std::string overflow = "refuse"; ///< refuse | truncate
+  std::string revision;                  ///< --revision: branch, tag or commit of a hub name ("" = main)
+  bool pull = false;                     ///< --pull: fetch what the cache lacks (decide, serve, mcp)
+  std::string precision = "fp32";        ///< fp32 (or f32) | bf16
+  std::string fp32_weights = "auto";     ///< auto | stream | resident (fp32 mode on a bf16 checkpoint)
+  std::int64_t threads = 0;              ///< 0 = all CPUs
+  std::int64_t chunk = 512;              ///< prefill chunk (tokens)
+  std::int64_t max_tokens = 16384;       ///< record token budget
+  std::string overflow = "refuse";       ///< refuse | truncate
   std::string confidence = "reference";  ///< reference | jev
   bool jev_legend = false;
-  int vision_grid = 0;             ///< 0 = smart resize; 8 or 14 = the seed's fixed grids
-  bool no_images = false;          ///< refuse requests with images
+  int vision_grid = 0;                        ///< 0 = smart resize; 8 or 14 = the seed's fixed grids
+  bool no_images = false;                     ///< refuse requests with images
   std::string image_backend = "torchvision";  ///< torchvision | pil (docs/VISION.md)
-  std::string split_regex = "file";  ///< file | qwen35 | qwen2 (docs/TOKENIZER.md "Which split regex")
+  std::string split_regex = "file";           ///< file | qwen35 | qwen2 (docs/TOKENIZER.md "Which split regex")
 };
 
-/// Adds --model/-m, --revision, --pull (when `with_pull`), --precision, --threads, --chunk, --max-tokens, --overflow, --confidence,
-/// --jev-legend, --vision-grid, --no-images and --split-regex to `app`, bound to `flags`. Returns the --model option (to test whether it was given).
+/// Adds --model/-m, --revision, --pull (when `with_pull`), --precision, --threads, --chunk, --max-tokens, --overflow,
+/// --confidence,
+/// --jev-legend, --vision-grid, --no-images and --split-regex to `app`, bound to `flags`. Returns the --model option
+/// (to test whether it was given).
 CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& flags, bool with_pull = true);
 
 /// Help text of --model for every command that takes a model (path or hub name).

@@ -52,7 +52,9 @@ BackboneDumpOptions dump_options(const HiddenFlags& f, const std::string& model)
     if (v != "stream" && v != "resident" && v != "auto") {
       throw InvalidArgument("--fp32-weights must be auto, stream or resident, got " + v);
     }
-    a.fp32_weights = v == "resident" ? Fp32Weights::kResident : v == "stream" ? Fp32Weights::kStream : Fp32Weights::kAuto;
+    a.fp32_weights = v == "resident" ? Fp32Weights::kResident
+                     : v == "stream" ? Fp32Weights::kStream
+                                     : Fp32Weights::kAuto;
   }
   if (f.threads_opt->count() > 0) a.threads = static_cast<int>(parse_integer_flag("--threads", f.threads, 0, 4096));
   if (f.repeat_opt->count() > 0) a.repeat = static_cast<int>(parse_integer_flag("--repeat", f.repeat, 1, 1000));
@@ -66,7 +68,8 @@ BackboneDumpOptions dump_options(const HiddenFlags& f, const std::string& model)
 void add_hidden_flags(CLI::App& app, HiddenFlags& f) {
   app.footer(kHiddenFooter);
   f.model_opt = last_wins(app.add_option("--model,-m", f.model, "Release folder, GGUF model or hub NAME (required)"));
-  f.revision_opt = last_wins(app.add_option("--revision", f.revision, "With a hub name: the branch, tag or commit (default main)"));
+  f.revision_opt =
+      last_wins(app.add_option("--revision", f.revision, "With a hub name: the branch, tag or commit (default main)"));
   last_wins(app.add_option("--ids", f.ids_file, "File of token ids (separated by commas, spaces or newlines)"));
   last_wins(app.add_option("--ids-list", f.ids_list, "Token ids, e.g. 1,2,3"));
   last_wins(app.add_option("--random-ids", f.random_ids, "T[:SEED]: T random token ids (seed default 0)"));
@@ -75,10 +78,11 @@ void add_hidden_flags(CLI::App& app, HiddenFlags& f) {
       ->allow_extra_args(false);
   app.add_flag("--padded", f.padded, "Also run the static-shape (padded) readout");
   f.precision_opt = last_wins(app.add_option("--precision", f.precision, "fp32 (default), bf16 or int8"));
-  f.fp32_weights_opt =
-      last_wins(app.add_option("--fp32-weights", f.fp32_weights, "auto (default), stream or resident (fp32 on bf16 weights)"));
+  f.fp32_weights_opt = last_wins(
+      app.add_option("--fp32-weights", f.fp32_weights, "auto (default), stream or resident (fp32 on bf16 weights)"));
   f.threads_opt = last_wins(app.add_option("--threads", f.threads, "Threads, 0 = all CPUs (default 0)"));
-  f.repeat_opt = last_wins(app.add_option("--repeat", f.repeat, "Runs per configuration; the fastest is reported (default 1)"));
+  f.repeat_opt =
+      last_wins(app.add_option("--repeat", f.repeat, "Runs per configuration; the fastest is reported (default 1)"));
   app.add_flag("--fork-check", f.fork_check, "Also check state fork/restore against the one-shot run");
 }
 
@@ -104,7 +108,8 @@ int run_hidden(const HiddenFlags& f) {
 
 Command add_hidden_command(CLI::App& app) {
   auto f = std::make_shared<HiddenFlags>();
-  auto* hidden = app.add_subcommand("hidden", "Backbone final-norm hidden states for token ids, as .npy (debugging, parity).");
+  auto* hidden =
+      app.add_subcommand("hidden", "Backbone final-norm hidden states for token ids, as .npy (debugging, parity).");
   add_hidden_flags(*hidden, *f);
   return {hidden, "clef hidden --help", [f] { return run_hidden(*f); }};
 }

@@ -35,8 +35,9 @@ int run_inspect(const InspectFlags& f) {
   const ReleaseFolder r = with_default_hint(dir, is_default, [&] { return open_release(dir, opt); });
   const ModelSummary s = summarize(r);
   if (f.as_json) {
-    std::cout << inspect_json(r, s, f.chunk, f.context).dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
-              << "\n";
+    std::cout
+        << inspect_json(r, s, f.chunk, f.context).dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+        << "\n";
   } else {
     std::cout << format_inspect_report(r, s, f.chunk, f.context);
   }
@@ -48,14 +49,22 @@ int run_inspect(const InspectFlags& f) {
 
 Command add_inspect_command(CLI::App& app) {
   auto f = std::make_shared<InspectFlags>();
-  auto* inspect = app.add_subcommand(
-      "inspect", "Validate a Clef release folder and print its architecture, layer pattern, parameter counts, "
-                 "dtypes, head and tokenizer summary, and memory needs.");
-  f->dir_pos = inspect->add_option("DIR", f->dir, "Release folder, FILE.gguf (joint head files beside it), a folder holding one .gguf, or a hub name in the shared Hugging Face cache (ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf; docs/MODELS.md) (default: the embedded tiny random-weight model)");
-  f->dir_opt = inspect->add_option("--model,-m", f->dir, "Same as DIR; also a hub name read from the shared cache (ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf)");
+  auto* inspect =
+      app.add_subcommand("inspect",
+                         "Validate a Clef release folder and print its architecture, layer pattern, parameter counts, "
+                         "dtypes, head and tokenizer summary, and memory needs.");
+  f->dir_pos =
+      inspect->add_option("DIR", f->dir,
+                          "Release folder, FILE.gguf (joint head files beside it), a folder holding one .gguf, or a "
+                          "hub name in the shared Hugging Face cache (ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf; "
+                          "docs/MODELS.md) (default: the embedded tiny random-weight model)");
+  f->dir_opt = inspect->add_option(
+      "--model,-m", f->dir,
+      "Same as DIR; also a hub name read from the shared cache (ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf)");
   inspect->add_option("--revision", f->revision, "With a hub name: the branch, tag or commit to use (default main)");
   inspect->add_flag("--verify", f->verify, "Check the sha256 of every file against the manifest first");
-  inspect->add_option("--manifest", f->manifest, "sha256 manifest to verify against (implies --verify; default DIR/SHA256SUMS)");
+  inspect->add_option("--manifest", f->manifest,
+                      "sha256 manifest to verify against (implies --verify; default DIR/SHA256SUMS)");
   inspect->add_flag("--json", f->as_json, "Print the report as JSON");
   inspect->add_option("--chunk", f->chunk, "Prefill chunk size used for the activation estimate")
       ->check(CLI::Range(1, 1 << 20))

@@ -56,24 +56,25 @@ std::string format_inspect_report(const ReleaseFolder& r, const ModelSummary& s,
   if (!r.gguf.empty()) {
     o << "\ngguf         " << std::filesystem::path(r.gguf).filename().string() << ": GGUF v"
       << r.weights->gguf()->header().version << ", architecture " << r.gguf_info.architecture
-      << (r.gguf_info.name.empty() ? "" : ", name \"" + printable(r.gguf_info.name) + "\"")
-      << "\n  tokenizer        " << (r.tokenizer_source == "tokenizer.json" ? "tokenizer.json beside the GGUF (it wins over the GGUF metadata)"
-                                                                           : "GGUF metadata (tokenizer.ggml.*)")
-      << "\n  joint head       joint_head.safetensors + joint_head_config.json beside the GGUF (llama.cpp writes no head)"
+      << (r.gguf_info.name.empty() ? "" : ", name \"" + printable(r.gguf_info.name) + "\"") << "\n  tokenizer        "
+      << (r.tokenizer_source == "tokenizer.json" ? "tokenizer.json beside the GGUF (it wins over the GGUF metadata)"
+                                                 : "GGUF metadata (tokenizer.ggml.*)")
+      << "\n  joint head       joint_head.safetensors + joint_head_config.json beside the GGUF (llama.cpp writes no "
+         "head)"
       << "\n  vision           none: text-only (llama.cpp writes the vision tower to a separate mmproj file)";
   }
-  o << "\narchitecture " << (c.architectures.empty() ? "?" : c.architectures[0])
-    << " (model_type " << c.model_type << ", " << (c.composite ? "composite text+vision config" : "text-only config")
-    << ")\n\n";
+  o << "\narchitecture " << (c.architectures.empty() ? "?" : c.architectures[0]) << " (model_type " << c.model_type
+    << ", " << (c.composite ? "composite text+vision config" : "text-only config") << ")\n\n";
   o << "backbone     Qwen3.5: hidden " << t.hidden_size << ", " << t.num_hidden_layers << " layers, MLP "
-    << t.intermediate_size << ", vocab " << t.vocab_size << (r.model.text.tied ? " (tied lm_head)" : " (untied lm_head)")
-    << "\n  full attention   " << t.num_attention_heads << " q heads / " << t.num_key_value_heads << " kv heads x "
-    << t.head_dim << ", output gate, rotary " << t.rotary_dim() << " dims, theta " << t.rope_theta
-    << ", M-RoPE [" << t.mrope_section[0] << "," << t.mrope_section[1] << "," << t.mrope_section[2]
-    << "] interleaved\n  gated deltanet   " << t.linear_num_key_heads << " k heads / " << t.linear_num_value_heads
-    << " v heads, dk " << t.linear_key_head_dim << ", dv " << t.linear_value_head_dim << ", conv " << t.linear_conv_kernel_dim
-    << "\n  layer pattern    ";
-  for (std::size_t i = 0; i < t.layer_types.size(); ++i) o << (t.layer_types[i] == LayerType::kFullAttention ? 'F' : 'L');
+    << t.intermediate_size << ", vocab " << t.vocab_size
+    << (r.model.text.tied ? " (tied lm_head)" : " (untied lm_head)") << "\n  full attention   " << t.num_attention_heads
+    << " q heads / " << t.num_key_value_heads << " kv heads x " << t.head_dim << ", output gate, rotary "
+    << t.rotary_dim() << " dims, theta " << t.rope_theta << ", M-RoPE [" << t.mrope_section[0] << ","
+    << t.mrope_section[1] << "," << t.mrope_section[2] << "] interleaved\n  gated deltanet   " << t.linear_num_key_heads
+    << " k heads / " << t.linear_num_value_heads << " v heads, dk " << t.linear_key_head_dim << ", dv "
+    << t.linear_value_head_dim << ", conv " << t.linear_conv_kernel_dim << "\n  layer pattern    ";
+  for (std::size_t i = 0; i < t.layer_types.size(); ++i)
+    o << (t.layer_types[i] == LayerType::kFullAttention ? 'F' : 'L');
   o << "   (L = Gated DeltaNet x" << t.count(LayerType::kLinearAttention) << ", F = full attention x"
     << t.count(LayerType::kFullAttention) << ": layers";
   for (std::size_t i = 0; i < t.layer_types.size(); ++i) {
@@ -92,12 +93,12 @@ std::string format_inspect_report(const ReleaseFolder& r, const ModelSummary& s,
     o << "  vision params    " << human_count(s.vision_params) << " (" << s.vision_params << ")\n";
   }
   const auto& h = r.head_config;
-  o << "\njoint head   hidden " << h.hidden_size << ", width " << h.width << ", " << h.routing_layers
-    << " routing + " << h.layers << " field layers, " << h.heads << " heads, feed-forward " << h.feedforward << "\n";
+  o << "\njoint head   hidden " << h.hidden_size << ", width " << h.width << ", " << h.routing_layers << " routing + "
+    << h.layers << " field layers, " << h.heads << " heads, feed-forward " << h.feedforward << "\n";
   for (const auto& [k, v] : s.head_blocks) o << "    " << k << ": " << human_count(v) << "\n";
   o << "  head params      " << human_count(s.head_params) << " (" << s.head_params << ")\n";
-  o << "\ntotal params     " << human_count(s.text_params + s.vision_params + s.head_params)
-    << " (backbone " << human_count(s.text_params) << " + vision " << human_count(s.vision_params) << " + head "
+  o << "\ntotal params     " << human_count(s.text_params + s.vision_params + s.head_params) << " (backbone "
+    << human_count(s.text_params) << " + vision " << human_count(s.vision_params) << " + head "
     << human_count(s.head_params) << ")\n";
   o << "dtypes       backbone: " << dtype_mix(r.weights->bytes_by_dtype())
     << "\n             head: " << dtype_mix(r.head_weights->bytes_by_dtype()) << "\n";
@@ -110,9 +111,10 @@ std::string format_inspect_report(const ReleaseFolder& r, const ModelSummary& s,
   o << "\ntokenizer    " << k.model_type << ", " << k.vocab_entries << " vocab entries, " << k.merges << " merges ("
     << k.merges_form << "), normalizer " << k.normalizer << ", " << k.added.size() << " added tokens ("
     << k.added_in_tokenizer_json << " in tokenizer.json + " << k.added_in_config_only << " config-only)"
-    << (k.ignore_merges ? ", ignore_merges" : "") << "\n  split regex      " << (k.split_regex.empty() ? "(none)" : k.split_regex)
-    << "\n";
-  if (r.random_weights && !r.random_weights->tokenizer.empty()) o << "  provenance       " << r.random_weights->tokenizer << "\n";
+    << (k.ignore_merges ? ", ignore_merges" : "") << "\n  split regex      "
+    << (k.split_regex.empty() ? "(none)" : k.split_regex) << "\n";
+  if (r.random_weights && !r.random_weights->tokenizer.empty())
+    o << "  provenance       " << r.random_weights->tokenizer << "\n";
   if (r.preprocessor) {
     const auto& p = *r.preprocessor;
     o << "preprocessor " << (p.image_processor_type.empty() ? "?" : p.image_processor_type) << ": pixels ["
@@ -123,17 +125,19 @@ std::string format_inspect_report(const ReleaseFolder& r, const ModelSummary& s,
          "are refused\n";
   }
   const auto ctx = static_cast<std::uint64_t>(context);
-  o << "\nmemory       weights (mmapped, shared page cache): " << human_bytes(s.weight_file_bytes) << " backbone+vision, "
-    << human_bytes(s.head_file_bytes) << " head\n"
+  o << "\nmemory       weights (mmapped, shared page cache): " << human_bytes(s.weight_file_bytes)
+    << " backbone+vision, " << human_bytes(s.head_file_bytes) << " head\n"
     << "             per sequence (fp32): " << human_bytes(s.state_fixed_bytes) << " recurrent+conv state + "
     << human_bytes(s.state_bytes_per_token) << "/token (KV cache, hidden and head memory rows)\n"
-    << "             activations: " << human_bytes(s.activation_bytes_per_chunk_token * static_cast<std::uint64_t>(chunk))
-    << " per " << chunk << "-token prefill chunk\n"
+    << "             activations: "
+    << human_bytes(s.activation_bytes_per_chunk_token * static_cast<std::uint64_t>(chunk)) << " per " << chunk
+    << "-token prefill chunk\n"
     << "             at " << context << " tokens: about "
     << human_bytes(s.weight_file_bytes + s.head_file_bytes + s.state_fixed_bytes + s.state_bytes_per_token * ctx +
                    s.activation_bytes_per_chunk_token * static_cast<std::uint64_t>(chunk))
     << " in total\n";
-  if (!r.verified_files.empty()) o << "verified     sha256 of " << r.verified_files.size() << " files match the manifest\n";
+  if (!r.verified_files.empty())
+    o << "verified     sha256 of " << r.verified_files.size() << " files match the manifest\n";
   o << "\nthis machine kernels " << ops::isa_description() << " (CLEF_ISA forces a lower level)\n"
     << "             GEMM " << ops::gemm_backend_name() << "\n";
   return o.str();
@@ -176,15 +180,22 @@ nlohmann::ordered_json inspect_json(const ReleaseFolder& r, const ModelSummary& 
                  {"text_blocks", blocks(s.text_blocks)},
                  {"vision_blocks", blocks(s.vision_blocks)},
                  {"head_blocks", blocks(s.head_blocks)}};
-  j["head_config"] = {{"hidden_size", r.head_config.hidden_size}, {"width", r.head_config.width},
-                      {"routing_layers", r.head_config.routing_layers}, {"layers", r.head_config.layers},
-                      {"heads", r.head_config.heads}, {"feedforward", r.head_config.feedforward}};
+  j["head_config"] = {{"hidden_size", r.head_config.hidden_size},
+                      {"width", r.head_config.width},
+                      {"routing_layers", r.head_config.routing_layers},
+                      {"layers", r.head_config.layers},
+                      {"heads", r.head_config.heads},
+                      {"feedforward", r.head_config.feedforward}};
   j["dtypes"] = {{"backbone", r.weights->bytes_by_dtype()}, {"head", r.head_weights->bytes_by_dtype()}};
   j["ignored_tensors"] = r.model.ignored_tensors;
   const auto& k = r.tokenizer;
-  j["tokenizer"] = {{"model", k.model_type}, {"vocab_entries", k.vocab_entries}, {"merges", k.merges},
-                    {"added_tokens", k.added.size()}, {"config_only_added_tokens", k.added_in_config_only},
-                    {"normalizer", k.normalizer}, {"split_regex", k.split_regex}};
+  j["tokenizer"] = {{"model", k.model_type},
+                    {"vocab_entries", k.vocab_entries},
+                    {"merges", k.merges},
+                    {"added_tokens", k.added.size()},
+                    {"config_only_added_tokens", k.added_in_config_only},
+                    {"normalizer", k.normalizer},
+                    {"split_regex", k.split_regex}};
   if (r.preprocessor) {
     j["image_settings"] = {{"source", r.preprocessor_source},
                            {"min_pixels", r.preprocessor->min_pixels},

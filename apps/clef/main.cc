@@ -36,14 +36,15 @@ int run(int argc, char** argv) {
   app.require_subcommand(1);
   app.allow_extras(false);
   app.set_version_flag("--version", [] {
-    return "clef 0.1.0\nkernels: " + clef::ops::isa_description() + "; supported here: " +
-           clef::ops::supported_isa_list() + " (CLEF_ISA=LEVEL forces one)\nGEMM: " +
-           clef::ops::gemm_backend_name();
+    return "clef 0.1.0\nkernels: " + clef::ops::isa_description() +
+           "; supported here: " + clef::ops::supported_isa_list() +
+           " (CLEF_ISA=LEVEL forces one)\nGEMM: " + clef::ops::gemm_backend_name();
   });
   using namespace clef::cli;
-  const std::vector<Command> commands = {
-      add_inspect_command(app), add_make_model_command(app), add_tokenize_command(app), add_decide_command(app),
-      add_serve_command(app),   add_pull_command(app),       add_mcp_command(app),      add_hidden_command(app)};
+  const std::vector<Command> commands = {add_inspect_command(app),  add_make_model_command(app),
+                                         add_tokenize_command(app), add_decide_command(app),
+                                         add_serve_command(app),    add_pull_command(app),
+                                         add_mcp_command(app),      add_hidden_command(app)};
 
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;

@@ -53,7 +53,8 @@ Json decide_schema(const RequestLimits& lim) {
                {"properties",
                 {{"type", {{"const", "noul"}}},
                  {"instructions", instructions},
-                 {"criteria", {{"type", {"object", "null"}}, {"description", "Optional guidance (ignored by the model)"}}}}},
+                 {"criteria",
+                  {{"type", {"object", "null"}}, {"description", "Optional guidance (ignored by the model)"}}}}},
                {"required", {"type", "instructions"}}};
   Json choice = {{"type", "object"},
                  {"description", "Pick one option: criteria maps each option name to its description"},
@@ -79,25 +80,26 @@ Json decide_schema(const RequestLimits& lim) {
                     {"items", {{"type", "string"}}},
                     {"description", "Level descriptions, lowest first"}}}}},
                 {"required", {"type", "instructions", "criteria"}}};
-  return {{"type", "object"},
-          {"description", "A SystemOne decision request"},
-          {"properties",
-           {{"model", {{"type", "string"}, {"description", "Model name to echo (optional; any name is accepted)"}}},
-            {"state",
-             {{"description",
-               "What the decision is about: any JSON value (object, array, string, number), rendered into the prompt"}}},
-            {"questions",
-             {{"type", "object"},
-              {"minProperties", lim.min_questions},
-              {"maxProperties", lim.max_questions},
-              {"description", "Question id -> question; answered in this order"},
-              {"additionalProperties", {{"oneOf", {noul, choice, score}}}}}},
-            {"images",
-             {{"type", "array"},
-              {"maxItems", 4},
-              {"items", {{"type", "string"}, {"description", "data:image/png|jpeg|webp;base64,... URL"}}},
-              {"description", "Images (only with a model that has a vision tower)"}}}}},
-          {"required", {"state", "questions"}}};
+  return {
+      {"type", "object"},
+      {"description", "A SystemOne decision request"},
+      {"properties",
+       {{"model", {{"type", "string"}, {"description", "Model name to echo (optional; any name is accepted)"}}},
+        {"state",
+         {{"description",
+           "What the decision is about: any JSON value (object, array, string, number), rendered into the prompt"}}},
+        {"questions",
+         {{"type", "object"},
+          {"minProperties", lim.min_questions},
+          {"maxProperties", lim.max_questions},
+          {"description", "Question id -> question; answered in this order"},
+          {"additionalProperties", {{"oneOf", {noul, choice, score}}}}}},
+        {"images",
+         {{"type", "array"},
+          {"maxItems", 4},
+          {"items", {{"type", "string"}, {"description", "data:image/png|jpeg|webp;base64,... URL"}}},
+          {"description", "Images (only with a model that has a vision tower)"}}}}},
+      {"required", {"state", "questions"}}};
 }
 
 Json tools_list(const RequestLimits& lim) {
@@ -110,12 +112,13 @@ Json tools_list(const RequestLimits& lim) {
                     "chosen answer, a probability for every option, and a confidence. A refused request is a tool "
                     "error whose JSON carries error.code and error.path (the JSON path of the offending field)."},
                    {"inputSchema", decide_schema(lim)}});
-  tools.push_back({{"name", "model_info"},
-                   {"title", "Model information"},
-                   {"description",
-                    "Describe the loaded model: name, architecture, layers, head limits, parameter counts, tokenizer, "
-                    "memory needs (as clef inspect --json), plus the backbone precision and the CPU kernel level."},
-                   {"inputSchema", {{"type", "object"}, {"properties", Json::object()}, {"additionalProperties", false}}}});
+  tools.push_back(
+      {{"name", "model_info"},
+       {"title", "Model information"},
+       {"description",
+        "Describe the loaded model: name, architecture, layers, head limits, parameter counts, tokenizer, "
+        "memory needs (as clef inspect --json), plus the backbone precision and the CPU kernel level."},
+       {"inputSchema", {{"type", "object"}, {"properties", Json::object()}, {"additionalProperties", false}}}});
   return tools;
 }
 
@@ -271,12 +274,16 @@ struct Session {
   /// The answer to one request (null for a notification or a response).
   Json handle(const Json& msg, std::string_view raw) {
     if (!msg.is_object() || msg.value("jsonrpc", "") != "2.0") {
-      return {{"jsonrpc", "2.0"}, {"id", nullptr}, {"error", {{"code", -32600}, {"message", "not a JSON-RPC 2.0 message"}}}};
+      return {{"jsonrpc", "2.0"},
+              {"id", nullptr},
+              {"error", {{"code", -32600}, {"message", "not a JSON-RPC 2.0 message"}}}};
     }
     const bool has_id = msg.contains("id");
     if (!msg.contains("method")) return nullptr;  // a response to us: nothing to do
     if (!msg["method"].is_string()) {
-      return {{"jsonrpc", "2.0"}, {"id", has_id ? msg["id"] : Json()}, {"error", {{"code", -32600}, {"message", "method must be a string"}}}};
+      return {{"jsonrpc", "2.0"},
+              {"id", has_id ? msg["id"] : Json()},
+              {"error", {{"code", -32600}, {"message", "method must be a string"}}}};
     }
     const std::string method = msg["method"].get<std::string>();
     if (!has_id) return nullptr;  // notifications: initialized, cancelled, ... need no answer
@@ -334,7 +341,8 @@ int run_mcp(McpFlags& f) {
 
   flags.model_given = model_opt->count() > 0;
   bool is_default = false;
-  const std::string dir = resolve_model_arg(flags.model_dir, flags.model_given, flags.revision, flags.pull, &is_default);
+  const std::string dir =
+      resolve_model_arg(flags.model_dir, flags.model_given, flags.revision, flags.pull, &is_default);
   EngineOptions eo = engine_options(flags);
   eo.accept_any_model = true;
   eo.state_cache_mb = state_cache_mb;
@@ -358,16 +366,20 @@ int run_mcp(McpFlags& f) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     if (max_nesting(line) > kMaxMessageDepth) {
-      send({{"jsonrpc", "2.0"}, {"id", nullptr},
-            {"error", {{"code", -32600}, {"message", "invalid request: nested deeper than " +
-                                                     std::to_string(kMaxMessageDepth) + " levels"}}}});
+      send({{"jsonrpc", "2.0"},
+            {"id", nullptr},
+            {"error",
+             {{"code", -32600},
+              {"message", "invalid request: nested deeper than " + std::to_string(kMaxMessageDepth) + " levels"}}}});
       continue;
     }
     Json msg;
     try {
       msg = Json::parse(line);
     } catch (const nlohmann::json::exception& e) {
-      send({{"jsonrpc", "2.0"}, {"id", nullptr}, {"error", {{"code", -32700}, {"message", std::string("parse error: ") + e.what()}}}});
+      send({{"jsonrpc", "2.0"},
+            {"id", nullptr},
+            {"error", {{"code", -32700}, {"message", std::string("parse error: ") + e.what()}}}});
       continue;
     }
     if (msg.is_array()) {  // a batch (protocol 2025-03-26)
@@ -391,7 +403,8 @@ int run_mcp(McpFlags& f) {
 
 Command add_mcp_command(CLI::App& parent) {
   auto f = std::make_shared<McpFlags>();
-  auto* app = parent.add_subcommand("mcp", "Model Context Protocol server on stdio: tools decide and model_info over one loaded model.");
+  auto* app = parent.add_subcommand(
+      "mcp", "Model Context Protocol server on stdio: tools decide and model_info over one loaded model.");
   app->footer(kMcpFooter);
   app->allow_extras(false);
   f->model_opt = add_engine_flags(*app, f->flags);

@@ -46,12 +46,13 @@ int run_pull(PullFlags& f) {
                                       : hub::ProgressStyle::kAuto;
   const auto name = hub::parse_model_name(name_text);
   if (!name) {
-    throw InvalidArgument("\"" + printable(name_text) + "\" is not a hub name (ORG/REPO, ORG/REPO:QUANT or ORG/REPO/FILE.gguf)");
+    throw InvalidArgument("\"" + printable(name_text) +
+                          "\" is not a hub name (ORG/REPO, ORG/REPO:QUANT or ORG/REPO/FILE.gguf)");
   }
   const hub::PullReport rep = hub::pull_model(*name, po);
   std::cerr << "clef pull: " << printable(name->display()) << " is in the cache at commit " << rep.model.commit << " ("
-            << rep.files_fetched << " files fetched, " << rep.files_cached << " already cached, " << rep.bytes_downloaded
-            << " bytes downloaded)";
+            << rep.files_fetched << " files fetched, " << rep.files_cached << " already cached, "
+            << rep.bytes_downloaded << " bytes downloaded)";
   if (!rep.model.mmproj.empty()) std::cerr << "; projector " << printable(rep.model.files.mmproj);
   std::cerr << "\n";
   std::cout << rep.model.path << "\n";
@@ -79,7 +80,8 @@ Command add_pull_command(CLI::App& parent) {
   app->add_option("--log-interval", po.log_interval_s, "Seconds between progress lines (--progress lines)")
       ->check(CLI::Range(0.05, 3600.0))
       ->capture_default_str();
-  app->add_option("--retries", po.retries, "Attempts per file after a dropped connection or a server error (each resumes)")
+  app->add_option("--retries", po.retries,
+                  "Attempts per file after a dropped connection or a server error (each resumes)")
       ->check(CLI::Range(0, 100))
       ->capture_default_str();
   return {app, "clef pull --help", [f] { return run_pull(*f); }};

@@ -55,7 +55,8 @@ int run_serve(ServeFlags& f) {
   // A hub name resolves (and with --pull downloads, Ctrl-C still stopping it) first; its threads
   // are all joined when it returns.
   bool is_default = false;
-  const std::string dir = resolve_model_arg(flags.model_dir, flags.model_given, flags.revision, flags.pull, &is_default);
+  const std::string dir =
+      resolve_model_arg(flags.model_dir, flags.model_given, flags.revision, flags.pull, &is_default);
   // Before any engine thread exists: the engine's pool must not take SIGINT/SIGTERM (server/server.h).
   server::block_shutdown_signals();
   EngineOptions eo = engine_options(flags);
@@ -68,10 +69,10 @@ int run_serve(ServeFlags& f) {
 
 }  // namespace
 
-
 Command add_serve_command(CLI::App& parent) {
   auto f = std::make_shared<ServeFlags>();
-  auto* app = parent.add_subcommand("serve", "Serve a Clef model over HTTP (Jev/SystemOne, Cloudflare and OpenRouter routes).");
+  auto* app =
+      parent.add_subcommand("serve", "Serve a Clef model over HTTP (Jev/SystemOne, Cloudflare and OpenRouter routes).");
   server::ServeOptions& so = f->so;
   app->footer(kServeFooter);
   app->allow_extras(false);
@@ -84,15 +85,18 @@ Command add_serve_command(CLI::App& parent) {
   app->add_option("--queue", f->queue, "Decision requests that may wait for the engine; more get 503 + Retry-After")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}))
       ->capture_default_str();
-  app->add_option("--timeout", so.timeout_seconds,
-                  "Seconds a request may wait in the queue; then 503 + Retry-After (a decision that started runs to the end)")
+  app->add_option(
+         "--timeout", so.timeout_seconds,
+         "Seconds a request may wait in the queue; then 503 + Retry-After (a decision that started runs to the end)")
       ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
-  app->add_option("--max-body", f->max_body, "Largest request body in bytes, after Content-Encoding decoding (more: 413)")
+  app->add_option("--max-body", f->max_body,
+                  "Largest request body in bytes, after Content-Encoding decoding (more: 413)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 34))
       ->capture_default_str();
   app->add_option("--api-key", so.api_key,
-                  "Require \"Authorization: Bearer KEY\" on every route but /health and /ready (default: $CLEF_API_KEY; none: open)")
+                  "Require \"Authorization: Bearer KEY\" on every route but /health and /ready (default: "
+                  "$CLEF_API_KEY; none: open)")
       ->envname("CLEF_API_KEY");
   app->add_option("--alias", so.aliases,
                   "Another model name requests may use (repeatable); with --strict-model, the only other names "

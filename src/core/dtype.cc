@@ -15,11 +15,21 @@ struct DTypeInfo {
 };
 
 constexpr std::array<DTypeInfo, 16> kInfo{{
-    {DType::kBool, "BOOL", 1}, {DType::kU8, "U8", 1},       {DType::kI8, "I8", 1},
-    {DType::kI16, "I16", 2},   {DType::kU16, "U16", 2},     {DType::kF16, "F16", 2},
-    {DType::kBF16, "BF16", 2}, {DType::kI32, "I32", 4},     {DType::kU32, "U32", 4},
-    {DType::kF32, "F32", 4},   {DType::kF64, "F64", 8},     {DType::kI64, "I64", 8},
-    {DType::kU64, "U64", 8},   {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kBool, "BOOL", 1},
+    {DType::kU8, "U8", 1},
+    {DType::kI8, "I8", 1},
+    {DType::kI16, "I16", 2},
+    {DType::kU16, "U16", 2},
+    {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2},
+    {DType::kI32, "I32", 4},
+    {DType::kU32, "U32", 4},
+    {DType::kF32, "F32", 4},
+    {DType::kF64, "F64", 8},
+    {DType::kI64, "I64", 8},
+    {DType::kU64, "U64", 8},
+    {DType::kF8E4M3, "F8_E4M3", 1},
+    {DType::kF8E5M2, "F8_E5M2", 1},
     {DType::kQ8_0, "Q8_0", 0},
 }};
 
@@ -74,9 +84,9 @@ std::uint16_t f32_to_f16(float f) noexcept {
   std::memcpy(&u, &f, sizeof u);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   const std::uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (abs < 0x38800000u) {  // result is subnormal or zero
+  if (abs < 0x38800000u) {                                                    // result is subnormal or zero
     if (abs < 0x33000000u) return static_cast<std::uint16_t>(sign);
     const std::uint32_t e = abs >> 23;
     std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
@@ -94,9 +104,7 @@ std::uint16_t f32_to_f16(float f) noexcept {
 
 void convert_to_f32(DType src_type, const std::byte* src, std::size_t n, float* dst) {
   switch (src_type) {
-    case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
+    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
     case DType::kBF16:
     case DType::kF16: {
       const bool bf16 = src_type == DType::kBF16;
@@ -124,8 +132,7 @@ void convert_to_f32(DType src_type, const std::byte* src, std::size_t n, float* 
       }
       return;
     }
-    default:
-      throw Unsupported("cannot convert dtype " + std::string(dtype_name(src_type)) + " to F32");
+    default: throw Unsupported("cannot convert dtype " + std::string(dtype_name(src_type)) + " to F32");
   }
 }
 

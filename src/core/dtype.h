@@ -12,7 +12,21 @@ namespace clef {
 
 /// Element type of a tensor. Names follow the safetensors header ("F32", "BF16", ...).
 enum class DType : std::uint8_t {
-  kBool, kU8, kI8, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64, kF8E4M3, kF8E5M2,
+  kBool,
+  kU8,
+  kI8,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kF64,
+  kI64,
+  kU64,
+  kF8E4M3,
+  kF8E5M2,
   /// ggml's Q8_0 block type (GGUF only, never a safetensors dtype): blocks of 32 elements along a
   /// row, each 2 bytes of IEEE fp16 scale d then 32 int8 q; element = d * q. 34 bytes per block.
   kQ8_0,
@@ -32,9 +46,7 @@ std::string_view dtype_name(DType t) noexcept;
 /// Parses a safetensors dtype name; nullopt when unknown (block types are not safetensors names).
 std::optional<DType> dtype_from_name(std::string_view name) noexcept;
 /// True for the floating types clef reads weights from: F32, BF16, F16.
-inline bool is_weight_float(DType t) noexcept {
-  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
-}
+inline bool is_weight_float(DType t) noexcept { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
 /// bfloat16 bits -> float (exact).
 inline float bf16_to_f32(std::uint16_t b) noexcept {

@@ -69,10 +69,10 @@ std::string errno_message(int err);
 }  // namespace clef
 
 /// Throws InternalError with file:line when an invariant that only a bug can break fails.
-#define CLEF_ASSERT(cond)                                                                  \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      throw ::clef::InternalError(std::string("internal invariant failed: " #cond " at ") + \
-                                  __FILE__ + ":" + std::to_string(__LINE__));              \
-    }                                                                                      \
+#define CLEF_ASSERT(cond)                                                                                    \
+  do {                                                                                                       \
+    if (!(cond)) {                                                                                           \
+      throw ::clef::InternalError(std::string("internal invariant failed: " #cond " at ") + __FILE__ + ":" + \
+                                  std::to_string(__LINE__));                                                 \
+    }                                                                                                        \
   } while (0)

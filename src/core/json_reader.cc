@@ -239,8 +239,8 @@ std::int64_t JsonObjectReader::get_int_in(std::string_view key, std::int64_t def
                                           std::int64_t hi) const {
   const std::int64_t v = get_int(key, def);
   if (v < lo || v > hi) {
-    fail(key, "value " + std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " +
-                  std::to_string(hi) + "]");
+    fail(key,
+         "value " + std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
   return v;
 }
@@ -271,8 +271,7 @@ std::string JsonObjectReader::get_string(std::string_view key, const std::string
   return use_default(key) ? def : get_string(key);
 }
 
-std::vector<std::int64_t> JsonObjectReader::get_int_list(std::string_view key,
-                                                         std::vector<std::int64_t> def) const {
+std::vector<std::int64_t> JsonObjectReader::get_int_list(std::string_view key, std::vector<std::int64_t> def) const {
   if (use_default(key)) return def;
   const auto& v = value(key);
   if (!v.is_array()) fail(key, "expected an array of integers, got " + describe_json(v));

@@ -34,8 +34,8 @@ std::size_t MappedFile::drop_pages(const void* p, std::size_t n) noexcept {
   const auto b = reinterpret_cast<std::uintptr_t>(p), e = b + n;
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  const bool inside = std::any_of(r.ranges.begin(), r.ranges.end(),
-                                  [&](const auto& m) { return b >= m.first && e <= m.second; });
+  const bool inside =
+      std::any_of(r.ranges.begin(), r.ranges.end(), [&](const auto& m) { return b >= m.first && e <= m.second; });
   if (!inside) return 0;
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   const std::uintptr_t pb = (b + page - 1) / page * page, pe = e / page * page;
@@ -78,9 +78,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
 MappedFile::~MappedFile() { release(); }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+    : path_(std::move(other.path_)), data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {

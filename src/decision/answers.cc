@@ -21,7 +21,8 @@ std::vector<float> question_probabilities(const SystemOneRequest& request, std::
   std::size_t n = 0;
   for (const auto& q : request.questions) n += q.options.size();
   if (logits.size() != n) {
-    throw InvalidArgument("answers: " + std::to_string(logits.size()) + " logits for " + std::to_string(n) + " options");
+    throw InvalidArgument("answers: " + std::to_string(logits.size()) + " logits for " + std::to_string(n) +
+                          " options");
   }
   std::vector<float> p(n);
   std::size_t base = 0;
@@ -70,8 +71,8 @@ double jev_score_confidence(const std::vector<double>& p) {
 }  // namespace
 
 std::string build_response_json(const SystemOneRequest& request, const std::string& model,
-                                 std::span<const float> logits, std::int64_t input_tokens,
-                                 const AnswerOptions& options, const std::string& extra_usage) {
+                                std::span<const float> logits, std::int64_t input_tokens, const AnswerOptions& options,
+                                const std::string& extra_usage) {
   const std::vector<float> probs = question_probabilities(request, logits);
   std::string out = "{";
   append_key(out, "model");
@@ -122,8 +123,8 @@ std::string build_response_json(const SystemOneRequest& request, const std::stri
     } else {
       double score = 0.0;
       for (std::size_t i = 0; i < p.size(); ++i) score += static_cast<double>(i) * p[i];
-      const double conf = options.confidence == ConfidenceMode::kJev ? jev_score_confidence(p)
-                                                                      : *std::max_element(p.begin(), p.end());
+      const double conf =
+          options.confidence == ConfidenceMode::kJev ? jev_score_confidence(p) : *std::max_element(p.begin(), p.end());
       append_key(out, "score");
       append_number(out, score);
       out += ',';

@@ -16,14 +16,10 @@ CloudflareCode cloudflare_code(RequestErrorCode c) {
   switch (c) {
     case RequestErrorCode::kEmptyQuestions:
     case RequestErrorCode::kTooFewQuestions:
-    case RequestErrorCode::kInvalidQuestionType:
-      return CloudflareCode::kBadInput;
-    case RequestErrorCode::kUnknownModel:
-      return CloudflareCode::kNoRoute;
-    case RequestErrorCode::kInputTooLong:
-      return CloudflareCode::kTooLarge;
-    default:
-      return CloudflareCode::kInvalidRequest;
+    case RequestErrorCode::kInvalidQuestionType: return CloudflareCode::kBadInput;
+    case RequestErrorCode::kUnknownModel: return CloudflareCode::kNoRoute;
+    case RequestErrorCode::kInputTooLong: return CloudflareCode::kTooLarge;
+    default: return CloudflareCode::kInvalidRequest;
   }
 }
 
@@ -54,29 +50,25 @@ std::string error_envelope(Dialect dialect, int status, std::string_view type, C
                            std::string_view message, const std::string* openrouter_path) {
   switch (dialect) {
     case Dialect::kCloudflare:
-      return "{\"result\":null,\"success\":false,\"errors\":[{\"code\":" +
-             std::to_string(static_cast<int>(cf_code)) + ",\"message\":" + json_string(message) +
-             "}],\"messages\":[]}";
+      return "{\"result\":null,\"success\":false,\"errors\":[{\"code\":" + std::to_string(static_cast<int>(cf_code)) +
+             ",\"message\":" + json_string(message) + "}],\"messages\":[]}";
     case Dialect::kOpenRouter:
       return "{\"error\":{\"code\":" + std::to_string(status) + ",\"message\":" + json_string(message) +
              ",\"metadata\":{\"type\":" + json_string(type) +
              (openrouter_path ? ",\"path\":" + json_string(*openrouter_path) : std::string()) + "}}}";
-    case Dialect::kSystemOne:
-      break;
+    case Dialect::kSystemOne: break;
   }
   return "{\"detail\":{\"error_type\":" + json_string(type) + ",\"message\":" + json_string(message) + "}}";
 }
 
 int wire_error_status(RequestErrorCode code, Dialect dialect) noexcept {
   switch (dialect) {
-    case Dialect::kSystemOne:
-      return code == RequestErrorCode::kUnknownModel ? 400 : 422;
+    case Dialect::kSystemOne: return code == RequestErrorCode::kUnknownModel ? 400 : 422;
     case Dialect::kCloudflare: {
       const CloudflareCode cf = cloudflare_code(code);
       return cf == CloudflareCode::kInvalidRequest ? 422 : cf == CloudflareCode::kTooLarge ? 413 : 400;
     }
-    case Dialect::kOpenRouter:
-      return is_json_syntax(code) ? 400 : code == RequestErrorCode::kInputTooLong ? 413 : 422;
+    case Dialect::kOpenRouter: return is_json_syntax(code) ? 400 : code == RequestErrorCode::kInputTooLong ? 413 : 422;
   }
   return 422;
 }

@@ -38,8 +38,10 @@ Mha make_mha(const MultiheadAttentionWeights& m) {
   Mha out;
   Linear* parts[3] = {&out.q, &out.k, &out.v};
   for (std::size_t i = 0; i < 3; ++i) {
-    parts[i]->w.assign(w.begin() + static_cast<std::ptrdiff_t>(i * W * W), w.begin() + static_cast<std::ptrdiff_t>((i + 1) * W * W));
-    parts[i]->b.assign(b.begin() + static_cast<std::ptrdiff_t>(i * W), b.begin() + static_cast<std::ptrdiff_t>((i + 1) * W));
+    parts[i]->w.assign(w.begin() + static_cast<std::ptrdiff_t>(i * W * W),
+                       w.begin() + static_cast<std::ptrdiff_t>((i + 1) * W * W));
+    parts[i]->b.assign(b.begin() + static_cast<std::ptrdiff_t>(i * W),
+                       b.begin() + static_cast<std::ptrdiff_t>((i + 1) * W));
     parts[i]->out = parts[i]->in = width;
   }
   out.o = make_linear(m.out_proj_weight, &m.out_proj_bias);
@@ -102,7 +104,8 @@ std::vector<float> mha(const Mha& m, std::int64_t heads, const std::vector<float
 }
 
 /// nn.MultiheadAttention (batch_first, no mask): queries [nq, W], keys/values from kv [nk, W].
-std::vector<float> mha(const Mha& m, std::int64_t heads, const std::vector<float>& q_in, const std::vector<float>& kv_in) {
+std::vector<float> mha(const Mha& m, std::int64_t heads, const std::vector<float>& q_in,
+                       const std::vector<float>& kv_in) {
   const std::vector<float> k = linear_gemm(m.k, *m.k_gemm, kv_in), v = linear_gemm(m.v, *m.v_gemm, kv_in);
   const KvRun run{k.data(), v.data(), static_cast<std::int64_t>(kv_in.size()) / m.q.in};
   return mha(m, heads, q_in, std::span<const KvRun>(&run, 1));
@@ -121,7 +124,6 @@ std::vector<float> l2_normalize(const float* x, std::int64_t n) {
 }
 
 }  // namespace
-
 
 JointHead::JointHead(const JointHeadWeights& w, const JointHeadConfig& cfg, const WeightView& output_embeddings)
     : cfg_(cfg), output_embeddings_(&output_embeddings) {
@@ -160,7 +162,9 @@ JointHead::JointHead(const JointHeadWeights& w, const JointHeadConfig& cfg, cons
 
 JointHeadRecord::JointHeadRecord(const JointHead& head, std::vector<HeadQuestion> questions,
                                  std::span<const std::int32_t> input_ids, std::int64_t memory_split)
-    : head_(head), questions_(std::move(questions)), total_(static_cast<std::int64_t>(input_ids.size())),
+    : head_(head),
+      questions_(std::move(questions)),
+      total_(static_cast<std::int64_t>(input_ids.size())),
       split_(memory_split) {
   const JointHeadConfig& c = head.cfg_;
   const auto H = static_cast<std::size_t>(c.hidden_size);
@@ -199,11 +203,13 @@ JointHeadRecord::JointHeadRecord(const JointHead& head, std::vector<HeadQuestion
       std::fill(acc.begin(), acc.end(), 0.0);
       for (std::int64_t t = s.begin; t < s.end; ++t) {
         const std::int32_t id = input_ids[static_cast<std::size_t>(t)];
-        if (id < 0 || id >= vocab) throw InvalidArgument("joint head: token id " + std::to_string(id) + " outside the output table");
+        if (id < 0 || id >= vocab)
+          throw InvalidArgument("joint head: token id " + std::to_string(id) + " outside the output table");
         convert_to_f32(table.dtype(), table.bytes.data() + static_cast<std::size_t>(id) * row_bytes, H, row.data());
         for (std::size_t i = 0; i < H; ++i) acc[i] += static_cast<double>(row[i]);
       }
-      for (std::size_t i = 0; i < H; ++i) lexical_[o * H + i] = static_cast<float>(acc[i] / static_cast<double>(s.size()));
+      for (std::size_t i = 0; i < H; ++i)
+        lexical_[o * H + i] = static_cast<float>(acc[i] / static_cast<double>(s.size()));
       ++o;
     }
   }
@@ -211,7 +217,8 @@ JointHeadRecord::JointHeadRecord(const JointHead& head, std::vector<HeadQuestion
 
 std::vector<float> JointHead::project_memory(std::span<const float> hidden) const {
   const std::int64_t H = cfg_.hidden_size;
-  if (static_cast<std::int64_t>(hidden.size()) % H != 0) throw InvalidArgument("joint head: project_memory() needs whole rows");
+  if (static_cast<std::int64_t>(hidden.size()) % H != 0)
+    throw InvalidArgument("joint head: project_memory() needs whole rows");
   const std::int64_t n = static_cast<std::int64_t>(hidden.size()) / H;
   const std::vector<float> x = layer_norm(hidden_norm_, hidden.data(), n, H);
   return linear_rows(memory_, x.data(), n);
@@ -226,7 +233,8 @@ std::size_t HeadMemoryPrefix::bytes() const noexcept {
 
 std::shared_ptr<const HeadMemoryPrefix> JointHead::memory_prefix(std::span<const float> memory) const {
   const std::int64_t W = cfg_.width;
-  if (static_cast<std::int64_t>(memory.size()) % W != 0) throw InvalidArgument("joint head: memory_prefix() needs whole rows");
+  if (static_cast<std::int64_t>(memory.size()) % W != 0)
+    throw InvalidArgument("joint head: memory_prefix() needs whole rows");
   auto p = std::make_shared<HeadMemoryPrefix>();
   p->rows = static_cast<std::int64_t>(memory.size()) / W;
   p->width = W;
@@ -262,13 +270,14 @@ void JointHeadRecord::check_split(std::int64_t n) const {
 void JointHeadRecord::restore_prefix(std::shared_ptr<const HeadMemoryPrefix> prefix) {
   if (fed_ != 0) throw InvalidArgument("joint head: restore_prefix() after rows were fed");
   if (!prefix || prefix->width != head_.cfg_.width ||
-      prefix->keys.size() != head_.routing_.size() + head_.field_.size() || prefix->values.size() != prefix->keys.size()) {
+      prefix->keys.size() != head_.routing_.size() + head_.field_.size() ||
+      prefix->values.size() != prefix->keys.size()) {
     throw InvalidArgument("joint head: restore_prefix() needs the key/value rows of this head (memory_prefix)");
   }
   const std::int64_t n = prefix->rows;
   if (split_ != 0 && n != split_) {
-    throw InvalidArgument("joint head: a restored prefix of " + std::to_string(n) + " rows differs from the memory split " +
-                          std::to_string(split_));
+    throw InvalidArgument("joint head: a restored prefix of " + std::to_string(n) +
+                          " rows differs from the memory split " + std::to_string(split_));
   }
   check_split(n);
   split_ = n;
@@ -309,7 +318,8 @@ void JointHeadRecord::feed(std::span<const float> hidden) {
 
 std::vector<float> JointHeadRecord::logits() const {
   if (fed_ != total_) {
-    throw InternalError("joint head: logits() after " + std::to_string(fed_) + " of " + std::to_string(total_) + " rows");
+    throw InternalError("joint head: logits() after " + std::to_string(fed_) + " of " + std::to_string(total_) +
+                        " rows");
   }
   const JointHead& hd = head_;
   const JointHeadConfig& c = hd.cfg_;

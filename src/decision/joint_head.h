@@ -33,9 +33,9 @@ struct TokenSpan {
 
 /// One question of a record as the head sees it (docs/PROTOCOL.md §4.3).
 struct HeadQuestion {
-  int type_id = 0;                  ///< 0 noul, 1 choice, 2 score (rows of type_embedding)
-  TokenSpan span;                   ///< tokens of render(instructions or id)
-  std::vector<TokenSpan> options;   ///< tokens of render({option_id, description}), model order
+  int type_id = 0;                 ///< 0 noul, 1 choice, 2 score (rows of type_embedding)
+  TokenSpan span;                  ///< tokens of render(instructions or id)
+  std::vector<TokenSpan> options;  ///< tokens of render({option_id, description}), model order
 };
 
 /// The attention keys and values of the joint head over memory rows [0, rows) (docs/PROTOCOL.md
@@ -158,14 +158,14 @@ class JointHeadRecord {
   std::vector<HeadQuestion> questions_;
   std::int64_t total_ = 0;  ///< T
   std::int64_t fed_ = 0;
-  std::int64_t split_ = 0;           ///< memory_split (rows of the first key/value run)
+  std::int64_t split_ = 0;                          ///< memory_split (rows of the first key/value run)
   std::shared_ptr<const HeadMemoryPrefix> prefix_;  ///< restored keys/values of rows [0, split_), or null
-  std::vector<float> memory_;        ///< [T - base, W] projected memory rows M of rows [base, T),
-                                     ///< base = split_ when restored, else 0
-  std::vector<double> question_sum_; ///< [Q, H] sums of normed rows over question spans
-  std::vector<double> option_sum_;   ///< [N, H] sums over option spans
-  std::vector<float> last_row_;      ///< [H] normed row T-1 (the global vector g)
-  std::vector<float> lexical_;       ///< [N, H] mean lm_head rows of each option span
+  std::vector<float> memory_;                       ///< [T - base, W] projected memory rows M of rows [base, T),
+                                                    ///< base = split_ when restored, else 0
+  std::vector<double> question_sum_;                ///< [Q, H] sums of normed rows over question spans
+  std::vector<double> option_sum_;                  ///< [N, H] sums over option spans
+  std::vector<float> last_row_;                     ///< [H] normed row T-1 (the global vector g)
+  std::vector<float> lexical_;                      ///< [N, H] mean lm_head rows of each option span
 };
 
 }  // namespace clef

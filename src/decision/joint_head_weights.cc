@@ -72,8 +72,8 @@ std::int64_t joint_head_parameter_count(const JointHeadConfig& c) noexcept {
   const std::int64_t ln = 2 * w;
   const std::int64_t routing = 3 * ln + mha + (f * w + f) + (w * f + w);
   const std::int64_t field = 2 * mha + (f * w + f) + (w * f + w) + 3 * ln;
-  return 2 * h + 6 * w * h + 3 * w + c.routing_layers * routing + ln + c.layers * field + 2 * ln +
-         (4 * w * w + w) + (w + 1) + 3;
+  return 2 * h + 6 * w * h + 3 * w + c.routing_layers * routing + ln + c.layers * field + 2 * ln + (4 * w * w + w) +
+         (w + 1) + 3;
 }
 
 }  // namespace clef

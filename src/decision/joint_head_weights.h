@@ -32,9 +32,9 @@ struct RoutingLayerWeights {
 /// Field-decoder layer j < L (TransformerDecoderLayer, norm_first, §4.4 step 11).
 struct FieldLayerWeights {
   MultiheadAttentionWeights self_attn, cross_attn;  ///< self_attn, multihead_attn
-  WeightView linear1_weight, linear1_bias;  ///< [F, W], [F]
-  WeightView linear2_weight, linear2_bias;  ///< [W, F], [W]
-  LayerNormWeights norm1, norm2, norm3;     ///< [W]
+  WeightView linear1_weight, linear1_bias;          ///< [F, W], [F]
+  WeightView linear2_weight, linear2_bias;          ///< [W, F], [W]
+  LayerNormWeights norm1, norm2, norm3;             ///< [W]
 };
 
 /// All tensors of the joint schema head.
@@ -42,13 +42,13 @@ struct JointHeadWeights {
   LayerNormWeights hidden_norm;  ///< [H]
   WeightView memory_projection, question_projection, option_question_projection, global_projection,
       option_context_projection, option_lexical_projection;  ///< each [W, H]
-  WeightView type_embedding;  ///< [3, W] rows noul, choice, score
+  WeightView type_embedding;                                 ///< [3, W] rows noul, choice, score
   std::vector<RoutingLayerWeights> routing;
   LayerNormWeights option_summary_norm;  ///< [W]
   std::vector<FieldLayerWeights> field_layers;
-  LayerNormWeights field_norm, option_norm;  ///< [W]
-  WeightView scorer1_weight, scorer1_bias;   ///< residual_scorer.0: [W, 4W], [W]
-  WeightView scorer2_weight, scorer2_bias;   ///< residual_scorer.3: [1, W], [1]
+  LayerNormWeights field_norm, option_norm;                        ///< [W]
+  WeightView scorer1_weight, scorer1_bias;                         ///< residual_scorer.0: [W, 4W], [W]
+  WeightView scorer2_weight, scorer2_bias;                         ///< residual_scorer.3: [1, W], [1]
   WeightView prior_logit_scale, joint_logit_scale, residual_gate;  ///< 0-d scalars (shape [])
 };
 

@@ -556,8 +556,8 @@ class Parser {
     std::string out;
     for (;;) {
       if (pos_ >= s_.size()) {
-        fail_at(RequestErrorCode::kInvalidJson, "invalid JSON: unterminated string starting at byte " +
-                                                    std::to_string(open), s_.size());
+        fail_at(RequestErrorCode::kInvalidJson,
+                "invalid JSON: unterminated string starting at byte " + std::to_string(open), s_.size());
       }
       const unsigned char c = static_cast<unsigned char>(s_[pos_]);
       if (c == '"') {
@@ -565,36 +565,59 @@ class Parser {
         return out;
       }
       if (c < 0x20) {
-        fail(RequestErrorCode::kInvalidJson, "invalid JSON: raw control character U+00" +
-                                                 std::string(1, "0123456789ABCDEF"[c >> 4]) +
-                                                 std::string(1, "0123456789ABCDEF"[c & 15]) +
-                                                 " in a string (write it as an escape)");
+        fail(RequestErrorCode::kInvalidJson,
+             "invalid JSON: raw control character U+00" + std::string(1, "0123456789ABCDEF"[c >> 4]) +
+                 std::string(1, "0123456789ABCDEF"[c & 15]) + " in a string (write it as an escape)");
       }
       if (c == '\\') {
         const std::size_t esc = pos_;
         ++pos_;
         const int e = peek();
         switch (e) {
-          case '"': out.push_back('"'); ++pos_; break;
-          case '\\': out.push_back('\\'); ++pos_; break;
-          case '/': out.push_back('/'); ++pos_; break;
-          case 'b': out.push_back('\b'); ++pos_; break;
-          case 'f': out.push_back('\f'); ++pos_; break;
-          case 'n': out.push_back('\n'); ++pos_; break;
-          case 'r': out.push_back('\r'); ++pos_; break;
-          case 't': out.push_back('\t'); ++pos_; break;
+          case '"':
+            out.push_back('"');
+            ++pos_;
+            break;
+          case '\\':
+            out.push_back('\\');
+            ++pos_;
+            break;
+          case '/':
+            out.push_back('/');
+            ++pos_;
+            break;
+          case 'b':
+            out.push_back('\b');
+            ++pos_;
+            break;
+          case 'f':
+            out.push_back('\f');
+            ++pos_;
+            break;
+          case 'n':
+            out.push_back('\n');
+            ++pos_;
+            break;
+          case 'r':
+            out.push_back('\r');
+            ++pos_;
+            break;
+          case 't':
+            out.push_back('\t');
+            ++pos_;
+            break;
           case 'u': {
             std::uint32_t cp = read_u4();
             if (cp >= 0xDC00 && cp <= 0xDFFF) {
-              fail_at(RequestErrorCode::kLoneSurrogate, "lone UTF-16 surrogate \\u" + hex4(cp) +
-                                                            " in a string (no high surrogate before it)", esc);
+              fail_at(RequestErrorCode::kLoneSurrogate,
+                      "lone UTF-16 surrogate \\u" + hex4(cp) + " in a string (no high surrogate before it)", esc);
             }
             if (cp >= 0xD800 && cp <= 0xDBFF) {
               // A text that ends inside the pair is a syntax error (as in Python), not a lone
               // surrogate: only a complete following character decides.
               if (pos_ >= s_.size() || (s_[pos_] == '\\' && pos_ + 1 >= s_.size())) {
-                fail_at(RequestErrorCode::kInvalidJson, "invalid JSON: unterminated string starting at byte " +
-                                                            std::to_string(open), s_.size());
+                fail_at(RequestErrorCode::kInvalidJson,
+                        "invalid JSON: unterminated string starting at byte " + std::to_string(open), s_.size());
               }
               std::uint32_t lo = 0;
               if (match("\\u")) {
@@ -603,16 +626,15 @@ class Parser {
                 if (lo < 0xDC00 || lo > 0xDFFF) lo = 0;
               }
               if (lo == 0) {
-                fail_at(RequestErrorCode::kLoneSurrogate, "lone UTF-16 surrogate \\u" + hex4(cp) +
-                                                              " in a string (no low surrogate after it)", esc);
+                fail_at(RequestErrorCode::kLoneSurrogate,
+                        "lone UTF-16 surrogate \\u" + hex4(cp) + " in a string (no low surrogate after it)", esc);
               }
               cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             }
             append_utf8(out, cp);
             break;
           }
-          default:
-            syntax("invalid escape in a string");
+          default: syntax("invalid escape in a string");
         }
         continue;
       }
@@ -659,8 +681,6 @@ class Parser {
 
 }  // namespace
 
-JsonValue parse_json(std::string_view text, const JsonParseOptions& options) {
-  return Parser(text, options).run();
-}
+JsonValue parse_json(std::string_view text, const JsonParseOptions& options) { return Parser(text, options).run(); }
 
 }  // namespace clef

@@ -92,8 +92,8 @@ class JsonValue {
 /// default_max_str_digits; json.loads raises beyond it). Depth 512 stays below Python's
 /// RecursionError (~990 nested containers at the default recursion limit).
 struct JsonParseOptions {
-  std::size_t max_depth = 512;         ///< nested arrays/objects; the top-level container is 1
-  std::size_t max_int_digits = 4300;   ///< decimal digits of one integer literal
+  std::size_t max_depth = 512;        ///< nested arrays/objects; the top-level container is 1
+  std::size_t max_int_digits = 4300;  ///< decimal digits of one integer literal
 };
 
 /// Parses a complete JSON text (RFC 8259, UTF-8, optional leading UTF-8 BOM, whitespace

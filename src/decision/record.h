@@ -47,7 +47,7 @@ struct EncodedRecord {
   std::int64_t state_len = 0;           ///< state tokens kept
   std::int64_t state_len_full = 0;      ///< state tokens before truncation
   std::int64_t schema_len = 0;
-  std::int64_t suffix_len = 0;          ///< 18 with the Qwen3.5 tokenizer
+  std::int64_t suffix_len = 0;  ///< 18 with the Qwen3.5 tokenizer
   std::int64_t state_tokens_dropped() const noexcept { return state_len_full - state_len; }
   /// Tokens [0, state_end()) depend only on the state: the boundary for state reuse.
   std::int64_t state_end() const noexcept { return prefix_len + state_len; }

@@ -19,7 +19,6 @@ constexpr std::string_view kOpenRouterPrefix = "cloudflare/";      // OpenRouter
   throw RequestError(code, path, message);
 }
 
-
 }  // namespace
 
 bool serves_model(std::string_view model, const ServedModel& served, ModelNameSource source) {
@@ -53,9 +52,7 @@ std::string accepted_models(const ServedModel& served) {
   return s;
 }
 
-std::string count_text(std::size_t n, const char* what) {
-  return std::to_string(n) + " " + what;
-}
+std::string count_text(std::size_t n, const char* what) { return std::to_string(n) + " " + what; }
 
 // OpenRouter image part: {"type": "image_url", "image_url": {...}} (docs/PROTOCOL.md §1.5).
 bool is_image_part(const JsonValue& item) {
@@ -85,7 +82,8 @@ void check_model(const JsonValue& body, const ServedModel& served, SystemOneRequ
 
 void check_state(const JsonValue& body, Dialect dialect, const RequestLimits& limits, SystemOneRequest& req) {
   const JsonValue* s = body.find("state");
-  if (s == nullptr) reject(RequestErrorCode::kMissingField, JsonPath().key("state"), "state is required (it may be null)");
+  if (s == nullptr)
+    reject(RequestErrorCode::kMissingField, JsonPath().key("state"), "state is required (it may be null)");
   req.state = *s;
   if (dialect != Dialect::kOpenRouter || !s->is_array()) return;
   // OpenRouter (docs/PROTOCOL.md §1.5): image parts inside the state array become the request's
@@ -134,9 +132,9 @@ void check_media(const JsonValue& body, Dialect dialect, const RequestLimits& li
     reject(RequestErrorCode::kImagesUnsupported, JsonPath().key("images"),
            dialect == Dialect::kOpenRouter
                ? "OpenRouter requests carry images as image_url parts inside the state array, not in images"
-               : !limits.images_refused_because.empty()
-                   ? "images are refused: " + limits.images_refused_because
-                   : "images are not supported by this model (no vision tower) or were turned off");
+           : !limits.images_refused_because.empty()
+               ? "images are refused: " + limits.images_refused_because
+               : "images are not supported by this model (no vision tower) or were turned off");
   }
   check_videos(body);
 }
@@ -247,7 +245,8 @@ RequestQuestion build_question(const std::string& id, const JsonValue& value, co
   RequestQuestion q;
   q.id = id;
   const JsonValue* type = value.find("type");
-  if (type == nullptr) reject(RequestErrorCode::kMissingField, path.key("type"), "type is required (noul, choice or score)");
+  if (type == nullptr)
+    reject(RequestErrorCode::kMissingField, path.key("type"), "type is required (noul, choice or score)");
   const std::string_view t = type->is_string() ? std::string_view(type->as_string()) : std::string_view();
   if (type->is_string() && t == "noul") {
     q.type = QuestionType::kNoul;
@@ -300,7 +299,8 @@ JsonValue option_semantics(const RequestOption& option) {
 SystemOneRequest validate_request(const JsonValue& body, const RequestLimits& limits, Dialect dialect,
                                   const ServedModel& served) {
   if (!body.is_object()) {
-    reject(RequestErrorCode::kInvalidType, JsonPath(), "the request body must be a JSON object, got " + body.describe());
+    reject(RequestErrorCode::kInvalidType, JsonPath(),
+           "the request body must be a JSON object, got " + body.describe());
   }
   SystemOneRequest req;
   check_model(body, served, req);

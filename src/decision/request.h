@@ -48,7 +48,7 @@ struct RequestLimits {
   /// With accept_images false: the message of the images_unsupported error when set (why this
   /// model refuses images), else the generic one.
   std::string images_refused_because;
-  JsonParseOptions json;                     ///< nesting depth, integer digits
+  JsonParseOptions json;  ///< nesting depth, integer digits
 };
 
 /// Which `model` values a request may name (docs/PROTOCOL.md §1.1, §2.4). A request may omit
@@ -86,24 +86,24 @@ JsonValue option_semantics(const RequestOption& option);
 
 /// One validated question.
 struct RequestQuestion {
-  std::string id;                       ///< non-empty UTF-8, at most max_question_id_bytes
+  std::string id;  ///< non-empty UTF-8, at most max_question_id_bytes
   QuestionType type = QuestionType::kNoul;
   /// The value whose render() is the question span text: `instructions` as sent, or the question
   /// id (a string) when `instructions` is missing, null or "" (§1.2).
   JsonValue instructions;
-  bool instructions_from_id = false;    ///< true when the id fallback applied
-  std::vector<RequestOption> options;   ///< model order (§3.4): noul true,false; choice sorted; score 0..n-1
+  bool instructions_from_id = false;   ///< true when the id fallback applied
+  std::vector<RequestOption> options;  ///< model order (§3.4): noul true,false; choice sorted; score 0..n-1
   /// request_order[k] = index into `options` of the k-th option in request order (choice: criteria
   /// key order; noul and score: identity). Answers list choice probabilities in this order (§2.1).
   std::vector<std::size_t> request_order;
-  JsonValue criteria;                   ///< criteria exactly as sent (null when absent); score legend
+  JsonValue criteria;  ///< criteria exactly as sent (null when absent); score legend
 };
 
 /// A validated SystemOne request.
 struct SystemOneRequest {
-  std::string model;          ///< `model` as sent, or ServedModel::name when absent
-  bool model_given = false;   ///< the request named a model
-  JsonValue state;            ///< any JSON value (null included)
+  std::string model;                       ///< `model` as sent, or ServedModel::name when absent
+  bool model_given = false;                ///< the request named a model
+  JsonValue state;                         ///< any JSON value (null included)
   std::vector<RequestQuestion> questions;  ///< request order
   /// The top-level `images` value as sent when it is non-empty and RequestLimits::accept_images
   /// holds (not yet decoded or checked); null otherwise.

@@ -39,27 +39,27 @@ class JsonPath {
 /// Machine-readable reason of a RequestError. The string form (request_error_code_name) is the
 /// stable wire name; docs/DIFFERENCES.md lists each code with its paths.
 enum class RequestErrorCode : std::uint8_t {
-  kInvalidJson,           ///< "invalid_json": not JSON (syntax, bad UTF-8, raw control character)
-  kLoneSurrogate,         ///< "lone_surrogate": a UTF-16 surrogate that is not part of a pair
-  kNonFiniteNumber,       ///< "non_finite_number": NaN/Infinity literal or a float overflowing double
-  kNumberOutOfRange,      ///< "number_out_of_range": integer longer than Python's 4300-digit limit
-  kNestingTooDeep,        ///< "nesting_too_deep": arrays/objects nested deeper than the limit
-  kInvalidType,           ///< "invalid_type": a field holds the wrong JSON type
-  kMissingField,          ///< "missing_field": a required field is absent
-  kUnknownModel,          ///< "unknown_model": `model` names a model this server does not serve
-  kEmptyQuestions,        ///< "empty_questions": `questions` is `{}`
-  kTooFewQuestions,       ///< "too_few_questions": fewer than RequestLimits::min_questions
-  kTooManyQuestions,      ///< "too_many_questions": more than RequestLimits::max_questions
-  kEmptyQuestionId,       ///< "empty_question_id": question id `""`
-  kQuestionIdTooLong,     ///< "question_id_too_long": id longer than max_question_id_bytes
-  kInvalidQuestionType,   ///< "invalid_question_type": `type` not one of noul, choice, score
-  kEmptyCriteria,         ///< "empty_criteria": choice/score criteria missing, null, {} or []
-  kTooFewOptions,         ///< "too_few_options": choice with fewer options than the limit
-  kTooManyOptions,        ///< "too_many_options": choice with more options than the limit
-  kTooFewLevels,          ///< "too_few_levels": score with fewer levels than the limit
-  kTooManyLevels,         ///< "too_many_levels": score with more levels than the limit
-  kImagesUnsupported,     ///< "images_unsupported": images sent to this text-only build
-  kVideosUnsupported,     ///< "videos_unsupported": videos are not supported
+  kInvalidJson,          ///< "invalid_json": not JSON (syntax, bad UTF-8, raw control character)
+  kLoneSurrogate,        ///< "lone_surrogate": a UTF-16 surrogate that is not part of a pair
+  kNonFiniteNumber,      ///< "non_finite_number": NaN/Infinity literal or a float overflowing double
+  kNumberOutOfRange,     ///< "number_out_of_range": integer longer than Python's 4300-digit limit
+  kNestingTooDeep,       ///< "nesting_too_deep": arrays/objects nested deeper than the limit
+  kInvalidType,          ///< "invalid_type": a field holds the wrong JSON type
+  kMissingField,         ///< "missing_field": a required field is absent
+  kUnknownModel,         ///< "unknown_model": `model` names a model this server does not serve
+  kEmptyQuestions,       ///< "empty_questions": `questions` is `{}`
+  kTooFewQuestions,      ///< "too_few_questions": fewer than RequestLimits::min_questions
+  kTooManyQuestions,     ///< "too_many_questions": more than RequestLimits::max_questions
+  kEmptyQuestionId,      ///< "empty_question_id": question id `""`
+  kQuestionIdTooLong,    ///< "question_id_too_long": id longer than max_question_id_bytes
+  kInvalidQuestionType,  ///< "invalid_question_type": `type` not one of noul, choice, score
+  kEmptyCriteria,        ///< "empty_criteria": choice/score criteria missing, null, {} or []
+  kTooFewOptions,        ///< "too_few_options": choice with fewer options than the limit
+  kTooManyOptions,       ///< "too_many_options": choice with more options than the limit
+  kTooFewLevels,         ///< "too_few_levels": score with fewer levels than the limit
+  kTooManyLevels,        ///< "too_many_levels": score with more levels than the limit
+  kImagesUnsupported,    ///< "images_unsupported": images sent to this text-only build
+  kVideosUnsupported,    ///< "videos_unsupported": videos are not supported
   // Raised while decoding `images` (vision/image.h, vision/preprocess.h), path `images.<i>`:
   kTooManyImages,         ///< "too_many_images": more than ImageLimits::max_images (path of the first extra one)
   kImageUrlUnsupported,   ///< "image_url_unsupported": not a base64 data URL (http(s), file:, bare base64)
@@ -69,9 +69,9 @@ enum class RequestErrorCode : std::uint8_t {
   kImageTooLarge,         ///< "image_too_large": file bytes or decoded pixels over ImageLimits
   kImageAspectRatio,      ///< "image_aspect_ratio": longer side more than 200x the shorter (processor limit)
   // Raised by encode_record (decision/record.h), after validation:
-  kInputTooLong,          ///< "input_too_long": the record exceeds the token budget (never truncated silently)
-  kImageTokenInText,      ///< "image_token_in_text": a vision token inside the text of a request with images
-  kEmptySpan,             ///< "empty_span": an instruction or option tokenizes to nothing (would be NaN)
+  kInputTooLong,      ///< "input_too_long": the record exceeds the token budget (never truncated silently)
+  kImageTokenInText,  ///< "image_token_in_text": a vision token inside the text of a request with images
+  kEmptySpan,         ///< "empty_span": an instruction or option tokenizes to nothing (would be NaN)
 };
 
 /// Stable wire name of a code, e.g. "empty_criteria".

@@ -62,7 +62,8 @@ bool later_split_part(const std::string& name) {
   const auto dash = u.rfind('-', of - 1);
   if (dash == std::string::npos) return false;
   const std::string part = u.substr(dash + 1, of - dash - 1);
-  if (part.empty() || !std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+  if (part.empty() ||
+      !std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
     return false;
   }
   return std::stoll(part) != 1;
@@ -84,10 +85,11 @@ bool carries_tag(const std::string& name, const std::string& tag) {
 }
 
 /// Known quant tags, in the order error messages list them.
-constexpr const char* kKnownQuants[] = {"F32",    "BF16",   "F16",    "Q8_0",   "Q8_K",   "Q6_K",   "Q5_K_M", "Q5_K_S",
-                                        "Q5_1",   "Q5_0",   "Q4_K_M", "Q4_K_S", "Q4_1",   "Q4_0",   "IQ4_XS", "IQ4_NL",
-                                        "Q3_K_L", "Q3_K_M", "Q3_K_S", "IQ3_M",  "IQ3_XS", "IQ3_XXS", "Q2_K", "IQ2_M",
-                                        "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S",  "TQ1_0",  "TQ2_0",  "MXFP4"};
+constexpr const char* kKnownQuants[] = {"F32",     "BF16",   "F16",    "Q8_0",   "Q8_K",    "Q6_K",  "Q5_K_M",
+                                        "Q5_K_S",  "Q5_1",   "Q5_0",   "Q4_K_M", "Q4_K_S",  "Q4_1",  "Q4_0",
+                                        "IQ4_XS",  "IQ4_NL", "Q3_K_L", "Q3_K_M", "Q3_K_S",  "IQ3_M", "IQ3_XS",
+                                        "IQ3_XXS", "Q2_K",   "IQ2_M",  "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S",
+                                        "TQ1_0",   "TQ2_0",  "MXFP4"};
 
 }  // namespace
 
@@ -164,8 +166,9 @@ std::string repo_folder(const std::string& cache_dir, const std::string& repo_id
 }
 
 bool is_commit_hash(const std::string& revision) {
-  return revision.size() == 40 &&
-         std::all_of(revision.begin(), revision.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f'); });
+  return revision.size() == 40 && std::all_of(revision.begin(), revision.end(), [](char c) {
+           return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
+         });
 }
 
 std::vector<std::string> match_quant(const std::vector<std::string>& files, const std::string& quant) {
@@ -203,8 +206,8 @@ ModelFiles select_model_files(const std::vector<std::string>& repo_files, const 
     mf.kind = RepoKind::kReleaseFolder;
     for (const auto& f : repo_files) {
       if (f.find('/') != std::string::npos) continue;
-      if (ends_with_ci(f, ".json") || ends_with_ci(f, ".safetensors") || f == "SHA256SUMS" || ends_with_ci(f, ".jinja") ||
-          f == "merges.txt" || f == "vocab.txt") {
+      if (ends_with_ci(f, ".json") || ends_with_ci(f, ".safetensors") || f == "SHA256SUMS" ||
+          ends_with_ci(f, ".jinja") || f == "merges.txt" || f == "vocab.txt") {
         mf.files.push_back(f);
       }
     }
@@ -222,7 +225,8 @@ ModelFiles select_model_files(const std::vector<std::string>& repo_files, const 
   std::string tag;
   if (!name.file.empty()) {
     if (std::find(repo_files.begin(), repo_files.end(), name.file) == repo_files.end()) {
-      throw InvalidArgument(name.repo_id + " has no file " + name.file + " (its GGUF quants: " + available_quants(repo_files) + ")");
+      throw InvalidArgument(name.repo_id + " has no file " + name.file +
+                            " (its GGUF quants: " + available_quants(repo_files) + ")");
     }
     mf.model_file = name.file;
   } else {
@@ -231,8 +235,8 @@ ModelFiles select_model_files(const std::vector<std::string>& repo_files, const 
       hits = match_quant(repo_files, name.quant);
       tag = upper(name.quant);
       if (hits.empty()) {
-        throw InvalidArgument(name.repo_id + " has no " + name.quant + " GGUF (its quants: " + available_quants(repo_files) +
-                              "; name one as " + name.repo_id + ":QUANT)");
+        throw InvalidArgument(name.repo_id + " has no " + name.quant + " GGUF (its quants: " +
+                              available_quants(repo_files) + "; name one as " + name.repo_id + ":QUANT)");
       }
     } else {
       for (const char* q : {"Q8_0", "BF16", "F16", "F32"}) {
@@ -265,7 +269,8 @@ ModelFiles select_model_files(const std::vector<std::string>& repo_files, const 
   if (of != std::string::npos) {
     const std::string stem = first.substr(0, of);
     for (const auto& f : ggufs) {
-      if (f != mf.model_file && base_name(f).rfind(stem + "-", 0) == 0 && later_split_part(base_name(f))) mf.files.push_back(f);
+      if (f != mf.model_file && base_name(f).rfind(stem + "-", 0) == 0 && later_split_part(base_name(f)))
+        mf.files.push_back(f);
     }
   }
   std::vector<std::string> projectors;
@@ -284,8 +289,8 @@ ModelFiles select_model_files(const std::vector<std::string>& repo_files, const 
     mf.mmproj = pick.empty() ? projectors.front() : pick;
     mf.files.push_back(mf.mmproj);
   }
-  for (const char* side : {"joint_head.safetensors", "joint_head_config.json", "tokenizer.json", "tokenizer_config.json",
-                           "random_weights.json"}) {
+  for (const char* side : {"joint_head.safetensors", "joint_head_config.json", "tokenizer.json",
+                           "tokenizer_config.json", "random_weights.json"}) {
     if (std::find(repo_files.begin(), repo_files.end(), side) != repo_files.end()) mf.files.emplace_back(side);
   }
   std::sort(mf.files.begin(), mf.files.end());
@@ -308,8 +313,8 @@ std::vector<std::string> list_snapshot_files(const std::string& snapshot_dir) {
 ResolvedModel resolve_cached(const ModelName& name, const std::string& revision, const std::string& cache_dir) {
   const std::string rev = revision.empty() ? std::string("main") : revision;
   const std::string folder = repo_folder(cache_dir, name.repo_id);
-  const std::string how = " (fetch it with `clef pull " + name.display() + (revision.empty() ? "" : " --revision " + rev) +
-                          "`, or add --pull)";
+  const std::string how = " (fetch it with `clef pull " + name.display() +
+                          (revision.empty() ? "" : " --revision " + rev) + "`, or add --pull)";
   std::error_code ec;
   if (!fs::is_directory(folder, ec)) {
     throw InvalidArgument(name.display() + " is not in the Hugging Face cache " + cache_dir + how);
@@ -320,12 +325,14 @@ ResolvedModel resolve_cached(const ModelName& name, const std::string& revision,
   } else {
     std::ifstream ref(folder + "/refs/" + rev);
     if (!ref || !(ref >> r.commit) || !is_commit_hash(r.commit)) {
-      throw InvalidArgument(name.display() + ": revision " + rev + " is not in the Hugging Face cache " + cache_dir + how);
+      throw InvalidArgument(name.display() + ": revision " + rev + " is not in the Hugging Face cache " + cache_dir +
+                            how);
     }
   }
   r.snapshot = folder + "/snapshots/" + r.commit;
   if (!fs::is_directory(r.snapshot, ec)) {
-    throw InvalidArgument(name.display() + ": snapshot " + r.commit + " is not in the Hugging Face cache " + cache_dir + how);
+    throw InvalidArgument(name.display() + ": snapshot " + r.commit + " is not in the Hugging Face cache " + cache_dir +
+                          how);
   }
   const std::vector<std::string> present = list_snapshot_files(r.snapshot);
   r.files = select_model_files(present, name);

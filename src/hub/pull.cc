@@ -57,8 +57,9 @@ std::string normalize_etag(std::string e) {
 }
 
 bool safe_blob_name(const std::string& e) {
-  return !e.empty() && e.size() <= 128 &&
-         std::all_of(e.begin(), e.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'; });
+  return !e.empty() && e.size() <= 128 && std::all_of(e.begin(), e.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+  });
 }
 
 std::string human_bytes(double b) {
@@ -123,8 +124,8 @@ std::string file_digest(const std::string& path, bool git_blob) {
 struct RemoteFile {
   std::string path;
   std::atomic<std::int64_t> size{-1};  ///< bytes (the listing's, then the HEAD answer's)
-  std::string oid;     ///< git blob id
-  std::string sha256;  ///< LFS sha256 ("" for a file stored in git)
+  std::string oid;                     ///< git blob id
+  std::string sha256;                  ///< LFS sha256 ("" for a file stored in git)
   // Progress (written by its worker, read by the progress thread).
   std::atomic<std::int64_t> done{0};
   std::atomic<std::int64_t> resumed_from{0};
@@ -164,17 +165,21 @@ std::vector<std::string> auth_headers(const PullContext& ctx) {
         (had ? " with the token given: the token has no access to this repository (a gated repository: accept its "
                "terms on the hub with the token's account)"
              : " (a gated or private repository needs a token: export HF_TOKEN=hf_... or run `hf auth login`, "
-               "which writes " + hf_home_dir() + "/token)"));
+               "which writes " +
+                   hf_home_dir() + "/token)"));
   }
   if (r.status == 404) {
     // The hub names what is missing in X-Error-Code (RepoNotFound, RevisionNotFound, EntryNotFound).
     const auto code = r.headers.find("x-error-code");
     const std::string kind = code == r.headers.end() ? "" : code->second;
-    const std::string which = kind == "RevisionNotFound" ? "revision " + (ctx.opt.revision.empty() ? std::string("main") : ctx.opt.revision) + " not found"
-                              : kind == "EntryNotFound" ? what + " not found"
-                              : kind == "RepoNotFound"  ? "repository not found (or private: a token may be needed)"
-                                                        : "not found";
-    throw InvalidArgument(name + ": " + which + " on " + ctx.endpoint + " (" + what + ": 404; check the name and --revision)");
+    const std::string which =
+        kind == "RevisionNotFound"
+            ? "revision " + (ctx.opt.revision.empty() ? std::string("main") : ctx.opt.revision) + " not found"
+        : kind == "EntryNotFound" ? what + " not found"
+        : kind == "RepoNotFound"  ? "repository not found (or private: a token may be needed)"
+                                  : "not found";
+    throw InvalidArgument(name + ": " + which + " on " + ctx.endpoint + " (" + what +
+                          ": 404; check the name and --revision)");
   }
   throw IoError(name + ": the hub answered HTTP " + std::to_string(r.status) + " for " + what);
 }
@@ -312,7 +317,8 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
     return;
   }
   // 1. HEAD resolve/<commit>/<path>: the blob's etag and size, and where its bytes are.
-  const std::string resolve = ctx.endpoint + "/" + ctx.name.repo_id + "/resolve/" + ctx.commit + "/" + url_encode(f.path, true);
+  const std::string resolve =
+      ctx.endpoint + "/" + ctx.name.repo_id + "/resolve/" + ctx.commit + "/" + url_encode(f.path, true);
   HttpResponse head;
   std::string location = resolve;
   int redirects = 0;
@@ -328,7 +334,8 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
       if (loc == head.headers.end()) throw_http(ctx, head, f.path);
       // A redirect that stays on the hub's origin (a renamed repository) is followed for the
       // metadata; one to another host (the storage CDN) carries the metadata itself: stop there.
-      const std::string target = loc->second.empty() || loc->second[0] != '/' ? loc->second : origin_of(location) + loc->second;
+      const std::string target =
+          loc->second.empty() || loc->second[0] != '/' ? loc->second : origin_of(location) + loc->second;
       if (origin_of(target) == origin_of(location) && ++redirects <= 10) {
         location = target;
         --attempt;
@@ -350,7 +357,8 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
   if (!safe_blob_name(etag)) throw IoError(ctx.name.display() + ": the hub sent an unusable etag for " + f.path);
   std::int64_t size = f.size.load();
   if (const std::string s = header("x-linked-size"); !s.empty()) size = std::strtoll(s.c_str(), nullptr, 10);
-  else if (head.status == 200 && !header("content-length").empty()) size = std::strtoll(header("content-length").c_str(), nullptr, 10);
+  else if (head.status == 200 && !header("content-length").empty())
+    size = std::strtoll(header("content-length").c_str(), nullptr, 10);
   f.size = size;
   std::string url = location;
   if (head.status >= 300 && head.status < 400) {
@@ -415,8 +423,8 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
         if (attempt < ctx.opt.retries) continue;
       }
       if (!transient(r) || attempt >= ctx.opt.retries) throw_http(ctx, r, f.path);
-      log_line(ctx, f.path + ": " + (r.code != CURLE_OK ? r.error : "HTTP " + std::to_string(r.status)) + "; resuming at byte " +
-                        std::to_string(fs::file_size(partial, ec)));
+      log_line(ctx, f.path + ": " + (r.code != CURLE_OK ? r.error : "HTTP " + std::to_string(r.status)) +
+                        "; resuming at byte " + std::to_string(fs::file_size(partial, ec)));
       std::this_thread::sleep_for(std::chrono::milliseconds(250 << std::min(attempt, 4)));
     }
     // 2. Verify before the file gets its real name.
@@ -424,8 +432,8 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
     const bool lfs = !f.sha256.empty();
     const std::string want = lfs ? lower(f.sha256) : lower(f.oid);
     if (size >= 0 && got != size) {
-      throw IoError(ctx.name.display() + ": " + f.path + " ended after " + std::to_string(got) + " of " + std::to_string(size) +
-                    " bytes (kept in " + partial.string() + "; run clef pull again to resume)");
+      throw IoError(ctx.name.display() + ": " + f.path + " ended after " + std::to_string(got) + " of " +
+                    std::to_string(size) + " bytes (kept in " + partial.string() + "; run clef pull again to resume)");
     }
     if (!want.empty()) {
       const std::string have_hash = file_digest(partial.string(), !lfs);
@@ -476,10 +484,11 @@ void progress_loop(PullContext& ctx, std::atomic<bool>& stop) {
       last_tick = now;
     }
     const double eta = rate > 0 ? static_cast<double>(total - done) / rate : -1;
-    const std::string summary = std::to_string(finished) + "/" + std::to_string(ctx.files.size()) + " files, " +
-                                human_bytes(static_cast<double>(done)) + " / " + human_bytes(static_cast<double>(total)) +
-                                (total > 0 ? " (" + std::to_string(done * 100 / std::max<std::int64_t>(1, total)) + "%)" : "") +
-                                ", " + human_bytes(rate) + "/s, ETA " + human_eta(eta);
+    const std::string summary =
+        std::to_string(finished) + "/" + std::to_string(ctx.files.size()) + " files, " +
+        human_bytes(static_cast<double>(done)) + " / " + human_bytes(static_cast<double>(total)) +
+        (total > 0 ? " (" + std::to_string(done * 100 / std::max<std::int64_t>(1, total)) + "%)" : "") + ", " +
+        human_bytes(rate) + "/s, ETA " + human_eta(eta);
     if (ctx.opt.progress == ProgressStyle::kBar) {
       std::string out;
       if (drawn > 0) out += "\x1b[" + std::to_string(drawn) + "F";
@@ -495,9 +504,10 @@ void progress_loop(PullContext& ctx, std::atomic<bool>& stop) {
         for (int i = 0; i < pct / 5; ++i) bar[static_cast<std::size_t>(i)] = '#';
         std::string shown = f->path.size() > 32 ? "..." + f->path.substr(f->path.size() - 29) : f->path;
         char line[256];
-        std::snprintf(line, sizeof line, "\x1b[2K%-32s [%s] %3d%% %s / %s %s/s ETA %s\n", shown.c_str(), bar.c_str(), pct,
-                      human_bytes(static_cast<double>(f->done.load())).c_str(), human_bytes(static_cast<double>(fsize)).c_str(),
-                      human_bytes(fr).c_str(), human_eta(fr > 0 ? static_cast<double>(fsize - f->done.load()) / fr : -1).c_str());
+        std::snprintf(line, sizeof line, "\x1b[2K%-32s [%s] %3d%% %s / %s %s/s ETA %s\n", shown.c_str(), bar.c_str(),
+                      pct, human_bytes(static_cast<double>(f->done.load())).c_str(),
+                      human_bytes(static_cast<double>(fsize)).c_str(), human_bytes(fr).c_str(),
+                      human_eta(fr > 0 ? static_cast<double>(fsize - f->done.load()) / fr : -1).c_str());
         out += line;
         ++lines;
       }
@@ -551,7 +561,8 @@ PullReport pull_model(const ModelName& name, const PullOptions& options) {
   ctx.opt = options;
   ctx.opt.parallel = std::clamp(ctx.opt.parallel, 1, 16);
   ctx.opt.retries = std::clamp(ctx.opt.retries, 0, 100);
-  if (ctx.opt.progress == ProgressStyle::kAuto) ctx.opt.progress = ::isatty(2) ? ProgressStyle::kBar : ProgressStyle::kLines;
+  if (ctx.opt.progress == ProgressStyle::kAuto)
+    ctx.opt.progress = ::isatty(2) ? ProgressStyle::kBar : ProgressStyle::kLines;
   ctx.endpoint = options.endpoint.empty() ? hub_endpoint() : options.endpoint;
   while (!ctx.endpoint.empty() && ctx.endpoint.back() == '/') ctx.endpoint.pop_back();
   ctx.token = options.token.empty() ? hub_token() : options.token;
@@ -563,7 +574,8 @@ PullReport pull_model(const ModelName& name, const PullOptions& options) {
     try {
       return PullReport{resolve_cached(name, options.revision, ctx.cache), 0, 0, 0};
     } catch (const InvalidArgument& e) {
-      throw InvalidArgument(std::string(e.what()) + "; HF_HUB_OFFLINE is set, so nothing is downloaded (unset it to fetch)");
+      throw InvalidArgument(std::string(e.what()) +
+                            "; HF_HUB_OFFLINE is set, so nothing is downloaded (unset it to fetch)");
     }
   }
 
@@ -571,7 +583,8 @@ PullReport pull_model(const ModelName& name, const PullOptions& options) {
   const nlohmann::json info =
       get_json(ctx, ctx.endpoint + "/api/models/" + name.repo_id + "/revision/" + url_encode(revision, false),
                "the repository information", nullptr);
-  if (!info.is_object() || !info.contains("sha") || !info["sha"].is_string() || !is_commit_hash(info["sha"].get<std::string>())) {
+  if (!info.is_object() || !info.contains("sha") || !info["sha"].is_string() ||
+      !is_commit_hash(info["sha"].get<std::string>())) {
     throw IoError(name.display() + ": the hub's repository information has no commit id");
   }
   ctx.commit = info["sha"].get<std::string>();
@@ -609,8 +622,8 @@ PullReport pull_model(const ModelName& name, const PullOptions& options) {
   if (options.revision.empty() || !is_commit_hash(revision)) write_ref(ctx, revision);
   std::int64_t total = 0;
   for (const auto& f : ctx.files) total += std::max<std::int64_t>(0, f->size.load());
-  log_line(ctx, name.display() + " at " + ctx.commit.substr(0, 12) + ": " + std::to_string(ctx.files.size()) + " files, " +
-                    human_bytes(static_cast<double>(total)));
+  log_line(ctx, name.display() + " at " + ctx.commit.substr(0, 12) + ": " + std::to_string(ctx.files.size()) +
+                    " files, " + human_bytes(static_cast<double>(total)));
 
   // 3. The files, `parallel` at a time.
   std::atomic<std::size_t> next_file{0};

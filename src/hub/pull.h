@@ -32,9 +32,9 @@ struct PullOptions {
 };
 
 struct PullReport {
-  ResolvedModel model;              ///< where the model now is (as resolve_cached returns it)
-  int files_fetched = 0;            ///< files downloaded (fully or resumed) and verified
-  int files_cached = 0;             ///< files already in the cache (nothing downloaded)
+  ResolvedModel model;                ///< where the model now is (as resolve_cached returns it)
+  int files_fetched = 0;              ///< files downloaded (fully or resumed) and verified
+  int files_cached = 0;               ///< files already in the cache (nothing downloaded)
   std::int64_t bytes_downloaded = 0;  ///< bytes received over the network for file contents
 };
 

@@ -55,10 +55,17 @@ class Cursor {
 /// Smallest encoded size of one value of type t (bounds element counts before allocating).
 std::uint64_t min_value_bytes(GgufValueType t) {
   switch (t) {
-    case GgufValueType::kU8: case GgufValueType::kI8: case GgufValueType::kBool: return 1;
-    case GgufValueType::kU16: case GgufValueType::kI16: return 2;
-    case GgufValueType::kU32: case GgufValueType::kI32: case GgufValueType::kF32: return 4;
-    case GgufValueType::kU64: case GgufValueType::kI64: case GgufValueType::kF64: return 8;
+    case GgufValueType::kU8:
+    case GgufValueType::kI8:
+    case GgufValueType::kBool: return 1;
+    case GgufValueType::kU16:
+    case GgufValueType::kI16: return 2;
+    case GgufValueType::kU32:
+    case GgufValueType::kI32:
+    case GgufValueType::kF32: return 4;
+    case GgufValueType::kU64:
+    case GgufValueType::kI64:
+    case GgufValueType::kF64: return 8;
     case GgufValueType::kString: return 8;
     case GgufValueType::kArray: return 12;
   }
@@ -120,11 +127,15 @@ GgufValue read_value(Cursor& c, const std::string& key) {
 
 bool is_integer(GgufValueType t) {
   switch (t) {
-    case GgufValueType::kU8: case GgufValueType::kI8: case GgufValueType::kU16: case GgufValueType::kI16:
-    case GgufValueType::kU32: case GgufValueType::kI32: case GgufValueType::kU64: case GgufValueType::kI64:
-      return true;
-    default:
-      return false;
+    case GgufValueType::kU8:
+    case GgufValueType::kI8:
+    case GgufValueType::kU16:
+    case GgufValueType::kI16:
+    case GgufValueType::kU32:
+    case GgufValueType::kI32:
+    case GgufValueType::kU64:
+    case GgufValueType::kI64: return true;
+    default: return false;
   }
 }
 
@@ -132,21 +143,66 @@ bool is_integer(GgufValueType t) {
 
 bool ggml_block_layout(std::uint32_t type, std::int64_t& block_elems, std::int64_t& block_bytes) noexcept {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::kF32: block_elems = 1; block_bytes = 4; return true;
-    case GgmlType::kF16: block_elems = 1; block_bytes = 2; return true;
-    case GgmlType::kBF16: block_elems = 1; block_bytes = 2; return true;
-    case GgmlType::kQ4_0: block_elems = 32; block_bytes = 18; return true;
-    case GgmlType::kQ4_1: block_elems = 32; block_bytes = 20; return true;
-    case GgmlType::kQ5_0: block_elems = 32; block_bytes = 22; return true;
-    case GgmlType::kQ5_1: block_elems = 32; block_bytes = 24; return true;
-    case GgmlType::kQ8_0: block_elems = 32; block_bytes = 34; return true;
-    case GgmlType::kQ8_1: block_elems = 32; block_bytes = 36; return true;
-    case GgmlType::kQ2_K: block_elems = 256; block_bytes = 84; return true;
-    case GgmlType::kQ3_K: block_elems = 256; block_bytes = 110; return true;
-    case GgmlType::kQ4_K: block_elems = 256; block_bytes = 144; return true;
-    case GgmlType::kQ5_K: block_elems = 256; block_bytes = 176; return true;
-    case GgmlType::kQ6_K: block_elems = 256; block_bytes = 210; return true;
-    case GgmlType::kQ8_K: block_elems = 256; block_bytes = 292; return true;
+    case GgmlType::kF32:
+      block_elems = 1;
+      block_bytes = 4;
+      return true;
+    case GgmlType::kF16:
+      block_elems = 1;
+      block_bytes = 2;
+      return true;
+    case GgmlType::kBF16:
+      block_elems = 1;
+      block_bytes = 2;
+      return true;
+    case GgmlType::kQ4_0:
+      block_elems = 32;
+      block_bytes = 18;
+      return true;
+    case GgmlType::kQ4_1:
+      block_elems = 32;
+      block_bytes = 20;
+      return true;
+    case GgmlType::kQ5_0:
+      block_elems = 32;
+      block_bytes = 22;
+      return true;
+    case GgmlType::kQ5_1:
+      block_elems = 32;
+      block_bytes = 24;
+      return true;
+    case GgmlType::kQ8_0:
+      block_elems = 32;
+      block_bytes = 34;
+      return true;
+    case GgmlType::kQ8_1:
+      block_elems = 32;
+      block_bytes = 36;
+      return true;
+    case GgmlType::kQ2_K:
+      block_elems = 256;
+      block_bytes = 84;
+      return true;
+    case GgmlType::kQ3_K:
+      block_elems = 256;
+      block_bytes = 110;
+      return true;
+    case GgmlType::kQ4_K:
+      block_elems = 256;
+      block_bytes = 144;
+      return true;
+    case GgmlType::kQ5_K:
+      block_elems = 256;
+      block_bytes = 176;
+      return true;
+    case GgmlType::kQ6_K:
+      block_elems = 256;
+      block_bytes = 210;
+      return true;
+    case GgmlType::kQ8_K:
+      block_elems = 256;
+      block_bytes = 292;
+      return true;
   }
   return false;
 }
@@ -192,7 +248,8 @@ GgufHeader parse_gguf_header(std::span<const std::byte> file, const std::string&
   const auto n_tensors = c.read<std::uint64_t>("the tensor count");
   const auto n_kv = c.read<std::uint64_t>("the metadata count");
   // Each tensor info takes at least 8 (name) + 4 + 8 + 4 + 8 bytes, each kv at least 8 + 4 + 1.
-  if (n_tensors > c.left() / 32) c.fail("tensor count " + std::to_string(n_tensors) + " exceeds what the file can hold", 8);
+  if (n_tensors > c.left() / 32)
+    c.fail("tensor count " + std::to_string(n_tensors) + " exceeds what the file can hold", 8);
   if (n_kv > c.left() / 13) c.fail("metadata count " + std::to_string(n_kv) + " exceeds what the file can hold", 16);
 
   for (std::uint64_t i = 0; i < n_kv; ++i) {
@@ -207,8 +264,8 @@ GgufHeader parse_gguf_header(std::span<const std::byte> file, const std::string&
     const GgufValue& a = it->second;
     const auto* u = std::get_if<std::uint64_t>(&a.scalar);
     if (a.type != GgufValueType::kU32 || u == nullptr || *u == 0 || (*u & (*u - 1)) != 0 || *u > kMaxAlignment) {
-      throw ModelLoadError(label + ": metadata \"general.alignment\" must be a u32 power of two <= " +
-                           std::to_string(kMaxAlignment));
+      throw ModelLoadError(
+          label + ": metadata \"general.alignment\" must be a u32 power of two <= " + std::to_string(kMaxAlignment));
     }
     h.alignment = *u;
   }
@@ -225,7 +282,8 @@ GgufHeader parse_gguf_header(std::span<const std::byte> file, const std::string&
     const std::uint64_t dat = c.pos();
     const auto n_dims = c.read<std::uint32_t>(where.c_str());
     if (n_dims < 1 || n_dims > kMaxDims) {
-      c.fail(where + ": " + std::to_string(n_dims) + " dimensions (1 to " + std::to_string(kMaxDims) + " allowed)", dat);
+      c.fail(where + ": " + std::to_string(n_dims) + " dimensions (1 to " + std::to_string(kMaxDims) + " allowed)",
+             dat);
     }
     std::uint64_t numel = 1;
     for (std::uint32_t d = 0; d < n_dims; ++d) {
@@ -242,7 +300,8 @@ GgufHeader parse_gguf_header(std::span<const std::byte> file, const std::string&
     if (!ggml_block_layout(t.type, be, bb)) c.fail(where + ": unknown ggml type " + std::to_string(t.type), tat);
     if (t.ne[0] % be != 0) {
       c.fail(where + ": ne[0] = " + std::to_string(t.ne[0]) + " is not a multiple of " + ggml_type_name(t.type) +
-             "'s block of " + std::to_string(be), tat);
+                 "'s block of " + std::to_string(be),
+             tat);
     }
     if (__builtin_mul_overflow(numel / static_cast<std::uint64_t>(be), static_cast<std::uint64_t>(bb), &t.nbytes)) {
       c.fail(where + ": byte size overflows", tat);
@@ -251,7 +310,8 @@ GgufHeader parse_gguf_header(std::span<const std::byte> file, const std::string&
     t.offset = c.read<std::uint64_t>(where.c_str());
     if (t.offset % h.alignment != 0) {
       c.fail(where + ": offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
-             std::to_string(h.alignment), oat);
+                 std::to_string(h.alignment),
+             oat);
     }
     h.tensors.push_back(std::move(t));
   }
@@ -265,18 +325,18 @@ GgufHeader parse_gguf_header(std::span<const std::byte> file, const std::string&
 
   std::vector<std::size_t> order(h.tensors.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return h.tensors[a].offset < h.tensors[b].offset; });
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return h.tensors[a].offset < h.tensors[b].offset; });
   std::uint64_t prev_end = 0;
   const GgufTensorInfo* prev = nullptr;
   for (std::size_t i : order) {
     const GgufTensorInfo& t = h.tensors[i];
     std::uint64_t end = 0;
     if (__builtin_add_overflow(t.offset, t.nbytes, &end) || end > h.data_bytes) {
-      throw ModelLoadError(label + ": tensor \"" + printable(t.name) + "\" " + ggml_type_name(t.type) + " " +
-                           shape_to_string(t.ne) + ": bytes [" + std::to_string(t.offset) + ", " +
-                           std::to_string(t.offset) + " + " + std::to_string(t.nbytes) +
-                           ") run past the data section of " + std::to_string(h.data_bytes) +
-                           " bytes (truncated file?)");
+      throw ModelLoadError(
+          label + ": tensor \"" + printable(t.name) + "\" " + ggml_type_name(t.type) + " " + shape_to_string(t.ne) +
+          ": bytes [" + std::to_string(t.offset) + ", " + std::to_string(t.offset) + " + " + std::to_string(t.nbytes) +
+          ") run past the data section of " + std::to_string(h.data_bytes) + " bytes (truncated file?)");
     }
     if (prev != nullptr && t.offset < prev_end) {
       throw ModelLoadError(label + ": tensors \"" + printable(prev->name) + "\" and \"" + printable(t.name) +
@@ -299,7 +359,8 @@ const GgufTensorInfo* GgufFile::find(const std::string& name) const {
 }
 
 std::span<const std::byte> GgufFile::data(const GgufTensorInfo& t) const noexcept {
-  return map_.bytes().subspan(static_cast<std::size_t>(header_.data_offset + t.offset), static_cast<std::size_t>(t.nbytes));
+  return map_.bytes().subspan(static_cast<std::size_t>(header_.data_offset + t.offset),
+                              static_cast<std::size_t>(t.nbytes));
 }
 
 const GgufValue* GgufFile::find_value(const std::string& key) const {
@@ -336,13 +397,15 @@ double GgufFile::get_float(const std::string& key) const {
 
 const std::string& GgufFile::get_string(const std::string& key) const {
   const GgufValue& v = need(*this, key);
-  if (v.type != GgufValueType::kString) throw ModelLoadError(label_ + ": metadata \"" + printable(key) + "\" is not a string");
+  if (v.type != GgufValueType::kString)
+    throw ModelLoadError(label_ + ": metadata \"" + printable(key) + "\" is not a string");
   return std::get<std::string>(v.scalar);
 }
 
 const std::vector<GgufValue>& GgufFile::get_array(const std::string& key) const {
   const GgufValue& v = need(*this, key);
-  if (v.type != GgufValueType::kArray) throw ModelLoadError(label_ + ": metadata \"" + printable(key) + "\" is not an array");
+  if (v.type != GgufValueType::kArray)
+    throw ModelLoadError(label_ + ": metadata \"" + printable(key) + "\" is not an array");
   return v.elements;
 }
 

@@ -27,11 +27,13 @@ ModelConfig model_config_from_gguf(const GgufFile& g, GgufModelInfo* info) {
   GgufModelInfo gi;
   gi.architecture = g.get_string("general.architecture");
   if (gi.architecture == "qwen35moe") {
-    throw Unsupported(g.label() + ": general.architecture is \"qwen35moe\": Qwen3.5 mixture-of-experts models are not supported");
+    throw Unsupported(g.label() +
+                      ": general.architecture is \"qwen35moe\": Qwen3.5 mixture-of-experts models are not supported");
   }
   if (gi.architecture != "qwen35") {
-    throw Unsupported(g.label() + ": general.architecture is \"" + printable(gi.architecture) +
-                      "\"; clef reads Qwen3.5 GGUF files (\"qwen35\", as llama.cpp's convert_hf_to_gguf.py writes them)");
+    throw Unsupported(
+        g.label() + ": general.architecture is \"" + printable(gi.architecture) +
+        "\"; clef reads Qwen3.5 GGUF files (\"qwen35\", as llama.cpp's convert_hf_to_gguf.py writes them)");
   }
   const std::string a = gi.architecture + ".";
   if (const GgufValue* v = g.find_value("general.name"); v != nullptr && v->type == GgufValueType::kString) {
@@ -55,7 +57,8 @@ ModelConfig model_config_from_gguf(const GgufFile& g, GgufModelInfo* info) {
   }
   const std::int64_t hv = positive(g, a + "ssm.time_step_rank");
   const std::int64_t inner = positive(g, a + "ssm.inner_size");
-  if (inner % hv != 0) bad(g, a + "ssm.inner_size", "must be a multiple of " + a + "ssm.time_step_rank (" + std::to_string(hv) + ")");
+  if (inner % hv != 0)
+    bad(g, a + "ssm.inner_size", "must be a multiple of " + a + "ssm.time_step_rank (" + std::to_string(hv) + ")");
   const std::int64_t rope_dim = positive(g, a + "rope.dimension_count");
   const auto& sections = g.get_array(a + "rope.dimension_sections");
   std::vector<std::int64_t> sec;
@@ -99,8 +102,9 @@ ModelConfig model_config_from_gguf(const GgufFile& g, GgufModelInfo* info) {
   }
   if (const GgufValue* toks = g.find_value("tokenizer.ggml.tokens");
       toks != nullptr && static_cast<std::int64_t>(toks->elements.size()) != c.text.vocab_size) {
-    bad(g, "tokenizer.ggml.tokens", "has " + std::to_string(toks->elements.size()) + " tokens but token_embd.weight has " +
-                                        std::to_string(c.text.vocab_size) + " rows");
+    bad(g, "tokenizer.ggml.tokens",
+        "has " + std::to_string(toks->elements.size()) + " tokens but token_embd.weight has " +
+            std::to_string(c.text.vocab_size) + " rows");
   }
   if (info != nullptr) *info = gi;
   return c;
@@ -132,8 +136,8 @@ GgufVocab read_gguf_vocab(const GgufFile& g) {
   const auto& types = g.get_array("tokenizer.ggml.token_type");
   const auto& merges = g.get_array("tokenizer.ggml.merges");
   if (types.size() != tokens.size()) {
-    bad(g, "tokenizer.ggml.token_type", "has " + std::to_string(types.size()) + " entries, tokenizer.ggml.tokens has " +
-                                            std::to_string(tokens.size()));
+    bad(g, "tokenizer.ggml.token_type",
+        "has " + std::to_string(types.size()) + " entries, tokenizer.ggml.tokens has " + std::to_string(tokens.size()));
   }
   GgufVocab v;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
@@ -154,16 +158,22 @@ GgufVocab read_gguf_vocab(const GgufFile& g) {
         break;
       case 3:  // control
       case 4:  // user defined
-        v.added.push_back({{"id", id}, {"content", *text}, {"single_word", false}, {"lstrip", false},
-                           {"rstrip", false}, {"normalized", false}, {"special", type == 3}});
+        v.added.push_back({{"id", id},
+                           {"content", *text},
+                           {"single_word", false},
+                           {"lstrip", false},
+                           {"rstrip", false},
+                           {"normalized", false},
+                           {"special", type == 3}});
         v.added_map[id] = *text;
         v.max_id = id;
         break;
       case 5:  // unused (embedding padding)
         break;
       default:
-        bad(g, "tokenizer.ggml.token_type", "entry " + std::to_string(i) + " has type " + std::to_string(type) +
-                                                " (clef reads 1 normal, 3 control, 4 user defined, 5 unused)");
+        bad(g, "tokenizer.ggml.token_type",
+            "entry " + std::to_string(i) + " has type " + std::to_string(type) +
+                " (clef reads 1 normal, 3 control, 4 user defined, 5 unused)");
     }
   }
   for (std::size_t i = 0; i < merges.size(); ++i) {
@@ -196,8 +206,10 @@ TokenizerSummary tokenizer_summary_from_gguf(const GgufFile& g) {
 std::string tokenizer_json_from_gguf(const GgufFile& g) {
   GgufVocab v = read_gguf_vocab(g);
   nlohmann::json vocab = std::move(v.vocab), added = std::move(v.added), m = std::move(v.merges);
-  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                                             {"trim_offsets", false}, {"use_regex", false}};
+  const nlohmann::json byte_level = {{"type", "ByteLevel"},
+                                     {"add_prefix_space", false},
+                                     {"trim_offsets", false},
+                                     {"use_regex", false}};
   nlohmann::json j;
   j["version"] = "1.0";
   j["truncation"] = nullptr;
@@ -218,9 +230,15 @@ std::string tokenizer_json_from_gguf(const GgufFile& g) {
   j["pre_tokenizer"] = std::move(pre);
   j["post_processor"] = byte_level;
   j["decoder"] = byte_level;
-  j["model"] = {{"type", "BPE"},           {"dropout", nullptr},      {"unk_token", nullptr},
-                {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
-                {"byte_fallback", false},  {"ignore_merges", false},  {"vocab", std::move(vocab)},
+  j["model"] = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", ""},
+                {"end_of_word_suffix", ""},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", false},
+                {"vocab", std::move(vocab)},
                 {"merges", std::move(m)}};
   return j.dump();
 }

@@ -15,9 +15,9 @@ namespace clef {
 
 /// What the GGUF says about itself besides the model configuration.
 struct GgufModelInfo {
-  std::string architecture;     ///< general.architecture ("qwen35")
-  std::string name;             ///< general.name ("" when absent)
-  std::int64_t block_count = 0; ///< qwen35.block_count (decoder layers + MTP layers)
+  std::string architecture;       ///< general.architecture ("qwen35")
+  std::string name;               ///< general.name ("" when absent)
+  std::int64_t block_count = 0;   ///< qwen35.block_count (decoder layers + MTP layers)
   std::int64_t nextn_layers = 0;  ///< qwen35.nextn_predict_layers (MTP blocks, ignored), 0 when absent
 };
 

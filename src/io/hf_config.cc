@@ -88,16 +88,16 @@ TextConfig parse_text_config(const JsonObjectReader& r) {
   t.linear_key_head_dim = r.get_int_in("linear_key_head_dim", t.linear_key_head_dim, 1, 4096);
   t.linear_value_head_dim = r.get_int_in("linear_value_head_dim", t.linear_value_head_dim, 1, 4096);
   t.linear_conv_kernel_dim = r.get_int_in("linear_conv_kernel_dim", t.linear_conv_kernel_dim, 1, 64);
-  t.max_position_embeddings = r.get_int_in("max_position_embeddings", t.max_position_embeddings, 1,
-                                           std::int64_t{1} << 40);
+  t.max_position_embeddings =
+      r.get_int_in("max_position_embeddings", t.max_position_embeddings, 1, std::int64_t{1} << 40);
 
   if (t.num_attention_heads % t.num_key_value_heads != 0) {
     r.fail("num_key_value_heads", "num_attention_heads (" + std::to_string(t.num_attention_heads) +
                                       ") must be a multiple of num_key_value_heads");
   }
   if (t.linear_num_value_heads % t.linear_num_key_heads != 0) {
-    r.fail("linear_num_value_heads", "must be a multiple of linear_num_key_heads (" +
-                                         std::to_string(t.linear_num_key_heads) + ")");
+    r.fail("linear_num_value_heads",
+           "must be a multiple of linear_num_key_heads (" + std::to_string(t.linear_num_key_heads) + ")");
   }
   const std::string act = r.get_string("hidden_act", "silu");
   if (act != "silu") unsupported(r, "hidden_act", "activation \"" + act + "\" is not supported (only silu)");

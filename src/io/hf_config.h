@@ -22,20 +22,20 @@ const char* layer_type_name(LayerType t) noexcept;
 /// Qwen3.5 text backbone configuration (`text_config`, class Qwen3_5TextConfig).
 struct TextConfig {
   std::int64_t vocab_size = 248320;
-  std::int64_t hidden_size = 4096;          ///< H
-  std::int64_t intermediate_size = 12288;   ///< SwiGLU width I
-  std::int64_t num_hidden_layers = 32;      ///< L
-  std::int64_t num_attention_heads = 16;    ///< full-attention query heads nh
-  std::int64_t num_key_value_heads = 4;     ///< nkv (GQA)
-  std::int64_t head_dim = 256;              ///< hd
+  std::int64_t hidden_size = 4096;         ///< H
+  std::int64_t intermediate_size = 12288;  ///< SwiGLU width I
+  std::int64_t num_hidden_layers = 32;     ///< L
+  std::int64_t num_attention_heads = 16;   ///< full-attention query heads nh
+  std::int64_t num_key_value_heads = 4;    ///< nkv (GQA)
+  std::int64_t head_dim = 256;             ///< hd
   double rms_norm_eps = 1e-6;
-  std::int64_t linear_num_key_heads = 16;   ///< Gated DeltaNet q/k heads Hk
-  std::int64_t linear_num_value_heads = 32; ///< Gated DeltaNet v heads Hv
-  std::int64_t linear_key_head_dim = 128;   ///< dk
-  std::int64_t linear_value_head_dim = 128; ///< dv
-  std::int64_t linear_conv_kernel_dim = 4;  ///< causal conv width K
-  std::vector<LayerType> layer_types;       ///< size L; from `layer_types` or the interval rule
-  double rope_theta = 10000.0;              ///< rope_parameters.rope_theta (HF default; Qwen3.5 ships 1e7)
+  std::int64_t linear_num_key_heads = 16;    ///< Gated DeltaNet q/k heads Hk
+  std::int64_t linear_num_value_heads = 32;  ///< Gated DeltaNet v heads Hv
+  std::int64_t linear_key_head_dim = 128;    ///< dk
+  std::int64_t linear_value_head_dim = 128;  ///< dv
+  std::int64_t linear_conv_kernel_dim = 4;   ///< causal conv width K
+  std::vector<LayerType> layer_types;        ///< size L; from `layer_types` or the interval rule
+  double rope_theta = 10000.0;               ///< rope_parameters.rope_theta (HF default; Qwen3.5 ships 1e7)
   double partial_rotary_factor = 0.25;
   std::array<std::int64_t, 3> mrope_section = {11, 11, 10};
   bool mrope_interleaved = true;
@@ -51,7 +51,7 @@ struct TextConfig {
 /// Qwen3.5 vision tower configuration (`vision_config`, class Qwen3_5VisionConfig).
 struct VisionConfig {
   std::int64_t depth = 27;
-  std::int64_t hidden_size = 1152;        ///< D
+  std::int64_t hidden_size = 1152;  ///< D
   std::int64_t intermediate_size = 4304;
   std::int64_t num_heads = 16;
   std::int64_t in_channels = 3;
@@ -68,12 +68,12 @@ struct VisionConfig {
 
 /// The whole config.json.
 struct ModelConfig {
-  std::string model_type;                 ///< "qwen3_5" (composite) or "qwen3_5_text" (flat)
+  std::string model_type;  ///< "qwen3_5" (composite) or "qwen3_5_text" (flat)
   std::vector<std::string> architectures;
-  bool composite = true;                  ///< text_config + vision_config form
+  bool composite = true;  ///< text_config + vision_config form
   TextConfig text;
-  std::optional<VisionConfig> vision;     ///< present in the composite form
-  bool tie_word_embeddings = false;       ///< composite: the top-level field governs (as in HF)
+  std::optional<VisionConfig> vision;  ///< present in the composite form
+  bool tie_word_embeddings = false;    ///< composite: the top-level field governs (as in HF)
   std::int64_t image_token_id = 248056;
   std::int64_t video_token_id = 248057;
   std::int64_t vision_start_token_id = 248053;
@@ -98,8 +98,7 @@ struct JointHeadConfig {
 
 /// Parses joint_head_config.json; every field but `dropout` is required and unknown fields are
 /// rejected (the reference constructs its module with these keyword arguments).
-JointHeadConfig parse_joint_head_config(const nlohmann::json& j,
-                                        const std::string& label = "joint_head_config.json");
+JointHeadConfig parse_joint_head_config(const nlohmann::json& j, const std::string& label = "joint_head_config.json");
 
 /// preprocessor_config.json (Qwen2VLImageProcessor fields, docs/MODEL.md §6.1).
 struct PreprocessorConfig {

@@ -101,7 +101,15 @@ void write_npy(const std::string& path, const std::vector<std::int64_t>& shape, 
   h.push_back('\n');
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw IoError(path + ": cannot create: " + errno_message(errno));
-  const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<unsigned char>(h.size() & 0xff),
+  const unsigned char pre[10] = {0x93,
+                                 'N',
+                                 'U',
+                                 'M',
+                                 'P',
+                                 'Y',
+                                 1,
+                                 0,
+                                 static_cast<unsigned char>(h.size() & 0xff),
                                  static_cast<unsigned char>(h.size() >> 8)};
   out.write(reinterpret_cast<const char*>(pre), 10);
   out << h;

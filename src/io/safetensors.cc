@@ -32,13 +32,9 @@ std::string shape_to_string(const std::vector<std::int64_t>& shape) {
 
 namespace {
 
-[[noreturn]] void bad(const std::string& label, const std::string& msg) {
-  throw ModelLoadError(label + ": " + msg);
-}
+[[noreturn]] void bad(const std::string& label, const std::string& msg) { throw ModelLoadError(label + ": " + msg); }
 
-bool mul_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
-  return __builtin_mul_overflow(a, b, out);
-}
+bool mul_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
 
 TensorInfo parse_entry(const std::string& label, const std::string& name, const nlohmann::json& e,
                        std::uint64_t data_bytes) {
@@ -88,9 +84,9 @@ TensorInfo parse_entry(const std::string& label, const std::string& name, const 
                    std::to_string(data_bytes) + " bytes; file truncated?)");
   }
   if (t.end - t.begin != nbytes) {
-    bad(label, where + ": dtype " + std::string(dtype_name(t.dtype)) + " x shape " +
-                   shape_to_string(t.shape) + " needs " + std::to_string(nbytes) +
-                   " bytes but data_offsets " + range + " span " + std::to_string(t.end - t.begin));
+    bad(label, where + ": dtype " + std::string(dtype_name(t.dtype)) + " x shape " + shape_to_string(t.shape) +
+                   " needs " + std::to_string(nbytes) + " bytes but data_offsets " + range + " span " +
+                   std::to_string(t.end - t.begin));
   }
   return t;
 }
@@ -99,8 +95,8 @@ TensorInfo parse_entry(const std::string& label, const std::string& name, const 
 
 SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file, const std::string& label) {
   if (file.size() < 8) {
-    bad(label, "truncated: the file is " + std::to_string(file.size()) +
-                   " bytes, too short for the 8-byte header length");
+    bad(label,
+        "truncated: the file is " + std::to_string(file.size()) + " bytes, too short for the 8-byte header length");
   }
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<std::uint64_t>(file[static_cast<std::size_t>(i)]);
@@ -109,8 +105,8 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file, cons
                    std::to_string(kMaxSafetensorsHeaderBytes) + " bytes");
   }
   if (n > file.size() - 8) {
-    bad(label, "header length " + std::to_string(n) + " runs past the end of the file (" +
-                   std::to_string(file.size()) + " bytes; truncated?)");
+    bad(label, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(file.size()) +
+                   " bytes; truncated?)");
   }
   SafetensorsHeader h;
   h.json_bytes = n;

@@ -33,9 +33,9 @@ struct TensorInfo {
 
 /// The validated header of one safetensors file.
 struct SafetensorsHeader {
-  std::uint64_t json_bytes = 0;   ///< N
-  std::uint64_t data_offset = 0;  ///< 8 + N: where the data section starts in the file
-  std::uint64_t data_bytes = 0;   ///< size of the data section
+  std::uint64_t json_bytes = 0;     ///< N
+  std::uint64_t data_offset = 0;    ///< 8 + N: where the data section starts in the file
+  std::uint64_t data_bytes = 0;     ///< size of the data section
   std::vector<TensorInfo> tensors;  ///< sorted by `begin`
   std::map<std::string, std::string> metadata;
 };

@@ -14,7 +14,8 @@ namespace {
 [[noreturn]] void bad(const std::string& file, const std::string& msg) { throw ModelLoadError(file + ": " + msg); }
 
 /// obj[key] as a string: "" when absent or null; an error naming `where` for any other type.
-std::string string_field(const nlohmann::json& obj, const char* key, const std::string& file, const std::string& where) {
+std::string string_field(const nlohmann::json& obj, const char* key, const std::string& file,
+                         const std::string& where) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return "";
   if (!it->is_string()) bad(file, where + "." + key + ": expected a string, got " + describe_json(*it));
@@ -67,7 +68,8 @@ TokenizerSummary read_tokenizer_summary(const std::string& dir, const ModelConfi
     auto model = j.find("model");
     if (model == j.end() || !model->is_object()) bad(tj, "model: missing or not an object");
     s.model_type = string_field(*model, "type", tj, "model");
-    if (s.model_type != "BPE") bad(tj, "model.type: \"" + printable(s.model_type) + "\" is not supported (expected BPE)");
+    if (s.model_type != "BPE")
+      bad(tj, "model.type: \"" + printable(s.model_type) + "\" is not supported (expected BPE)");
     auto vocab = model->find("vocab");
     if (vocab == model->end() || !vocab->is_object()) bad(tj, "model.vocab: missing or not an object");
     std::unordered_set<std::int64_t> ids;
@@ -86,8 +88,9 @@ TokenizerSummary read_tokenizer_summary(const std::string& dir, const ModelConfi
     s.merges_form = merges->empty() ? "pairs" : ((*merges)[0].is_string() ? "strings" : "pairs");
     for (std::size_t i = 0; i < merges->size(); ++i) {
       const auto& m = (*merges)[i];
-      const bool ok = s.merges_form == "strings" ? m.is_string()
-                                                 : (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string());
+      const bool ok = s.merges_form == "strings"
+                          ? m.is_string()
+                          : (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string());
       if (!ok) bad(tj, "model.merges[" + std::to_string(i) + "]: mixed or malformed merge entry");
     }
     if (auto im = model->find("ignore_merges"); im != model->end() && !im->is_null()) {
@@ -135,7 +138,8 @@ TokenizerSummary read_tokenizer_summary(const std::string& dir, const ModelConfi
         } catch (const std::exception&) {
           id = -1;
         }
-        if (id < 0 || id > 0x7fffffff) bad(tc, "added_tokens_decoder: key \"" + printable(it.key()) + "\" is not a token id");
+        if (id < 0 || id > 0x7fffffff)
+          bad(tc, "added_tokens_decoder: key \"" + printable(it.key()) + "\" is not a token id");
         if (!it->is_object() || !it->contains("content") || !(*it)["content"].is_string()) {
           bad(tc, "added_tokens_decoder." + printable(it.key()) + ": needs a string content");
         }
@@ -157,7 +161,7 @@ TokenizerSummary read_tokenizer_summary(const std::string& dir, const ModelConfi
   }
   if (s.max_id >= config.text.vocab_size) {
     bad(max_id_file, "token id " + std::to_string(s.max_id) + " is outside the model's embedding table (vocab_size " +
-                std::to_string(config.text.vocab_size) + ")");
+                         std::to_string(config.text.vocab_size) + ")");
   }
   if (config.composite) {
     const std::pair<std::int64_t, const char*> expected[] = {

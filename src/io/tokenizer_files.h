@@ -16,9 +16,9 @@ struct TokenizerSummary {
   std::string model_type;          ///< "BPE"
   std::int64_t vocab_entries = 0;  ///< model.vocab size (base vocabulary)
   std::int64_t merges = 0;
-  std::string merges_form;         ///< "pairs" (["a", "b"]) or "strings" ("a b")
-  std::string normalizer;          ///< e.g. "NFC" or "none"
-  std::string split_regex;         ///< the pre-tokenizer's Split pattern ("" when none)
+  std::string merges_form;  ///< "pairs" (["a", "b"]) or "strings" ("a b")
+  std::string normalizer;   ///< e.g. "NFC" or "none"
+  std::string split_regex;  ///< the pre-tokenizer's Split pattern ("" when none)
   bool ignore_merges = false;
   std::int64_t added_in_tokenizer_json = 0;   ///< tokenizer.json added_tokens
   std::int64_t added_in_config_only = 0;      ///< added_tokens_decoder ids not in tokenizer.json

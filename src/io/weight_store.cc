@@ -20,8 +20,7 @@ void WeightStore::add_file(std::unique_ptr<SafetensorsFile> f) {
   for (const auto& t : f->header().tensors) {
     auto [it, inserted] = entries_.emplace(t.name, Entry{&f->label(), &t, f->data(t), Use::kUnused});
     if (!inserted) {
-      throw ModelLoadError(f->label() + ": tensor \"" + printable(t.name) + "\" is also stored in " +
-                           *it->second.file);
+      throw ModelLoadError(f->label() + ": tensor \"" + printable(t.name) + "\" is also stored in " + *it->second.file);
     }
     order_.push_back(t.name);
   }
@@ -71,7 +70,8 @@ WeightStore WeightStore::open_model_dir(const std::string& dir) {
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   const bool has_index = path_exists(index.string()), has_single = path_exists(single.string());
   if (has_index && has_single) {
-    throw ModelLoadError(printable(dir) + ": both model.safetensors and model.safetensors.index.json exist; it is "
+    throw ModelLoadError(printable(dir) +
+                         ": both model.safetensors and model.safetensors.index.json exist; it is "
                          "ambiguous which weights to load (remove one)");
   }
   if (has_index) {
@@ -132,16 +132,18 @@ const TensorInfo* WeightStore::find(const std::string& name) const {
 WeightView WeightStore::take(const std::string& name, const std::vector<std::int64_t>& expected_shape) {
   auto it = entries_.find(name);
   if (it == entries_.end()) {
-    throw ModelLoadError(label_ + ": missing tensor " + name + " (expected shape " + shape_to_string(expected_shape) + ")");
+    throw ModelLoadError(label_ + ": missing tensor " + name + " (expected shape " + shape_to_string(expected_shape) +
+                         ")");
   }
   Entry& e = it->second;
   if (e.info->shape != expected_shape) {
-    throw ModelLoadError(*e.file + ": tensor " + name + " has shape " + shape_to_string(e.info->shape) +
-                         ", expected " + shape_to_string(expected_shape));
+    throw ModelLoadError(*e.file + ": tensor " + name + " has shape " + shape_to_string(e.info->shape) + ", expected " +
+                         shape_to_string(expected_shape));
   }
   if (e.info->dtype == DType::kQ8_0) {
     if (expected_shape.size() != 2) {
-      throw ModelLoadError(*e.file + ": tensor " + name + " has dtype Q8_0; only 2-D weights (linear layers, the "
+      throw ModelLoadError(*e.file + ": tensor " + name +
+                           " has dtype Q8_0; only 2-D weights (linear layers, the "
                            "embedding table) may be Q8_0, this one must be F32, BF16 or F16");
     }
   } else if (!is_weight_float(e.info->dtype)) {
@@ -180,8 +182,8 @@ void WeightStore::require_all_consumed(const std::string& loader_name) const {
   }
   if (first != nullptr) {
     const Entry& e = entries_.at(*first);
-    throw ModelLoadError(*e.file + ": unexpected tensor " + printable(*first) + " " +
-                         shape_to_string(e.info->shape) + " is not used by the " + loader_name + " loader" +
+    throw ModelLoadError(*e.file + ": unexpected tensor " + printable(*first) + " " + shape_to_string(e.info->shape) +
+                         " is not used by the " + loader_name + " loader" +
                          (count > 1 ? " (and " + std::to_string(count - 1) + " more)" : ""));
   }
 }

@@ -21,16 +21,16 @@ namespace clef {
 /// itself (kParameter); llama.cpp's GGUF converter stores some as a function of it, and clef reads
 /// the stored form rather than inverting it (the inverse is not exact in floating point).
 enum class StoredAs : std::uint8_t {
-  kParameter,   ///< the parameter itself
-  kOnePlus,     ///< offset RMSNorm weight stored as fp32(1 + w) (GGUF attn_norm, output_norm, q/k norms)
-  kNegExp,      ///< GDN decay stored as A = fp32(-exp(A_log)) (GGUF ssm_a)
+  kParameter,  ///< the parameter itself
+  kOnePlus,    ///< offset RMSNorm weight stored as fp32(1 + w) (GGUF attn_norm, output_norm, q/k norms)
+  kNegExp,     ///< GDN decay stored as A = fp32(-exp(A_log)) (GGUF ssm_a)
 };
 
 /// A zero-copy view of one checkpoint tensor. Valid as long as its WeightStore lives.
 struct WeightView {
   const TensorInfo* info = nullptr;
-  std::span<const std::byte> bytes;  ///< little-endian elements (Q8_0: ggml blocks), any alignment
-  const std::string* file = nullptr; ///< label of the file holding it
+  std::span<const std::byte> bytes;   ///< little-endian elements (Q8_0: ggml blocks), any alignment
+  const std::string* file = nullptr;  ///< label of the file holding it
   StoredAs stored = StoredAs::kParameter;
   bool valid() const noexcept { return info != nullptr; }
   DType dtype() const noexcept { return info->dtype; }
@@ -100,7 +100,7 @@ class WeightStore {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::unique_ptr<GgufFile> gguf_;
   std::deque<TensorInfo> gguf_infos_;  ///< TensorInfo of each GGUF tensor (stable addresses)
-  std::vector<std::string> order_;  ///< names in file order, for deterministic reports
+  std::vector<std::string> order_;     ///< names in file order, for deterministic reports
   std::unordered_map<std::string, Entry> entries_;
 };
 

@@ -8,8 +8,8 @@
 
 namespace clef::nn {
 
-GatedAttention::GatedAttention(const AttentionConfig& cfg, const AttentionWeights& w,
-                               ops::Precision p, const std::string& name)
+GatedAttention::GatedAttention(const AttentionConfig& cfg, const AttentionWeights& w, ops::Precision p,
+                               const std::string& name)
     : cfg_(cfg),
       precision_(p),
       q_(linear_weight(w.q_proj, p, name + ".q_proj")),
@@ -19,8 +19,8 @@ GatedAttention::GatedAttention(const AttentionConfig& cfg, const AttentionWeight
       q_norm_(offset_norm_f32(w.q_norm, name + ".q_norm")),
       k_norm_(offset_norm_f32(w.k_norm, name + ".k_norm")) {
   const ops::AttentionDims& d = cfg.dims;
-  if (q_.n() != 2 * d.nh * d.hd || k_.n() != d.nkv * d.hd || o_.k() != d.nh * d.hd ||
-      cfg.rotary_dim > d.hd || cfg.rotary_dim % 2 != 0) {
+  if (q_.n() != 2 * d.nh * d.hd || k_.n() != d.nkv * d.hd || o_.k() != d.nh * d.hd || cfg.rotary_dim > d.hd ||
+      cfg.rotary_dim % 2 != 0) {
     throw ModelLoadError(name + ": tensor shapes disagree with the attention config");
   }
 }
@@ -44,11 +44,13 @@ std::size_t AttentionActivations::floats() const noexcept {
   return q_gate.size() + q.size() + gate.size() + k.size() + v.size() + core.size();
 }
 
-void GatedAttention::forward(const float* x, std::int64_t n, const float* cos, const float* sin,
-                             KvCache& kv, float* h, AttentionActivations& act) const {
+void GatedAttention::forward(const float* x, std::int64_t n, const float* cos, const float* sin, KvCache& kv, float* h,
+                             AttentionActivations& act) const {
   const ops::AttentionDims& d = cfg_.dims;
   const std::int64_t qw = d.nh * d.hd, kvw = d.nkv * d.hd;
-  if (n > act.rows) throw InvalidArgument("attention: a chunk of " + std::to_string(n) + " rows, activations for " + std::to_string(act.rows));
+  if (n > act.rows)
+    throw InvalidArgument("attention: a chunk of " + std::to_string(n) + " rows, activations for " +
+                          std::to_string(act.rows));
   float* qg = act.q_gate.data();
   float* q = act.q.data();
   float* gate = act.gate.data();
@@ -63,20 +65,20 @@ void GatedAttention::forward(const float* x, std::int64_t n, const float* cos, c
     ops::linear(x, n, v_, v);
   }
   {
-  CLEF_PROF_SCOPE("attn.split+norm+rope+cache");
-  // Per-head interleaved split (pitfall 2): head j = qg[:, j, 0:hd] query, [hd:2hd] gate.
-  for (std::int64_t i = 0; i < n; ++i) {
-    for (std::int64_t j = 0; j < d.nh; ++j) {
-      const float* src = qg + (i * d.nh + j) * 2 * d.hd;
-      std::copy(src, src + d.hd, q + (i * d.nh + j) * d.hd);
-      std::copy(src + d.hd, src + 2 * d.hd, gate + (i * d.nh + j) * d.hd);
+    CLEF_PROF_SCOPE("attn.split+norm+rope+cache");
+    // Per-head interleaved split (pitfall 2): head j = qg[:, j, 0:hd] query, [hd:2hd] gate.
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (std::int64_t j = 0; j < d.nh; ++j) {
+        const float* src = qg + (i * d.nh + j) * 2 * d.hd;
+        std::copy(src, src + d.hd, q + (i * d.nh + j) * d.hd);
+        std::copy(src + d.hd, src + 2 * d.hd, gate + (i * d.nh + j) * d.hd);
+      }
     }
-  }
-  ops::rms_norm_offset(q, n * d.nh, d.hd, q_norm_.data(), cfg_.eps, q);
-  ops::rms_norm_offset(k, n * d.nkv, d.hd, k_norm_.data(), cfg_.eps, k);
-  ops::apply_rope(q, n, d.nh, d.hd, qw, cfg_.rotary_dim, cos, sin);
-  ops::apply_rope(k, n, d.nkv, d.hd, kvw, cfg_.rotary_dim, cos, sin);
-  kv.append(k, v, n);
+    ops::rms_norm_offset(q, n * d.nh, d.hd, q_norm_.data(), cfg_.eps, q);
+    ops::rms_norm_offset(k, n * d.nkv, d.hd, k_norm_.data(), cfg_.eps, k);
+    ops::apply_rope(q, n, d.nh, d.hd, qw, cfg_.rotary_dim, cos, sin);
+    ops::apply_rope(k, n, d.nkv, d.hd, kvw, cfg_.rotary_dim, cos, sin);
+    kv.append(k, v, n);
   }
   {
     CLEF_PROF_SCOPE("attn.core");

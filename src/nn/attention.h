@@ -28,12 +28,12 @@ struct AttentionWeights {
 /// The activation buffers of GatedAttention::forward for chunks of up to `rows` tokens, sized from
 /// the layer config (shared by every full-attention layer of a model).
 struct AttentionActivations {
-  std::int64_t rows = 0;        ///< capacity in tokens
-  std::vector<float> q_gate;    ///< [rows, nh, 2·hd]: per head [query | gate] (q_proj output)
-  std::vector<float> q;         ///< [rows, nh, hd]
-  std::vector<float> gate;      ///< [rows, nh·hd]
-  std::vector<float> k, v;      ///< [rows, nkv, hd] each: the chunk's new keys/values
-  std::vector<float> core;      ///< [rows, nh, hd]: attention output before the gate
+  std::int64_t rows = 0;      ///< capacity in tokens
+  std::vector<float> q_gate;  ///< [rows, nh, 2·hd]: per head [query | gate] (q_proj output)
+  std::vector<float> q;       ///< [rows, nh, hd]
+  std::vector<float> gate;    ///< [rows, nh·hd]
+  std::vector<float> k, v;    ///< [rows, nkv, hd] each: the chunk's new keys/values
+  std::vector<float> core;    ///< [rows, nh, hd]: attention output before the gate
 
   AttentionActivations() = default;
   AttentionActivations(const AttentionConfig& c, std::int64_t rows);
@@ -43,8 +43,7 @@ struct AttentionActivations {
 class GatedAttention {
  public:
   GatedAttention() = default;
-  GatedAttention(const AttentionConfig& cfg, const AttentionWeights& w, ops::Precision p,
-                 const std::string& name);
+  GatedAttention(const AttentionConfig& cfg, const AttentionWeights& w, ops::Precision p, const std::string& name);
 
   /// An empty cache for a new sequence.
   KvCache new_cache() const;
@@ -53,8 +52,8 @@ class GatedAttention {
   /// the n new tokens are appended to `kv`; h [n, H] residual, h += attention(x). In kBF16 the
   /// attention core multiplies bf16-rounded q/k/v/probabilities (ops::attention_bf16).
   /// `act` holds the intermediates; throws InvalidArgument when n exceeds act.rows.
-  void forward(const float* x, std::int64_t n, const float* cos, const float* sin, KvCache& kv,
-               float* h, AttentionActivations& act) const;
+  void forward(const float* x, std::int64_t n, const float* cos, const float* sin, KvCache& kv, float* h,
+               AttentionActivations& act) const;
 
  private:
   AttentionConfig cfg_;

@@ -21,8 +21,10 @@ std::shared_ptr<const std::vector<std::byte>> grouped_out_proj(const GdnConfig& 
     throw ModelLoadError("linear weight " + name + " is missing or not [H, Hv*dv]");
   }
   if (is_block_quantized(w.dtype()) && c.dims.dv % kQ8_0BlockElems != 0) {
-    throw Unsupported(*w.file + ": " + name + " is " + std::string(dtype_name(w.dtype())) + " with V heads in tiled order "
-                      "and a value head dim " + std::to_string(c.dims.dv) + " that is not a multiple of 32");
+    throw Unsupported(*w.file + ": " + name + " is " + std::string(dtype_name(w.dtype())) +
+                      " with V heads in tiled order "
+                      "and a value head dim " +
+                      std::to_string(c.dims.dv) + " that is not a multiple of 32");
   }
   const std::int64_t hk = c.dims.hk, hv = c.dims.hv, r = hv / hk;
   const std::size_t head = dtype_bytes(w.dtype(), static_cast<std::uint64_t>(c.dims.dv));
@@ -57,8 +59,7 @@ void GatedDeltaNet::to_grouped(float* x, std::int64_t rows, std::int64_t stride,
   }
 }
 
-GatedDeltaNet::GatedDeltaNet(const GdnConfig& cfg, const GdnWeights& w, ops::Precision p,
-                             const std::string& name)
+GatedDeltaNet::GatedDeltaNet(const GdnConfig& cfg, const GdnWeights& w, ops::Precision p, const std::string& name)
     : cfg_(cfg),
       out_grouped_(grouped_out_proj(cfg, w.out_proj, name + ".out_proj")),
       qkv_(linear_weight(w.in_proj_qkv, p, name + ".in_proj_qkv")),
@@ -72,9 +73,9 @@ GatedDeltaNet::GatedDeltaNet(const GdnConfig& cfg, const GdnWeights& w, ops::Pre
       dt_bias_(small_f32(w.dt_bias, name + ".dt_bias")),
       neg_a_(neg_exp_a(w.a_log, name + ".A_log")),
       norm_w_(small_f32(w.norm, name + ".norm")) {
-  if (static_cast<std::int64_t>(conv_w_.size()) != cfg.conv_dim() * cfg.conv_k ||
-      qkv_.n() != cfg.conv_dim() || out_.k() != cfg.value_dim() ||
-      static_cast<std::int64_t>(dt_bias_.size()) != cfg.dims.hv || static_cast<std::int64_t>(neg_a_.size()) != cfg.dims.hv) {
+  if (static_cast<std::int64_t>(conv_w_.size()) != cfg.conv_dim() * cfg.conv_k || qkv_.n() != cfg.conv_dim() ||
+      out_.k() != cfg.value_dim() || static_cast<std::int64_t>(dt_bias_.size()) != cfg.dims.hv ||
+      static_cast<std::int64_t>(neg_a_.size()) != cfg.dims.hv) {
     throw ModelLoadError(name + ": tensor shapes disagree with the GDN config");
   }
   if (tiled(cfg)) {
@@ -111,7 +112,9 @@ std::size_t GdnActivations::floats() const noexcept {
 void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float* h, GdnActivations& act) const {
   const ops::GdnDims& d = cfg_.dims;
   const std::int64_t cd = cfg_.conv_dim(), kd = cfg_.key_dim(), vd = cfg_.value_dim();
-  if (n > act.rows) throw InvalidArgument("gated deltanet: a chunk of " + std::to_string(n) + " rows, activations for " + std::to_string(act.rows));
+  if (n > act.rows)
+    throw InvalidArgument("gated deltanet: a chunk of " + std::to_string(n) + " rows, activations for " +
+                          std::to_string(act.rows));
   float* mixed = act.mixed.data();
   float* u = act.conv.data();
   float* z = act.z.data();

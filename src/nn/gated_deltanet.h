@@ -42,13 +42,13 @@ struct GdnWeights {
 /// The activation buffers of GatedDeltaNet::forward for chunks of up to `rows` tokens, sized from
 /// the layer config (every GDN layer of a model has the same shapes and shares one set).
 struct GdnActivations {
-  std::int64_t rows = 0;           ///< capacity in tokens
-  std::vector<float> mixed;        ///< [rows, conv_dim]: q | k | v before the conv
-  std::vector<float> conv;         ///< [rows, conv_dim]: after the causal conv + SiLU
-  std::vector<float> z;            ///< [rows, Hv, dv]: output gate
-  std::vector<float> gates;        ///< 4 blocks of [n, Hv] for a chunk of n: b, a, beta, g
-  std::vector<float> core;         ///< [rows, Hv, dv]: delta-rule output
-  std::vector<float> head_order;   ///< [Hv, dv]: one token's V heads while reordering (tiled checkpoints)
+  std::int64_t rows = 0;          ///< capacity in tokens
+  std::vector<float> mixed;       ///< [rows, conv_dim]: q | k | v before the conv
+  std::vector<float> conv;        ///< [rows, conv_dim]: after the causal conv + SiLU
+  std::vector<float> z;           ///< [rows, Hv, dv]: output gate
+  std::vector<float> gates;       ///< 4 blocks of [n, Hv] for a chunk of n: b, a, beta, g
+  std::vector<float> core;        ///< [rows, Hv, dv]: delta-rule output
+  std::vector<float> head_order;  ///< [Hv, dv]: one token's V heads while reordering (tiled checkpoints)
 
   GdnActivations() = default;
   GdnActivations(const GdnConfig& c, std::int64_t rows);
@@ -79,7 +79,7 @@ class GatedDeltaNet {
 
   std::shared_ptr<const std::vector<std::byte>> out_grouped_;  ///< out_proj copy (tiled checkpoints)
   ops::GemmWeight qkv_, z_, b_, a_, out_;
-  std::vector<float> conv_w_;  ///< [conv_dim, K]
+  std::vector<float> conv_w_;                    ///< [conv_dim, K]
   std::vector<float> dt_bias_, neg_a_, norm_w_;  ///< neg_a_: A = -exp(A_log), [Hv]
 };
 

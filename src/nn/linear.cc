@@ -12,7 +12,8 @@ ops::GemmWeight linear_weight(const WeightView& w, ops::Precision p, const std::
     throw ModelLoadError("linear weight " + name + " is missing or not 2-D");
   }
   if (w.dtype() == DType::kQ8_0 && p != ops::Precision::kInt8) {
-    throw Unsupported(*w.file + ": tensor " + w.info->name + " (" + name + ") is Q8_0: a Q8_0 GGUF runs with "
+    throw Unsupported(*w.file + ": tensor " + w.info->name + " (" + name +
+                      ") is Q8_0: a Q8_0 GGUF runs with "
                       "--precision int8 only (fp32/bf16 would need a dequantized copy of every weight, which clef "
                       "does not make; use an F32/BF16/F16 GGUF or the release folder for those)");
   }
@@ -22,7 +23,8 @@ ops::GemmWeight linear_weight(const WeightView& w, ops::Precision p, const std::
 std::vector<float> small_f32(const WeightView& w, const std::string& name) {
   if (!w.valid()) throw ModelLoadError("tensor " + name + " is missing");
   if (w.stored != StoredAs::kParameter) {
-    throw InternalError("tensor " + name + " is stored as a function of its parameter; small_f32 reads parameters only");
+    throw InternalError("tensor " + name +
+                        " is stored as a function of its parameter; small_f32 reads parameters only");
   }
   return w.to_f32();
 }

@@ -9,8 +9,8 @@
 
 namespace clef::nn {
 
-SwiGluMlp::SwiGluMlp(const WeightView& gate, const WeightView& up, const WeightView& down,
-                     ops::Precision p, const std::string& name)
+SwiGluMlp::SwiGluMlp(const WeightView& gate, const WeightView& up, const WeightView& down, ops::Precision p,
+                     const std::string& name)
     : gate_(linear_weight(gate, p, name + ".gate_proj")),
       up_(linear_weight(up, p, name + ".up_proj")),
       down_(linear_weight(down, p, name + ".down_proj")),
@@ -21,7 +21,8 @@ MlpActivations::MlpActivations(std::int64_t intermediate, std::int64_t n)
 
 void SwiGluMlp::forward(const float* x, std::int64_t n, float* h, MlpActivations& act) const {
   if (n > act.rows || act.gate.size() < static_cast<std::size_t>(act.rows * inter_)) {
-    throw InvalidArgument("mlp: a chunk of " + std::to_string(n) + " rows, activations for " + std::to_string(act.rows));
+    throw InvalidArgument("mlp: a chunk of " + std::to_string(n) + " rows, activations for " +
+                          std::to_string(act.rows));
   }
   float* g = act.gate.data();
   float* u = act.up.data();

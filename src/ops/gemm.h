@@ -88,7 +88,7 @@ class GemmWeight {
   std::int64_t n_ = 0, k_ = 0;
   Precision precision_ = Precision::kF32;
   std::vector<std::uint16_t> owned_;  ///< bf16 copy when the stored dtype is not BF16
-  struct Fp32Copy {  ///< the fp32 copy of kF32 with resident weights, made by the first call
+  struct Fp32Copy {                   ///< the fp32 copy of kF32 with resident weights, made by the first call
     std::once_flag once;
     std::unique_ptr<float[]> data;  ///< not value-initialized: every element is written once
     std::atomic<bool> made{false};
@@ -123,8 +123,8 @@ std::string gemm_backend_name();
 namespace ref {
 /// Scalar oracle of linear(): double accumulation of float(x) * float(W) products; in kBF16 the
 /// x values are first rounded to bf16 (W as stored, rounded to bf16 if not BF16).
-void linear(const float* x, std::int64_t m, DType dtype, const void* w, std::int64_t n,
-            std::int64_t k, float* y, bool accumulate, Precision p);
+void linear(const float* x, std::int64_t m, DType dtype, const void* w, std::int64_t n, std::int64_t k, float* y,
+            bool accumulate, Precision p);
 }  // namespace ref
 
 }  // namespace clef::ops

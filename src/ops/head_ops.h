@@ -28,15 +28,15 @@ float dot16(const float* a, const float* b, std::int64_t n);
 /// layout), y [rows, out] (must not alias x or w); b [out], or null for no bias, which adds 0.0f
 /// (one fp32 addition either way, so a -0 dot comes out +0). Register-tiled and parallel over
 /// panels of 64 rows; neither changes any element, which is always exactly that expression.
-void linear_dot16(const float* x, std::int64_t rows, std::int64_t in, const float* w, std::int64_t out,
-                  const float* b, float* y);
+void linear_dot16(const float* x, std::int64_t rows, std::int64_t in, const float* w, std::int64_t out, const float* b,
+                  float* y);
 
 /// LayerNorm with weight and bias (PyTorch nn.LayerNorm, biased variance) whose row statistics are
 /// accumulated in double: mean = Σx / n and var = Σ(x - mean)² / n in double (ascending order),
 /// inv = float(1 / sqrt(var + eps)) and m = float(mean), then y = (x - m) · inv · w + b in fp32,
 /// left to right. x, y [rows, n] (y may alias x); w, b [n].
-void layer_norm_f64stats(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b,
-                         float eps, float* y);
+void layer_norm_f64stats(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b, float eps,
+                         float* y);
 
 /// y = x / max(‖x‖₂, 1e-12) (torch.nn.functional.normalize) over n floats, with Σx² accumulated
 /// in double (ascending) and the quotient formed in double, then rounded. y may alias x.
@@ -64,10 +64,10 @@ void attention_runs(const float* q, std::int64_t nq, std::int64_t width, std::in
 namespace ref {
 /// The scalar oracles: the orders above written as plain loops, one element at a time.
 float dot16(const float* a, const float* b, std::int64_t n);
-void linear_dot16(const float* x, std::int64_t rows, std::int64_t in, const float* w, std::int64_t out,
-                  const float* b, float* y);
-void layer_norm_f64stats(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b,
-                         float eps, float* y);
+void linear_dot16(const float* x, std::int64_t rows, std::int64_t in, const float* w, std::int64_t out, const float* b,
+                  float* y);
+void layer_norm_f64stats(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b, float eps,
+                         float* y);
 void l2_normalize_f64(const float* x, std::int64_t n, float* y);
 /// One thread, one query at a time over the concatenated rows k, v [nk, width].
 void attention_runs(const float* q, std::int64_t nq, std::int64_t width, std::int64_t heads, const float* k,

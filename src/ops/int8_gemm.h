@@ -54,8 +54,8 @@ class Int8Weight {
 
   std::int64_t n() const noexcept { return n_; }
   std::int64_t k() const noexcept { return k_; }
-  std::int64_t blocks() const noexcept { return nb_; }   ///< blocks per row: ceil(k / 32)
-  std::int64_t panels() const noexcept { return np_; }   ///< ceil(n / 16)
+  std::int64_t blocks() const noexcept { return nb_; }  ///< blocks per row: ceil(k / 32)
+  std::int64_t panels() const noexcept { return np_; }  ///< ceil(n / 16)
   /// Packed int8 values of panel p, block b (512 bytes).
   const std::int8_t* q_block(std::int64_t p, std::int64_t b) const noexcept {
     return q_.data() + static_cast<std::size_t>((p * nb_ + b) * kInt8PanelCols * kInt8Block);

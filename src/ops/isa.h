@@ -73,6 +73,4 @@ void set_isa_for_testing(IsaLevel level);
 /// Calls the Highway-exported kernel `fn` at the level chosen by init_isa().
 #define CLEF_DISPATCH(fn) (::clef::ops::init_isa(), HWY_DYNAMIC_DISPATCH(fn))
 
-namespace clef::ops {
-
-}  // namespace clef::ops
+namespace clef::ops {}  // namespace clef::ops

@@ -51,14 +51,13 @@ void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::in
 
 /// Offset RMSNorm (§2.2a), per row: y = (x * rsqrt(mean(x^2) + eps)) * (1 + w).
 /// x, y [rows, n] (y may alias x); w [n] is the stored offset weight as float.
-void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps,
-                     float* y);
+void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps, float* y);
 
 /// Gated RMSNorm (§2.2b, §4.7), per row (one GDN value head):
 /// y = (w * (o * rsqrt(mean(o^2) + eps))) * silu(z). o, z, y [rows, n] (y may alias o);
 /// w [n] used directly (no +1).
-void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int64_t n,
-                    const float* w, float eps, float* y);
+void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int64_t n, const float* w, float eps,
+                    float* y);
 
 /// SwiGLU (§5): out = silu(gate) * up over n elements (out may alias gate or up).
 void silu_mul(const float* gate, const float* up, std::int64_t n, float* out);
@@ -71,15 +70,14 @@ void sigmoid_mul(float* o, const float* gate, std::int64_t n);
 
 /// FLA L2 norm (§4.4), in place on each of `rows` rows of n floats, rows `stride` floats apart:
 /// x = x * rsqrt(sum(x^2) + eps) * scale (eps added to the SUM; scale = dk^-0.5 for q, 1 for k).
-void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps,
-                 float scale);
+void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps, float scale);
 
 /// Causal depthwise conv1d + SiLU with carried state (§4.2).
 /// x [t, c] pre-conv input; w [c, k] taps (tap k-1 multiplies the current row, not flipped);
 /// state [k-1, c] = the k-1 input rows before x (oldest first; zeros at sequence start), replaced
 /// by the last k-1 rows of (state ++ x). y [t, c] = silu(conv); y must not alias x.
-void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w,
-                        std::int64_t k, float* state, float* y);
+void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w, std::int64_t k, float* state,
+                        float* y);
 
 /// GDN gates (§4.3): beta = sigmoid(b); g = neg_a * softplus(a + dt_bias) with PyTorch's
 /// softplus (threshold 20), where neg_a = A = -exp(A_log) is computed once at load by the caller
@@ -94,72 +92,63 @@ void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, 
 /// (zero at sequence start), updated in place; o [t, hv, dv] contiguous.
 /// ref: the exact per-token recurrence; optimized: the chunked form with chunk 64 (same math,
 /// fp32 rounding differs).
-void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k,
-                      std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,
-                      const float* beta, float* state, float* o);
+void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k, std::int64_t qk_stride,
+                      const float* v, std::int64_t v_stride, const float* g, const float* beta, float* state, float* o);
 
 /// M-RoPE tables (§7.2): pos [3, t] (temporal, height, width streams; equal for text);
 /// cos, sin [t, rotary_dim/2] of the fp32 angle pos * inv_freq, evaluated in double, rounded.
-void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, float* cos,
-                 float* sin);
+void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, float* cos, float* sin);
 
 /// NeoX half rotation of the first rotary_dim dims of every head (§7.3), in place:
 /// x'_i = x_i cos - x_{i+r/2} sin, x'_{i+r/2} = x_{i+r/2} cos + x_i sin; other dims unchanged.
 /// x [t, heads, head_dim] with rows `row_stride` floats apart; cos, sin [t, rotary_dim/2].
-void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim,
-                std::int64_t row_stride, std::int64_t rotary_dim, const float* cos,
-                const float* sin);
+void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim, std::int64_t row_stride,
+                std::int64_t rotary_dim, const float* cos, const float* sin);
 
 /// Causal GQA attention (§3.5) of t new queries against a cache of tk >= t keys whose last t rows
 /// belong to the new tokens: query i sits at sequence index tk - t + i and sees keys 0..that
 /// (causal by index). Query head h reads kv head h / (nh / nkv). Scale hd^-0.5, fp32 softmax.
 /// q [t, nh, hd]; kc, vc [tk, nkv, hd]; o [t, nh, hd]. The optimized form is blocked with an
 /// online softmax and never holds a [t, tk] matrix.
-void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-               const float* kc, const float* vc, float* o);
+void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const float* kc,
+               const float* vc, float* o);
 
 /// attention() for the bf16 precision mode: q (pre-scaled by hd^-0.5), k, v and the softmax
 /// probabilities are rounded to bf16 and multiplied with vdpbf16ps, fp32 accumulation; the online
 /// softmax (max, exp, sums) stays fp32. About twice the fp32 throughput; error ~ bf16 rounding of
 /// the operands (tested against ref::attention). Falls back to attention() where AVX512-BF16 is
 /// not compiled in or hd is odd.
-void attention_bf16(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-                    const float* kc, const float* vc, float* o);
+void attention_bf16(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const float* kc,
+                    const float* vc, float* o);
 
 /// Scalar reference implementations (the test oracle): same signatures and contracts as above;
 /// ref::gated_delta_rule is the exact per-token recurrence of §4.5.
 namespace ref {
 void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::int64_t h,
                       std::span<const std::int32_t> ids, float* out);
-void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps,
-                     float* y);
-void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int64_t n,
-                    const float* w, float eps, float* y);
+void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps, float* y);
+void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int64_t n, const float* w, float eps,
+                    float* y);
 void silu_mul(const float* gate, const float* up, std::int64_t n, float* out);
 void add_inplace(float* h, const float* x, std::int64_t n);
 void sigmoid_mul(float* o, const float* gate, std::int64_t n);
-void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps,
-                 float scale);
-void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w,
-                        std::int64_t k, float* state, float* y);
+void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps, float scale);
+void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w, std::int64_t k, float* state,
+                        float* y);
 void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* neg_a,
                const float* dt_bias, float* beta, float* g);
-void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k,
-                      std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,
-                      const float* beta, float* state, float* o);
+void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k, std::int64_t qk_stride,
+                      const float* v, std::int64_t v_stride, const float* g, const float* beta, float* state, float* o);
 /// The chunked form of §4.6 written literally (explicit (I + A)^-1 by forward substitution),
 /// chunk size `chunk`: a second oracle proving the chunked algebra against the recurrence.
-void gated_delta_rule_chunked(const GdnDims& d, std::int64_t t, std::int64_t chunk,
-                              const float* q, const float* k, std::int64_t qk_stride,
-                              const float* v, std::int64_t v_stride, const float* g,
+void gated_delta_rule_chunked(const GdnDims& d, std::int64_t t, std::int64_t chunk, const float* q, const float* k,
+                              std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,
                               const float* beta, float* state, float* o);
-void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, float* cos,
-                 float* sin);
-void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim,
-                std::int64_t row_stride, std::int64_t rotary_dim, const float* cos,
-                const float* sin);
-void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-               const float* kc, const float* vc, float* o);
+void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, float* cos, float* sin);
+void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim, std::int64_t row_stride,
+                std::int64_t rotary_dim, const float* cos, const float* sin);
+void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const float* kc,
+               const float* vc, float* o);
 }  // namespace ref
 
 }  // namespace clef::ops

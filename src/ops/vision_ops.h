@@ -13,8 +13,7 @@ namespace clef::ops {
 
 /// LayerNorm with weight and bias (§6.6), per row: y = (x - mean) / sqrt(var + eps) * w + b,
 /// var the biased variance (PyTorch nn.LayerNorm). x, y [rows, n] (y may alias x); w, b [n].
-void layer_norm(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b,
-                float eps, float* y);
+void layer_norm(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b, float eps, float* y);
 
 /// y[r, :] += b for each of `rows` rows of n floats (the bias of a linear layer).
 void add_bias(float* y, std::int64_t rows, std::int64_t n, const float* b);
@@ -31,23 +30,20 @@ void gelu_erf(const float* x, std::int64_t n, float* y);
 /// query sees all t keys; scale hd^-0.5, fp32 softmax. q, k, v, o [t, nh, hd] contiguous
 /// (d.nkv == d.nh for the vision tower; GQA grouping as in attention()). Same blocked online
 /// softmax kernel as attention(), never holds a [t, t] matrix. Throws InvalidArgument on bad dims.
-void attention_full(const AttentionDims& d, std::int64_t t, const float* q, const float* k,
-                    const float* v, float* o);
+void attention_full(const AttentionDims& d, std::int64_t t, const float* q, const float* k, const float* v, float* o);
 
 /// attention_full() with bf16 operands (q, k, v and probabilities rounded to bf16, fp32
 /// accumulation), the vision tower's kBF16 mode; as attention_bf16().
-void attention_full_bf16(const AttentionDims& d, std::int64_t t, const float* q, const float* k,
-                         const float* v, float* o);
+void attention_full_bf16(const AttentionDims& d, std::int64_t t, const float* q, const float* k, const float* v,
+                         float* o);
 
 namespace ref {
-void layer_norm(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b,
-                float eps, float* y);
+void layer_norm(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b, float eps, float* y);
 void add_bias(float* y, std::int64_t rows, std::int64_t n, const float* b);
 void gelu_tanh(const float* x, std::int64_t n, float* y);
 void gelu_erf(const float* x, std::int64_t n, float* y);
 /// Scalar oracle: explicit [t] score row per query, double accumulation.
-void attention_full(const AttentionDims& d, std::int64_t t, const float* q, const float* k,
-                    const float* v, float* o);
+void attention_full(const AttentionDims& d, std::int64_t t, const float* q, const float* k, const float* v, float* o);
 }  // namespace ref
 
 }  // namespace clef::ops

@@ -20,8 +20,8 @@ qwen35::TextModelOptions model_options(const ReleaseFolder& release, const Backb
   qwen35::TextModelOptions m;
   m.precision = o.precision;
   // Before the model binds its weights (GemmWeight reads the flag when it is made).
-  ops::set_fp32_resident_weights(fp32_weights_resident(o.fp32_weights, o.precision,
-                                                       fp32_copy_bytes(release.model.text), usable_memory_bytes()));
+  ops::set_fp32_resident_weights(
+      fp32_weights_resident(o.fp32_weights, o.precision, fp32_copy_bytes(release.model.text), usable_memory_bytes()));
   return m;
 }
 
@@ -90,7 +90,8 @@ std::optional<std::uint64_t> chain_limit(const std::string& root, std::string pa
 
 std::uint64_t usable_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  std::uint64_t bytes = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+  std::uint64_t bytes =
+      pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
   auto take = [&](std::optional<std::uint64_t> v) {
     if (v && *v > 0 && (bytes == 0 || *v < bytes)) bytes = *v;
   };
@@ -149,8 +150,8 @@ void Backbone::prefill(std::span<const std::int32_t> ids, SequenceState& st, con
   for (std::int64_t c0 = 0; c0 < total; c0 += chunk) {
     const std::int64_t n = std::min(chunk, total - c0);
     const std::int64_t first = st.n_tokens;
-    model_.forward_chunk(ids.subspan(static_cast<std::size_t>(c0), static_cast<std::size_t>(n)), {}, st,
-                         out_.data(), act_);
+    model_.forward_chunk(ids.subspan(static_cast<std::size_t>(c0), static_cast<std::size_t>(n)), {}, st, out_.data(),
+                         act_);
     if (consumer) consumer(first, out_.data(), n, H);
   }
 }

@@ -86,7 +86,8 @@ long long peak_rss_bytes() {
 std::vector<std::int32_t> load_ids(const BackboneDumpOptions& a, std::int64_t vocab) {
   if (!a.ids_file.empty()) {
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(a.ids_file, ec)) throw IoError("--ids " + a.ids_file + " is not a readable regular file");
+    if (!std::filesystem::is_regular_file(a.ids_file, ec))
+      throw IoError("--ids " + a.ids_file + " is not a readable regular file");
     std::ifstream f(a.ids_file);
     if (!f) throw IoError("cannot read " + a.ids_file);
     std::stringstream ss;
@@ -99,9 +100,11 @@ std::vector<std::int32_t> load_ids(const BackboneDumpOptions& a, std::int64_t vo
     const long long t = parse_integer_flag("--random-ids T", a.random_ids.substr(0, colon), 1, 1 << 24);
     const auto seed = colon == std::string::npos
                           ? 0u
-                          : static_cast<unsigned>(parse_integer_flag("--random-ids SEED", a.random_ids.substr(colon + 1), 0, 0xffffffffLL));
+                          : static_cast<unsigned>(parse_integer_flag("--random-ids SEED",
+                                                                     a.random_ids.substr(colon + 1), 0, 0xffffffffLL));
     std::mt19937 gen(seed);
-    std::uniform_int_distribution<std::int32_t> d(0, static_cast<std::int32_t>(std::min<std::int64_t>(vocab, 248000) - 1));
+    std::uniform_int_distribution<std::int32_t> d(0,
+                                                  static_cast<std::int32_t>(std::min<std::int64_t>(vocab, 248000) - 1));
     std::vector<std::int32_t> ids(static_cast<std::size_t>(t));
     for (auto& x : ids) x = d(gen);
     return ids;
@@ -110,12 +113,13 @@ std::vector<std::int32_t> load_ids(const BackboneDumpOptions& a, std::int64_t vo
 }
 
 void report(const std::string& run, std::size_t tokens, double secs, const BackboneDumpOptions& a) {
-  std::printf("{\"run\": \"%s\", \"tokens\": %zu, \"seconds\": %.6f, \"tokens_per_s\": %.3f, "
-              "\"peak_rss_bytes\": %lld, \"precision\": \"%s\", \"fp32_weights\": \"%s\", \"threads\": %d, "
-              "\"gemm\": \"%s\"}\n",
-              run.c_str(), tokens, secs, secs > 0 ? static_cast<double>(tokens) / secs : 0.0, peak_rss_bytes(),
-              ops::precision_name(a.precision), ops::fp32_resident_weights() ? "resident" : "stream",
-              ops::num_threads(), ops::gemm_backend_name().c_str());
+  std::printf(
+      "{\"run\": \"%s\", \"tokens\": %zu, \"seconds\": %.6f, \"tokens_per_s\": %.3f, "
+      "\"peak_rss_bytes\": %lld, \"precision\": \"%s\", \"fp32_weights\": \"%s\", \"threads\": %d, "
+      "\"gemm\": \"%s\"}\n",
+      run.c_str(), tokens, secs, secs > 0 ? static_cast<double>(tokens) / secs : 0.0, peak_rss_bytes(),
+      ops::precision_name(a.precision), ops::fp32_resident_weights() ? "resident" : "stream", ops::num_threads(),
+      ops::gemm_backend_name().c_str());
   std::fflush(stdout);
 }
 
@@ -166,7 +170,8 @@ void run_backbone_dump(const BackboneDumpOptions& a) {
     double worst = 0.0;
     auto compare = [&](std::int64_t first_row, const float* rows, std::int64_t count, std::int64_t) {
       for (std::int64_t i = 0; i < count * H; ++i) {
-        worst = std::max(worst, static_cast<double>(std::fabs(rows[i] - first[static_cast<std::size_t>(first_row * H + i)])));
+        worst = std::max(worst,
+                         static_cast<double>(std::fabs(rows[i] - first[static_cast<std::size_t>(first_row * H + i)])));
       }
     };
     SequenceState branch = fork_state(snapshot);

@@ -15,14 +15,14 @@ namespace clef {
 /// A parsed `clef hidden` command line. The ids come from `ids_file`, else `ids_list`, else
 /// `random_ids`, the first one that is not empty.
 struct BackboneDumpOptions {
-  std::string model;       ///< release folder (or GGUF model) path
-  std::string ids_file;    ///< file of token ids (separated by commas, spaces, newlines, brackets)
-  std::string ids_list;    ///< token ids as text, e.g. "1,2,3"
-  std::string random_ids;  ///< "T[:SEED]": T uniform ids below min(vocab, 248000) from mt19937(SEED)
-  std::string out;         ///< file prefix: PREFIX.chunk<C>.npy, PREFIX.padded.npy ("" writes no files)
+  std::string model;                 ///< release folder (or GGUF model) path
+  std::string ids_file;              ///< file of token ids (separated by commas, spaces, newlines, brackets)
+  std::string ids_list;              ///< token ids as text, e.g. "1,2,3"
+  std::string random_ids;            ///< "T[:SEED]": T uniform ids below min(vocab, 248000) from mt19937(SEED)
+  std::string out;                   ///< file prefix: PREFIX.chunk<C>.npy, PREFIX.padded.npy ("" writes no files)
   std::vector<std::int64_t> chunks;  ///< prefill chunk sizes, one run each
-  bool padded = false;      ///< one more run with the static-shape (padded) readout
-  bool fork_check = false;  ///< fork/restore the state at the middle and compare with the one-shot run
+  bool padded = false;               ///< one more run with the static-shape (padded) readout
+  bool fork_check = false;           ///< fork/restore the state at the middle and compare with the one-shot run
   ops::Precision precision = ops::Precision::kF32;
   Fp32Weights fp32_weights = Fp32Weights::kAuto;
   int threads = 0;  ///< 0 = all CPUs

@@ -76,8 +76,8 @@ std::string release_routing_identity(const ReleaseFolder& r) {
                         ? read_at(0, size, bytes)
                         : read_at(0, kEdgeBytes, bytes) && read_at(size - kEdgeBytes, kEdgeBytes, bytes);
     if (!ok) continue;
-    files.push_back("file=" + it->path().filename().string() + " size=" + std::to_string(size) + " sha256=" +
-                    sha256_hex(std::as_bytes(std::span<const char>(bytes.data(), bytes.size()))) + "\n");
+    files.push_back("file=" + it->path().filename().string() + " size=" + std::to_string(size) +
+                    " sha256=" + sha256_hex(std::as_bytes(std::span<const char>(bytes.data(), bytes.size()))) + "\n");
   }
   std::sort(files.begin(), files.end());
   std::string text = "clef-routing-v1\n";
@@ -89,18 +89,17 @@ std::string release_routing_identity(const ReleaseFolder& r) {
 
 const char* state_cache_use_name(StateCacheUse u) noexcept {
   switch (u) {
-    case StateCacheUse::kMiss:
-      return "miss";
-    case StateCacheUse::kHit:
-      return "hit";
-    case StateCacheUse::kOff:
-      break;
+    case StateCacheUse::kMiss: return "miss";
+    case StateCacheUse::kHit: return "hit";
+    case StateCacheUse::kOff: break;
   }
   return "off";
 }
 
 Engine::Engine(const std::string& model_dir, const EngineOptions& options)
-    : options_(options), release_(open_release(model_dir)), tokenizer_(load_model_tokenizer(model_dir, nullptr, options.tokenizer)) {
+    : options_(options),
+      release_(open_release(model_dir)),
+      tokenizer_(load_model_tokenizer(model_dir, nullptr, options.tokenizer)) {
   if (options.state_cache_mb < 0 || options.state_cache_mb > (std::int64_t{1} << 30)) {
     throw InvalidArgument("state cache budget must be in [0, 2^30] MiB, got " + std::to_string(options.state_cache_mb));
   }
@@ -111,8 +110,8 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   head_ = std::make_unique<JointHead>(release_.head, release_.head_config, release_.model.text.lm_head);
   identity_ = engine_identity(release_, *backbone_);
   routing_identity_ = release_routing_identity(release_);
-  fixed_text_tokens_ = static_cast<std::int64_t>(tokenizer_.encode(record_prefix()).size() +
-                                                 tokenizer_.encode(kSuffix).size());
+  fixed_text_tokens_ =
+      static_cast<std::int64_t>(tokenizer_.encode(record_prefix()).size() + tokenizer_.encode(kSuffix).size());
   if (options.vision_grid != 0 && options.vision_grid != 8 && options.vision_grid != 14) {
     throw InvalidArgument("vision grid must be 0 (smart resize), 8 or 14, got " + std::to_string(options.vision_grid));
   }
@@ -127,7 +126,7 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
     tower_ = std::make_unique<qwen35::VisionTower>(*release_.config.vision, *release_.model.vision, vo);
     options_.limits.accept_images = true;
   }
-    if (options.state_cache_mb > 0 && !options.backbone.padded_readout) {
+  if (options.state_cache_mb > 0 && !options.backbone.padded_readout) {
     cache_ = std::make_unique<StateCache>(static_cast<std::size_t>(options.state_cache_mb) << 20);
   }
 }
@@ -164,10 +163,10 @@ void Engine::validate(std::string_view request_body, Dialect dialect) const {
 
 /// A request's images, decoded and through the vision tower (empty when it has none).
 struct Engine::RequestMedia {
-  std::vector<std::int64_t> tokens;       ///< merged tokens per image: sizes the prompt's media block
-  std::vector<qwen35::ImageGrid> grids;   ///< patch grid per image (request order)
-  std::vector<float> rows;                ///< [Σ tokens, H] tower output, replacing the image pads
-  std::string key;                        ///< the data URLs, length-prefixed: part of the state cache key
+  std::vector<std::int64_t> tokens;      ///< merged tokens per image: sizes the prompt's media block
+  std::vector<qwen35::ImageGrid> grids;  ///< patch grid per image (request order)
+  std::vector<float> rows;               ///< [Σ tokens, H] tower output, replacing the image pads
+  std::string key;                       ///< the data URLs, length-prefixed: part of the state cache key
 };
 
 /// An encoded record with what its prefill calls need.
@@ -256,8 +255,8 @@ void Engine::prefill_range(const PreparedRecord& p, std::int64_t a, std::int64_t
   PrefillMedia media;
   media.positions = positions;
   media.image_token_id = p.image_pad;
-  media.image_rows = std::span<const float>(p.media.rows).subspan(static_cast<std::size_t>(pads_before * H),
-                                                                 static_cast<std::size_t>(pads_in * H));
+  media.image_rows = std::span<const float>(p.media.rows)
+                         .subspan(static_cast<std::size_t>(pads_before * H), static_cast<std::size_t>(pads_in * H));
   backbone_->prefill(part, st, consumer, media);
 }
 
@@ -269,7 +268,8 @@ double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, Joint
     head.feed(std::span<const float>(rows, static_cast<std::size_t>(count * hidden)));
     head_seconds += seconds_since(th);
   };
-  const std::span<const std::byte> image_bytes = std::as_bytes(std::span<const char>(p.media.key.data(), p.media.key.size()));
+  const std::span<const std::byte> image_bytes =
+      std::as_bytes(std::span<const char>(p.media.key.data(), p.media.key.size()));
   // The routing key covers the prefix + state whether or not this run splits or caches there.
   d.state_key = state_cache_key(routing_identity_, ids.first(static_cast<std::size_t>(p.rec.state_end())), image_bytes);
   SequenceState state = backbone_->new_state();
@@ -282,19 +282,22 @@ double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, Joint
       e->rows = split;
       std::vector<float> memory;  // the prefix's projected memory rows [split, W]
       memory.reserve(static_cast<std::size_t>(split * head_->config().width));
-      prefill_range(p, 0, split, e->state, [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
-        const auto th = std::chrono::steady_clock::now();
-        const std::vector<float> m = head_->project_memory(std::span<const float>(rows, static_cast<std::size_t>(count * hidden)));
-        memory.insert(memory.end(), m.begin(), m.end());
-        head_seconds += seconds_since(th);
-      });
+      prefill_range(p, 0, split, e->state,
+                    [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
+                      const auto th = std::chrono::steady_clock::now();
+                      const std::vector<float> m =
+                          head_->project_memory(std::span<const float>(rows, static_cast<std::size_t>(count * hidden)));
+                      memory.insert(memory.end(), m.begin(), m.end());
+                      head_seconds += seconds_since(th);
+                    });
       const auto th = std::chrono::steady_clock::now();
       e->head = head_->memory_prefix(memory);
       head_seconds += seconds_since(th);
       return e;
     };
     const StateCache::Result r =
-        cache_->get_or_compute(state_cache_key(identity_, ids.first(static_cast<std::size_t>(split)), image_bytes), compute);
+        cache_->get_or_compute(state_cache_key(identity_, ids.first(static_cast<std::size_t>(split)), image_bytes),
+                               compute);
     d.state_cache = r.hit ? StateCacheUse::kHit : StateCacheUse::kMiss;
     d.reused_tokens = r.hit ? split : 0;
     const auto tr = std::chrono::steady_clock::now();

@@ -31,10 +31,10 @@
 namespace clef {
 
 struct EngineOptions {
-  BackboneOptions backbone;   ///< precision, chunk size, threads
-  RecordOptions record;       ///< max_length (default 16,384) and the overflow policy
-  RequestLimits limits;       ///< question / option / level counts
-  AnswerOptions answers;      ///< confidence mode, Jev legend
+  BackboneOptions backbone;  ///< precision, chunk size, threads
+  RecordOptions record;      ///< max_length (default 16,384) and the overflow policy
+  RequestLimits limits;      ///< question / option / level counts
+  AnswerOptions answers;     ///< confidence mode, Jev legend
   /// Model names the engine answers to besides the release's own; accept_any echoes any name
   /// (the reference's behaviour, right for a CLI where the folder chooses the model).
   std::vector<std::string> aliases;
@@ -81,7 +81,7 @@ struct DecisionTimings {
 
 /// One decision's outcome.
 struct Decision {
-  std::string body;                ///< the SystemOne response (compact JSON)
+  std::string body;  ///< the SystemOne response (compact JSON)
   std::int64_t input_tokens = 0;
   std::int64_t state_tokens_dropped = 0;
   DecisionTimings timings;
@@ -94,7 +94,7 @@ struct Decision {
   /// off. `clef serve` sends it as `X-Clef-State-Key` so that a balancer can route a state's
   /// requests to one replica.
   std::string state_key;
-  std::vector<float> logits;       ///< [N] option logits in model order (request order, §3.4 options)
+  std::vector<float> logits;  ///< [N] option logits in model order (request order, §3.4 options)
 };
 
 /// A loaded model ready to decide. Not thread-safe: one decision at a time (the scheduler of the
@@ -170,7 +170,8 @@ class Engine {
   std::string routing_identity_;
   std::unique_ptr<StateCache> cache_;  ///< null when off
   std::unique_ptr<qwen35::VisionTower> tower_;
-  std::int64_t fixed_text_tokens_ = 0;  ///< tokens of the prompt prefix + suffix (54 with Qwen3.5's tokenizer)  ///< null when images are off or the release has no tower
+  std::int64_t fixed_text_tokens_ = 0;  ///< tokens of the prompt prefix + suffix (54 with Qwen3.5's tokenizer)  ///<
+                                        ///< null when images are off or the release has no tower
 };
 
 }  // namespace clef

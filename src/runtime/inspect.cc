@@ -8,12 +8,12 @@ namespace {
 std::int64_t n(const WeightView& w) { return w.valid() ? static_cast<std::int64_t>(w.numel()) : 0; }
 
 std::int64_t layer_params(const qwen35::DecoderLayerWeights& L) {
-  std::int64_t p = n(L.input_layernorm) + n(L.post_attention_layernorm) + n(L.gate_proj) + n(L.up_proj) +
-                   n(L.down_proj);
+  std::int64_t p =
+      n(L.input_layernorm) + n(L.post_attention_layernorm) + n(L.gate_proj) + n(L.up_proj) + n(L.down_proj);
   if (L.linear_attn) {
     const auto& g = *L.linear_attn;
-    p += n(g.in_proj_qkv) + n(g.in_proj_z) + n(g.in_proj_b) + n(g.in_proj_a) + n(g.conv1d) + n(g.dt_bias) +
-         n(g.a_log) + n(g.norm) + n(g.out_proj);
+    p += n(g.in_proj_qkv) + n(g.in_proj_z) + n(g.in_proj_b) + n(g.in_proj_a) + n(g.conv1d) + n(g.dt_bias) + n(g.a_log) +
+         n(g.norm) + n(g.out_proj);
   }
   if (L.self_attn) {
     const auto& a = *L.self_attn;
@@ -49,7 +49,8 @@ ModelSummary summarize(const ReleaseFolder& r) {
     }
   }
   s.text_blocks = {{"embed_tokens", n(t.embed_tokens)},
-                   {"gated_deltanet mixers (" + std::to_string(tc.count(LayerType::kLinearAttention)) + " layers)", gdn},
+                   {"gated_deltanet mixers (" + std::to_string(tc.count(LayerType::kLinearAttention)) + " layers)",
+                    gdn},
                    {"full_attention mixers (" + std::to_string(tc.count(LayerType::kFullAttention)) + " layers)", attn},
                    {"mlp (" + std::to_string(t.layers.size()) + " layers)", mlp},
                    {"layer norms", norms},
@@ -62,8 +63,8 @@ ModelSummary summarize(const ReleaseFolder& r) {
     std::int64_t blocks = 0;
     for (const auto& b : v.blocks) {
       blocks += n(b.norm1_weight) + n(b.norm1_bias) + n(b.norm2_weight) + n(b.norm2_bias) + n(b.qkv_weight) +
-                n(b.qkv_bias) + n(b.proj_weight) + n(b.proj_bias) + n(b.fc1_weight) + n(b.fc1_bias) +
-                n(b.fc2_weight) + n(b.fc2_bias);
+                n(b.qkv_bias) + n(b.proj_weight) + n(b.proj_bias) + n(b.fc1_weight) + n(b.fc1_bias) + n(b.fc2_weight) +
+                n(b.fc2_bias);
     }
     s.vision_blocks = {{"patch_embed", n(v.patch_embed_weight) + n(v.patch_embed_bias)},
                        {"pos_embed", n(v.pos_embed)},
@@ -83,16 +84,18 @@ ModelSummary summarize(const ReleaseFolder& r) {
     field += mha_params(L.self_attn) + mha_params(L.cross_attn) + n(L.linear1_weight) + n(L.linear1_bias) +
              n(L.linear2_weight) + n(L.linear2_bias) + ln_params(L.norm1) + ln_params(L.norm2) + ln_params(L.norm3);
   }
-  s.head_blocks = {
-      {"hidden_norm", ln_params(h.hidden_norm)},
-      {"projections (6)", n(h.memory_projection) + n(h.question_projection) + n(h.option_question_projection) +
-                              n(h.global_projection) + n(h.option_context_projection) + n(h.option_lexical_projection)},
-      {"type_embedding", n(h.type_embedding)},
-      {"evidence routing (" + std::to_string(h.routing.size()) + " layers)", routing},
-      {"field decoder (" + std::to_string(h.field_layers.size()) + " layers)", field},
-      {"norms (summary, field, option)", ln_params(h.option_summary_norm) + ln_params(h.field_norm) + ln_params(h.option_norm)},
-      {"residual scorer", n(h.scorer1_weight) + n(h.scorer1_bias) + n(h.scorer2_weight) + n(h.scorer2_bias)},
-      {"scalars", n(h.prior_logit_scale) + n(h.joint_logit_scale) + n(h.residual_gate)}};
+  s.head_blocks = {{"hidden_norm", ln_params(h.hidden_norm)},
+                   {"projections (6)", n(h.memory_projection) + n(h.question_projection) +
+                                           n(h.option_question_projection) + n(h.global_projection) +
+                                           n(h.option_context_projection) + n(h.option_lexical_projection)},
+                   {"type_embedding", n(h.type_embedding)},
+                   {"evidence routing (" + std::to_string(h.routing.size()) + " layers)", routing},
+                   {"field decoder (" + std::to_string(h.field_layers.size()) + " layers)", field},
+                   {"norms (summary, field, option)",
+                    ln_params(h.option_summary_norm) + ln_params(h.field_norm) + ln_params(h.option_norm)},
+                   {"residual scorer",
+                    n(h.scorer1_weight) + n(h.scorer1_bias) + n(h.scorer2_weight) + n(h.scorer2_bias)},
+                   {"scalars", n(h.prior_logit_scale) + n(h.joint_logit_scale) + n(h.residual_gate)}};
   for (const auto& [k, v] : s.head_blocks) s.head_params += v;
 
   for (const auto& [name, bytes] : r.weights->files()) s.weight_file_bytes += bytes;
@@ -106,8 +109,8 @@ ModelSummary summarize(const ReleaseFolder& r) {
                          u((tc.linear_conv_kernel_dim - 1) * tc.gdn_conv_dim()));
   // KV cache (rotated K and V of every full-attention layer) + the final hidden row and the
   // head's projected memory row that the joint head reads for every position.
-  s.state_bytes_per_token = 4 * (n_full * 2 * u(tc.num_key_value_heads * tc.head_dim) + u(tc.hidden_size) +
-                                 u(r.head_config.width));
+  s.state_bytes_per_token =
+      4 * (n_full * 2 * u(tc.num_key_value_heads * tc.head_dim) + u(tc.hidden_size) + u(r.head_config.width));
   // Largest simultaneous fp32 activations per chunk token: the residual stream, the widest
   // projection output (q+gate, GDN qkv+z, or SwiGLU gate+up) and its input.
   const std::int64_t widest =

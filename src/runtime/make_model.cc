@@ -105,7 +105,8 @@ constexpr const char* kTrainingText =
     "<|im_start|>system\nRead the complete state and schema. Decide every field jointly. Each answer must be "
     "exactly one of that field's allowed options.<|im_end|>\n<|im_start|>user\nSTATE:\n"
     "\n\nSCHEMA FIELDS:\n\nFIELD 1\nID: question\nTYPE: noul\nINSTRUCTION: Is the customer asking for a refund?\n"
-    "ALLOWED OPTIONS:\nOPTION 1: {\"description\":\"The proposition is true or the answer is yes.\",\"option_id\":\"true\"}\n"
+    "ALLOWED OPTIONS:\nOPTION 1: {\"description\":\"The proposition is true or the answer is "
+    "yes.\",\"option_id\":\"true\"}\n"
     "OPTION 2: {\"description\":\"The proposition is false or the answer is no.\",\"option_id\":\"false\"}\n"
     "END FIELD\n\nFIELD 2\nID: priority\nTYPE: choice\nINSTRUCTION: How urgent is this ticket?\n"
     "END FIELD\n\nFIELD 3\nID: severity\nTYPE: score\nINSTRUCTION: Rate the severity of the incident.\n"
@@ -122,7 +123,8 @@ constexpr const char* kTrainingText =
 std::vector<std::string> byte_to_unicode() {
   std::vector<int> cps(256, -1);
   for (int b = 0; b < 256; ++b) {
-    if ((b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff)) cps[static_cast<std::size_t>(b)] = b;
+    if ((b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff))
+      cps[static_cast<std::size_t>(b)] = b;
   }
   int next = 256;
   for (int b = 0; b < 256; ++b) {
@@ -246,17 +248,23 @@ struct AddedToken {
 // The Qwen3.5 added tokens in id order (docs/TOKENIZER.md §1.5), offset to follow the
 // stand-in vocab.
 constexpr AddedToken kAddedTokens[] = {
-    {"<|endoftext|>", true, true},      {"<|im_start|>", true, true},      {"<|im_end|>", true, true},
-    {"<|object_ref_start|>", true, true}, {"<|object_ref_end|>", true, true}, {"<|box_start|>", true, true},
-    {"<|box_end|>", true, true},        {"<|quad_start|>", true, true},    {"<|quad_end|>", true, true},
-    {"<|vision_start|>", true, true},   {"<|vision_end|>", true, true},    {"<|vision_pad|>", true, true},
-    {"<|image_pad|>", true, true},      {"<|video_pad|>", true, true},     {"<tool_call>", false, true},
-    {"</tool_call>", false, true},      {"<|fim_prefix|>", false, true},   {"<|fim_middle|>", false, true},
-    {"<|fim_suffix|>", false, true},    {"<|fim_pad|>", false, true},      {"<|repo_name|>", false, true},
-    {"<|file_sep|>", false, true},      {"<tool_response>", false, true},  {"</tool_response>", false, true},
-    {"<think>", false, true},           {"</think>", false, true},         {"<|audio_start|>", true, false},
-    {"<|audio_end|>", true, false},     {"<tts_pad>", true, false},        {"<tts_text_bos>", true, false},
-    {"<tts_text_eod>", true, false},    {"<tts_text_bos_single>", true, false}, {"<|audio_pad|>", true, false},
+    {"<|endoftext|>", true, true},      {"<|im_start|>", true, true},
+    {"<|im_end|>", true, true},         {"<|object_ref_start|>", true, true},
+    {"<|object_ref_end|>", true, true}, {"<|box_start|>", true, true},
+    {"<|box_end|>", true, true},        {"<|quad_start|>", true, true},
+    {"<|quad_end|>", true, true},       {"<|vision_start|>", true, true},
+    {"<|vision_end|>", true, true},     {"<|vision_pad|>", true, true},
+    {"<|image_pad|>", true, true},      {"<|video_pad|>", true, true},
+    {"<tool_call>", false, true},       {"</tool_call>", false, true},
+    {"<|fim_prefix|>", false, true},    {"<|fim_middle|>", false, true},
+    {"<|fim_suffix|>", false, true},    {"<|fim_pad|>", false, true},
+    {"<|repo_name|>", false, true},     {"<|file_sep|>", false, true},
+    {"<tool_response>", false, true},   {"</tool_response>", false, true},
+    {"<think>", false, true},           {"</think>", false, true},
+    {"<|audio_start|>", true, false},   {"<|audio_end|>", true, false},
+    {"<tts_pad>", true, false},         {"<tts_text_bos>", true, false},
+    {"<tts_text_eod>", true, false},    {"<tts_text_bos_single>", true, false},
+    {"<|audio_pad|>", true, false},
 };
 
 ojson added_token_json(std::int64_t id, const AddedToken& a, bool with_id) {
@@ -272,7 +280,9 @@ ojson added_token_json(std::int64_t id, const AddedToken& a, bool with_id) {
 }
 
 ojson byte_level(bool add_prefix_space) {
-  return ojson{{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space}, {"trim_offsets", false},
+  return ojson{{"type", "ByteLevel"},
+               {"add_prefix_space", add_prefix_space},
+               {"trim_offsets", false},
                {"use_regex", false}};
 }
 
@@ -450,16 +460,23 @@ void write_release_files(const fs::path& dir, const MakeModelOptions& o) {
   tj["padding"] = nullptr;
   tj["added_tokens"] = added;
   tj["normalizer"] = {{"type", "NFC"}};
-  tj["pre_tokenizer"] = {{"type", "Sequence"},
-                         {"pretokenizers",
-                          {{{"type", "Split"}, {"pattern", {{"Regex", kQwen35SplitRegex}}}, {"behavior", "Isolated"},
-                            {"invert", false}},
-                           byte_level(false)}}};
+  tj["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", kQwen35SplitRegex}}}, {"behavior", "Isolated"}, {"invert", false}},
+        byte_level(false)}}};
   tj["post_processor"] = byte_level(false);
   tj["decoder"] = byte_level(false);
-  tj["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
-                 {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-                 {"vocab", vocab}, {"merges", merges}};
+  tj["model"] = {{"type", "BPE"},
+                 {"dropout", nullptr},
+                 {"unk_token", nullptr},
+                 {"continuing_subword_prefix", ""},
+                 {"end_of_word_suffix", ""},
+                 {"fuse_unk", false},
+                 {"byte_fallback", false},
+                 {"ignore_merges", false},
+                 {"vocab", vocab},
+                 {"merges", merges}};
   write_text(dir / "tokenizer.json", tj.dump(2) + "\n");
   ojson tc;
   tc["add_bos_token"] = false;
@@ -478,7 +495,8 @@ void write_release_files(const fs::path& dir, const MakeModelOptions& o) {
 
   // config.json, in the composite form transformers writes for Qwen3_5Config.
   ojson layer_types = ojson::array();
-  for (std::int64_t i = 0; i < d.layers; ++i) layer_types.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
+  for (std::int64_t i = 0; i < d.layers; ++i)
+    layer_types.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
   ojson text;
   text["attention_bias"] = false;
   text["attention_dropout"] = 0.0;
@@ -502,8 +520,11 @@ void write_release_files(const fs::path& dir, const MakeModelOptions& o) {
   text["num_key_value_heads"] = d.kv_heads;
   text["pad_token_id"] = nullptr;
   text["rms_norm_eps"] = 1e-06;
-  text["rope_parameters"] = {{"mrope_interleaved", true}, {"mrope_section", {3, 3, 2}}, {"partial_rotary_factor", 0.25},
-                             {"rope_theta", 10000000.0}, {"rope_type", "default"}};
+  text["rope_parameters"] = {{"mrope_interleaved", true},
+                             {"mrope_section", {3, 3, 2}},
+                             {"partial_rotary_factor", 0.25},
+                             {"rope_theta", 10000000.0},
+                             {"rope_type", "default"}};
   text["tie_word_embeddings"] = true;
   text["use_cache"] = true;
   text["vocab_size"] = vocab_size;
@@ -552,7 +573,7 @@ void write_release_files(const fs::path& dir, const MakeModelOptions& o) {
   write_text(dir / "preprocessor_config.json", pre.dump(2) + "\n");
 
   ojson head_cfg = {{"hidden_size", d.hidden}, {"width", d.h_width}, {"routing_layers", d.h_routing},
-                    {"layers", d.h_layers}, {"heads", d.h_heads}, {"feedforward", d.h_ff}};
+                    {"layers", d.h_layers},    {"heads", d.h_heads}, {"feedforward", d.h_ff}};
   write_text(dir / "joint_head_config.json", head_cfg.dump(2) + "\n");
 
   std::vector<TensorToWrite> tensors;
@@ -616,8 +637,9 @@ std::string unique_suffix() {
 
 void make_model(const MakeModelOptions& o) {
   if (o.preset != "tiny") {
-    throw InvalidArgument("make-model: unknown preset \"" + o.preset +
-                          "\" (the C++ generator makes \"tiny\"; use tools/reference/make_model.py for 0.8b and flash)");
+    throw InvalidArgument(
+        "make-model: unknown preset \"" + o.preset +
+        "\" (the C++ generator makes \"tiny\"; use tools/reference/make_model.py for 0.8b and flash)");
   }
   if (o.out_dir.empty()) throw InvalidArgument("make-model: --out must not be empty");
   fs::path dir = fs::path(o.out_dir).lexically_normal();
@@ -626,9 +648,11 @@ void make_model(const MakeModelOptions& o) {
   std::error_code ec;
   const auto st = fs::status(dir, ec);
   const bool exists = st.type() != fs::file_type::not_found && path_exists(dir.string());
-  if (exists && st.type() != fs::file_type::directory) throw InvalidArgument("make-model: " + shown + " is not a directory");
+  if (exists && st.type() != fs::file_type::directory)
+    throw InvalidArgument("make-model: " + shown + " is not a directory");
   if (exists && !is_empty_dir(dir)) {
-    if (!o.overwrite) throw InvalidArgument("make-model: " + shown + " exists and is not empty (pass --force to replace it)");
+    if (!o.overwrite)
+      throw InvalidArgument("make-model: " + shown + " exists and is not empty (pass --force to replace it)");
     if (!looks_like_release(dir)) {
       throw InvalidArgument("make-model: " + shown + " is not a release folder; refusing to replace its contents");
     }
@@ -653,7 +677,8 @@ void make_model(const MakeModelOptions& o) {
       // Replace the old folder: move it aside, move ours in, delete the old one.
       const fs::path old = sibling(parent, dir, ".old-");
       fs::rename(dir, old, ec);
-      if (ec && path_exists(dir.string())) throw IoError("make-model: cannot move " + shown + " aside: " + ec.message());
+      if (ec && path_exists(dir.string()))
+        throw IoError("make-model: cannot move " + shown + " aside: " + ec.message());
       fs::rename(staging, dir, ec);
       if (ec) throw IoError("make-model: cannot publish " + shown + ": " + ec.message());
       fs::remove_all(old, ec);

@@ -17,7 +17,7 @@ struct MakeModelOptions {
   std::string preset = "tiny";  ///< only "tiny" is generated in C++ (use tools/reference for larger)
   std::string out_dir;
   std::uint64_t seed = 0;
-  bool overwrite = false;       ///< replace an existing folder's files
+  bool overwrite = false;  ///< replace an existing folder's files
 };
 
 /// Writes the folder. Throws InvalidArgument (unknown preset, existing non-empty folder without

@@ -27,8 +27,8 @@ bool is_hex64(const std::string& s) {
 std::vector<std::string> loaded_files(const std::string& dir) {
   std::vector<std::string> out;
   for (const char* f : {"config.json", "joint_head.safetensors", "joint_head_config.json", "tokenizer.json",
-                        "tokenizer_config.json", "preprocessor_config.json", "processor_config.json", "model.safetensors",
-                        "model.safetensors.index.json", "random_weights.json"}) {
+                        "tokenizer_config.json", "preprocessor_config.json", "processor_config.json",
+                        "model.safetensors", "model.safetensors.index.json", "random_weights.json"}) {
     if (path_exists((fs::path(dir) / f).string())) out.emplace_back(f);
   }
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
@@ -57,18 +57,23 @@ void open_head(ReleaseFolder& r, const fs::path& d, const std::string& what) {
   const bool has_head = path_exists((d / "joint_head.safetensors").string());
   const bool has_head_cfg = path_exists((d / "joint_head_config.json").string());
   if (!has_head || !has_head_cfg) {
-    const std::string missing = has_head ? "joint_head_config.json" : has_head_cfg ? "joint_head.safetensors"
-                                                                                  : "joint_head.safetensors and joint_head_config.json";
+    const std::string missing = has_head       ? "joint_head_config.json"
+                                : has_head_cfg ? "joint_head.safetensors"
+                                               : "joint_head.safetensors and joint_head_config.json";
     if (!r.gguf.empty()) {
-      throw ModelLoadError(printable(r.gguf) + ": " + missing + " missing beside it: a GGUF holds only the Qwen3.5 "
-                           "backbone (llama.cpp's converter does not write the Clef joint schema head); put the release's "
-                           "joint_head.safetensors and joint_head_config.json in " + printable(r.dir));
+      throw ModelLoadError(
+          printable(r.gguf) + ": " + missing +
+          " missing beside it: a GGUF holds only the Qwen3.5 "
+          "backbone (llama.cpp's converter does not write the Clef joint schema head); put the release's "
+          "joint_head.safetensors and joint_head_config.json in " +
+          printable(r.dir));
     }
     throw ModelLoadError(what + ": " + missing +
                          " missing: this is a bare Qwen3.5 backbone, not a Clef release (a Clef release ships the "
                          "joint schema head next to the backbone)");
   }
-  r.head_config = parse_joint_head_config(read_json_file((d / "joint_head_config.json").string(), "joint_head_config.json"));
+  r.head_config =
+      parse_joint_head_config(read_json_file((d / "joint_head_config.json").string(), "joint_head_config.json"));
   if (r.head_config.hidden_size != r.config.text.hidden_size) {
     throw ModelLoadError("joint_head_config.json: hidden_size: " + std::to_string(r.head_config.hidden_size) +
                          " does not match the backbone's hidden_size " + std::to_string(r.config.text.hidden_size));
@@ -111,7 +116,8 @@ ReleaseFolder open_gguf_release(const std::string& gguf, const OpenReleaseOption
   r.dir = parent.empty() ? std::string(".") : parent.string();
   const fs::path d(r.dir);
   if (options.verify) {
-    r.verified_files = verify_manifest(r.dir, options.manifest.empty() ? (d / "SHA256SUMS").string() : options.manifest);
+    r.verified_files =
+        verify_manifest(r.dir, options.manifest.empty() ? (d / "SHA256SUMS").string() : options.manifest);
     const std::string name = fs::path(gguf).filename().string();
     if (std::find(r.verified_files.begin(), r.verified_files.end(), name) == r.verified_files.end()) {
       throw ModelLoadError((options.manifest.empty() ? (d / "SHA256SUMS").string() : options.manifest) + ": " +
@@ -149,7 +155,8 @@ std::optional<std::string> find_gguf_model(const std::string& path) {
   if (path.empty()) return std::nullopt;
   if (fs::is_regular_file(path, ec)) {
     if (ends_with_gguf(path)) return path;
-    throw ModelLoadError(printable(path) + ": not a folder or a .gguf file (--model takes a Clef release folder, a "
+    throw ModelLoadError(printable(path) +
+                         ": not a folder or a .gguf file (--model takes a Clef release folder, a "
                          ".gguf file, or a folder holding one .gguf)");
   }
   if (!fs::is_directory(path, ec)) return std::nullopt;
@@ -163,8 +170,8 @@ std::optional<std::string> find_gguf_model(const std::string& path) {
   if (ggufs.empty()) return std::nullopt;
   std::sort(ggufs.begin(), ggufs.end());
   const fs::path d(path);
-  const bool safetensors = path_exists((d / "model.safetensors").string()) ||
-                           path_exists((d / "model.safetensors.index.json").string());
+  const bool safetensors =
+      path_exists((d / "model.safetensors").string()) || path_exists((d / "model.safetensors.index.json").string());
   if (safetensors) {
     throw ModelLoadError(printable(path) + ": holds both safetensors weights and " + printable(ggufs.front()) +
                          "; it is ambiguous which to load (pass the .gguf file itself to use it)");
@@ -255,12 +262,13 @@ void read_image_settings(ReleaseFolder& r, const fs::path& d) {
     }
   }
   if (path_exists((d / "preprocessor_config.json").string())) {
-    legacy = parse_preprocessor_config(read_json_file((d / "preprocessor_config.json").string(), "preprocessor_config.json"));
+    legacy = parse_preprocessor_config(
+        read_json_file((d / "preprocessor_config.json").string(), "preprocessor_config.json"));
   }
   if (nested && legacy) {
     if (const std::optional<std::string> field = preprocessor_config_difference(*nested, *legacy)) {
-      throw ModelLoadError("processor_config.json (image_processor) and preprocessor_config.json disagree on " + *field +
-                           "; refusing to guess which image settings the model was used with");
+      throw ModelLoadError("processor_config.json (image_processor) and preprocessor_config.json disagree on " +
+                           *field + "; refusing to guess which image settings the model was used with");
     }
     r.preprocessor_source = "processor_config.json (image_processor; preprocessor_config.json agrees)";
   } else if (nested) {
@@ -274,10 +282,10 @@ void read_image_settings(ReleaseFolder& r, const fs::path& d) {
     if (r.preprocessor->patch_size != v.patch_size || r.preprocessor->merge_size != v.spatial_merge_size ||
         r.preprocessor->temporal_patch_size != v.temporal_patch_size) {
       const std::string file = nested ? "processor_config.json: image_processor" : "preprocessor_config.json";
-      throw ModelLoadError(file + ": patch_size/merge_size/temporal_patch_size (" +
-                           std::to_string(r.preprocessor->patch_size) + "/" + std::to_string(r.preprocessor->merge_size) +
-                           "/" + std::to_string(r.preprocessor->temporal_patch_size) +
-                           ") disagree with config.json vision_config");
+      throw ModelLoadError(
+          file + ": patch_size/merge_size/temporal_patch_size (" + std::to_string(r.preprocessor->patch_size) + "/" +
+          std::to_string(r.preprocessor->merge_size) + "/" + std::to_string(r.preprocessor->temporal_patch_size) +
+          ") disagree with config.json vision_config");
     }
   }
 }
@@ -290,8 +298,8 @@ ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& opt
   ReleaseFolder r;
   r.dir = dir;
   if (options.verify) {
-    r.verified_files = verify_manifest(dir, options.manifest.empty() ? (fs::path(dir) / "SHA256SUMS").string()
-                                                                      : options.manifest);
+    r.verified_files =
+        verify_manifest(dir, options.manifest.empty() ? (fs::path(dir) / "SHA256SUMS").string() : options.manifest);
   }
   const fs::path d(dir);
   if (!path_exists((d / "config.json").string())) throw ModelLoadError(printable(dir) + ": config.json is missing");

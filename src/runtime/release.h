@@ -33,15 +33,15 @@ struct RandomWeightsInfo {
   std::string model_name;  ///< ends in "-random"
   std::string preset;
   std::string generator;
-  std::string tokenizer;   ///< provenance of the tokenizer files
+  std::string tokenizer;  ///< provenance of the tokenizer files
 };
 
 /// A loaded release folder. Weights stay memory-mapped; every view points into the mappings
 /// owned here, so a ReleaseFolder must outlive anything that reads its weights. Move-only.
 struct ReleaseFolder {
-  std::string dir;         ///< the release folder; for a GGUF model, the folder holding the .gguf
-  std::string gguf;        ///< the GGUF file's path when the backbone comes from one, else ""
-  GgufModelInfo gguf_info; ///< its general.* / block metadata (gguf only)
+  std::string dir;          ///< the release folder; for a GGUF model, the folder holding the .gguf
+  std::string gguf;         ///< the GGUF file's path when the backbone comes from one, else ""
+  GgufModelInfo gguf_info;  ///< its general.* / block metadata (gguf only)
   /// Where the tokenizer comes from: "tokenizer.json" (the folder, or beside the GGUF) or
   /// "GGUF metadata" (a GGUF with no tokenizer.json beside it).
   std::string tokenizer_source = "tokenizer.json";
@@ -59,7 +59,7 @@ struct ReleaseFolder {
   std::unique_ptr<WeightStore> head_weights;  ///< joint_head.safetensors
   qwen35::ModelWeights model;
   JointHeadWeights head;
-  std::vector<std::string> verified_files;    ///< filled when options.verify
+  std::vector<std::string> verified_files;  ///< filled when options.verify
 };
 
 /// Opens and validates a release folder: configs, tokenizer files, weights (mmapped, zero-copy),

@@ -37,9 +37,9 @@ namespace clef {
 /// global row lie after it), and needs nothing else of those rows, so a warm request reads them
 /// and never recomputes them.
 struct StateCacheEntry {
-  SequenceState state;                            ///< KV caches + GDN conv/recurrent states after `rows` tokens
-  std::shared_ptr<const HeadMemoryPrefix> head;   ///< the head's keys/values over rows [0, rows); may be null
-  std::int64_t rows = 0;                          ///< tokens covered (== state.n_tokens)
+  SequenceState state;                           ///< KV caches + GDN conv/recurrent states after `rows` tokens
+  std::shared_ptr<const HeadMemoryPrefix> head;  ///< the head's keys/values over rows [0, rows); may be null
+  std::int64_t rows = 0;                         ///< tokens covered (== state.n_tokens)
 
   /// Bytes this entry holds (state + the head's key/value rows + a fixed bookkeeping estimate):
   /// what the budget counts.
@@ -48,12 +48,12 @@ struct StateCacheEntry {
 
 /// Counters of one cache (monotonic except bytes / entries).
 struct StateCacheStats {
-  std::uint64_t hits = 0;        ///< lookups answered by a published entry
-  std::uint64_t misses = 0;      ///< lookups that computed the entry
-  std::uint64_t evictions = 0;   ///< entries dropped to stay within the budget
-  std::size_t bytes = 0;         ///< bytes of the entries held now
-  std::size_t entries = 0;       ///< entries held now
-  std::size_t budget = 0;        ///< the byte budget (0: the cache is off)
+  std::uint64_t hits = 0;       ///< lookups answered by a published entry
+  std::uint64_t misses = 0;     ///< lookups that computed the entry
+  std::uint64_t evictions = 0;  ///< entries dropped to stay within the budget
+  std::size_t bytes = 0;        ///< bytes of the entries held now
+  std::size_t entries = 0;      ///< entries held now
+  std::size_t budget = 0;       ///< the byte budget (0: the cache is off)
 };
 
 /// Builds a cache key: the lower-case hex SHA-256 of a versioned, length-prefixed encoding of

@@ -155,13 +155,10 @@ DecodeStatus BodyDecoder::feed(std::string_view in, std::string& out) {
 
 DecodeStatus BodyDecoder::finish() {
   switch (encoding_) {
-    case BodyEncoding::kIdentity:
-      return DecodeStatus::kOk;
-    case BodyEncoding::kBrotli:
-      return state_->br_done ? DecodeStatus::kOk : DecodeStatus::kCorrupt;
+    case BodyEncoding::kIdentity: return DecodeStatus::kOk;
+    case BodyEncoding::kBrotli: return state_->br_done ? DecodeStatus::kOk : DecodeStatus::kCorrupt;
     case BodyEncoding::kGzip:
-    case BodyEncoding::kDeflate:
-      break;
+    case BodyEncoding::kDeflate: break;
   }
   return state_->z_ended ? DecodeStatus::kOk : DecodeStatus::kCorrupt;
 }

@@ -56,9 +56,9 @@ class BodyGrant {
 
 /// Outcome of feeding a decoder.
 enum class DecodeStatus : unsigned char {
-  kOk,        ///< all input consumed, output within the cap
-  kTooLarge,  ///< the decoded body would exceed the cap (decoding stopped)
-  kCorrupt,   ///< the input is not valid data of its encoding
+  kOk,          ///< all input consumed, output within the cap
+  kTooLarge,    ///< the decoded body would exceed the cap (decoding stopped)
+  kCorrupt,     ///< the input is not valid data of its encoding
   kOverBudget,  ///< growing the output would exceed the server's BodyBudget (decoding stopped)
 };
 

@@ -138,11 +138,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::uint64_t raw_seen_ = 0;     ///< body bytes received (before decoding)
   /// The parser's chunk-header callback (Beast keeps a reference to it).
   std::function<void(std::uint64_t, std::string_view, beast::error_code&)> chunk_header_;
-  BodyGrant grant_;                ///< body_'s share of the server's body budget
+  BodyGrant grant_;  ///< body_'s share of the server's body budget
   std::unique_ptr<BodyDecoder> decoder_;
   std::string body_;
-  std::string route_key_;          ///< X-Clef-Route-Key of the body (computed with its validation)
-  std::size_t body_size_ = 0;      ///< decoded size of the last body (for malloc_trim)
+  std::string route_key_;      ///< X-Clef-Route-Key of the body (computed with its validation)
+  std::size_t body_size_ = 0;  ///< decoded size of the last body (for malloc_trim)
   std::shared_ptr<Job> job_;
   Clock::time_point job_deadline_;
   bool probed_ = false;
@@ -387,8 +387,8 @@ void Connection::on_header(beast::error_code ec) {
       return;
     }
     refuse(http_error::kTimeout,
-           "the request line and headers did not arrive within " +
-               seconds_text(ctx_.options.header_timeout_seconds) + " s (--header-timeout)",
+           "the request line and headers did not arrive within " + seconds_text(ctx_.options.header_timeout_seconds) +
+               " s (--header-timeout)",
            true);
     return;
   }
@@ -430,9 +430,7 @@ void Connection::handle_header() {
   keep_alive_ = req.keep_alive() && served_ + 1 < kKeepAliveMax && !ctx_.stopping.load();
 
   switch (verdict_.action) {
-    case GateAction::kRefuse:
-      refuse(*verdict_.error, verdict_.message, verdict_.close, verdict_.dialect);
-      return;
+    case GateAction::kRefuse: refuse(*verdict_.error, verdict_.message, verdict_.close, verdict_.dialect); return;
     case GateAction::kDropBody:
       keep_body_ = false;
       read_body();
@@ -441,8 +439,7 @@ void Connection::handle_header() {
       answer_without_body();
       close_after_write_ = true;
       return;
-    case GateAction::kReadDecisionBody:
-      break;
+    case GateAction::kReadDecisionBody: break;
   }
   try {
     decoder_ = std::make_unique<BodyDecoder>(verdict_.encoding, ctx_.options.max_body_bytes, &grant_);
@@ -528,8 +525,8 @@ void Connection::on_body(beast::error_code ec) {
       if (st == DecodeStatus::kOverBudget) {
         disarm();
         ctx_.metrics.count_overload("body_budget");
-        refuse(http_error::kOverloaded,
-               "the server holds too many request bodies at once (--body-budget); retry later", true, dialect);
+        refuse(http_error::kOverloaded, "the server holds too many request bodies at once (--body-budget); retry later",
+               true, dialect);
         return;
       }
       if (st == DecodeStatus::kCorrupt) {
@@ -590,7 +587,9 @@ void Connection::body_done() {
   decide();
 }
 
-void Connection::answer_without_body() { send(route_reply(verdict_.route, verdict_.method_label, ctx_.handlers), false); }
+void Connection::answer_without_body() {
+  send(route_reply(verdict_.route, verdict_.method_label, ctx_.handlers), false);
+}
 
 void Connection::decide() {
   set_phase(Phase::kWork);
@@ -638,8 +637,8 @@ void Connection::submit() {
   // Holds the connection until the job is over (the reference cycle job -> callback -> connection
   // -> job ends when on_job_done or a cancel drops the connection's reference).
   auto on_finished = [s = shared_from_this()] { asio::post(s->socket_.get_executor(), [s] { s->on_job_done(); }); };
-  job_ = ctx_.scheduler.submit(std::move(body_), verdict_.route.dialect, std::move(still_wanted),
-                               std::move(on_finished));
+  job_ =
+      ctx_.scheduler.submit(std::move(body_), verdict_.route.dialect, std::move(still_wanted), std::move(on_finished));
   std::string().swap(body_);
   if (!job_) {
     ctx_.metrics.count_overload("queue_full");

@@ -58,8 +58,8 @@ Reply models(const HandlerContext& ctx) {
   // A release folder carries no date. TypeSafe documents YYYY-MM-DD but types the field as a plain
   // string (typesafe-sdk parses ""), so the field is present and empty, as mlx-decision does.
   Reply r;
-  r.body = "{\"models\":[{\"name\":" + json_string(ctx.engine.model_name()) + ",\"description\":" +
-           json_string(desc) + ",\"release_date\":\"\"}]}";
+  r.body = "{\"models\":[{\"name\":" + json_string(ctx.engine.model_name()) + ",\"description\":" + json_string(desc) +
+           ",\"release_date\":\"\"}]}";
   return r;
 }
 
@@ -94,12 +94,14 @@ void AccessLog::note(const std::string& text) {
 
 Reply route_reply(const RouteMatch& route, std::string_view method, const HandlerContext& ctx) {
   const bool get = method == "GET" || method == "HEAD";
-  if (route.endpoint == Endpoint::kNone) return error_reply(http_error::kNotFound, Dialect::kSystemOne, "no route for this path");
+  if (route.endpoint == Endpoint::kNone)
+    return error_reply(http_error::kNotFound, Dialect::kSystemOne, "no route for this path");
   const bool method_ok = route.decision() ? method == "POST" : get;
   if (!method_ok) {
     Reply r = error_reply(http_error::kMethodNotAllowed, route.dialect,
                           std::string("this route allows ") + route.method + " only");
-    r.headers = std::string("Allow: ") + (std::string_view(route.method) == "GET" ? "GET, HEAD" : route.method) + "\r\n";
+    r.headers =
+        std::string("Allow: ") + (std::string_view(route.method) == "GET" ? "GET, HEAD" : route.method) + "\r\n";
     return r;
   }
   switch (route.endpoint) {
@@ -112,7 +114,8 @@ Reply route_reply(const RouteMatch& route, std::string_view method, const Handle
 }
 
 std::optional<Reply> refuse_path_model(const RouteMatch& route, const HandlerContext& ctx) {
-  if (route.endpoint != Endpoint::kCloudflare || serves_model(route.model, ctx.served, ModelNameSource::kCloudflarePath)) {
+  if (route.endpoint != Endpoint::kCloudflare ||
+      serves_model(route.model, ctx.served, ModelNameSource::kCloudflarePath)) {
     return std::nullopt;
   }
   return error_reply(http_error::kUnknownModel, Dialect::kCloudflare, "No route for that URI: unknown model");

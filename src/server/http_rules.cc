@@ -97,8 +97,7 @@ bool is_json_media_type(std::string_view content_type) {
   if (v.compare(0, kApp.size(), kApp) != 0) return false;
   const std::string_view sub = std::string_view(v).substr(kApp.size());
   if (sub == "json") return true;
-  return sub.size() > 5 && sub.substr(sub.size() - 5) == "+json" &&
-         sub.find_first_of(" \t/") == std::string_view::npos;
+  return sub.size() > 5 && sub.substr(sub.size() - 5) == "+json" && sub.find_first_of(" \t/") == std::string_view::npos;
 }
 
 TargetForm parse_target(std::string_view target, std::string& authority) {

@@ -26,7 +26,8 @@ void render_histogram(std::string& out, const char* stage, const Histogram& h) {
            "\"} " + std::to_string(cumulative) + "\n";
   }
   cumulative += h.counts.back();
-  out += "clef_stage_seconds_bucket{stage=\"" + std::string(stage) + "\",le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
+  out += "clef_stage_seconds_bucket{stage=\"" + std::string(stage) + "\",le=\"+Inf\"} " + std::to_string(cumulative) +
+         "\n";
   out += "clef_stage_seconds_sum{stage=\"" + std::string(stage) + "\"} " + number(h.sum) + "\n";
   out += "clef_stage_seconds_count{stage=\"" + std::string(stage) + "\"} " + std::to_string(h.count) + "\n";
 }
@@ -75,9 +76,10 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
     out += "clef_requests_total{route=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"} " +
            std::to_string(n) + "\n";
   }
-  out += "# HELP clef_overload_total Requests refused with 503: decision queue full, queue deadline passed, "
-         "connection limit (--max-connections) reached with no connection waiting, or body budget (--body-budget) "
-         "spent.\n";
+  out +=
+      "# HELP clef_overload_total Requests refused with 503: decision queue full, queue deadline passed, "
+      "connection limit (--max-connections) reached with no connection waiting, or body budget (--body-budget) "
+      "spent.\n";
   out += "# TYPE clef_overload_total counter\n";
   const auto overloads = [this](const char* reason) {
     const auto it = overloads_.find(reason);
@@ -91,12 +93,16 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
                 overloads("shed"));
   append_scalar(out, "clef_queue_depth", "Decision jobs waiting for the engine.", "gauge", g.depth);
   append_scalar(out, "clef_queue_capacity", "Decision jobs that may wait (--queue).", "gauge", g.capacity);
-  append_scalar(out, "clef_decisions_running", "Decisions the engine is computing (0 or 1).", "gauge", static_cast<std::uint64_t>(g.running));
-  append_scalar(out, "clef_jobs_cancelled_total", "Queued jobs dropped before running (client gone or queue deadline).", "counter", g.cancelled);
+  append_scalar(out, "clef_decisions_running", "Decisions the engine is computing (0 or 1).", "gauge",
+                static_cast<std::uint64_t>(g.running));
+  append_scalar(out, "clef_jobs_cancelled_total", "Queued jobs dropped before running (client gone or queue deadline).",
+                "counter", g.cancelled);
   append_scalar(out, "clef_decisions_total", "Decisions the engine answered.", "counter", decisions_);
-  append_scalar(out, "clef_input_tokens_total", "Model input tokens processed (usage.input_tokens summed).", "counter", input_tokens_);
-  out += "# HELP clef_stage_seconds Wall-clock seconds per decision stage (queue wait, tokenize, prefill, head, "
-         "total = tokenize to answer).\n";
+  append_scalar(out, "clef_input_tokens_total", "Model input tokens processed (usage.input_tokens summed).", "counter",
+                input_tokens_);
+  out +=
+      "# HELP clef_stage_seconds Wall-clock seconds per decision stage (queue wait, tokenize, prefill, head, "
+      "total = tokenize to answer).\n";
   out += "# TYPE clef_stage_seconds histogram\n";
   render_histogram(out, "queue", queue_);
   render_histogram(out, "tokenize", tokenize_);
@@ -108,11 +114,14 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
   out += "# TYPE clef_state_cache_lookups_total counter\n";
   out += "clef_state_cache_lookups_total{result=\"hit\"} " + std::to_string(c.hits) + "\n";
   out += "clef_state_cache_lookups_total{result=\"miss\"} " + std::to_string(c.misses) + "\n";
-  append_scalar(out, "clef_state_cache_evictions_total", "Entries dropped to stay within the budget.", "counter", c.evictions);
+  append_scalar(out, "clef_state_cache_evictions_total", "Entries dropped to stay within the budget.", "counter",
+                c.evictions);
   append_scalar(out, "clef_state_cache_bytes", "Bytes held by the state cache.", "gauge", c.bytes);
   append_scalar(out, "clef_state_cache_entries", "Entries held by the state cache.", "gauge", c.entries);
-  append_scalar(out, "clef_state_cache_budget_bytes", "The state cache's byte budget (--state-cache-mb; 0: off).", "gauge", c.budget);
-  append_scalar(out, "clef_state_cache_reused_tokens_total", "Input tokens restored from the state cache instead of computed.", "counter", reused_tokens_);
+  append_scalar(out, "clef_state_cache_budget_bytes", "The state cache's byte budget (--state-cache-mb; 0: off).",
+                "gauge", c.budget);
+  append_scalar(out, "clef_state_cache_reused_tokens_total",
+                "Input tokens restored from the state cache instead of computed.", "counter", reused_tokens_);
   return out;
 }
 

@@ -15,7 +15,8 @@ ReadinessReply readiness(const ReadinessInput& in, const std::string& model) {
   }
   ReadinessReply r;
   r.status = reason == nullptr ? 200 : 503;
-  r.body = reason == nullptr ? "{\"status\":\"ready\"" : std::string("{\"status\":\"not_ready\",\"reason\":\"") + reason + "\"";
+  r.body = reason == nullptr ? "{\"status\":\"ready\""
+                             : std::string("{\"status\":\"not_ready\",\"reason\":\"") + reason + "\"";
   r.body += ",\"model\":";
   append_json_string(r.body, model);
   r.body += ",\"loaded\":" + std::string(in.model_loaded ? "true" : "false") +

@@ -10,11 +10,11 @@ namespace clef::server {
 
 /// What the scheduler and engine look like at one instant.
 struct ReadinessInput {
-  bool model_loaded = false;   ///< the engine is constructed (weights bound, tokenizer loaded)
-  bool closed = false;         ///< the scheduler stopped accepting (shutdown in progress)
-  std::size_t depth = 0;       ///< decisions waiting (the running one not included)
-  std::size_t capacity = 0;    ///< --queue: decisions that may wait
-  int running = 0;             ///< 1 while the engine decides, else 0
+  bool model_loaded = false;  ///< the engine is constructed (weights bound, tokenizer loaded)
+  bool closed = false;        ///< the scheduler stopped accepting (shutdown in progress)
+  std::size_t depth = 0;      ///< decisions waiting (the running one not included)
+  std::size_t capacity = 0;   ///< --queue: decisions that may wait
+  int running = 0;            ///< 1 while the engine decides, else 0
 };
 
 /// A /ready answer: HTTP status and JSON body.

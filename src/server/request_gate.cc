@@ -56,8 +56,8 @@ GateVerdict gate_request(const RequestHead& head, const GateConfig& config) {
   GateVerdict v;
   const std::string_view m = head.method;
   // Method names are from a fixed set once logged; anything else is logged as "-".
-  const bool known = m == "GET" || m == "HEAD" || m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE" ||
-                     m == "OPTIONS";
+  const bool known =
+      m == "GET" || m == "HEAD" || m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE" || m == "OPTIONS";
   v.method_label = known ? std::string(m) : "-";
   v.head = m == "HEAD";
   const bool http11 = head.version == 11;
@@ -128,9 +128,8 @@ GateVerdict gate_request(const RequestHead& head, const GateConfig& config) {
                   "malformed HTTP request (an absolute request target must use http or https)", true);
   }
   const bool check_host = form == TargetForm::kAbsolute || hosts == 1;
-  if (check_host &&
-      !host_allowed(form == TargetForm::kAbsolute ? std::string_view(authority) : host, *config.hosts,
-                    config.local_address)) {
+  if (check_host && !host_allowed(form == TargetForm::kAbsolute ? std::string_view(authority) : host, *config.hosts,
+                                  config.local_address)) {
     return refuse(std::move(v), http_error::kMisdirected,
                   "the Host header does not name this server (loopback names and the bound address are accepted; "
                   "see --allow-host)",
@@ -151,7 +150,8 @@ GateVerdict gate_request(const RequestHead& head, const GateConfig& config) {
   const bool small_body = !v.has_body || (!chunked && length <= kDiscardLimit);
   // /health (liveness) and /ready (readiness) are the balancer's checks: no key.
   const bool want_auth = route.endpoint != Endpoint::kHealth && route.endpoint != Endpoint::kReady &&
-                         !config.api_key.empty() && (authorizations == 0 || !bearer_matches(authorization, config.api_key));
+                         !config.api_key.empty() &&
+                         (authorizations == 0 || !bearer_matches(authorization, config.api_key));
 
   // Refusals decided from the headers alone. Auth comes first (no route or method is revealed to
   // a client without the key); /health stays open.
@@ -179,8 +179,7 @@ GateVerdict gate_request(const RequestHead& head, const GateConfig& config) {
                   "a request body needs Content-Length or Transfer-Encoding: chunked", true, route.dialect);
   }
   if (!chunked && length > config.max_body_bytes) {
-    return refuse(std::move(v), http_error::kTooLarge, too_large_message(config.max_body_bytes), true,
-                  route.dialect);
+    return refuse(std::move(v), http_error::kTooLarge, too_large_message(config.max_body_bytes), true, route.dialect);
   }
   // One coding at most: a list ("gzip, gzip") or several fields (which form a list) are refused.
   if (codings > 1 || !parse_body_encoding(content_encoding, v.encoding)) {
@@ -223,8 +222,8 @@ GateVerdict gate_parse_error(ParseFailure failure, std::string_view parser_messa
       return refuse(std::move(v), http_error::kTooLarge, too_large_message(max_body_bytes), true);
     }
   }
-  return refuse(std::move(v), http_error::kMalformed,
-                "malformed HTTP request (" + std::string(parser_message) + ")", true);
+  return refuse(std::move(v), http_error::kMalformed, "malformed HTTP request (" + std::string(parser_message) + ")",
+                true);
 }
 
 }  // namespace clef::server

@@ -27,9 +27,9 @@ struct RouteMatch {
   /// Route template used in logs and metric labels ("/v1/systemone", "unmatched"); never the raw
   /// path, so no client-chosen text reaches the logs.
   const char* label = "unmatched";
-  const char* method = "";        ///< the one allowed method ("POST" or "GET"; HEAD too for GET)
+  const char* method = "";                ///< the one allowed method ("POST" or "GET"; HEAD too for GET)
   Dialect dialect = Dialect::kSystemOne;  ///< wire dialect of answers and errors
-  std::string model;              ///< Cloudflare routes: the {model} path segment
+  std::string model;                      ///< Cloudflare routes: the {model} path segment
   bool decision() const noexcept {
     return endpoint == Endpoint::kSystemOne || endpoint == Endpoint::kCloudflare || endpoint == Endpoint::kOpenRouter;
   }

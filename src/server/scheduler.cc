@@ -63,8 +63,8 @@ JobState Scheduler::wait(const std::shared_ptr<Job>& job, std::chrono::steady_cl
         done_cv_.wait(lock, [&] { return job->state != JobState::kQueued; });
         continue;
       }
-      done_cv_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(
-                                  poll_interval, until - std::chrono::steady_clock::now()));
+      done_cv_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(poll_interval,
+                                                                            until - std::chrono::steady_clock::now()));
     } else {
       done_cv_.wait(lock);  // running: the engine cannot be interrupted
     }

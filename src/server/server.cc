@@ -72,7 +72,7 @@ class HttpServer {
   asio::thread_pool validators_{1};  ///< parses + validates decision bodies off the I/O threads
   std::atomic<bool> stopping_{false};
   std::atomic<std::size_t> open_{0};
-  std::atomic<std::size_t> peak_open_{0};  ///< most open connections since the last trim
+  std::atomic<std::size_t> peak_open_{0};    ///< most open connections since the last trim
   std::atomic<bool> burst_draining_{false};  ///< a burst's connections are still ending (trim down to zero)
   Connections connections_;
   ConnectionContext context_;
@@ -110,20 +110,27 @@ HttpServer::HttpServer(Engine& engine, const ServeOptions& options)
       handlers_{engine, scheduler_, metrics_, options, served_model(engine, options), log_},
       acceptor_(asio::make_strand(ioc_)),
       accept_retry_(acceptor_.get_executor()),
-      context_{options,      hosts_,       handlers_,    scheduler_, metrics_,
-               log_,         body_budget_, validators_,  stopping_,  connections_,
+      context_{options,
+               hosts_,
+               handlers_,
+               scheduler_,
+               metrics_,
+               log_,
+               body_budget_,
+               validators_,
+               stopping_,
+               connections_,
                [this] { connection_ended(); }} {}
-
 
 void HttpServer::refuse(tcp::socket& socket) {
   // Beyond --max-connections: a short 503 written straight into the new socket's empty send
   // buffer (it never blocks), then the connection ends. No state is kept for it.
   metrics_.count_overload("connections");
   metrics_.count_request("unmatched", 503);
-  static const std::string kRefusal = serialize(
-      error_reply(http_error::kOverloaded, Dialect::kSystemOne,
-                  "too many open connections (--max-connections); retry later"),
-      true, true, false);
+  static const std::string kRefusal =
+      serialize(error_reply(http_error::kOverloaded, Dialect::kSystemOne,
+                            "too many open connections (--max-connections); retry later"),
+                true, true, false);
   boost::system::error_code ec;
   socket.non_blocking(true, ec);
   socket.send(asio::buffer(kRefusal), 0, ec);
@@ -227,7 +234,8 @@ int HttpServer::run() {
   if (ec) throw IoError("cannot listen on " + where + " (" + ec.message() + ")");
   const int port = acceptor_.local_endpoint().port();
   std::fprintf(stderr, "clef serve: listening on http://%s:%d (model %s, queue %zu, kernels %s)\n",
-               options_.host.find(':') != std::string::npos ? ("[" + options_.host + "]").c_str() : options_.host.c_str(),
+               options_.host.find(':') != std::string::npos ? ("[" + options_.host + "]").c_str()
+                                                            : options_.host.c_str(),
                port, printable(engine_.model_name()).c_str(), options_.queue, ops::isa_name(ops::active_isa()));
   std::fflush(stderr);
 

@@ -18,16 +18,16 @@ namespace clef::server {
 
 /// Settings of the HTTP layer (the engine's own come in EngineOptions).
 struct ServeOptions {
-  std::string host = "127.0.0.1";  ///< address to bind (loopback by default)
-  int port = 8000;                 ///< TCP port; 0 = any free port (printed at startup)
-  std::size_t queue = 64;          ///< decision jobs that may wait; beyond that 503 + Retry-After
-  double timeout_seconds = 120;    ///< longest queue wait of a job; then 503 + Retry-After
+  std::string host = "127.0.0.1";                      ///< address to bind (loopback by default)
+  int port = 8000;                                     ///< TCP port; 0 = any free port (printed at startup)
+  std::size_t queue = 64;                              ///< decision jobs that may wait; beyond that 503 + Retry-After
+  double timeout_seconds = 120;                        ///< longest queue wait of a job; then 503 + Retry-After
   std::size_t max_body_bytes = std::size_t{64} << 20;  ///< larger bodies (after decoding) get 413
-  std::string api_key;             ///< when non-empty, every route but /health needs "Bearer <key>"
-  bool quiet = false;              ///< no access log
+  std::string api_key;                                 ///< when non-empty, every route but /health needs "Bearer <key>"
+  bool quiet = false;                                  ///< no access log
   /// Extra Cloudflare path models accepted besides "clef", "clef-flash" and the served name.
   std::vector<std::string> aliases;
-  std::string description;         ///< GET /v1/models description of the model
+  std::string description;  ///< GET /v1/models description of the model
   /// Host header names accepted besides the loopback names and `host` ("*": any Host).
   std::vector<std::string> allow_hosts;
   double header_timeout_seconds = 10;  ///< request line + headers must arrive within this (408 after)
@@ -39,7 +39,7 @@ struct ServeOptions {
   /// Decoded request-body bytes held at once by all connections together (at least
   /// max_body_bytes); beyond it a body is answered 503 + Retry-After.
   std::size_t body_budget_bytes = std::size_t{256} << 20;
-  std::size_t io_threads = 2;          ///< threads running the sockets (decisions run on their own)
+  std::size_t io_threads = 2;  ///< threads running the sockets (decisions run on their own)
 };
 
 /// Blocks SIGINT and SIGTERM in the calling thread (and every thread it creates afterwards), so that

@@ -51,7 +51,9 @@ struct Cursor {
 };
 
 inline bool is_crlf(std::uint32_t cp) noexcept { return cp == '\r' || cp == '\n'; }
-inline unsigned char lower_ascii(unsigned char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<unsigned char>(c + 32) : c; }
+inline unsigned char lower_ascii(unsigned char c) noexcept {
+  return (c >= 'A' && c <= 'Z') ? static_cast<unsigned char>(c + 32) : c;
+}
 
 // Length of a contraction starting at the apostrophe at i ((?i:'s|'t|'re|'ve|'m|'ll|'d)), or 0.
 // Case folding: ASCII case plus U+017F LATIN SMALL LETTER LONG S == s (docs/TOKENIZER.md §1.2).
@@ -69,7 +71,7 @@ std::size_t contraction(const Cursor& c, std::size_t i) noexcept {
 template <bool kMarks>
 void split_impl(std::string_view text, std::vector<std::uint32_t>& ends) {
   using namespace unicode;
-  constexpr std::uint8_t kWord = kMarks ? (kLetter | kMark) : kLetter;          // word run class
+  constexpr std::uint8_t kWord = kMarks ? (kLetter | kMark) : kLetter;  // word run class
   constexpr std::uint8_t kNotPunct = kMarks ? (kSpace | kLetter | kMark | kNumber) : (kSpace | kLetter | kNumber);
   const Cursor c{reinterpret_cast<const unsigned char*>(text.data()), text.size()};
   const std::size_t n = text.size();

@@ -159,7 +159,8 @@ void bpe_piece(const Tokenizer::Impl& t, std::string_view piece, TokenizerWorksp
     std::int32_t merged;
     const std::uint32_t r = pair_rank(sym[static_cast<std::size_t>(pos)], sym[static_cast<std::size_t>(nx)], merged);
     if (r == kNone) return;
-    heap.push_back({r, static_cast<std::uint32_t>(pos), sym[static_cast<std::size_t>(pos)], sym[static_cast<std::size_t>(nx)]});
+    heap.push_back(
+        {r, static_cast<std::uint32_t>(pos), sym[static_cast<std::size_t>(pos)], sym[static_cast<std::size_t>(nx)]});
     std::push_heap(heap.begin(), heap.end(), cmp);
   };
   for (std::size_t i = 0; i + 1 < n; ++i) push(static_cast<std::int32_t>(i));
@@ -182,7 +183,8 @@ void bpe_piece(const Tokenizer::Impl& t, std::string_view piece, TokenizerWorksp
     if (prev[pos] >= 0) push(prev[pos]);
     push(static_cast<std::int32_t>(pos));
   }
-  for (std::int32_t i = 0; i >= 0; i = next[static_cast<std::size_t>(i)]) out.push_back(sym[static_cast<std::size_t>(i)]);
+  for (std::int32_t i = 0; i >= 0; i = next[static_cast<std::size_t>(i)])
+    out.push_back(sym[static_cast<std::size_t>(i)]);
 }
 
 // Encodes one piece with the cache.
@@ -229,7 +231,8 @@ void check_utf8(std::string_view text) {
   if (bad != std::string_view::npos) {
     char hex[8];
     std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(text[bad])));
-    throw InvalidArgument("tokenizer input: invalid UTF-8 at byte offset " + std::to_string(bad) + " (byte " + hex + ")");
+    throw InvalidArgument("tokenizer input: invalid UTF-8 at byte offset " + std::to_string(bad) + " (byte " + hex +
+                          ")");
   }
 }
 

@@ -77,7 +77,9 @@ class PairMap {
     return true;
   }
   /// Hints the cache about the first slot of pair (a, b).
-  void prefetch(std::int32_t a, std::int32_t b) const noexcept { __builtin_prefetch(&slots_[mix64(make_key(a, b)) & mask_]); }
+  void prefetch(std::int32_t a, std::int32_t b) const noexcept {
+    __builtin_prefetch(&slots_[mix64(make_key(a, b)) & mask_]);
+  }
   /// Rank and id of the merge of (a, b); nullptr when the pair does not merge.
   const Value* find(std::int32_t a, std::int32_t b) const noexcept {
     const std::uint64_t key = make_key(a, b);
@@ -200,10 +202,10 @@ struct Tokenizer::Impl {
 
   // Per id (0 .. id_limit-1): kind, HF token string, and decoded bytes (HF ByteLevel decoder rule).
   std::vector<tokenizer_detail::IdKind> kind;
-  std::string strings;                  ///< arena of token strings (vocab keys, added contents)
-  std::vector<std::uint32_t> str_off;   ///< id -> offset of its token string in `strings`
-  std::vector<std::uint32_t> str_len;   ///< id -> length of its token string
-  std::string bytes;                    ///< arena of decoded bytes
+  std::string strings;                 ///< arena of token strings (vocab keys, added contents)
+  std::vector<std::uint32_t> str_off;  ///< id -> offset of its token string in `strings`
+  std::vector<std::uint32_t> str_len;  ///< id -> length of its token string
+  std::string bytes;                   ///< arena of decoded bytes
   std::vector<std::uint32_t> bytes_off;
 
   tokenizer_detail::StringIdMap by_string;  ///< HF token string -> id (vocab and added)

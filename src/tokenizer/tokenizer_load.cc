@@ -98,7 +98,7 @@ class TokenizerSax {
   using binary_t = json::binary_t;
 
   json root;
-  std::string text;                  // arena: vocab keys and merge parts
+  std::string text;  // arena: vocab keys and merge parts
   std::vector<Span> vocab_keys;
   std::vector<std::int64_t> vocab_ids;
   std::vector<std::pair<Span, Span>> merges;
@@ -129,8 +129,7 @@ class TokenizerSax {
   bool binary(binary_t&) { return fail("unexpected binary value"); }
   bool string(string_t& s) {
     switch (mode_) {
-      case Mode::kVocab:
-        return fail("model.vocab[\"" + cur_key() + "\"]: id must be a non-negative integer");
+      case Mode::kVocab: return fail("model.vocab[\"" + cur_key() + "\"]: id must be a non-negative integer");
       case Mode::kMerges: {  // legacy "a b" form
         const auto sp = s.find(' ');
         if (sp == std::string::npos || sp == 0 || sp + 1 >= s.size() || s.find(' ', sp + 1) != std::string::npos) {
@@ -146,14 +145,13 @@ class TokenizerSax {
         if (pair_n_ >= 2) return fail("model.merges[" + std::to_string(merges.size()) + "]: expected 2 strings");
         pair_[pair_n_++] = store(s);
         return true;
-      case Mode::kDom:
-        break;
+      case Mode::kDom: break;
     }
     return value(json(std::move(s)));
   }
   bool start_object(std::size_t) {
-    if (mode_ != Mode::kDom) return fail("model." + std::string(mode_ == Mode::kVocab ? "vocab" : "merges") +
-                                         ": unexpected object");
+    if (mode_ != Mode::kDom)
+      return fail("model." + std::string(mode_ == Mode::kVocab ? "vocab" : "merges") + ": unexpected object");
     if (at_model_child("vocab")) {
       if (saw_vocab) return fail("model.vocab: given twice");
       saw_vocab = true;
@@ -220,9 +218,7 @@ class TokenizerSax {
     if (error.empty()) error = std::move(m);
     return false;
   }
-  std::string cur_key() const {
-    return std::string(text.substr(pending_vocab_key_.off, pending_vocab_key_.len));
-  }
+  std::string cur_key() const { return std::string(text.substr(pending_vocab_key_.off, pending_vocab_key_.len)); }
   Span store(std::string_view s) {
     const Span sp{static_cast<std::uint32_t>(text.size()), static_cast<std::uint32_t>(s.size())};
     text.append(s);
@@ -276,7 +272,8 @@ class TokenizerSax {
 
 [[noreturn]] void bad(const std::string& file, const std::string& msg) { throw ModelLoadError(file + ": " + msg); }
 [[noreturn]] void unsupported(const std::string& file, const std::string& msg) {
-  throw Unsupported(file + ": " + msg + " (this tokenizer reproduces only the Qwen2/Qwen3/Qwen3.5 byte-level BPE pipeline)");
+  throw Unsupported(file + ": " + msg +
+                    " (this tokenizer reproduces only the Qwen2/Qwen3/Qwen3.5 byte-level BPE pipeline)");
 }
 
 std::string short_dump(const json& j) {
@@ -338,7 +335,8 @@ SplitPattern check_pre_tokenizer(const std::string& file, const json& root) {
   if (!is_false_or_absent(bl, "add_prefix_space")) {
     unsupported(file, "pre_tokenizer.pretokenizers[1].add_prefix_space: must be false");
   }
-  if (!is_false_or_absent(bl, "use_regex")) unsupported(file, "pre_tokenizer.pretokenizers[1].use_regex: must be false");
+  if (!is_false_or_absent(bl, "use_regex"))
+    unsupported(file, "pre_tokenizer.pretokenizers[1].use_regex: must be false");
   return *p;
 }
 
@@ -443,7 +441,8 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
   if (!is_empty_string_or_absent(model, "continuing_subword_prefix")) {
     unsupported(file, "model.continuing_subword_prefix: must be empty");
   }
-  if (!is_empty_string_or_absent(model, "end_of_word_suffix")) unsupported(file, "model.end_of_word_suffix: must be empty");
+  if (!is_empty_string_or_absent(model, "end_of_word_suffix"))
+    unsupported(file, "model.end_of_word_suffix: must be empty");
   if (auto im = model.find("ignore_merges"); im != model.end() && !im->is_null()) {
     if (!im->is_boolean()) bad(file, "model.ignore_merges: expected a boolean");
     impl->ignore_merges = im->get<bool>();
@@ -498,7 +497,8 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
         for (const auto& a : added) {
           if (a.id == id) {
             if (a.content != spec.content) {
-              bad(cfile, where + ": content \"" + spec.content + "\" disagrees with tokenizer.json (\"" + a.content + "\")");
+              bad(cfile,
+                  where + ": content \"" + spec.content + "\" disagrees with tokenizer.json (\"" + a.content + "\")");
             }
             known = true;
           }
@@ -524,7 +524,8 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
   }
   std::vector<Span> added_span;
   for (const auto& a : added) {
-    added_span.push_back(Span{static_cast<std::uint32_t>(sax.text.size()), static_cast<std::uint32_t>(a.content.size())});
+    added_span.push_back(
+        Span{static_cast<std::uint32_t>(sax.text.size()), static_cast<std::uint32_t>(a.content.size())});
     sax.text += a.content;
   }
   if (sax.text.size() > std::numeric_limits<std::uint32_t>::max() / 2) bad(file, "vocabulary too large");

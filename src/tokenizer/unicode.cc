@@ -194,7 +194,8 @@ void nfc_normalize(std::string_view s, std::string& out, std::u32string& scratch
     std::size_t b = a;
     while (b < m && combining_class(scratch[b]) != 0) ++b;
     if (b - a > 1) {
-      std::stable_sort(scratch.begin() + static_cast<std::ptrdiff_t>(a), scratch.begin() + static_cast<std::ptrdiff_t>(b),
+      std::stable_sort(scratch.begin() + static_cast<std::ptrdiff_t>(a),
+                       scratch.begin() + static_cast<std::ptrdiff_t>(b),
                        [](char32_t x, char32_t y) { return combining_class(x) < combining_class(y); });
     }
     a = b;

@@ -61,8 +61,9 @@ std::optional<std::vector<std::uint8_t>> decode_base64_strict(std::string_view t
   std::size_t done_in = 0, done_out = 0;
   while (done_in < text.size()) {
     const std::size_t len = std::min(kPiece, text.size() - done_in);
-    const int got = EVP_DecodeBlock(out.data() + done_out, reinterpret_cast<const unsigned char*>(text.data() + done_in),
-                                    static_cast<int>(len));
+    const int got =
+        EVP_DecodeBlock(out.data() + done_out, reinterpret_cast<const unsigned char*>(text.data() + done_in),
+                        static_cast<int>(len));
     if (got < 0 || static_cast<std::size_t>(got) != len / 4 * 3) {
       if (problem != nullptr) *problem = Base64Problem{done_in, "base64 decoder refused the text"};
       return std::nullopt;

@@ -35,8 +35,8 @@ enum class Mode : std::uint8_t {
   kI16,      // "I;16": 16-bit gray, converted to 8 bits by clipping at 255 (not by shifting)
   kRGB,
   kRGBA,
-  kP,        // "P": palette indices, palette entries RGBA
-  kCMYK,     // "CMYK", Adobe polarity (Pillow always inverts what libjpeg returns)
+  kP,     // "P": palette indices, palette entries RGBA
+  kCMYK,  // "CMYK", Adobe polarity (Pillow always inverts what libjpeg returns)
 };
 
 // A decoded file in Pillow's terms.
@@ -115,16 +115,16 @@ struct PngJob {
   std::size_t index = 0;
   const ImageLimits* limits = nullptr;
   char error[160] = {};
-  bool rows_done = false;     // every row was read (errors after that, in trailing chunks, are ignored)
-  bool header_only = false;   // stopped after the header (run_png returns to let the caller throw)
+  bool rows_done = false;    // every row was read (errors after that, in trailing chunks, are ignored)
+  bool header_only = false;  // stopped after the header (run_png returns to let the caller throw)
   png_uint_32 width = 0, height = 0;
   int bit_depth = 0, color_type = 0;
-  std::vector<std::uint8_t> raw;           // rows as libpng delivers them (packing expanded)
+  std::vector<std::uint8_t> raw;  // rows as libpng delivers them (packing expanded)
   std::vector<png_bytep> row_pointers;
   std::vector<png_color> plte;
-  std::vector<std::uint8_t> trns_alpha;    // palette tRNS
+  std::vector<std::uint8_t> trns_alpha;  // palette tRNS
   bool has_trns = false;
-  png_color_16 trns_color{};               // gray / RGB tRNS (raw sample values)
+  png_color_16 trns_color{};  // gray / RGB tRNS (raw sample values)
 };
 
 void png_on_error(png_structp png, png_const_charp message) {
@@ -216,9 +216,7 @@ Raster decode_png(std::string_view bytes, std::size_t index, const ImageLimits& 
   // Sample k of a row-major sample array, reduced to 8 bits by keeping the high byte (Pillow's
   // ";16B" raw modes), or the 16-bit value itself.
   auto hi = [&](std::size_t k) { return wide ? job.raw[2 * k] : job.raw[k]; };
-  auto full16 = [&](std::size_t k) {
-    return static_cast<std::uint16_t>((job.raw[2 * k] << 8) | job.raw[2 * k + 1]);
-  };
+  auto full16 = [&](std::size_t k) { return static_cast<std::uint16_t>((job.raw[2 * k] << 8) | job.raw[2 * k + 1]); };
   switch (job.color_type) {
     case PNG_COLOR_TYPE_GRAY: {
       if (wide) {
@@ -240,7 +238,7 @@ Raster decode_png(std::string_view bytes, std::size_t index, const ImageLimits& 
     case PNG_COLOR_TYPE_RGB:
     case PNG_COLOR_TYPE_RGB_ALPHA:
     case PNG_COLOR_TYPE_GRAY_ALPHA: {
-      r.mode = job.color_type == PNG_COLOR_TYPE_RGB ? Mode::kRGB
+      r.mode = job.color_type == PNG_COLOR_TYPE_RGB         ? Mode::kRGB
                : job.color_type == PNG_COLOR_TYPE_RGB_ALPHA ? Mode::kRGBA
                                                             : Mode::kLA;
       const std::size_t samples = n * channels_of(r.mode);
@@ -335,7 +333,8 @@ bool run_jpeg(JpegJob* job, const std::uint8_t* bytes, std::size_t size) {
       return false;
   }
   jpeg_start_decompress(&job->cinfo);
-  const std::size_t stride = std::size_t{job->cinfo.output_width} * static_cast<std::size_t>(job->cinfo.output_components);
+  const std::size_t stride =
+      std::size_t{job->cinfo.output_width} * static_cast<std::size_t>(job->cinfo.output_components);
   job->raw.resize(stride * job->cinfo.output_height);
   while (job->cinfo.output_scanline < job->cinfo.output_height) {
     JSAMPROW row = job->raw.data() + stride * job->cinfo.output_scanline;
@@ -351,12 +350,14 @@ Raster decode_jpeg(std::string_view bytes, std::size_t index, const ImageLimits&
   JpegJob job;
   job.limits = &limits;
   const bool ok = run_jpeg(&job, reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
-  if (!ok) fail(RequestErrorCode::kImageInvalid, index, std::string("corrupt or unsupported JPEG data (") + job.error + ")");
+  if (!ok)
+    fail(RequestErrorCode::kImageInvalid, index, std::string("corrupt or unsupported JPEG data (") + job.error + ")");
   if (job.header_only) {
     check_dimensions(job.width, job.height, index, limits);
     fail(RequestErrorCode::kImageInvalid, index, "JPEG header is invalid");
   }
-  if (job.corrupt) fail(RequestErrorCode::kImageInvalid, index, std::string("truncated or corrupt JPEG data (") + job.error + ")");
+  if (job.corrupt)
+    fail(RequestErrorCode::kImageInvalid, index, std::string("truncated or corrupt JPEG data (") + job.error + ")");
   Raster r;
   r.width = job.width;
   r.height = job.height;
@@ -379,7 +380,8 @@ Raster decode_webp(std::string_view bytes, std::size_t index, const ImageLimits&
     fail(RequestErrorCode::kImageInvalid, index,
          status == VP8_STATUS_NOT_ENOUGH_DATA ? "truncated WebP data" : "corrupt or unsupported WebP data");
   }
-  check_dimensions(static_cast<std::uint64_t>(features.width), static_cast<std::uint64_t>(features.height), index, limits);
+  check_dimensions(static_cast<std::uint64_t>(features.width), static_cast<std::uint64_t>(features.height), index,
+                   limits);
   WebPData webp{data, bytes.size()};
   WebPAnimDecoderOptions options;
   if (!WebPAnimDecoderOptionsInit(&options)) throw std::bad_alloc();
@@ -440,7 +442,8 @@ struct WhiteComposite {
   std::uint8_t operator()(int c, int a) const {
     if (a == 0) return 255;
     constexpr int kBits = 7;
-    const int t = c * coef_src[static_cast<std::size_t>(a)] + 255 * coef_white[static_cast<std::size_t>(a)] + (0x80 << kBits);
+    const int t =
+        c * coef_src[static_cast<std::size_t>(a)] + 255 * coef_white[static_cast<std::size_t>(a)] + (0x80 << kBits);
     return static_cast<std::uint8_t>((((t >> 8) + t) >> 8) >> kBits);
   }
 };
@@ -614,13 +617,28 @@ RgbImage apply_exif_orientation(const RgbImage& image, int orientation) {
     for (std::uint32_t c = 0; c < out.width; ++c) {
       std::uint32_t sr = r, sc = c;  // source row / column of output (r, c)
       switch (orientation) {
-        case 2: sc = w - 1 - c; break;                      // mirror left-right
-        case 3: sr = h - 1 - r; sc = w - 1 - c; break;      // rotate 180
-        case 4: sr = h - 1 - r; break;                      // mirror top-bottom
-        case 5: sr = c; sc = r; break;                      // transpose
-        case 6: sr = h - 1 - c; sc = r; break;              // rotate 90 clockwise
-        case 7: sr = h - 1 - c; sc = w - 1 - r; break;      // transverse
-        case 8: sr = c; sc = w - 1 - r; break;              // rotate 90 counter-clockwise
+        case 2: sc = w - 1 - c; break;  // mirror left-right
+        case 3:
+          sr = h - 1 - r;
+          sc = w - 1 - c;
+          break;                        // rotate 180
+        case 4: sr = h - 1 - r; break;  // mirror top-bottom
+        case 5:
+          sr = c;
+          sc = r;
+          break;  // transpose
+        case 6:
+          sr = h - 1 - c;
+          sc = r;
+          break;  // rotate 90 clockwise
+        case 7:
+          sr = h - 1 - c;
+          sc = w - 1 - r;
+          break;  // transverse
+        case 8:
+          sr = c;
+          sc = w - 1 - r;
+          break;  // rotate 90 counter-clockwise
         default: break;
       }
       const std::uint8_t* s = image.pixels.data() + (std::size_t{sr} * w + sc) * 3;
@@ -662,15 +680,18 @@ std::vector<std::uint8_t> decode_data_url(std::string_view url, std::size_t inde
     if (iequals_prefix(url, "http://") || iequals_prefix(url, "https://")) {
       fail(RequestErrorCode::kImageUrlUnsupported, index, "remote image URLs are not fetched; send a base64 data URL");
     }
-    if (iequals_prefix(url, "file:")) fail(RequestErrorCode::kImageUrlUnsupported, index, "file URLs are not allowed; send a base64 data URL");
+    if (iequals_prefix(url, "file:"))
+      fail(RequestErrorCode::kImageUrlUnsupported, index, "file URLs are not allowed; send a base64 data URL");
     if (!check_base64_strict(url) && !url.empty()) {
       fail(RequestErrorCode::kImageUrlUnsupported, index,
            "image must be a data URL (data:image/<png|jpeg|webp>;base64,...), not bare base64");
     }
-    fail(RequestErrorCode::kImageUrlUnsupported, index, "image must be a data URL (data:image/<png|jpeg|webp>;base64,...)");
+    fail(RequestErrorCode::kImageUrlUnsupported, index,
+         "image must be a data URL (data:image/<png|jpeg|webp>;base64,...)");
   }
   const std::size_t comma = url.find(',');
-  if (comma == std::string_view::npos) fail(RequestErrorCode::kImageUrlUnsupported, index, "data URL has no ',' before its payload");
+  if (comma == std::string_view::npos)
+    fail(RequestErrorCode::kImageUrlUnsupported, index, "data URL has no ',' before its payload");
   std::string header(url.substr(5, comma - 5));
   for (auto& c : header) {
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
@@ -694,7 +715,8 @@ std::vector<std::uint8_t> decode_data_url(std::string_view url, std::size_t inde
   auto bytes = decode_base64_strict(payload, &problem);
   if (!bytes) {
     fail(RequestErrorCode::kInvalidBase64, index,
-         "invalid base64 in the data URL: " + problem.reason + " at character " + std::to_string(comma + 1 + problem.offset));
+         "invalid base64 in the data URL: " + problem.reason + " at character " +
+             std::to_string(comma + 1 + problem.offset));
   }
   if (bytes->size() > limits.max_encoded_bytes_per_image) {
     fail(RequestErrorCode::kImageTooLarge, index,
@@ -734,8 +756,8 @@ std::vector<RgbImage> decode_image_urls(const std::vector<std::string_view>& url
     if (limits.tokens_for_size) {
       for (const RgbImage& prev : out) li.tokens_before += limits.tokens_for_size(prev.width, prev.height);
     }
-    out.push_back(decode_image_bytes(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), i,
-                                     li, options));
+    out.push_back(decode_image_bytes(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), i, li,
+                                     options));
   }
   return out;
 }

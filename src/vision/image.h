@@ -38,11 +38,11 @@ enum class AlphaMode : std::uint8_t {
 /// Limits on the `images` of one request (docs/PROTOCOL.md §1.3: hosted <= 4 images, <= 16 MP
 /// each). Every value is inclusive; a value over a limit is a RequestError, never a truncation.
 struct ImageLimits {
-  std::size_t max_images = 4;                                ///< images per request
-  std::size_t max_encoded_bytes_per_image = 8u << 20;        ///< file bytes after base64 decoding
-  std::size_t max_encoded_bytes_total = 24u << 20;           ///< sum over the request's images
-  std::uint64_t max_pixels_per_image = 4096ull * 4096ull;    ///< width * height of the decoded file
-  std::uint32_t max_side = 32768;                            ///< width and height each
+  std::size_t max_images = 4;                              ///< images per request
+  std::size_t max_encoded_bytes_per_image = 8u << 20;      ///< file bytes after base64 decoding
+  std::size_t max_encoded_bytes_total = 24u << 20;         ///< sum over the request's images
+  std::uint64_t max_pixels_per_image = 4096ull * 4096ull;  ///< width * height of the decoded file
+  std::uint32_t max_side = 32768;                          ///< width and height each
   /// Token budget checked from the file header, before any pixel is decoded: when
   /// `tokens_for_size` is set, image i's tokens tokens_for_size(width, height) plus those of the
   /// images before it must not exceed `max_image_tokens` (input_too_long at images.<i> otherwise),

@@ -75,7 +75,8 @@ AxisWeights axis_weights(std::uint32_t in_size, std::uint32_t out_size, bool int
   if (int16_weights) {
     int bits = 0;
     while (bits < kPrecisionBits &&
-           static_cast<std::int64_t>(0.5 + max_weight * static_cast<double>(std::int64_t{1} << (bits + 1))) < (1 << 15)) {
+           static_cast<std::int64_t>(0.5 + max_weight * static_cast<double>(std::int64_t{1} << (bits + 1))) <
+               (1 << 15)) {
       ++bits;
     }
     w.precision = bits;
@@ -102,7 +103,8 @@ std::pair<std::uint64_t, std::uint64_t> smart_resize(std::uint64_t height, std::
   const double w = static_cast<double>(width);
   const double f = static_cast<double>(factor);
   if (std::max(h, w) / std::min(h, w) > 200.0) {
-    throw InvalidArgument("absolute aspect ratio must be at most 200, got " + std::to_string(std::max(h, w) / std::min(h, w)));
+    throw InvalidArgument("absolute aspect ratio must be at most 200, got " +
+                          std::to_string(std::max(h, w) / std::min(h, w)));
   }
   // Python round(): half to even, which nearbyint does in the default rounding mode.
   double h_bar = std::nearbyint(h / f) * f;
@@ -186,7 +188,8 @@ RgbImage resize_bicubic(const RgbImage& image, std::uint32_t width, std::uint32_
   // as many pixels as the width does, otherwise the horizontal one. The uint8 intermediate makes
   // the order visible in the result. Measured against Pillow 13.0.0 (docs/VISION.md).
   const std::int64_t dh = std::int64_t{image.height} - height, dw = std::int64_t{image.width} - width;
-  if (order == ResizePassOrder::kPillow13 && dh > 0 && dh > 2 * dw) return horizontal_pass(vertical_pass(image, vw, 0), hw, 0, height);
+  if (order == ResizePassOrder::kPillow13 && dh > 0 && dh > 2 * dw)
+    return horizontal_pass(vertical_pass(image, vw, 0), hw, 0, height);
   // Horizontal first, only on the source rows the vertical pass reads.
   const std::uint32_t row_lo = vw.first.front();
   const std::uint32_t row_hi = vw.first.back() + vw.count.back();

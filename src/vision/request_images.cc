@@ -12,7 +12,8 @@ RequestImages prepare_request_images(const JsonValue* images, const ImageLimits&
   RequestImages out;
   if (images == nullptr || images->is_null()) return out;
   const JsonPath path = JsonPath().key("images");
-  if (!images->is_array()) throw RequestError(RequestErrorCode::kInvalidType, path, "images must be an array of data URLs");
+  if (!images->is_array())
+    throw RequestError(RequestErrorCode::kInvalidType, path, "images must be an array of data URLs");
   std::vector<std::string_view> urls;
   urls.reserve(images->size());
   for (std::size_t i = 0; i < images->size(); ++i) {

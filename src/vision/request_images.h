@@ -24,7 +24,6 @@ struct RequestImages {
 /// preprocess_image (too_many_images, image_url_unsupported, image_type_unsupported,
 /// invalid_base64, image_invalid, image_too_large, image_aspect_ratio), all at `images.<i>`.
 RequestImages prepare_request_images(const JsonValue* images, const ImageLimits& limits = {},
-                                     const ImageDecodeOptions& decode = {},
-                                     const VisionPreprocessConfig& config = {});
+                                     const ImageDecodeOptions& decode = {}, const VisionPreprocessConfig& config = {});
 
 }  // namespace clef

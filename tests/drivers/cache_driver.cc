@@ -5,7 +5,8 @@
 //       < requests.jsonl
 // Reads one SystemOne request body per line and prints one JSON line per request:
 //   {"body": <the response, parsed>, "cache": "hit"|"miss"|"off", "reused_tokens": n,
-//    "input_tokens": n, "logits": [...], "timings": {seconds per stage}, "option_counts": [options of each question, request order], "stats": {"hits", "misses", "bytes", "entries", "evictions", "budget"}}
+//    "input_tokens": n, "logits": [...], "timings": {seconds per stage}, "option_counts": [options of each question,
+//    request order], "stats": {"hits", "misses", "bytes", "entries", "evictions", "budget"}}
 // or {"error": "<code>", "path": "<json path>"} for a refused request. Exit 2 on bad arguments.
 #include <cstdlib>
 #include <iostream>
@@ -65,20 +66,24 @@ int main(int argc, char** argv) {
         out["reused_tokens"] = d.reused_tokens;
         out["input_tokens"] = d.input_tokens;
         out["logits"] = d.logits;
-        out["timings"] = {{"tokenize", d.timings.tokenize}, {"prefill", d.timings.prefill}, {"head", d.timings.head},
-                          {"state_restore", d.timings.state_restore}, {"total", d.timings.total}};
+        out["timings"] = {{"tokenize", d.timings.tokenize},
+                          {"prefill", d.timings.prefill},
+                          {"head", d.timings.head},
+                          {"state_restore", d.timings.state_restore},
+                          {"total", d.timings.total}};
         // The per-question grouping of the logits (to compare probabilities), from the same encoder.
         clef::ServedModel any;
         any.accept_any = true;
-        const clef::EncodedRecord rec = clef::encode_record(
-            clef::parse_request(line, clef::RequestLimits{}, clef::Dialect::kSystemOne, any), engine.tokenizer(), eo.record);
+        const clef::EncodedRecord rec =
+            clef::encode_record(clef::parse_request(line, clef::RequestLimits{}, clef::Dialect::kSystemOne, any),
+                                engine.tokenizer(), eo.record);
         out["option_counts"] = nlohmann::ordered_json::array();
         for (const auto& q : rec.questions) out["option_counts"].push_back(q.options.size());
       } catch (const clef::RequestError& e) {
         out = {{"error", e.code_name()}, {"path", e.path().str()}};
       }
       const clef::StateCacheStats s = engine.state_cache_stats();
-      out["stats"] = {{"hits", s.hits},       {"misses", s.misses},   {"bytes", s.bytes},
+      out["stats"] = {{"hits", s.hits},       {"misses", s.misses},       {"bytes", s.bytes},
                       {"entries", s.entries}, {"evictions", s.evictions}, {"budget", s.budget}};
       std::cout << out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n" << std::flush;
     }

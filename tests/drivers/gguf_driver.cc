@@ -51,8 +51,12 @@ int main(int argc, char** argv) {
     out["metadata"] = std::move(meta);
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& t : h.tensors) {
-      tensors.push_back({{"name", t.name}, {"ne", t.ne}, {"type", t.type}, {"offset", t.offset},
-                         {"nbytes", t.nbytes}, {"sha256", clef::sha256_hex(f.data(t))}});
+      tensors.push_back({{"name", t.name},
+                         {"ne", t.ne},
+                         {"type", t.type},
+                         {"offset", t.offset},
+                         {"nbytes", t.nbytes},
+                         {"sha256", clef::sha256_hex(f.data(t))}});
     }
     out["tensors"] = std::move(tensors);
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";

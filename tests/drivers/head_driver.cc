@@ -38,7 +38,8 @@ void run_record(const clef::ReleaseFolder& r, const clef::JointHead& head, const
   const auto T = static_cast<std::int64_t>(input_ids.size());
   const std::int64_t H = r.head_config.hidden_size;
   if (hidden.shape.size() != 2 || hidden.shape[0] != T || hidden.shape[1] != H) {
-    throw clef::InvalidArgument(dir + "/hidden.npy must be [T, H] = [" + std::to_string(T) + ", " + std::to_string(H) + "]");
+    throw clef::InvalidArgument(dir + "/hidden.npy must be [T, H] = [" + std::to_string(T) + ", " + std::to_string(H) +
+                                "]");
   }
   const std::int64_t step = chunk > 0 ? chunk : T;
   clef::JointHeadRecord rec(head, std::move(qs), input_ids);

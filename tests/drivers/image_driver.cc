@@ -52,9 +52,10 @@ void write_rgb(const std::string& path, const clef::RgbImage& img) {
 }
 
 int usage() {
-  std::cerr << "usage: clef_image_driver [--paths] [--each] [--alpha composite|drop] [--min-pixels N] [--max-pixels N]\n"
-               "       [--fixed-side N] [--max-images N] [--max-bytes N] [--max-total-bytes N] [--max-image-pixels N]\n"
-               "       decode|preprocess LIST OUT_DIR\n";
+  std::cerr
+      << "usage: clef_image_driver [--paths] [--each] [--alpha composite|drop] [--min-pixels N] [--max-pixels N]\n"
+         "       [--fixed-side N] [--max-images N] [--max-bytes N] [--max-total-bytes N] [--max-image-pixels N]\n"
+         "       decode|preprocess LIST OUT_DIR\n";
   return 64;
 }
 
@@ -98,8 +99,7 @@ int main(int argc, char** argv) {
         } else if (v != "pil") {
           return usage();
         }
-      }
-      else if (a == "--fixed-side") config.fixed_side = static_cast<std::uint32_t>(std::stoul(next()));
+      } else if (a == "--fixed-side") config.fixed_side = static_cast<std::uint32_t>(std::stoul(next()));
       else if (a == "--max-images") limits.max_images = std::stoull(next());
       else if (a == "--max-bytes") limits.max_encoded_bytes_per_image = std::stoull(next());
       else if (a == "--max-total-bytes") limits.max_encoded_bytes_total = std::stoull(next());
@@ -107,8 +107,7 @@ int main(int argc, char** argv) {
       else if (a == "--resize-list") {
         std::istringstream in(read_file(next()));
         for (std::uint32_t w = 0, h = 0; in >> w >> h;) resize_to.emplace_back(w, h);
-      }
-      else if (!a.empty() && a[0] == '-') return usage();
+      } else if (!a.empty() && a[0] == '-') return usage();
       else positional.push_back(a);
     }
     if (positional.size() != 3 || (positional[0] != "decode" && positional[0] != "preprocess")) return usage();
@@ -140,24 +139,24 @@ int main(int argc, char** argv) {
         }
       } else {
         const clef::VisionInput v = clef::preprocess_image(img, i, config);
-        clef::write_npy(out_dir + "/pixel_values_" + std::to_string(i) + ".npy", {v.rows, v.cols}, v.pixel_values.data());
+        clef::write_npy(out_dir + "/pixel_values_" + std::to_string(i) + ".npy", {v.rows, v.cols},
+                        v.pixel_values.data());
         j["grid"] = {v.grid.t, v.grid.h, v.grid.w};
         j["tokens"] = v.num_tokens;
       }
       std::cout << j.dump() << "\n";
     };
     auto emit_error = [&](std::size_t i, const clef::RequestError& e) {
-      nlohmann::json j = {{"index", i}, {"ok", false}, {"code", e.code_name()}, {"path", e.path().str()},
-                          {"message", e.message()}};
+      nlohmann::json j = {
+          {"index", i}, {"ok", false}, {"code", e.code_name()}, {"path", e.path().str()}, {"message", e.message()}};
       std::cout << j.dump() << "\n";
     };
 
     if (each) {
       for (std::size_t i = 0; i < payloads.size(); ++i) {
         try {
-          const clef::RgbImage img =
-              paths ? clef::decode_image_bytes(payloads[i], i, limits, decode_options)
-                    : clef::decode_image_url(payloads[i], i, limits, decode_options);
+          const clef::RgbImage img = paths ? clef::decode_image_bytes(payloads[i], i, limits, decode_options)
+                                           : clef::decode_image_url(payloads[i], i, limits, decode_options);
           emit_ok(i, img);
         } catch (const clef::RequestError& e) {
           emit_error(i, e);

@@ -33,7 +33,8 @@ JsonValue summary(const clef::SystemOneRequest& r) {
   for (const auto& q : r.questions) {
     JsonValue::Array options;
     for (const auto& o : q.options) {
-      options.push_back(JsonValue::object({{"id", str(o.id)}, {"semantics", str(clef::render(clef::option_semantics(o)))}}));
+      options.push_back(
+          JsonValue::object({{"id", str(o.id)}, {"semantics", str(clef::render(clef::option_semantics(o)))}}));
     }
     JsonValue::Array order;
     for (std::size_t k : q.request_order) order.push_back(JsonValue::integer(static_cast<std::int64_t>(k)));

@@ -59,10 +59,10 @@ int main(int argc, char** argv) {
     clef::TokenizerLoadOptions opt;
     opt.merge_config_added_tokens = !no_config;
     if (!split.empty()) opt.split_override = clef::split_pattern_from_name(split);
-    const clef::Tokenizer tok = !model.empty()
-                                    ? clef::Tokenizer::load(model, opt)
-                                    : clef::Tokenizer::from_json(slurp(json_path),
-                                                                 config_path.empty() ? std::string() : slurp(config_path), opt);
+    const clef::Tokenizer tok =
+        !model.empty() ? clef::Tokenizer::load(model, opt)
+                       : clef::Tokenizer::from_json(slurp(json_path),
+                                                    config_path.empty() ? std::string() : slurp(config_path), opt);
     std::ios::sync_with_stdio(false);
     const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
     std::string out;
@@ -108,7 +108,8 @@ int main(int argc, char** argv) {
           std::string bits;
           for (std::size_t i = 0; i < rec.size();) {
             std::size_t n = 0;
-            const std::uint32_t cp = clef::unicode::decode_utf8(reinterpret_cast<const unsigned char*>(rec.data()) + i, n);
+            const std::uint32_t cp =
+                clef::unicode::decode_utf8(reinterpret_cast<const unsigned char*>(rec.data()) + i, n);
             bits.push_back(static_cast<char>(clef::unicode::props(cp)));
             i += n;
           }

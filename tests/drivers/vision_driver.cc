@@ -130,8 +130,10 @@ int run(const Args& a) {
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     if (!a.out.empty()) write_npy(a.out, {rows, tower.out_hidden_size()}, out.data());
-    std::cout << nlohmann::json{{"rows", rows},         {"cols", tower.out_hidden_size()},
-                                {"seconds", best},      {"precision", ops::precision_name(*prec)},
+    std::cout << nlohmann::json{{"rows", rows},
+                                {"cols", tower.out_hidden_size()},
+                                {"seconds", best},
+                                {"precision", ops::precision_name(*prec)},
                                 {"threads", ops::num_threads()}}
                      .dump()
               << "\n";

@@ -39,6 +39,6 @@ inline std::string isa_param_name(const ::testing::TestParamInfo<ops::IsaLevel>&
 }  // namespace clef::test
 
 /// Instantiates fixture SUITE (derived from clef::test::AtIsaLevel) over every testable level.
-#define CLEF_INSTANTIATE_AT_ISA_LEVELS(SUITE)                                              \
+#define CLEF_INSTANTIATE_AT_ISA_LEVELS(SUITE)                                                   \
   INSTANTIATE_TEST_SUITE_P(Isa, SUITE, ::testing::ValuesIn(::clef::test::isa_levels_to_test()), \
                            ::clef::test::isa_param_name)

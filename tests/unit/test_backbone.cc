@@ -165,8 +165,8 @@ TEST_F(BackboneTest, Fp32CopyBytesFollowTheArchitecture) {
   // per attention layer (2*nh*hd + 2*nkv*hd) x H + H x nh*hd, per layer 3 x I x H (SwiGLU).
   const auto& c = release_->config.text;
   const std::int64_t H = c.hidden_size;
-  const std::int64_t gdn = (c.gdn_conv_dim() + c.gdn_value_dim() + 2 * c.linear_num_value_heads) * H +
-                           H * c.gdn_value_dim();
+  const std::int64_t gdn =
+      (c.gdn_conv_dim() + c.gdn_value_dim() + 2 * c.linear_num_value_heads) * H + H * c.gdn_value_dim();
   const std::int64_t attn = (2 * c.num_attention_heads * c.head_dim + 2 * c.num_key_value_heads * c.head_dim) * H +
                             H * c.num_attention_heads * c.head_dim;
   const std::int64_t params = c.count(LayerType::kLinearAttention) * gdn + c.count(LayerType::kFullAttention) * attn +
@@ -180,11 +180,11 @@ TEST_F(BackboneTest, Fp32WeightsPolicy) {
   constexpr std::uint64_t GiB = std::uint64_t{1} << 30;
   EXPECT_TRUE(fp32_weights_resident(Fp32Weights::kResident, Precision::kF32, 40 * GiB, 8 * GiB));
   EXPECT_FALSE(fp32_weights_resident(Fp32Weights::kStream, Precision::kF32, 1, 64 * GiB));
-  EXPECT_TRUE(fp32_weights_resident(Fp32Weights::kAuto, Precision::kF32, 2 * GiB, 8 * GiB));   // 0.8b, 8 GB
+  EXPECT_TRUE(fp32_weights_resident(Fp32Weights::kAuto, Precision::kF32, 2 * GiB, 8 * GiB));  // 0.8b, 8 GB
   EXPECT_FALSE(fp32_weights_resident(Fp32Weights::kAuto, Precision::kF32, 2 * GiB + 1, 8 * GiB));
   EXPECT_FALSE(fp32_weights_resident(Fp32Weights::kAuto, Precision::kF32, 32 * GiB, 24 * GiB));  // flash
-  EXPECT_FALSE(fp32_weights_resident(Fp32Weights::kAuto, Precision::kF32, 0, 24 * GiB));  // F32 checkpoint
-  EXPECT_FALSE(fp32_weights_resident(Fp32Weights::kAuto, Precision::kBF16, 1, 24 * GiB)); // bf16 reads bf16
+  EXPECT_FALSE(fp32_weights_resident(Fp32Weights::kAuto, Precision::kF32, 0, 24 * GiB));         // F32 checkpoint
+  EXPECT_FALSE(fp32_weights_resident(Fp32Weights::kAuto, Precision::kBF16, 1, 24 * GiB));        // bf16 reads bf16
   EXPECT_GT(usable_memory_bytes(), std::uint64_t{0});
 }
 

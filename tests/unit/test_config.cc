@@ -110,8 +110,9 @@ TEST(Config, UnsupportedOptionsNameTheField) {
 TEST(Config, MalformedValuesNameThePath) {
   json j = composite();
   j["text_config"]["hidden_size"] = "1024";
-  EXPECT_NE(error_of<ModelLoadError>([&] { parse_model_config(j); })
-                .find("text_config.hidden_size: expected an integer, got string \"1024\""),
+  EXPECT_NE(error_of<ModelLoadError>([&] {
+              parse_model_config(j);
+            }).find("text_config.hidden_size: expected an integer, got string \"1024\""),
             std::string::npos);
   j = composite();
   j["text_config"]["num_key_value_heads"] = 3;
@@ -142,12 +143,13 @@ TEST(Config, JointHeadConfig) {
         R"({"hidden_size": 8, "width": 8, "routing_layers": 1, "layers": 1, "heads": 2, "feedforward": 8, "temp": 1})"));
   });
   EXPECT_NE(unknown.find("joint_head_config.json: temp: unknown field"), std::string::npos) << unknown;
-  const auto missing = error_of<ModelLoadError>(
-      [] { parse_joint_head_config(json::parse(R"({"hidden_size": 8, "width": 8})")); });
+  const auto missing =
+      error_of<ModelLoadError>([] { parse_joint_head_config(json::parse(R"({"hidden_size": 8, "width": 8})")); });
   EXPECT_NE(missing.find("routing_layers: required field is missing"), std::string::npos) << missing;
-  EXPECT_THROW(parse_joint_head_config(json::parse(
-                   R"({"hidden_size": 8, "width": 10, "routing_layers": 1, "layers": 1, "heads": 3, "feedforward": 8})")),
-               ModelLoadError);
+  EXPECT_THROW(
+      parse_joint_head_config(json::parse(
+          R"({"hidden_size": 8, "width": 10, "routing_layers": 1, "layers": 1, "heads": 3, "feedforward": 8})")),
+      ModelLoadError);
 }
 
 TEST(Config, PreprocessorConfig) {

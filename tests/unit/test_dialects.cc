@@ -95,8 +95,8 @@ TEST(Answers, RoundingFollowsPython) {
 }
 
 TEST(Answers, NonFiniteLogitsAndCountsAreErrors) {
-  const SystemOneRequest req = parse_request(R"({"state": "x", "questions": {"q": {"type": "noul"}}})",
-                                             RequestLimits{}, Dialect::kSystemOne, served());
+  const SystemOneRequest req = parse_request(R"({"state": "x", "questions": {"q": {"type": "noul"}}})", RequestLimits{},
+                                             Dialect::kSystemOne, served());
   const float nan_logits[2] = {NAN, 0.0f};
   EXPECT_THROW(build_response_json(req, "m", nan_logits, 10), InternalError);
   const float three[3] = {0.0f, 0.0f, 0.0f};
@@ -118,12 +118,12 @@ TEST(Answers, JevConfidenceAndLegend) {
   jev.jev_legend = true;
   const json j = json::parse(build_response_json(req, "m", logits, 7, jev));
   EXPECT_DOUBLE_EQ(j["answers"]["c"]["confidence"].get<double>(), 0.5);  // (0.75 - 1/2) / (1 - 1/2)
-  EXPECT_EQ(j["answers"]["s"]["legend"]["1"], "");                      // SDK-safe legend
+  EXPECT_EQ(j["answers"]["s"]["legend"]["1"], "");                       // SDK-safe legend
   // Uniform 3-level score: mode 0, sum p|i-0| = 1, D = (1 + 0 + 1)/3 -> max(0, 1 - 1.5) = 0.
   EXPECT_DOUBLE_EQ(j["answers"]["s"]["confidence"].get<double>(), 0.0);
   EXPECT_EQ(j["usage"]["output_tokens"], 0);
-  EXPECT_EQ(json::parse(build_response_json(req, "m", logits, 7, {}, "\"state_tokens_dropped\":12"))["usage"]
-                ["state_tokens_dropped"],
+  EXPECT_EQ(json::parse(build_response_json(req, "m", logits, 7, {},
+                                            "\"state_tokens_dropped\":12"))["usage"]["state_tokens_dropped"],
             12);
 }
 

@@ -50,8 +50,17 @@ TEST(DType, F16ToF32ExhaustiveAgainstCompiler) {
 TEST(DType, F32ToF16AgainstCompiler) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<std::uint32_t> any;
-  std::vector<float> cases = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 1e-8f, 2.9802322e-8f, 5.96e-8f,
-                              6.1035156e-5f, 6.1e-5f, std::numeric_limits<float>::infinity()};
+  std::vector<float> cases = {0.0f,
+                              -0.0f,
+                              65504.0f,
+                              65519.99f,
+                              65520.0f,
+                              1e-8f,
+                              2.9802322e-8f,
+                              5.96e-8f,
+                              6.1035156e-5f,
+                              6.1e-5f,
+                              std::numeric_limits<float>::infinity()};
   for (int i = 0; i < 200000; ++i) {
     std::uint32_t u = any(rng);
     float f;

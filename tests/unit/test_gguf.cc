@@ -65,8 +65,9 @@ std::vector<std::byte> make_file(const std::vector<Tensor>& tensors, std::uint64
 }
 
 // F32 [3, 2] at 0 (24 bytes), BF16 [8] at 32 (16 bytes), Q8_0 [64, 2] at 64 (4 blocks x 34 = 136).
-const std::vector<Tensor> kTensors = {
-    {"a.weight", {3, 2}, 0, 0}, {"b.bias", {8}, 30, 32}, {"blk.0.ffn_up.weight", {64, 2}, 8, 64}};
+const std::vector<Tensor> kTensors = {{"a.weight", {3, 2}, 0, 0},
+                                      {"b.bias", {8}, 30, 32},
+                                      {"blk.0.ffn_up.weight", {64, 2}, 8, 64}};
 constexpr std::size_t kData = 64 + 136;
 
 void good_kv(Writer& w) {
@@ -113,7 +114,8 @@ TEST(Gguf, ReadsAValidFile) {
 
   test::TempDir dir;
   const std::string path = dir.str() + "/m.gguf";
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(f.data()), static_cast<std::streamsize>(f.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(f.data()), static_cast<std::streamsize>(f.size()));
   GgufFile g(path, "m.gguf");
   EXPECT_EQ(g.get_string("general.architecture"), "qwen35");
   EXPECT_EQ(g.get_int("qwen35.block_count"), 24);
@@ -177,40 +179,62 @@ std::vector<BadCase> bad_cases() {
   v.push_back({"version 4", make_file(kTensors, kGoodKv, good_kv, 32, kData, 4), "version 4 is not supported"});
   v.push_back({"data cut", make_file(kTensors, kGoodKv, good_kv, 32, kData - 1), "run past the data section"});
   v.push_back({"offset past end", make_file({{"t", {4}, 0, 1u << 20}}, 0, none, 32, 64), "run past the data section"});
-  v.push_back({"offset overflow", make_file({{"t", {4}, 0, ~std::uint64_t{31}}}, 0, none, 32, 64), "run past the data section"});
+  v.push_back({"offset overflow", make_file({{"t", {4}, 0, ~std::uint64_t{31}}}, 0, none, 32, 64),
+               "run past the data section"});
   v.push_back({"overlap", make_file({{"t", {16}, 0, 0}, {"u", {16}, 0, 32}}, 0, none, 32, 128), "overlap"});
   v.push_back({"misaligned", make_file({{"t", {4}, 0, 8}}, 0, none, 32, 64), "not a multiple of the alignment 32"});
   v.push_back({"unknown type", make_file({{"t", {4}, 99, 0}}, 0, none, 32, 64), "unknown ggml type 99"});
-  v.push_back({"Q8_0 row", make_file({{"t", {48, 2}, 8, 0}}, 0, none, 32, 256), "not a multiple of Q8_0's block of 32"});
+  v.push_back(
+      {"Q8_0 row", make_file({{"t", {48, 2}, 8, 0}}, 0, none, 32, 256), "not a multiple of Q8_0's block of 32"});
   v.push_back({"0 dims", make_file({{"t", {}, 0, 0}}, 0, none, 32, 64), "0 dimensions"});
   v.push_back({"5 dims", make_file({{"t", {1, 1, 1, 1, 1}, 0, 0}}, 0, none, 32, 64), "5 dimensions"});
   v.push_back({"zero dim", make_file({{"t", {4, 0}, 0, 0}}, 0, none, 32, 64), "dimension 1 = 0"});
   v.push_back({"huge dims", make_file({{"t", {1ull << 40, 1ull << 40}, 0, 0}}, 0, none, 32, 64), "out of range"});
-  v.push_back({"dup tensor", make_file({{"t", {4}, 0, 0}, {"t", {4}, 0, 32}}, 0, none, 32, 64), "duplicate tensor \"t\""});
+  v.push_back(
+      {"dup tensor", make_file({{"t", {4}, 0, 0}, {"t", {4}, 0, 32}}, 0, none, 32, 64), "duplicate tensor \"t\""});
   v.push_back({"empty name", make_file({{"", {4}, 0, 0}}, 0, none, 32, 64), "empty name"});
-  v.push_back({"dup key", make_file({}, 2, kv1([](Writer& w) {
-                  w.str("k").put<std::uint32_t>(4).put<std::uint32_t>(1);
-                  w.str("k").put<std::uint32_t>(4).put<std::uint32_t>(2);
-                }), 32, 0), "duplicate metadata key \"k\""});
-  v.push_back({"value type", make_file({}, 1, kv1([](Writer& w) { w.str("k").put<std::uint32_t>(13).put<std::uint32_t>(0); }), 32, 0),
+  v.push_back({"dup key",
+               make_file({}, 2, kv1([](Writer& w) {
+                           w.str("k").put<std::uint32_t>(4).put<std::uint32_t>(1);
+                           w.str("k").put<std::uint32_t>(4).put<std::uint32_t>(2);
+                         }),
+                         32, 0),
+               "duplicate metadata key \"k\""});
+  v.push_back({"value type",
+               make_file({}, 1, kv1([](Writer& w) { w.str("k").put<std::uint32_t>(13).put<std::uint32_t>(0); }), 32, 0),
                "unknown value type 13"});
-  v.push_back({"nested array", make_file({}, 1, kv1([](Writer& w) {
-                  w.str("k").put<std::uint32_t>(9).put<std::uint32_t>(9).put<std::uint64_t>(1);
-                }), 32, 0), "nested arrays"});
-  v.push_back({"bool 2", make_file({}, 1, kv1([](Writer& w) { w.str("k").put<std::uint32_t>(7).put<std::uint8_t>(2); }), 32, 0),
+  v.push_back({"nested array",
+               make_file({}, 1, kv1([](Writer& w) {
+                           w.str("k").put<std::uint32_t>(9).put<std::uint32_t>(9).put<std::uint64_t>(1);
+                         }),
+                         32, 0),
+               "nested arrays"});
+  v.push_back({"bool 2",
+               make_file({}, 1, kv1([](Writer& w) { w.str("k").put<std::uint32_t>(7).put<std::uint8_t>(2); }), 32, 0),
                "neither 0 nor 1"});
-  v.push_back({"huge array", make_file({}, 1, kv1([](Writer& w) {
-                  w.str("k").put<std::uint32_t>(9).put<std::uint32_t>(4).put<std::uint64_t>(1ull << 60);
-                }), 32, 0), "runs past the end of the file"});
-  v.push_back({"huge string", make_file({}, 1, kv1([](Writer& w) {
-                  w.put<std::uint64_t>(1ull << 62).put<std::uint64_t>(0).put<std::uint64_t>(0);
-                }), 32, 0), "metadata key 0: string length 4611686018427387904 runs past the end"});
-  v.push_back({"alignment 3", make_file({}, 1, kv1([](Writer& w) {
-                  w.str("general.alignment").put<std::uint32_t>(4).put<std::uint32_t>(3);
-                }), 32, 0), "power of two"});
-  v.push_back({"alignment u64", make_file({}, 1, kv1([](Writer& w) {
-                  w.str("general.alignment").put<std::uint32_t>(10).put<std::uint64_t>(32);
-                }), 32, 0), "power of two"});
+  v.push_back({"huge array",
+               make_file({}, 1, kv1([](Writer& w) {
+                           w.str("k").put<std::uint32_t>(9).put<std::uint32_t>(4).put<std::uint64_t>(1ull << 60);
+                         }),
+                         32, 0),
+               "runs past the end of the file"});
+  v.push_back({"huge string",
+               make_file({}, 1, kv1([](Writer& w) {
+                           w.put<std::uint64_t>(1ull << 62).put<std::uint64_t>(0).put<std::uint64_t>(0);
+                         }),
+                         32, 0),
+               "metadata key 0: string length 4611686018427387904 runs past the end"});
+  v.push_back(
+      {"alignment 3",
+       make_file({}, 1, kv1([](Writer& w) { w.str("general.alignment").put<std::uint32_t>(4).put<std::uint32_t>(3); }),
+                 32, 0),
+       "power of two"});
+  v.push_back({"alignment u64",
+               make_file({}, 1, kv1([](Writer& w) {
+                           w.str("general.alignment").put<std::uint32_t>(10).put<std::uint64_t>(32);
+                         }),
+                         32, 0),
+               "power of two"});
   Writer w;
   w.put<std::uint32_t>(0x46554747u).put<std::uint32_t>(3).put<std::uint64_t>(1ull << 50).put<std::uint64_t>(0);
   v.push_back({"tensor count", w.bytes, "tensor count"});
@@ -226,7 +250,8 @@ TEST(Gguf, MalformedFilesNameTheProblem) {
 }
 
 TEST(Gguf, HeaderOnlyFileWithoutTensorsIsValid) {
-  const auto f = make_file({}, 1, [](Writer& w) { w.str("general.name").put<std::uint32_t>(8).str("x"); }, 1, 0);
+  const auto f = make_file(
+      {}, 1, [](Writer& w) { w.str("general.name").put<std::uint32_t>(8).str("x"); }, 1, 0);
   const GgufHeader h = parse_gguf_header(f, "m.gguf");
   EXPECT_TRUE(h.tensors.empty());
   EXPECT_EQ(h.metadata.size(), 1u);

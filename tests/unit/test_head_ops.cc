@@ -53,11 +53,14 @@ TEST_P(HeadOpsAtLevel, Dot16MatchesOracleBitForBitAndTheExactDot) {
     EXPECT_EQ(0, std::memcmp(&got, &want, sizeof got)) << "n " << n;
     double exact = 0.0, mag = 0.0;
     for (std::int64_t i = 0; i < n; ++i) {
-      exact += static_cast<double>(a[static_cast<std::size_t>(i)]) * static_cast<double>(b[static_cast<std::size_t>(i)]);
-      mag += std::fabs(static_cast<double>(a[static_cast<std::size_t>(i)]) * static_cast<double>(b[static_cast<std::size_t>(i)]));
+      exact +=
+          static_cast<double>(a[static_cast<std::size_t>(i)]) * static_cast<double>(b[static_cast<std::size_t>(i)]);
+      mag += std::fabs(static_cast<double>(a[static_cast<std::size_t>(i)]) *
+                       static_cast<double>(b[static_cast<std::size_t>(i)]));
     }
     // A sum of n fp32 products in any order is within about 2 n u Σ|a_i b_i| of the exact one.
-    EXPECT_LE(std::fabs(static_cast<double>(want) - exact), 2.0 * static_cast<double>(n + 1) * 0x1p-24 * mag + 1e-30) << n;
+    EXPECT_LE(std::fabs(static_cast<double>(want) - exact), 2.0 * static_cast<double>(n + 1) * 0x1p-24 * mag + 1e-30)
+        << n;
   }
 }
 
@@ -78,7 +81,8 @@ TEST_P(HeadOpsAtLevel, LinearDot16MatchesOracleBitForBit) {
             for (std::int64_t o = 0; o < out; ++o) {
               double s = bias ? static_cast<double>(bias[o]) : 0.0;
               for (std::int64_t i = 0; i < in; ++i) {
-                s += static_cast<double>(x[static_cast<std::size_t>(r * in + i)]) * static_cast<double>(w[static_cast<std::size_t>(o * in + i)]);
+                s += static_cast<double>(x[static_cast<std::size_t>(r * in + i)]) *
+                     static_cast<double>(w[static_cast<std::size_t>(o * in + i)]);
               }
               exact[static_cast<std::size_t>(r * out + o)] = static_cast<float>(s);
             }
@@ -94,7 +98,8 @@ TEST_P(HeadOpsAtLevel, LinearDot16IsTheSameOnEveryThreadCount) {
   // Large enough for the parallel panels (rows > 64, rows·out·in >= 2^22) with ragged tiles.
   std::mt19937 g(13);
   const std::int64_t rows = 131, in = 161, out = 203;
-  const Vec x = uniform(g, rows * in, -1.0f, 1.0f), w = uniform(g, out * in, -0.5f, 0.5f), b = uniform(g, out, -1.0f, 1.0f);
+  const Vec x = uniform(g, rows * in, -1.0f, 1.0f), w = uniform(g, out * in, -0.5f, 0.5f),
+            b = uniform(g, out, -1.0f, 1.0f);
   Vec want(static_cast<std::size_t>(rows * out));
   ops::ref::linear_dot16(x.data(), rows, in, w.data(), out, b.data(), want.data());
   for (const int threads : {1, 2, 3}) {
@@ -146,7 +151,8 @@ TEST_P(HeadOpsAtLevel, AttentionRunsEqualsThePlainLoopBitForBit) {
   // rows that are not block boundaries, and 1-3 threads.
   const std::int64_t W = 64, heads = 4, nq = 37, nk = 301;
   std::mt19937 g(16);
-  const Vec q = uniform(g, nq * W, -4.0f, 4.0f), k = uniform(g, nk * W, -4.0f, 4.0f), v = uniform(g, nk * W, -4.0f, 4.0f);
+  const Vec q = uniform(g, nq * W, -4.0f, 4.0f), k = uniform(g, nk * W, -4.0f, 4.0f),
+            v = uniform(g, nk * W, -4.0f, 4.0f);
   Vec want(q.size());
   ops::ref::attention_runs(q.data(), nq, W, heads, k.data(), v.data(), nk, want.data());
   for (const std::int64_t cut : {std::int64_t{0}, std::int64_t{1}, std::int64_t{130}, nk - 1}) {
@@ -171,7 +177,8 @@ TEST_P(HeadOpsAtLevel, AttentionRunsOracleIsAttention) {
   const Vec q = uniform(g, t * W, -2.0f, 2.0f), k = uniform(g, t * W, -2.0f, 2.0f), v = uniform(g, t * W, -2.0f, 2.0f);
   Vec got(q.size()), formula(q.size());
   ops::ref::attention_runs(q.data(), t, W, heads, k.data(), v.data(), t, got.data());
-  ops::ref::attention_full(ops::AttentionDims{heads, heads, W / heads}, t, q.data(), k.data(), v.data(), formula.data());
+  ops::ref::attention_full(ops::AttentionDims{heads, heads, W / heads}, t, q.data(), k.data(), v.data(),
+                           formula.data());
   EXPECT_LE(worst(formula, got, 2e-6, 2e-5), 1.0);
 }
 

@@ -119,8 +119,9 @@ std::string zlib_compress(const std::string& in, int window_bits) {
 std::string brotli_compress(const std::string& in) {
   std::size_t n = BrotliEncoderMaxCompressedSize(in.size());
   std::string out(n, '\0');
-  EXPECT_TRUE(BrotliEncoderCompress(5, 22, BROTLI_MODE_GENERIC, in.size(), reinterpret_cast<const std::uint8_t*>(in.data()),
-                                    &n, reinterpret_cast<std::uint8_t*>(out.data())));
+  EXPECT_TRUE(BrotliEncoderCompress(5, 22, BROTLI_MODE_GENERIC, in.size(),
+                                    reinterpret_cast<const std::uint8_t*>(in.data()), &n,
+                                    reinterpret_cast<std::uint8_t*>(out.data())));
   out.resize(n);
   return out;
 }
@@ -245,7 +246,7 @@ TEST(RouteKey, TheStateAndImagesTextAsSent) {
   // The key is the hex SHA-256 of the text; no text, no key.
   EXPECT_EQ(route_key(R"({"state":"x"})").size(), 64u);
   EXPECT_EQ(route_key(R"({"state":"x","questions":{}})"), route_key(R"({"questions":{"a":1},"state":"x"})"));
-  EXPECT_EQ(route_key(R"({"state":"x"})"), route_key(R"({ "state" : "x" })"));  // blanks around a value
+  EXPECT_EQ(route_key(R"({"state":"x"})"), route_key(R"({ "state" : "x" })"));   // blanks around a value
   EXPECT_NE(route_key(R"({"state":["x"]})"), route_key(R"({"state":[ "x"]})"));  // blanks inside one
   EXPECT_EQ(route_key("{}"), "");
 }

@@ -28,8 +28,8 @@ TEST(HubName, ParsesTheThreeForms) {
   auto c = parse_model_name("ggml-org/Clef-Flash-GGUF/sub/clef-flash-Q8_0.gguf");
   ASSERT_TRUE(c);
   EXPECT_EQ(c->file, "sub/clef-flash-Q8_0.gguf");
-  for (const char* bad : {"", "clef-flash", "/abs/path", "./model", "../x/y", "a/b/c", "a/b/../c.gguf", "a/.b", "a/b:",
-                          "a/b:c:d", "a b/c", "org/-repo", "x/y/z.safetensors"}) {
+  for (const char* bad : {"", "clef-flash", "/abs/path", "./model", "../x/y", "a/b/c", "a/b/../c.gguf", "a/.b",
+                          "a/b:", "a/b:c:d", "a b/c", "org/-repo", "x/y/z.safetensors"}) {
     EXPECT_FALSE(parse_model_name(bad)) << bad;
   }
 }
@@ -46,42 +46,59 @@ TEST(HubName, AnExistingPathIsAPath) {
 }
 
 TEST(HubQuant, MatchesTagsBetweenSeparators) {
-  const std::vector<std::string> files = {"Clef-Flash-Q4_K_M.gguf", "Clef-Flash-IQ4_K_M.gguf", "clef.q8_0.gguf",
-                                          "Clef-Flash-BF16-00001-of-00002.gguf", "Clef-Flash-BF16-00002-of-00002.gguf",
-                                          "mmproj-Clef-Flash-F16.gguf", "README.md"};
+  const std::vector<std::string> files = {"Clef-Flash-Q4_K_M.gguf",
+                                          "Clef-Flash-IQ4_K_M.gguf",
+                                          "clef.q8_0.gguf",
+                                          "Clef-Flash-BF16-00001-of-00002.gguf",
+                                          "Clef-Flash-BF16-00002-of-00002.gguf",
+                                          "mmproj-Clef-Flash-F16.gguf",
+                                          "README.md"};
   EXPECT_EQ(match_quant(files, "q4_k_m"), std::vector<std::string>{"Clef-Flash-Q4_K_M.gguf"});
   EXPECT_EQ(match_quant(files, "Q8_0"), std::vector<std::string>{"clef.q8_0.gguf"});
   EXPECT_EQ(match_quant(files, "BF16"), std::vector<std::string>{"Clef-Flash-BF16-00001-of-00002.gguf"});
   EXPECT_TRUE(match_quant(files, "F16").empty());  // only the projector carries it
-  EXPECT_TRUE(match_quant(files, "Q4").empty());  // a prefix of a tag is not a tag
+  EXPECT_TRUE(match_quant(files, "Q4").empty());   // a prefix of a tag is not a tag
   EXPECT_EQ(available_quants(files), "BF16, Q8_0, Q4_K_M");
 }
 
 TEST(HubSelect, ReleaseFolderTakesTheRootModelFiles) {
-  const std::vector<std::string> files = {".gitattributes", "README.md", "config.json", "model-00001-of-00002.safetensors",
-                                          "model-00002-of-00002.safetensors", "model.safetensors.index.json",
-                                          "joint_head.safetensors", "joint_head_config.json", "tokenizer.json",
-                                          "tokenizer_config.json", "SHA256SUMS", "images/demo.png", "sub/config.json"};
+  const std::vector<std::string> files = {".gitattributes",
+                                          "README.md",
+                                          "config.json",
+                                          "model-00001-of-00002.safetensors",
+                                          "model-00002-of-00002.safetensors",
+                                          "model.safetensors.index.json",
+                                          "joint_head.safetensors",
+                                          "joint_head_config.json",
+                                          "tokenizer.json",
+                                          "tokenizer_config.json",
+                                          "SHA256SUMS",
+                                          "images/demo.png",
+                                          "sub/config.json"};
   const ModelFiles mf = select_model_files(files, *parse_model_name("Cloudflare/clef-flash"));
   EXPECT_EQ(mf.kind, RepoKind::kReleaseFolder);
-  EXPECT_EQ(mf.files, (std::vector<std::string>{"SHA256SUMS", "config.json", "joint_head.safetensors",
-                                                 "joint_head_config.json", "model-00001-of-00002.safetensors",
-                                                 "model-00002-of-00002.safetensors", "model.safetensors.index.json",
-                                                 "tokenizer.json", "tokenizer_config.json"}));
+  EXPECT_EQ(mf.files,
+            (std::vector<std::string>{"SHA256SUMS", "config.json", "joint_head.safetensors", "joint_head_config.json",
+                                      "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                                      "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json"}));
   EXPECT_THROW(select_model_files(files, *parse_model_name("Cloudflare/clef-flash:Q8_0")), InvalidArgument);
 }
 
 TEST(HubSelect, GgufRepositoryTakesOneQuantItsProjectorAndSideFiles) {
-  const std::vector<std::string> files = {"README.md", "clef-flash-Q4_K_M.gguf", "clef-flash-Q8_0.gguf",
-                                          "clef-flash-F16.gguf", "mmproj-clef-flash-F16.gguf",
-                                          "mmproj-clef-flash-Q8_0.gguf", "joint_head.safetensors",
+  const std::vector<std::string> files = {"README.md",
+                                          "clef-flash-Q4_K_M.gguf",
+                                          "clef-flash-Q8_0.gguf",
+                                          "clef-flash-F16.gguf",
+                                          "mmproj-clef-flash-F16.gguf",
+                                          "mmproj-clef-flash-Q8_0.gguf",
+                                          "joint_head.safetensors",
                                           "joint_head_config.json"};
   const ModelFiles q4 = select_model_files(files, *parse_model_name("o/r:Q4_K_M"));
   EXPECT_EQ(q4.kind, RepoKind::kGguf);
   EXPECT_EQ(q4.model_file, "clef-flash-Q4_K_M.gguf");
   EXPECT_EQ(q4.mmproj, "mmproj-clef-flash-F16.gguf");
   EXPECT_EQ(q4.files, (std::vector<std::string>{"clef-flash-Q4_K_M.gguf", "joint_head.safetensors",
-                                                 "joint_head_config.json", "mmproj-clef-flash-F16.gguf"}));
+                                                "joint_head_config.json", "mmproj-clef-flash-F16.gguf"}));
   const ModelFiles def = select_model_files(files, *parse_model_name("o/r"));
   EXPECT_EQ(def.model_file, "clef-flash-Q8_0.gguf");  // no tag: Q8_0 first
   EXPECT_EQ(def.mmproj, "mmproj-clef-flash-Q8_0.gguf");

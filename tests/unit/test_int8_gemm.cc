@@ -43,7 +43,7 @@ TEST(Int8, Q8_0BlockQuantizationRoundTrip) {
   auto x = random_vec(32 * 200, 1, 0.05f);
   x[5] = 0.0f;
   for (int i = 64; i < 96; ++i) x[static_cast<std::size_t>(i)] = 0.0f;  // an all-zero block
-  x[100] = -3.5f;                                                         // an outlier block
+  x[100] = -3.5f;                                                       // an outlier block
   std::int8_t q[32];
   for (std::size_t b = 0; b < x.size() / 32; ++b) {
     const float* xb = x.data() + b * 32;
@@ -195,7 +195,8 @@ TEST(Int8, CloseToFp32WithinTheQuantizationBound) {
       for (std::int64_t kk = 0; kk < k; ++kk) {
         const double xv = x[r * k + kk], wv = w[j * k + kk], wq = q.value_at(j, kk);
         exact += xv * wv;
-        bound += std::fabs(xv) * std::fabs(wv - wq) + 0.5 * dx[static_cast<std::size_t>(kk / 32)] * (1 + 1e-6) * std::fabs(wq);
+        bound += std::fabs(xv) * std::fabs(wv - wq) +
+                 0.5 * dx[static_cast<std::size_t>(kk / 32)] * (1 + 1e-6) * std::fabs(wq);
       }
       bound += 1e-5 * std::fabs(exact) + 1e-6;  // fp32 rounding of the block sums
       EXPECT_LE(std::fabs(static_cast<double>(y[r * n + j]) - exact), bound) << r << "," << j;

@@ -32,8 +32,8 @@ std::vector<std::int32_t> clef_ids(std::int64_t n_pads, std::int64_t tail) {
 }
 
 TEST(MropePositions, SeedShiftFormEqualsGetRopeIndex) {
-  const std::vector<std::pair<std::int64_t, std::int64_t>> merged = {
-      {8, 8}, {14, 14}, {3, 7}, {10, 2}, {1, 5}, {5, 1}, {1, 1}, {32, 24}, {2, 64}};
+  const std::vector<std::pair<std::int64_t, std::int64_t>> merged = {{8, 8}, {14, 14}, {3, 7},   {10, 2}, {1, 5},
+                                                                     {5, 1}, {1, 1},   {32, 24}, {2, 64}};
   for (const auto& [H, W] : merged) {
     for (std::int64_t tail : {0, 1, 57}) {
       const auto ids = clef_ids(H * W, tail);

@@ -39,11 +39,10 @@ struct Tol {
   double rtol;
 };
 
-::testing::AssertionResult close(const std::string& op, const std::string& shapes, const Vec& want,
-                                 const Vec& got, Tol tol) {
+::testing::AssertionResult close(const std::string& op, const std::string& shapes, const Vec& want, const Vec& got,
+                                 Tol tol) {
   if (want.size() != got.size()) {
-    return ::testing::AssertionFailure() << op << " " << shapes << ": size " << got.size()
-                                         << " != " << want.size();
+    return ::testing::AssertionFailure() << op << " " << shapes << ": size " << got.size() << " != " << want.size();
   }
   std::size_t bad = 0, first = want.size();
   double worst = 0.0;
@@ -58,10 +57,10 @@ struct Tol {
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << "op " << op << " shapes " << shapes << ": " << bad << "/" << want.size()
-         << " elements off; first bad index " << first << " want " << want[first] << " got "
-         << got[first] << " (atol " << tol.atol << ", rtol " << tol.rtol << ", max err " << worst << ")";
+  return ::testing::AssertionFailure() << "op " << op << " shapes " << shapes << ": " << bad << "/" << want.size()
+                                       << " elements off; first bad index " << first << " want " << want[first]
+                                       << " got " << got[first] << " (atol " << tol.atol << ", rtol " << tol.rtol
+                                       << ", max err " << worst << ")";
 }
 
 class Rng {
@@ -231,7 +230,8 @@ TEST_P(OpsAtLevel, L2NormRowsStrided) {
       EXPECT_TRUE(close("l2norm_rows", dims({rows, n, stride}), want, got, {1e-7, 2e-6}));
       // untouched padding columns
       for (std::int64_t r = 0; r < rows; ++r) {
-        for (std::int64_t c = n; c < stride; ++c) EXPECT_EQ(got[static_cast<std::size_t>(r * stride + c)], x[static_cast<std::size_t>(r * stride + c)]);
+        for (std::int64_t c = n; c < stride; ++c)
+          EXPECT_EQ(got[static_cast<std::size_t>(r * stride + c)], x[static_cast<std::size_t>(r * stride + c)]);
       }
     }
   }
@@ -290,8 +290,8 @@ struct GdnCase {
   std::int64_t t;
 };
 
-void gdn_inputs(Rng& rng, const GdnDims& d, std::int64_t t, std::int64_t qk_stride, Vec& q, Vec& k,
-                Vec& v, Vec& g, Vec& beta, Vec& s0) {
+void gdn_inputs(Rng& rng, const GdnDims& d, std::int64_t t, std::int64_t qk_stride, Vec& q, Vec& k, Vec& v, Vec& g,
+                Vec& beta, Vec& s0) {
   q = rng.uniform(t * qk_stride);
   k = rng.uniform(t * qk_stride);
   ops::ref::l2norm_rows(q.data(), t * d.hk, d.dk, d.dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(d.dk)));
@@ -305,7 +305,7 @@ void gdn_inputs(Rng& rng, const GdnDims& d, std::int64_t t, std::int64_t qk_stri
 TEST_P(OpsAtLevel, GatedDeltaRuleChunkedVsRecurrent) {
   Rng rng(8);
   const GdnCase cases[] = {
-      {{2, 4, 32, 32}, 1},  {{2, 4, 32, 32}, 17}, {{2, 4, 32, 32}, 64}, {{2, 4, 32, 32}, 65},
+      {{2, 4, 32, 32}, 1},  {{2, 4, 32, 32}, 17},  {{2, 4, 32, 32}, 64},   {{2, 4, 32, 32}, 65},
       {{1, 1, 17, 5}, 150}, {{2, 2, 16, 48}, 130}, {{1, 2, 128, 128}, 70},
   };
   for (const GdnCase& c : cases) {
@@ -315,12 +315,12 @@ TEST_P(OpsAtLevel, GatedDeltaRuleChunkedVsRecurrent) {
     gdn_inputs(rng, d, t, qk_stride, q, k, v, g, beta, s0);
     Vec sw = s0, sg = s0, sc = s0;
     Vec want(static_cast<std::size_t>(t * d.hv * d.dv)), got(want.size()), chk(want.size());
-    ops::ref::gated_delta_rule(d, t, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv, g.data(),
-                               beta.data(), sw.data(), want.data());
-    ops::gated_delta_rule(d, t, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv, g.data(),
-                          beta.data(), sg.data(), got.data());
-    ops::ref::gated_delta_rule_chunked(d, t, 64, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv,
-                                       g.data(), beta.data(), sc.data(), chk.data());
+    ops::ref::gated_delta_rule(d, t, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv, g.data(), beta.data(),
+                               sw.data(), want.data());
+    ops::gated_delta_rule(d, t, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv, g.data(), beta.data(), sg.data(),
+                          got.data());
+    ops::ref::gated_delta_rule_chunked(d, t, 64, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv, g.data(),
+                                       beta.data(), sc.data(), chk.data());
     const std::string sh = "Hk,Hv,dk,dv,T=" + dims({d.hk, d.hv, d.dk, d.dv, t});
     EXPECT_TRUE(close("gated_delta_rule(o)", sh, want, got, {2e-5, 1e-4}));
     EXPECT_TRUE(close("gated_delta_rule(state)", sh, sw, sg, {2e-5, 1e-4}));
@@ -330,11 +330,11 @@ TEST_P(OpsAtLevel, GatedDeltaRuleChunkedVsRecurrent) {
     if (t >= 3) {
       const std::int64_t t1 = t / 3;
       Vec s2 = s0, split(want.size());
-      ops::gated_delta_rule(d, t1, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv, g.data(),
-                            beta.data(), s2.data(), split.data());
+      ops::gated_delta_rule(d, t1, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv, g.data(), beta.data(),
+                            s2.data(), split.data());
       ops::gated_delta_rule(d, t - t1, q.data() + t1 * qk_stride, k.data() + t1 * qk_stride, qk_stride,
-                            v.data() + t1 * d.hv * d.dv, d.hv * d.dv, g.data() + t1 * d.hv,
-                            beta.data() + t1 * d.hv, s2.data(), split.data() + t1 * d.hv * d.dv);
+                            v.data() + t1 * d.hv * d.dv, d.hv * d.dv, g.data() + t1 * d.hv, beta.data() + t1 * d.hv,
+                            s2.data(), split.data() + t1 * d.hv * d.dv);
       EXPECT_TRUE(close("gated_delta_rule(split)", sh, want, split, {2e-5, 1e-4}));
     }
   }
@@ -350,12 +350,14 @@ TEST_P(OpsAtLevel, GatedDeltaRuleGroupedHeadMapping) {
   gdn_inputs(rng, d, t, st, q, k, v, g, beta, s0);
   Vec a(static_cast<std::size_t>(t * d.hv * d.dv)), b(a.size());
   Vec sa(s0.size(), 0.0f), sb(s0.size(), 0.0f);
-  ops::gated_delta_rule(d, t, q.data(), k.data(), st, v.data(), d.hv * d.dv, g.data(), beta.data(), sa.data(), a.data());
+  ops::gated_delta_rule(d, t, q.data(), k.data(), st, v.data(), d.hv * d.dv, g.data(), beta.data(), sa.data(),
+                        a.data());
   Vec k2 = k;
   for (std::int64_t i = 0; i < t; ++i) {
     for (std::int64_t e = 0; e < d.dk; ++e) k2[static_cast<std::size_t>(i * st + d.dk + e)] *= -1.0f;
   }
-  ops::gated_delta_rule(d, t, q.data(), k2.data(), st, v.data(), d.hv * d.dv, g.data(), beta.data(), sb.data(), b.data());
+  ops::gated_delta_rule(d, t, q.data(), k2.data(), st, v.data(), d.hv * d.dv, g.data(), beta.data(), sb.data(),
+                        b.data());
   for (std::int64_t i = 0; i < t; ++i) {
     for (std::int64_t h = 0; h < d.hv; ++h) {
       for (std::int64_t e = 0; e < d.dv; ++e) {
@@ -455,8 +457,8 @@ TEST_P(OpsAtLevel, AttentionBf16VsReference) {
     for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
     return v;
   };
-  for (const AttentionDims& d : {AttentionDims{8, 2, 256}, AttentionDims{4, 2, 64}, AttentionDims{2, 1, 17},
-                                 AttentionDims{3, 3, 40}}) {
+  for (const AttentionDims& d :
+       {AttentionDims{8, 2, 256}, AttentionDims{4, 2, 64}, AttentionDims{2, 1, 17}, AttentionDims{3, 3, 40}}) {
     for (std::int64_t t : {1, 7, 33, 70, 129}) {
       for (std::int64_t past : {0, 5, 64}) {
         const std::int64_t tk = t + past;
@@ -466,8 +468,8 @@ TEST_P(OpsAtLevel, AttentionBf16VsReference) {
         Vec want(q.size()), got(q.size());
         ops::ref::attention(d, t, tk, q.data(), kc.data(), vc.data(), want.data());
         ops::attention_bf16(d, t, tk, q.data(), kc.data(), vc.data(), got.data());
-        EXPECT_TRUE(close("attention_bf16", "nh,nkv,hd,T,Tk=" + dims({d.nh, d.nkv, d.hd, t, tk}), want, got,
-                          {1.5e-2, 1e-2}));
+        EXPECT_TRUE(
+            close("attention_bf16", "nh,nkv,hd,T,Tk=" + dims({d.nh, d.nkv, d.hd, t, tk}), want, got, {1.5e-2, 1e-2}));
       }
     }
   }
@@ -538,7 +540,8 @@ TEST(Ops, LinearAllDtypesAndPrecisions) {
 // (the panel GEMMs have fewer columns, which the library may block differently).
 TEST(Ops, LinearResidentFp32WeightsMatchStreamed) {
   Rng rng(77);
-  for (const auto& [m, n, k] : std::vector<std::array<std::int64_t, 3>>{{5, 1040, 1024}, {64, 3, 17}, {33, 700, 3000}}) {
+  for (const auto& [m, n, k] :
+       std::vector<std::array<std::int64_t, 3>>{{5, 1040, 1024}, {64, 3, 17}, {33, 700, 3000}}) {
     const Vec wf = rng.uniform(n * k), x = rng.uniform(m * k);
     std::vector<std::uint16_t> wb(wf.size());
     for (std::size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
@@ -555,7 +558,8 @@ TEST(Ops, LinearResidentFp32WeightsMatchStreamed) {
     ops::linear(x.data(), m, resident, b.data());
     EXPECT_EQ(resident.owned_bytes(), static_cast<std::size_t>(n * k) * sizeof(float));
     EXPECT_EQ(streamed.owned_bytes(), 0u);
-    for (std::int64_t i = 0; i < n * k; ++i) ASSERT_EQ(resident.resident_f32()[i], bf16_to_f32(wb[static_cast<std::size_t>(i)]));
+    for (std::int64_t i = 0; i < n * k; ++i)
+      ASSERT_EQ(resident.resident_f32()[i], bf16_to_f32(wb[static_cast<std::size_t>(i)]));
     ops::linear(x.data(), m, resident, b2.data());  // the kept copy: the same bits again
     EXPECT_EQ(b, b2);
     ops::ref::linear(x.data(), m, DType::kBF16, wb.data(), n, k, want.data(), false, Precision::kF32);

@@ -144,7 +144,9 @@ TEST_F(ReleaseTest, ShardedWeightsLoad) {
 
 TEST_F(ReleaseTest, MissingTensorIsNamed) {
   rewrite("model.safetensors", [](auto& ts) {
-    std::erase_if(ts, [](const TensorToWrite& t) { return t.name == "model.language_model.layers.3.self_attn.q_proj.weight"; });
+    std::erase_if(ts, [](const TensorToWrite& t) {
+      return t.name == "model.language_model.layers.3.self_attn.q_proj.weight";
+    });
   });
   const auto msg = load_error();
   EXPECT_NE(msg.find("missing tensor model.language_model.layers.3.self_attn.q_proj.weight (expected shape [512, 64])"),
@@ -166,14 +168,17 @@ TEST_F(ReleaseTest, MisShapedTensorIsNamed) {
 }
 
 TEST_F(ReleaseTest, UnexpectedTensorIsAnErrorButMtpIsIgnored) {
-  rewrite("model.safetensors", [](auto& ts) { ts.push_back({"mtp.fc.weight", DType::kBF16, {2, 2}, std::vector<std::byte>(8)}); });
+  rewrite("model.safetensors", [](auto& ts) {
+    ts.push_back({"mtp.fc.weight", DType::kBF16, {2, 2}, std::vector<std::byte>(8)});
+  });
   const ReleaseFolder r = open_release(dir_.str());
   EXPECT_EQ(r.model.ignored_tensors, 1u);
   rewrite("model.safetensors", [](auto& ts) {
     ts.push_back({"model.language_model.layers.0.extra.weight", DType::kF32, {2}, std::vector<std::byte>(8)});
   });
   const auto msg = load_error();
-  EXPECT_NE(msg.find("unexpected tensor model.language_model.layers.0.extra.weight [2] is not used by the qwen3_5 loader"),
+  EXPECT_NE(msg.find(
+                "unexpected tensor model.language_model.layers.0.extra.weight [2] is not used by the qwen3_5 loader"),
             std::string::npos)
       << msg;
 }
@@ -188,10 +193,13 @@ TEST_F(ReleaseTest, IntegerWeightIsRefused) {
 }
 
 TEST_F(ReleaseTest, HeadTensorsAreStrict) {
-  rewrite("joint_head.safetensors", [](auto& ts) { std::erase_if(ts, [](const TensorToWrite& t) { return t.name == "residual_gate"; }); });
+  rewrite("joint_head.safetensors",
+          [](auto& ts) { std::erase_if(ts, [](const TensorToWrite& t) { return t.name == "residual_gate"; }); });
   EXPECT_NE(load_error().find("missing tensor residual_gate (expected shape [])"), std::string::npos);
   SetUp();
-  rewrite("joint_head.safetensors", [](auto& ts) { ts.push_back({"temperature", DType::kF32, {}, std::vector<std::byte>(4)}); });
+  rewrite("joint_head.safetensors", [](auto& ts) {
+    ts.push_back({"temperature", DType::kF32, {}, std::vector<std::byte>(4)});
+  });
   EXPECT_NE(load_error().find("joint_head.safetensors: unexpected tensor temperature"), std::string::npos);
 }
 
@@ -225,8 +233,9 @@ TEST_F(ReleaseTest, VerifyManifest) {
   std::string tc = test::read_file(path("tokenizer_config.json"));
   tc[tc.size() - 2] = ' ';
   test::write_file(path("tokenizer_config.json"), tc);
-  EXPECT_NE(error_of<ModelLoadError>([&] { (void)open_release(dir_.str(), o); })
-                .find("tokenizer_config.json: sha256 mismatch"),
+  EXPECT_NE(error_of<ModelLoadError>([&] {
+              (void)open_release(dir_.str(), o);
+            }).find("tokenizer_config.json: sha256 mismatch"),
             std::string::npos);
   test::write_file(path("SHA256SUMS"), "not a manifest line\n");
   EXPECT_NE(error_of<ModelLoadError>([&] { (void)open_release(dir_.str(), o); }).find("line 1: expected"),
@@ -254,8 +263,9 @@ TEST_F(ReleaseTest, ImageSettingsFromProcessorConfig) {
     EXPECT_EQ(r.preprocessor->max_pixels, 401408);
     EXPECT_EQ(r.preprocessor->image_mean[0], 0.25);
     EXPECT_EQ(r.preprocessor_source, "processor_config.json (image_processor)");
-    EXPECT_NE(cli::format_inspect_report(r, summarize(r), 512, 4096).find("image settings   from processor_config.json"),
-              std::string::npos);
+    EXPECT_NE(
+        cli::format_inspect_report(r, summarize(r), 512, 4096).find("image settings   from processor_config.json"),
+        std::string::npos);
   }
   // both files: they must agree, else the folder is refused naming the field
   test::write_file(path("preprocessor_config.json"), settings.dump(2));

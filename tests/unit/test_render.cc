@@ -77,7 +77,7 @@ TEST(Render, NumbersKeepIntVsFloatAndBigInts) {
   EXPECT_EQ(dump("-0.0"), "-0.0");
   EXPECT_EQ(dump("-0e5"), "-0.0");
   EXPECT_EQ(dump("0.000"), "0.0");
-  EXPECT_EQ(dump("1e-400"), "0.0");   // Python float() underflows to zero
+  EXPECT_EQ(dump("1e-400"), "0.0");  // Python float() underflows to zero
   EXPECT_EQ(dump("-1e-400"), "-0.0");
   EXPECT_EQ(dump("3e-324"), "5e-324");
   EXPECT_EQ(dump("1.7976931348623158e308"), "1.7976931348623157e+308");
@@ -136,9 +136,33 @@ TEST(ParseJson, SyntaxErrorsCarryOffsetAndPath) {
   EXPECT_EQ(f.code, "invalid_json");
   EXPECT_EQ(f.path, "a.2");
   EXPECT_EQ(f.offset, 13u);
-  for (const char* bad : {"", " ", "01", "1.", ".5", "-", "1e", "+1", "[1,]", "{\"a\":1,}", "{a:1}", "'x'",
-                          "[1 2]", "{\"a\" 1}", "tru", "nul", "\"abc", "\"\\x\"", "\"\\u12\"", "1 2",
-                          "\"a\tb\"", "\"\x01\"", "[", "{\"a\":1}}", "\xff", "\"\xc0\xaf\"", "\"\xf5\x80\x80\x80\""}) {
+  for (const char* bad : {"",
+                          " ",
+                          "01",
+                          "1.",
+                          ".5",
+                          "-",
+                          "1e",
+                          "+1",
+                          "[1,]",
+                          "{\"a\":1,}",
+                          "{a:1}",
+                          "'x'",
+                          "[1 2]",
+                          "{\"a\" 1}",
+                          "tru",
+                          "nul",
+                          "\"abc",
+                          "\"\\x\"",
+                          "\"\\u12\"",
+                          "1 2",
+                          "\"a\tb\"",
+                          "\"\x01\"",
+                          "[",
+                          "{\"a\":1}}",
+                          "\xff",
+                          "\"\xc0\xaf\"",
+                          "\"\xf5\x80\x80\x80\""}) {
     EXPECT_EQ(parse_failure(bad).code, "invalid_json") << bad;
   }
 }
@@ -188,7 +212,8 @@ TEST(JsonValue, FactoriesKeepInvariants) {
   EXPECT_THROW(JsonValue::integer_text("01"), InvalidArgument);
   EXPECT_THROW(JsonValue::integer_text("1.0"), InvalidArgument);
   EXPECT_EQ(JsonValue::integer_text("-0").int_text(), "0");
-  const JsonValue o = JsonValue::object({{"b", JsonValue::integer(1)}, {"a", JsonValue()}, {"b", JsonValue::number(2.0)}});
+  const JsonValue o =
+      JsonValue::object({{"b", JsonValue::integer(1)}, {"a", JsonValue()}, {"b", JsonValue::number(2.0)}});
   EXPECT_EQ(dump_json(o), R"({"a":null,"b":2.0})");
   EXPECT_EQ(o.members()[0].first, "b");
   EXPECT_EQ(parse_json("9223372036854775807").as_int64(), 9223372036854775807LL);

@@ -69,9 +69,9 @@ TEST(Request, ParsesTypedQuestionsInRequestOrder) {
   EXPECT_EQ(s.type, QuestionType::kScore);
   EXPECT_EQ(render(s.instructions), "How upset?");
   EXPECT_FALSE(s.instructions_from_id);
-  EXPECT_EQ(option_texts(s), (std::vector<std::string>{R"({"description":"calm","option_id":"0"})",
-                                                       R"({"option_id":"1"})",
-                                                       R"({"description":{"k":1},"option_id":"2"})"}));
+  EXPECT_EQ(option_texts(s),
+            (std::vector<std::string>{R"({"description":"calm","option_id":"0"})", R"({"option_id":"1"})",
+                                      R"({"description":{"k":1},"option_id":"2"})"}));
   EXPECT_EQ(s.request_order, (std::vector<std::size_t>{0, 1, 2}));
   EXPECT_EQ(dump_json(s.criteria), R"(["calm",null,{"k":1}])");
 
@@ -92,9 +92,10 @@ TEST(Request, ParsesTypedQuestionsInRequestOrder) {
   const auto& n = r.questions[2];
   EXPECT_EQ(n.type, QuestionType::kNoul);
   EXPECT_EQ(render(n.instructions), R"({"ask":"money back?"})");
-  EXPECT_EQ(option_texts(n), (std::vector<std::string>{
-                                 R"({"description":"The proposition is true or the answer is yes.","option_id":"true"})",
-                                 R"({"description":"The proposition is false or the answer is no.","option_id":"false"})"}));
+  EXPECT_EQ(option_texts(n),
+            (std::vector<std::string>{
+                R"({"description":"The proposition is true or the answer is yes.","option_id":"true"})",
+                R"({"description":"The proposition is false or the answer is no.","option_id":"false"})"}));
 }
 
 TEST(Request, NoulCriteriaMergeOverDefaults) {
@@ -163,13 +164,17 @@ TEST(Request, BadCorpusCases) {
                   "too_few_options", "questions.q.criteria");
   expect_rejected(body_with(R"({"q": {"type": "score", "instructions": "?", "criteria": {"low": 1, "high": 2}}})"),
                   "invalid_type", "questions.q.criteria");
-  expect_rejected(body_with(R"({"q": {"type": "score", "instructions": "?", "criteria": ["0","1","2","3","4","5","6","7","8","9","10"]}})"),
-                  "too_many_levels", "questions.q.criteria");
+  expect_rejected(
+      body_with(
+          R"({"q": {"type": "score", "instructions": "?", "criteria": ["0","1","2","3","4","5","6","7","8","9","10"]}})"),
+      "too_many_levels", "questions.q.criteria");
   expect_rejected(R"({"model": "clef-flash", "questions": {"q": {"type": "noul", "instructions": "?"}}})",
                   "missing_field", "state");
-  expect_rejected(body_with(R"({"q": {"type": "noul", "instructions": "cat?"}})", R"(, "images": ["https://example.com/cat.png"])"),
+  expect_rejected(body_with(R"({"q": {"type": "noul", "instructions": "cat?"}})",
+                            R"(, "images": ["https://example.com/cat.png"])"),
                   "images_unsupported", "images");
-  expect_rejected(body_with(R"({"q": {"type": "noul", "instructions": "?"}})", R"(, "videos": [["data:image/png;base64,AAAA"]])"),
+  expect_rejected(body_with(R"({"q": {"type": "noul", "instructions": "?"}})",
+                            R"(, "videos": [["data:image/png;base64,AAAA"]])"),
                   "videos_unsupported", "videos");
   expect_rejected(body_with(R"({"q": "is it?"})"), "invalid_type", "questions.q");
 }
@@ -235,7 +240,8 @@ TEST(Request, QuestionRules) {
                   "questions[\"\xec\xa7\x88\xeb\xac\xb8\"].criteria");
   // Ids are kept as sent: spaces, non-ASCII, even newlines (inserted raw in the prompt,
   // docs/PROTOCOL.md §6 item 3).
-  const auto r = parse(body_with(R"({"with space": {"type": "noul"}, "x\nTYPE: score": {"type": "noul"}, "🎯": {"type": "noul"}})"));
+  const auto r = parse(
+      body_with(R"({"with space": {"type": "noul"}, "x\nTYPE: score": {"type": "noul"}, "🎯": {"type": "noul"}})"));
   EXPECT_EQ(r.questions[1].id, "x\nTYPE: score");
   EXPECT_EQ(r.questions[2].id, "\xf0\x9f\x8e\xaf");
 }
@@ -316,8 +322,8 @@ TEST(Request, OpenRouterImagePartsRefused) {
             R"(["a text",{"image_url":{"url":"data:image/png;base64,AAAA"},"type":"image_url"}])");
   // Text-only OpenRouter state arrays pass through as JSON (how text items combine is unspecified).
   EXPECT_EQ(render(parse(R"({"state": ["a", "b"], )" + q + "}", {}, Dialect::kOpenRouter).state), R"(["a","b"])");
-  expect_rejected(R"({"state": "x", "images": ["data:image/png;base64,AAAA"], )" + q + "}", "images_unsupported", "images",
-                  {}, Dialect::kOpenRouter);
+  expect_rejected(R"({"state": "x", "images": ["data:image/png;base64,AAAA"], )" + q + "}", "images_unsupported",
+                  "images", {}, Dialect::kOpenRouter);
 }
 
 TEST(Request, ErrorMessageIsOneLineWithPath) {

@@ -50,8 +50,8 @@ TEST(RequestGate, RoutesAndBodies) {
   v = gate_request(make("POST", "/v1/systemone", {kHost, kJson, {"Content-Length", "10"}}), config());
   EXPECT_EQ(v.action, GateAction::kReadDecisionBody);
   EXPECT_EQ(v.encoding, BodyEncoding::kIdentity);
-  v = gate_request(make("POST", "/api/alpha/decisions", {kHost, kJson, {"Transfer-Encoding", "chunked"},
-                                                         {"Content-Encoding", "gzip"}}),
+  v = gate_request(make("POST", "/api/alpha/decisions",
+                        {kHost, kJson, {"Transfer-Encoding", "chunked"}, {"Content-Encoding", "gzip"}}),
                    config());
   EXPECT_EQ(v.action, GateAction::kReadDecisionBody);
   EXPECT_EQ(v.encoding, BodyEncoding::kGzip);
@@ -65,8 +65,8 @@ TEST(RequestGate, RoutesAndBodies) {
 
 TEST(RequestGate, FramingAndLengths) {
   EXPECT_EQ(status(gate_request(make("GET", "/health", {kHost}, 20), config())), 505);
-  EXPECT_EQ(status(gate_request(make("POST", "/v1/systemone", {kHost, kJson, {"Content-Length", "1"},
-                                                               {"Content-Length", "1"}}),
+  EXPECT_EQ(status(gate_request(make("POST", "/v1/systemone",
+                                     {kHost, kJson, {"Content-Length", "1"}, {"Content-Length", "1"}}),
                                 config())),
             400);
   EXPECT_EQ(status(gate_request(make("POST", "/v1/systemone", {kHost, kJson, {"Content-Length", "+1"}}), config())),
@@ -79,8 +79,8 @@ TEST(RequestGate, FramingAndLengths) {
   EXPECT_EQ(status(gate_request(make("POST", "/v1/systemone", {kHost, kJson, {"Content-Length", "1001"}}), config())),
             413);
   EXPECT_EQ(status(gate_request(make("POST", "/v1/systemone", {kHost, kJson}), config())), 411);
-  EXPECT_EQ(status(gate_request(make("POST", "/v1/systemone", {kHost, kJson, {"Content-Length", "2"},
-                                                               {"Content-Encoding", "gzip, gzip"}}),
+  EXPECT_EQ(status(gate_request(make("POST", "/v1/systemone",
+                                     {kHost, kJson, {"Content-Length", "2"}, {"Content-Encoding", "gzip, gzip"}}),
                                 config())),
             415);
   EXPECT_EQ(status(gate_request(make("POST", "/v1/systemone", {kHost, {"Content-Length", "2"}}), config())), 415);
@@ -115,8 +115,8 @@ TEST(RequestGate, AuthorizationComesFirst) {
   EXPECT_EQ(gate_request(make("GET", "/health", {kHost}), config("k3y")).action, GateAction::kDropBody);
   EXPECT_EQ(gate_request(make("GET", "/ready", {kHost}), config("k3y")).action, GateAction::kDropBody);
   // A 401 on a decision route uses its dialect; two Authorization fields are malformed.
-  const GateVerdict cf = gate_request(
-      make("POST", "/ai/run/@cf/cloudflare/clef", {kHost, kJson, {"Content-Length", "2"}}), config("k3y"));
+  const GateVerdict cf =
+      gate_request(make("POST", "/ai/run/@cf/cloudflare/clef", {kHost, kJson, {"Content-Length", "2"}}), config("k3y"));
   EXPECT_EQ(status(cf), 401);
   EXPECT_EQ(cf.dialect, Dialect::kCloudflare);
   EXPECT_EQ(status(gate_request(make("GET", "/metrics", {kHost, good, good}), config("k3y"))), 400);
@@ -128,8 +128,8 @@ TEST(RequestGate, ParseErrors) {
   EXPECT_EQ(status(gate_parse_error(ParseFailure::kBadContentLength, "bad Content-Length",
                                     "Content-Length: 99999999999999999999999\r\n\r\n", 1000)),
             413);
-  EXPECT_EQ(status(gate_parse_error(ParseFailure::kBadContentLength, "bad Content-Length",
-                                    "Content-Length: -1\r\n\r\n", 1000)),
+  EXPECT_EQ(status(gate_parse_error(ParseFailure::kBadContentLength, "bad Content-Length", "Content-Length: -1\r\n\r\n",
+                                    1000)),
             400);
   const GateVerdict other = gate_parse_error(ParseFailure::kOther, "bad method", "", 1000);
   EXPECT_EQ(status(other), 400);

@@ -112,7 +112,8 @@ TEST(Safetensors, OffsetsOutOfRange) {
   const auto f = file_with(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8);
   const auto msg = parse_error(f);
   EXPECT_NE(msg.find("tensor \"a\": data_offsets [0, 16) run past the end of the data section (8 bytes"),
-            std::string::npos) << msg;
+            std::string::npos)
+      << msg;
 }
 
 TEST(Safetensors, OverlappingTensors) {
@@ -144,11 +145,9 @@ TEST(Safetensors, BadEntries) {
   EXPECT_NE(parse_error(file_with(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4))
                 .find("non-negative integers"),
             std::string::npos);
-  EXPECT_NE(parse_error(file_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", 4))
-                .find("begin > end"),
+  EXPECT_NE(parse_error(file_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", 4)).find("begin > end"),
             std::string::npos);
-  EXPECT_NE(parse_error(file_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 4))
-                .find("data_offsets"),
+  EXPECT_NE(parse_error(file_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 4)).find("data_offsets"),
             std::string::npos);
   EXPECT_NE(parse_error(file_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4))
                 .find("unknown field \"x\""),
@@ -173,7 +172,8 @@ TEST(Safetensors, DuplicateNames) {
 TEST(Safetensors, DeepNestingIsRefusedWithoutRecursion) {
   const std::string deep = "{\"a\":" + std::string(200000, '[') + std::string(200000, ']') + "}";
   EXPECT_NE(parse_error(file_with(deep, 0)).find("nesting deeper than"), std::string::npos);
-  const std::string shape = R"({"a":{"dtype":"F32","shape":)" + std::string(100000, '[') + std::string(100000, ']') + "}}";
+  const std::string shape =
+      R"({"a":{"dtype":"F32","shape":)" + std::string(100000, '[') + std::string(100000, ']') + "}}";
   EXPECT_NE(parse_error(file_with(shape, 0)).find("nesting deeper than"), std::string::npos);
 }
 
@@ -201,9 +201,7 @@ TEST(Safetensors, TruncatedFileOnDisk) {
   EXPECT_NE(msg.find("t.safetensors: tensor \"x\": data_offsets [0, 4096) run past the end"), std::string::npos) << msg;
 }
 
-TEST(Safetensors, MissingFileIsIoError) {
-  EXPECT_THROW(SafetensorsFile("/nonexistent/x.safetensors", "x"), IoError);
-}
+TEST(Safetensors, MissingFileIsIoError) { EXPECT_THROW(SafetensorsFile("/nonexistent/x.safetensors", "x"), IoError); }
 
 }  // namespace
 }  // namespace clef

@@ -62,7 +62,8 @@ TEST(ServerReadiness, ReadyUntilTheQueueIsFull) {
   ReadinessInput in{true, false, 0, 2, 1};
   ReadinessReply r = readiness(in, "m\"x");
   EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.body, R"({"status":"ready","model":"m\"x","loaded":true,"queue_depth":0,"queue_capacity":2,"running":1})");
+  EXPECT_EQ(r.body,
+            R"({"status":"ready","model":"m\"x","loaded":true,"queue_depth":0,"queue_capacity":2,"running":1})");
   in.depth = 1;
   EXPECT_EQ(readiness(in, "m").status, 200);
   in.depth = 2;
@@ -96,8 +97,8 @@ TEST(ServerMetrics, HistogramBucketsAreCumulative) {
   h.observe(0.0004);  // first bucket
   h.observe(0.001);   // le="0.001" (bounds are inclusive)
   h.observe(0.3);
-  h.observe(1000);    // above every bound
-  h.observe(-1);      // counted as 0
+  h.observe(1000);  // above every bound
+  h.observe(-1);    // counted as 0
   EXPECT_EQ(h.count, 5u);
   EXPECT_DOUBLE_EQ(h.sum, 0.0004 + 0.001 + 0.3 + 1000);
   Metrics m;
@@ -151,7 +152,8 @@ TEST(ServerMetrics, HistogramBucketsAreCumulative) {
   EXPECT_EQ(s.at("clef_stage_seconds_count{stage=\"queue\"}"), 2);
   EXPECT_DOUBLE_EQ(s.at("clef_stage_seconds_sum{stage=\"total\"}"), 2000);
   // Every sample has HELP and TYPE lines for its family.
-  for (const char* family : {"clef_requests_total", "clef_queue_depth", "clef_stage_seconds", "clef_input_tokens_total"}) {
+  for (const char* family :
+       {"clef_requests_total", "clef_queue_depth", "clef_stage_seconds", "clef_input_tokens_total"}) {
     EXPECT_NE(text.find(std::string("# TYPE ") + family + " "), std::string::npos) << family;
     EXPECT_NE(text.find(std::string("# HELP ") + family + " "), std::string::npos) << family;
   }
@@ -251,7 +253,8 @@ TEST_F(SchedulerTest, QueueBoundCancellationAndDeadline) {
   while (s.depth() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   auto d = s.submit(body(4), Dialect::kSystemOne, nullptr);
   ASSERT_NE(d, nullptr);
-  EXPECT_EQ(s.wait(d, std::chrono::steady_clock::now() + kForever, [] { return false; }, std::chrono::milliseconds(1)),
+  EXPECT_EQ(s.wait(
+                d, std::chrono::steady_clock::now() + kForever, [] { return false; }, std::chrono::milliseconds(1)),
             JobState::kCancelled);
   EXPECT_FALSE(d->decision.has_value());
   EXPECT_EQ(s.cancelled(), 3u);
@@ -259,7 +262,6 @@ TEST_F(SchedulerTest, QueueBoundCancellationAndDeadline) {
   s.close();
   EXPECT_EQ(s.submit(body(5), Dialect::kSystemOne, nullptr), nullptr) << "closed";
 }
-
 
 TEST_F(SchedulerTest, CancelAndCompletionCallbacks) {
   Scheduler s(*engine_, 4);
@@ -276,7 +278,8 @@ TEST_F(SchedulerTest, CancelAndCompletionCallbacks) {
   while (s.depth() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // taken by the worker
   EXPECT_FALSE(s.cancel(blocker)) << "a job the worker took is not cancelled here";
   auto queued = s.submit(body(1), Dialect::kSystemOne, nullptr, [&] { finished.fetch_add(100); });
-  auto dropped = s.submit(body(2), Dialect::kSystemOne, [] { return false; }, [&] { finished.fetch_add(10); });
+  auto dropped = s.submit(
+      body(2), Dialect::kSystemOne, [] { return false; }, [&] { finished.fetch_add(10); });
   ASSERT_NE(queued, nullptr);
   ASSERT_NE(dropped, nullptr);
   EXPECT_EQ(s.state(queued), JobState::kQueued);

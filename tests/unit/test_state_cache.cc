@@ -82,7 +82,10 @@ TEST(StateCache, ZeroBudgetComputesEveryTimeAndKeepsNothing) {
   StateCache c(0);
   int calls = 0;
   for (int i = 0; i < 3; ++i) {
-    const auto r = c.get_or_compute("k", [&] { ++calls; return entry_of(1, 1.0f); });
+    const auto r = c.get_or_compute("k", [&] {
+      ++calls;
+      return entry_of(1, 1.0f);
+    });
     EXPECT_FALSE(r.hit);
     ASSERT_NE(r.entry, nullptr);
   }
@@ -273,7 +276,8 @@ TEST_F(EngineStateCacheTest, HeadRestorePrefixEqualsFeedingTheRows) {
   q.span = {6, 8};
   q.options = {{8, 9}, {9, 11}};
   const auto rows = [&](std::int64_t a, std::int64_t b) {
-    return std::span<const float>(hidden).subspan(static_cast<std::size_t>(a * H), static_cast<std::size_t>((b - a) * H));
+    return std::span<const float>(hidden).subspan(static_cast<std::size_t>(a * H),
+                                                  static_cast<std::size_t>((b - a) * H));
   };
   // The plain path: a record that computes everything from the hidden rows, its memory keys/values
   // split at row 6 like a warm record's.
@@ -283,7 +287,8 @@ TEST_F(EngineStateCacheTest, HeadRestorePrefixEqualsFeedingTheRows) {
   const std::shared_ptr<const HeadMemoryPrefix> prefix = head.memory_prefix(head.project_memory(rows(0, 6)));
   EXPECT_EQ(prefix->rows, 6);
   EXPECT_EQ(prefix->keys.size(), static_cast<std::size_t>(r.head_config.routing_layers + r.head_config.layers));
-  EXPECT_EQ(prefix->bytes(), 2u * prefix->keys.size() * 6u * static_cast<std::size_t>(r.head_config.width) * sizeof(float));
+  EXPECT_EQ(prefix->bytes(),
+            2u * prefix->keys.size() * 6u * static_cast<std::size_t>(r.head_config.width) * sizeof(float));
   JointHeadRecord restored(head, {q}, ids, 6);
   restored.restore_prefix(prefix);  // up to the question span
   EXPECT_EQ(restored.rows_fed(), 6);
@@ -302,17 +307,19 @@ TEST_F(EngineStateCacheTest, HeadRestorePrefixEqualsFeedingTheRows) {
   for (std::size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(plain[i], want[i], 1e-5f * (1.0f + std::fabs(plain[i])));
 
   JointHeadRecord bad(head, {q}, ids);
-  EXPECT_THROW(bad.restore_prefix(head.memory_prefix(head.project_memory(rows(0, 7)))), InvalidArgument);  // covers the question span
+  EXPECT_THROW(bad.restore_prefix(head.memory_prefix(head.project_memory(rows(0, 7)))),
+               InvalidArgument);  // covers the question span
   EXPECT_THROW(bad.restore_prefix(nullptr), InvalidArgument);
-  EXPECT_THROW(JointHeadRecord(head, {q}, ids, 7), InvalidArgument);   // a split inside the question span
-  EXPECT_THROW(JointHeadRecord(head, {q}, ids, T), InvalidArgument);   // a split at or past the last row
+  EXPECT_THROW(JointHeadRecord(head, {q}, ids, 7), InvalidArgument);  // a split inside the question span
+  EXPECT_THROW(JointHeadRecord(head, {q}, ids, T), InvalidArgument);  // a split at or past the last row
   JointHeadRecord other_split(head, {q}, ids, 5);
   EXPECT_THROW(other_split.restore_prefix(prefix), InvalidArgument);  // prefix of 6 rows, split at 5
   const std::vector<float> m = head.project_memory(rows(0, 3));
   EXPECT_THROW(head.memory_prefix(std::span<const float>(m).first(m.size() - 1)), InvalidArgument);  // partial row
   bad.feed(rows(0, 1));
   EXPECT_THROW(bad.restore_prefix(head.memory_prefix(m)), InvalidArgument);  // rows were already fed
-  EXPECT_THROW(head.project_memory(std::span<const float>(hidden).first(static_cast<std::size_t>(H - 1))), InvalidArgument);
+  EXPECT_THROW(head.project_memory(std::span<const float>(hidden).first(static_cast<std::size_t>(H - 1))),
+               InvalidArgument);
 }
 
 TEST_F(EngineStateCacheTest, HitMissAndOffGiveBitIdenticalLogits) {
@@ -405,9 +412,7 @@ TEST_F(EngineStateCacheTest, PaddedReadoutTurnsTheCacheOff) {
   EXPECT_EQ(e.state_cache_stats().budget, 0u);
 }
 
-TEST_F(EngineStateCacheTest, RejectsANegativeBudget) {
-  EXPECT_THROW(Engine(*model_, options(-1)), InvalidArgument);
-}
+TEST_F(EngineStateCacheTest, RejectsANegativeBudget) { EXPECT_THROW(Engine(*model_, options(-1)), InvalidArgument); }
 
 }  // namespace
 }  // namespace clef

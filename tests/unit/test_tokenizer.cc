@@ -68,14 +68,21 @@ json make_json(const std::vector<std::string>& extra, const std::vector<std::pai
           {"post_processor", bytelevel},
           {"decoder", bytelevel},
           {"model",
-           {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
-            {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-            {"vocab", vocab}, {"merges", m}}}};
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", ""},
+            {"end_of_word_suffix", ""},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", false},
+            {"vocab", vocab},
+            {"merges", m}}}};
 }
 
 json added_token(int id, const std::string& content, bool special) {
-  return {{"id", id},          {"content", content}, {"single_word", false}, {"lstrip", false},
-          {"rstrip", false},   {"normalized", false}, {"special", special}};
+  return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+          {"rstrip", false}, {"normalized", false}, {"special", special}};
 }
 
 Tokenizer load(const json& j, const json& config = json()) {
@@ -107,12 +114,12 @@ TEST(TokenizerUnicode, Utf8Validation) {
   EXPECT_EQ(find_invalid_utf8("h\xC3\xA9llo \xE4\xBD\xA0 \xF0\x9F\x98\x80"), npos);
   EXPECT_EQ(find_invalid_utf8("\xF4\x8F\xBF\xBF"), npos);  // U+10FFFF
   EXPECT_EQ(find_invalid_utf8("ab\xFF"), 2u);
-  EXPECT_EQ(find_invalid_utf8("\xC0\xAF"), 0u);              // overlong
-  EXPECT_EQ(find_invalid_utf8("\xE0\x80\xAF"), 0u);          // overlong
-  EXPECT_EQ(find_invalid_utf8("x\xED\xA0\x80"), 1u);         // surrogate U+D800
-  EXPECT_EQ(find_invalid_utf8("\xF4\x90\x80\x80"), 0u);      // > U+10FFFF
-  EXPECT_EQ(find_invalid_utf8("abcdefghij\xE2\x82"), 10u);   // truncated at end
-  EXPECT_EQ(find_invalid_utf8("\x80"), 0u);                  // stray continuation
+  EXPECT_EQ(find_invalid_utf8("\xC0\xAF"), 0u);             // overlong
+  EXPECT_EQ(find_invalid_utf8("\xE0\x80\xAF"), 0u);         // overlong
+  EXPECT_EQ(find_invalid_utf8("x\xED\xA0\x80"), 1u);        // surrogate U+D800
+  EXPECT_EQ(find_invalid_utf8("\xF4\x90\x80\x80"), 0u);     // > U+10FFFF
+  EXPECT_EQ(find_invalid_utf8("abcdefghij\xE2\x82"), 10u);  // truncated at end
+  EXPECT_EQ(find_invalid_utf8("\x80"), 0u);                 // stray continuation
 }
 
 TEST(TokenizerUnicode, LossyDecodingReplacesMaximalSubparts) {
@@ -127,16 +134,16 @@ TEST(TokenizerUnicode, TableVersionsAndClasses) {
   EXPECT_STREQ(props_unicode_version(), "16.0.0");
   EXPECT_STREQ(nfc_unicode_version(), "9.0");
   EXPECT_EQ(props('A'), kLetter);
-  EXPECT_EQ(props(0x4E2D), kLetter);       // 中
+  EXPECT_EQ(props(0x4E2D), kLetter);        // 中
   EXPECT_EQ(props(0x0301) & kMark, kMark);  // combining acute
   EXPECT_EQ(props(0xFE0F) & kMark, kMark);  // VS16
   EXPECT_EQ(props('7'), kNumber);
-  EXPECT_EQ(props(0x00BD), kNumber);  // ½
-  EXPECT_EQ(props(0x2167), kNumber);  // Ⅷ (Nl)
+  EXPECT_EQ(props(0x00BD), kNumber);        // ½
+  EXPECT_EQ(props(0x2167), kNumber);        // Ⅷ (Nl)
   EXPECT_EQ(props(0x0897) & kMark, kMark);  // new in Unicode 16.0
   EXPECT_EQ(props(0x1C89), kLetter);        // new in Unicode 16.0
-  for (std::uint32_t ws : {0x9u, 0xAu, 0xDu, 0x20u, 0x85u, 0xA0u, 0x1680u, 0x2000u, 0x200Au, 0x2028u, 0x2029u,
-                           0x202Fu, 0x205Fu, 0x3000u}) {
+  for (std::uint32_t ws : {0x9u, 0xAu, 0xDu, 0x20u, 0x85u, 0xA0u, 0x1680u, 0x2000u, 0x200Au, 0x2028u, 0x2029u, 0x202Fu,
+                           0x205Fu, 0x3000u}) {
     EXPECT_TRUE(props(ws) & kSpace) << ws;
   }
   for (std::uint32_t not_ws : {0x180Eu, 0x200Bu, 0xFEFFu, 0x1Cu, 0x1Fu}) EXPECT_FALSE(props(not_ws) & kSpace) << not_ws;
@@ -147,10 +154,10 @@ TEST(TokenizerUnicode, TableVersionsAndClasses) {
 TEST(TokenizerUnicode, Nfc) {
   using unicode::nfc;
   EXPECT_EQ(nfc("plain ascii"), "plain ascii");
-  EXPECT_EQ(nfc("e\xCC\x81"), "\xC3\xA9");                             // e + U+0301 -> é
-  EXPECT_EQ(nfc("\xE2\x84\xAB"), "\xC3\x85");                          // U+212B ANGSTROM -> Å (singleton)
+  EXPECT_EQ(nfc("e\xCC\x81"), "\xC3\xA9");                                 // e + U+0301 -> é
+  EXPECT_EQ(nfc("\xE2\x84\xAB"), "\xC3\x85");                              // U+212B ANGSTROM -> Å (singleton)
   EXPECT_EQ(nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // Hangul L V T -> 각
-  EXPECT_EQ(nfc("\xEA\xB0\x80\xE1\x86\xA8"), "\xEA\xB0\x81");          // LV + T
+  EXPECT_EQ(nfc("\xEA\xB0\x80\xE1\x86\xA8"), "\xEA\xB0\x81");              // LV + T
   // canonical ordering: U+0301 (230) after U+0323 (220) once reordered; e + dot below composes first
   EXPECT_EQ(nfc("e\xCC\x81\xCC\xA3"), "\xE1\xBA\xB9\xCC\x81");  // ẹ + U+0301
   // U+1E4EC (ccc 232 since Unicode 15) is unassigned in the Unicode 9.0 data HF uses: not reordered
@@ -190,9 +197,19 @@ TEST(TokenizerSplit, Qwen35Table) {
   EXPECT_EQ(split("\xE2\x9D\xA4\xEF\xB8\x8F\xE2\x9D\xA4\xEF\xB8\x8F", p),
             (Pieces{"\xE2\x9D\xA4\xEF\xB8\x8F", "\xE2\x9D\xA4\xEF\xB8\x8F"}));  // ❤️❤️
   EXPECT_EQ(split("x\xCC\x81y", p), (Pieces{"x\xCC\x81y"}));
-  EXPECT_EQ(split("a\xE3\x80\x80" "b", p), (Pieces{"a", "\xE3\x80\x80" "b"}));
-  EXPECT_EQ(split("a \xE3\x80\x80" "b", p), (Pieces{"a", " ", "\xE3\x80\x80" "b"}));
-  EXPECT_EQ(split("x'\xC5\xBF", p), (Pieces{"x", "'\xC5\xBF"}));  // 'ſ is a contraction
+  EXPECT_EQ(split("a\xE3\x80\x80"
+                  "b",
+                  p),
+            (Pieces{"a",
+                    "\xE3\x80\x80"
+                    "b"}));
+  EXPECT_EQ(split("a \xE3\x80\x80"
+                  "b",
+                  p),
+            (Pieces{"a", " ",
+                    "\xE3\x80\x80"
+                    "b"}));
+  EXPECT_EQ(split("x'\xC5\xBF", p), (Pieces{"x", "'\xC5\xBF"}));    // 'ſ is a contraction
   EXPECT_EQ(split("\xE2\x80\x99s", p), (Pieces{"\xE2\x80\x99s"}));  // ’s: prefix + word
   EXPECT_EQ(split("'LL 'Re", p), (Pieces{"'LL", " '", "Re"}));
   EXPECT_EQ(split("", p), (Pieces{}));
@@ -331,10 +348,10 @@ TEST(TokenizerDecode, RulesOfTheByteLevelDecoder) {
   const Tokenizer t = load(make_json({"ab"}, {{"a", "b"}}, qwen_like_added()));
   const Ids ids = t.encode("ab <think>\xE4\xBD\xA0<|im_end|>");
   EXPECT_EQ(t.decode(ids), "ab <think>\xE4\xBD\xA0<|im_end|>");
-  EXPECT_EQ(t.decode(ids, true), "ab <think>\xE4\xBD\xA0");  // non-special <think> stays
-  EXPECT_EQ(t.decode(Ids{'a', 999999, -1, 299, 'b'}), "ab");   // unknown ids dropped
-  EXPECT_EQ(t.decode(Ids{0xE4, 0xBD}), "\xEF\xBF\xBD");         // incomplete UTF-8 -> one U+FFFD
-  EXPECT_EQ(t.token_string(' '), "\xC4\xA0");                   // Ġ
+  EXPECT_EQ(t.decode(ids, true), "ab <think>\xE4\xBD\xA0");   // non-special <think> stays
+  EXPECT_EQ(t.decode(Ids{'a', 999999, -1, 299, 'b'}), "ab");  // unknown ids dropped
+  EXPECT_EQ(t.decode(Ids{0xE4, 0xBD}), "\xEF\xBF\xBD");       // incomplete UTF-8 -> one U+FFFD
+  EXPECT_EQ(t.token_string(' '), "\xC4\xA0");                 // Ġ
   EXPECT_EQ(t.token_bytes(' '), " ");
   EXPECT_EQ(t.token_to_id("\xC4\xA0"), ' ');
   EXPECT_EQ(t.token_to_id("<|im_end|>"), 301);
@@ -406,8 +423,9 @@ TEST(TokenizerPolicy, RandomInputsRoundTripOrAreRejected) {
   // decode(encode(x)) == NFC(x) for valid x; random bytes either encode or throw InvalidArgument.
   const Tokenizer t = load(make_json({"ab", "abc", "  "}, {{"a", "b"}, {"ab", "c"}, {" ", " "}}, qwen_like_added()));
   std::mt19937 rng(42);
-  const std::uint32_t pool[] = {'a', 'b', 'c', ' ', '\n', '\r', '\'', 's', 'S', '1', '!', '<', '|', '>', 0xE9, 0x301, 0x323,
-                                0x17F, 0x3000, 0x4E2D, 0xE31, 0x94D, 0xFE0F, 0x200D, 0x1F600, 0xAC00, 0x11A8, 0x0};
+  const std::uint32_t pool[] = {'a',   'b',   'c',    ' ',    '\n',    '\r',   '\'',   's',   'S',    '1',
+                                '!',   '<',   '|',    '>',    0xE9,    0x301,  0x323,  0x17F, 0x3000, 0x4E2D,
+                                0xE31, 0x94D, 0xFE0F, 0x200D, 0x1F600, 0xAC00, 0x11A8, 0x0};
   for (int i = 0; i < 3000; ++i) {
     std::string s;
     const int n = static_cast<int>(rng() % 24);

@@ -36,13 +36,13 @@ TEST(VisionBase64, Rfc4648Vectors) {
 }
 
 TEST(VisionBase64, StrictRejectionsNameTheOffset) {
-  EXPECT_EQ(decoded("Zm9v!mFy"), "ERR@4");      // bad character
-  EXPECT_EQ(decoded("Zm9v YmFy"), "ERR@4");     // whitespace
-  EXPECT_EQ(decoded("Zm9-"), "ERR@3");          // URL-safe alphabet
-  EXPECT_EQ(decoded("Zg==Zm8="), "ERR@2");      // padding in the middle
-  EXPECT_EQ(decoded("Zm9vYmF"), "ERR@7");       // length not a multiple of 4
-  EXPECT_EQ(decoded("Zh=="), "ERR@1");          // non-canonical: unused bits set
-  EXPECT_EQ(decoded("Z==="), "ERR@1");          // three '='
+  EXPECT_EQ(decoded("Zm9v!mFy"), "ERR@4");   // bad character
+  EXPECT_EQ(decoded("Zm9v YmFy"), "ERR@4");  // whitespace
+  EXPECT_EQ(decoded("Zm9-"), "ERR@3");       // URL-safe alphabet
+  EXPECT_EQ(decoded("Zg==Zm8="), "ERR@2");   // padding in the middle
+  EXPECT_EQ(decoded("Zm9vYmF"), "ERR@7");    // length not a multiple of 4
+  EXPECT_EQ(decoded("Zh=="), "ERR@1");       // non-canonical: unused bits set
+  EXPECT_EQ(decoded("Z==="), "ERR@1");       // three '='
   EXPECT_EQ(decoded("===="), "ERR@0");
 }
 
@@ -71,7 +71,8 @@ TEST(VisionDataUrl, RefusedFormsHaveCodesAndPaths) {
   EXPECT_NE(bad.message().find("character 26"), std::string::npos) << bad.message();
   EXPECT_EQ(bad.path().str(), "images.2");
   EXPECT_STREQ(url_error("data:image/png;base64,").code_name(), "image_invalid");
-  EXPECT_STREQ(url_error("DATA:IMAGE/PNG;BASE64,Zm9vYmFy").code_name(), "image_invalid");  // case-insensitive header, not a PNG
+  EXPECT_STREQ(url_error("DATA:IMAGE/PNG;BASE64,Zm9vYmFy").code_name(),
+               "image_invalid");  // case-insensitive header, not a PNG
   ImageLimits small;
   small.max_encoded_bytes_per_image = 4;
   EXPECT_STREQ(url_error("data:image/png;base64,Zm9vYmFy", small).code_name(), "image_too_large");
@@ -193,7 +194,8 @@ TEST(VisionResize, ConstantImageStaysConstant) {
 // A 1x1 red RGB PNG as Pillow writes it, as a data URL. Its token count (64) is the spec's
 // 10x10 -> 64 rule for tiny images (docs/MODEL.md §6.1), which holds for 1x1 as well.
 constexpr const char* kOnePixelPng =
-    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC";
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/"
+    "pLvAAAAAElFTkSuQmCC";
 
 TEST(VisionRequestImages, ArrayOfDataUrls) {
   EXPECT_EQ(prepare_request_images(nullptr).inputs.size(), 0u);

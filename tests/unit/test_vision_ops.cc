@@ -82,8 +82,8 @@ TEST_P(VisionOpsAtLevel, FullAttentionMatchesReference) {
   std::mt19937 g(3);
   ops::set_num_threads(2);
   for (std::int64_t t : {1, 4, 63, 64, 65, 200}) {
-    for (const ops::AttentionDims d : {ops::AttentionDims{2, 2, 16}, ops::AttentionDims{3, 3, 72},
-                                       ops::AttentionDims{4, 2, 64}}) {
+    for (const ops::AttentionDims d :
+         {ops::AttentionDims{2, 2, 16}, ops::AttentionDims{3, 3, 72}, ops::AttentionDims{4, 2, 64}}) {
       const std::int64_t nq = t * d.nh * d.hd, nk = t * d.nkv * d.hd;
       Vec q = uniform(g, nq, -2, 2), k = uniform(g, nk, -2, 2), v = uniform(g, nk, -1, 1);
       Vec want(static_cast<std::size_t>(nq)), got(want.size()), got16(want.size());

@@ -79,8 +79,8 @@ MropePositions mrope_positions(std::span<const std::int32_t> ids, std::int32_t i
     i = end;
   }
   if (image != grids.size()) {
-    throw InvalidArgument("mrope_positions: " + std::to_string(grids.size()) + " image grid(s) given but the ids hold " +
-                          std::to_string(image) + " image run(s)");
+    throw InvalidArgument("mrope_positions: " + std::to_string(grids.size()) +
+                          " image grid(s) given but the ids hold " + std::to_string(image) + " image run(s)");
   }
   finish(r);
   return r;

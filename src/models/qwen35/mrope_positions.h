@@ -13,8 +13,8 @@ namespace clef::qwen35 {
 
 /// Positions of a whole sequence.
 struct MropePositions {
-  std::int64_t tokens = 0;          ///< T
-  std::vector<std::int32_t> pos;    ///< [3, T]: pos[s * T + i], s = 0 temporal, 1 height, 2 width
+  std::int64_t tokens = 0;        ///< T
+  std::vector<std::int32_t> pos;  ///< [3, T]: pos[s * T + i], s = 0 temporal, 1 height, 2 width
   /// max(pos) + 1 - T (HF `mrope_position_deltas`): the position of a token appended after the
   /// sequence at index T + j is T + j + rope_delta on all three streams. 0 for text only.
   std::int64_t rope_delta = 0;
@@ -29,8 +29,9 @@ struct MropePositions {
 /// Throws InvalidArgument (naming the image and the token index) when a run's length does not
 /// equal its grid's token count, when there are more runs than grids or grids left unused, for a
 /// grid that is not a positive multiple of `spatial_merge_size`, or when a position would not
-/// fit in int32. Video pads are not handled (no video input in clef: they count as text). Unlike HF (which would merge them into one run), two images must be separated
-/// by at least one text token, as the processor's <|vision_end|><|vision_start|> always does.
+/// fit in int32. Video pads are not handled (no video input in clef: they count as text). Unlike HF (which would merge
+/// them into one run), two images must be separated by at least one text token, as the processor's
+/// <|vision_end|><|vision_start|> always does.
 MropePositions mrope_positions(std::span<const std::int32_t> ids, std::int32_t image_token_id,
                                std::span<const ImageGrid> grids, std::int64_t spatial_merge_size);
 
@@ -38,8 +39,8 @@ MropePositions mrope_positions(std::span<const std::int32_t> ids, std::int32_t i
 /// for one image of merged grid H x W whose N = H*W pads start at sequence index `first_pad`
 /// (Clef's layout: 37, right after the 36-token prefix and <|vision_start|>).
 struct RopeShiftInputs {
-  std::vector<std::int32_t> image_rc;  ///< [N, 2]: (k / W, k % W) of pad k
-  std::int64_t first_pad = 37;          ///< index of pad 0
+  std::vector<std::int32_t> image_rc;       ///< [N, 2]: (k / W, k % W) of pad k
+  std::int64_t first_pad = 37;              ///< index of pad 0
   std::int64_t rope_shift_start = 1 << 30;  ///< first_pad + N (the <|vision_end|> index); 2^30 text-only
   std::int64_t rope_shift_amount = 0;       ///< N - max(H, W); 0 text-only
 };

@@ -24,8 +24,7 @@ TextModel::TextModel(const TextConfig& cfg, const TextWeights& w, const TextMode
 
   nn::GdnConfig& gc = gdn_cfg_;
   gc.hidden = cfg.hidden_size;
-  gc.dims = {cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
-             cfg.linear_value_head_dim};
+  gc.dims = {cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim};
   gc.conv_k = cfg.linear_conv_kernel_dim;
   gc.eps = eps;
   nn::AttentionConfig& ac = attn_cfg_;
@@ -105,7 +104,8 @@ void TextModel::forward_chunk(std::span<const std::int32_t> ids, std::span<const
                           std::to_string(positions.size()) + " values");
   }
   if (n > act.rows) {
-    throw InvalidArgument("forward_chunk: " + std::to_string(n) + " tokens, activations for " + std::to_string(act.rows));
+    throw InvalidArgument("forward_chunk: " + std::to_string(n) + " tokens, activations for " +
+                          std::to_string(act.rows));
   }
   const std::int64_t H = cfg_.hidden_size;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);

@@ -60,8 +60,8 @@ class TextModel {
   /// embeds: optional [n, H] fp32 input rows used instead of the embedding rows of `ids` (the
   /// multimodal path: text rows gathered with embed() and image rows scattered in, §6.9); `ids`
   /// still gives n.
-  void forward_chunk(std::span<const std::int32_t> ids, std::span<const std::int32_t> positions,
-                     nn::ModelState& st, float* out, TextActivations& act, const float* embeds = nullptr) const;
+  void forward_chunk(std::span<const std::int32_t> ids, std::span<const std::int32_t> positions, nn::ModelState& st,
+                     float* out, TextActivations& act, const float* embeds = nullptr) const;
 
   /// The embedding rows of `ids`: out [n, H] fp32. Throws InvalidArgument for an id outside the
   /// vocabulary.

@@ -29,8 +29,8 @@ std::vector<float> vec(const WeightView& w, const std::string& name, std::int64_
 // (docs/MODEL.md §6.3).
 ops::GemmWeight patch_weight(const WeightView& w, std::int64_t d, std::int64_t k, ops::Precision p) {
   if (!w.valid() || static_cast<std::int64_t>(w.numel()) != d * k) {
-    throw ModelLoadError("vision tensor model.visual.patch_embed.proj.weight is missing or not " +
-                         std::to_string(d) + " x " + std::to_string(k) + " values");
+    throw ModelLoadError("vision tensor model.visual.patch_embed.proj.weight is missing or not " + std::to_string(d) +
+                         " x " + std::to_string(k) + " values");
   }
   return ops::GemmWeight(w.dtype(), w.bytes.data(), d, k, p);
 }

@@ -37,14 +37,14 @@ struct VisionTowerOptions {
 /// The activation buffers of VisionTower::forward for up to `patches` patch rows N (D the tower
 /// width, I its MLP width); forward() regrows them for a larger call.
 struct VisionActivations {
-  std::int64_t patches = 0;     ///< capacity in patch rows
-  std::vector<float> x;         ///< [N, D] residual stream
-  std::vector<float> normed;    ///< [N, D] LayerNorm output
-  std::vector<float> qkv;       ///< [N, 3D] qkv projection
-  std::vector<float> q, k, v;   ///< [N, D] each, split from qkv
-  std::vector<float> core;      ///< [N, D] attention output
-  std::vector<float> mlp;       ///< [N, I] MLP hidden
-  std::vector<float> merged;    ///< [N / m², m²·D] patch merger hidden
+  std::int64_t patches = 0;    ///< capacity in patch rows
+  std::vector<float> x;        ///< [N, D] residual stream
+  std::vector<float> normed;   ///< [N, D] LayerNorm output
+  std::vector<float> qkv;      ///< [N, 3D] qkv projection
+  std::vector<float> q, k, v;  ///< [N, D] each, split from qkv
+  std::vector<float> core;     ///< [N, D] attention output
+  std::vector<float> mlp;      ///< [N, I] MLP hidden
+  std::vector<float> merged;   ///< [N / m², m²·D] patch merger hidden
 
   std::size_t floats() const noexcept;
 };
@@ -74,8 +74,8 @@ class VisionTower {
   /// Attention is restricted to each frame of each image (HF cu_seqlens).
   /// Throws InvalidArgument on an empty or bad grid list, a num_patches mismatch, or a
   /// non-finite pixel value (naming the row).
-  void forward(const float* pixel_values, std::int64_t num_patches, std::span<const ImageGrid> grids,
-               float* out, VisionActivations& act) const;
+  void forward(const float* pixel_values, std::int64_t num_patches, std::span<const ImageGrid> grids, float* out,
+               VisionActivations& act) const;
 
   /// forward() into a new vector.
   std::vector<float> forward(const float* pixel_values, std::int64_t num_patches,

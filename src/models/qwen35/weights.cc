@@ -11,8 +11,8 @@ VisionWeights bind_vision(WeightStore& s, const VisionConfig& v) {
   const std::string p = "model.visual.";
   const std::int64_t d = v.hidden_size;
   VisionWeights w;
-  w.patch_embed_weight = s.take(p + "patch_embed.proj.weight",
-                                {d, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size});
+  w.patch_embed_weight =
+      s.take(p + "patch_embed.proj.weight", {d, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size});
   w.patch_embed_bias = s.take(p + "patch_embed.proj.bias", {d});
   w.pos_embed = s.take(p + "pos_embed.weight", {v.num_position_embeddings, d});
   for (std::int64_t b = 0; b < v.depth; ++b) {
@@ -51,8 +51,8 @@ ModelWeights bind_model_weights(WeightStore& s, const ModelConfig& cfg) {
   // Composite checkpoints (Qwen3_5ForConditionalGeneration) use model.language_model.; text-only
   // ones (Qwen3_5ForCausalLM) use model.. Decide by where the embedding table is.
   // Composite configs always use the composite prefix; a flat config may come with either.
-  w.prefix = (cfg.composite || s.contains("model.language_model.embed_tokens.weight")) ? "model.language_model."
-                                                                                        : "model.";
+  w.prefix =
+      (cfg.composite || s.contains("model.language_model.embed_tokens.weight")) ? "model.language_model." : "model.";
   const std::string& p = w.prefix;
   const std::int64_t h = t.hidden_size, inter = t.intermediate_size;
   w.embed_tokens = s.take(p + "embed_tokens.weight", {t.vocab_size, h});
@@ -101,8 +101,9 @@ ModelWeights bind_model_weights(WeightStore& s, const ModelConfig& cfg) {
     if (s.contains("lm_head.weight")) (void)s.take("lm_head.weight", {t.vocab_size, h});
   } else {
     if (!s.contains("lm_head.weight")) {
-      throw ModelLoadError(s.label() + ": missing tensor lm_head.weight (expected shape [" + std::to_string(t.vocab_size) + ", " +
-                           std::to_string(h) + "]); config.json says tie_word_embeddings is false");
+      throw ModelLoadError(s.label() + ": missing tensor lm_head.weight (expected shape [" +
+                           std::to_string(t.vocab_size) + ", " + std::to_string(h) +
+                           "]); config.json says tie_word_embeddings is false");
     }
     w.lm_head = s.take("lm_head.weight", {t.vocab_size, h});
   }

@@ -53,22 +53,22 @@ struct DecoderLayerWeights {
 struct TextWeights {
   WeightView embed_tokens;  ///< [V, H]
   std::vector<DecoderLayerWeights> layers;
-  WeightView norm;          ///< [H] final offset RMSNorm
-  WeightView lm_head;       ///< [V, H]: lm_head.weight, or embed_tokens when tied
+  WeightView norm;     ///< [H] final offset RMSNorm
+  WeightView lm_head;  ///< [V, H]: lm_head.weight, or embed_tokens when tied
   bool tied = false;
-  std::string prefix;       ///< "model.language_model." or "model."
+  std::string prefix;  ///< "model.language_model." or "model."
 };
 
 struct VisionBlockWeights {
   WeightView norm1_weight, norm1_bias, norm2_weight, norm2_bias;  ///< [D]
-  WeightView qkv_weight;   ///< [3D, D]
-  WeightView qkv_bias;     ///< [3D]
-  WeightView proj_weight;  ///< [D, D]
-  WeightView proj_bias;    ///< [D]
-  WeightView fc1_weight;   ///< [Iv, D]
-  WeightView fc1_bias;     ///< [Iv]
-  WeightView fc2_weight;   ///< [D, Iv]
-  WeightView fc2_bias;     ///< [D]
+  WeightView qkv_weight;                                          ///< [3D, D]
+  WeightView qkv_bias;                                            ///< [3D]
+  WeightView proj_weight;                                         ///< [D, D]
+  WeightView proj_bias;                                           ///< [D]
+  WeightView fc1_weight;                                          ///< [Iv, D]
+  WeightView fc1_bias;                                            ///< [Iv]
+  WeightView fc2_weight;                                          ///< [D, Iv]
+  WeightView fc2_bias;                                            ///< [D]
 };
 
 /// The vision tower (`model.visual.*`, docs/MODEL.md §6).
@@ -78,10 +78,10 @@ struct VisionWeights {
   WeightView pos_embed;           ///< [num_position_embeddings, D]
   std::vector<VisionBlockWeights> blocks;
   WeightView merger_norm_weight, merger_norm_bias;  ///< [D]
-  WeightView merger_fc1_weight;   ///< [4D, 4D]
-  WeightView merger_fc1_bias;     ///< [4D]
-  WeightView merger_fc2_weight;   ///< [out_hidden, 4D]
-  WeightView merger_fc2_bias;     ///< [out_hidden]
+  WeightView merger_fc1_weight;                     ///< [4D, 4D]
+  WeightView merger_fc1_bias;                       ///< [4D]
+  WeightView merger_fc2_weight;                     ///< [out_hidden, 4D]
+  WeightView merger_fc2_bias;                       ///< [out_hidden]
 };
 
 /// All backbone weights of a Qwen3.5 checkpoint.

@@ -56,9 +56,8 @@ inline void write_output(const float* Ot, const float* l, float* corr, std::int6
   }
 }
 
-
 constexpr std::int64_t kKBlock = 64;
-constexpr std::int64_t kCols = 128;  // target query columns per item (group x nq)
+constexpr std::int64_t kCols = 128;       // target query columns per item (group x nq)
 constexpr std::int64_t kMaxQBlock = 128;  // query cap per item (binds only for group 1: the vision tower)
 
 struct AttnScratch {
@@ -130,8 +129,8 @@ void softmax_block(float* St, std::int64_t nk, std::int64_t ncol, std::int64_t n
 // with first_pos = tk no key row is ever past a query column). round_bf16: the scaled queries and
 // the probabilities are rounded to bf16 values before their products (the caller passes kc, vc
 // already rounded): the bf16 mode on targets without a bf16 dot product.
-void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-                    const float* kc, const float* vc, float* o, bool causal, bool round_bf16 = false) {
+void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const float* kc,
+                    const float* vc, float* o, bool causal, bool round_bf16 = false) {
   const std::int64_t hd = d.hd, group = d.nh / d.nkv;
   const std::int64_t ldq = d.nh * hd, ldk = d.nkv * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -295,8 +294,8 @@ CLEF_BF16_ATTR void attention_bf16_dot(const AttentionDims& d, std::int64_t t, s
 
 /// bf16 attention without a bf16 dot product: k and v rounded to bf16 values once, then the
 /// fp32 kernel with the queries and probabilities rounded as well.
-void attention_bf16_emulated(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-                             const float* kc, const float* vc, float* o, bool causal) {
+void attention_bf16_emulated(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const float* kc,
+                             const float* vc, float* o, bool causal) {
   const std::int64_t n = tk * d.nkv * d.hd;
   thread_local std::vector<float> kr, vr;
   kr.resize(static_cast<std::size_t>(n));
@@ -316,13 +315,13 @@ void attention_bf16_emulated(const AttentionDims& d, std::int64_t t, std::int64_
 
 }  // namespace
 
-void AttentionImpl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-                   const float* kc, const float* vc, float* o, bool causal) {
+void AttentionImpl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const float* kc,
+                   const float* vc, float* o, bool causal) {
   attention_impl(d, t, tk, q, kc, vc, o, causal);
 }
 
-void AttentionBf16Impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-                       const float* kc, const float* vc, float* o, bool causal) {
+void AttentionBf16Impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const float* kc,
+                       const float* vc, float* o, bool causal) {
 #if defined(CLEF_HAVE_BF16_DOT)
   attention_bf16_dot(d, t, tk, q, kc, vc, o, causal);
 #else
@@ -342,32 +341,31 @@ HWY_EXPORT(AttentionBf16Impl);
 namespace {
 void check_shapes(const char* what, const AttentionDims& d, std::int64_t t, std::int64_t tk) {
   if (d.nh <= 0 || d.nkv <= 0 || d.hd <= 0 || d.nh % d.nkv != 0 || tk < t) {
-    throw InvalidArgument(std::string(what) + ": bad shapes nh=" + std::to_string(d.nh) + " nkv=" +
-                          std::to_string(d.nkv) + " t=" + std::to_string(t) + " tk=" + std::to_string(tk));
+    throw InvalidArgument(std::string(what) + ": bad shapes nh=" + std::to_string(d.nh) +
+                          " nkv=" + std::to_string(d.nkv) + " t=" + std::to_string(t) + " tk=" + std::to_string(tk));
   }
 }
 }  // namespace
 
-void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-               const float* kc, const float* vc, float* o) {
+void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const float* kc,
+               const float* vc, float* o) {
   check_shapes("attention", d, t, tk);
   if (t > 0) CLEF_DISPATCH(AttentionImpl)(d, t, tk, q, kc, vc, o, true);
 }
 
-void attention_bf16(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-                    const float* kc, const float* vc, float* o) {
+void attention_bf16(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const float* kc,
+                    const float* vc, float* o) {
   check_shapes("attention_bf16", d, t, tk);
   if (t > 0) CLEF_DISPATCH(AttentionBf16Impl)(d, t, tk, q, kc, vc, o, true);
 }
 
-void attention_full(const AttentionDims& d, std::int64_t t, const float* q, const float* k,
-                    const float* v, float* o) {
+void attention_full(const AttentionDims& d, std::int64_t t, const float* q, const float* k, const float* v, float* o) {
   check_shapes("attention_full", d, t, t);
   if (t > 0) CLEF_DISPATCH(AttentionImpl)(d, t, t, q, k, v, o, false);
 }
 
-void attention_full_bf16(const AttentionDims& d, std::int64_t t, const float* q, const float* k,
-                         const float* v, float* o) {
+void attention_full_bf16(const AttentionDims& d, std::int64_t t, const float* q, const float* k, const float* v,
+                         float* o) {
   check_shapes("attention_full_bf16", d, t, t);
   if (t > 0) CLEF_DISPATCH(AttentionBf16Impl)(d, t, t, q, k, v, o, false);
 }

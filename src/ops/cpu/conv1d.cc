@@ -20,8 +20,8 @@ namespace clef::ops {
 namespace HWY_NAMESPACE {
 namespace cpu = ::clef::ops::cpu::HWY_NAMESPACE;
 
-void CausalConv1dSiluImpl(const float* x, std::int64_t t, std::int64_t c, const float* w,
-                          std::int64_t k, float* state, float* y) {
+void CausalConv1dSiluImpl(const float* x, std::int64_t t, std::int64_t c, const float* w, std::int64_t k, float* state,
+                          float* y) {
   const std::int64_t hist = k - 1;
   constexpr std::int64_t kBlock = 256;
   const std::int64_t blocks = (c + kBlock - 1) / kBlock;
@@ -71,8 +71,8 @@ HWY_AFTER_NAMESPACE();
 namespace clef::ops {
 HWY_EXPORT(CausalConv1dSiluImpl);
 
-void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w,
-                        std::int64_t k, float* state, float* y) {
+void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w, std::int64_t k, float* state,
+                        float* y) {
   if (k < 1 || c < 1 || t < 0) throw InvalidArgument("causal_conv1d_silu: bad shape");
   if (t == 0) return;
   CLEF_DISPATCH(CausalConv1dSiluImpl)(x, t, c, w, k, state, y);

@@ -26,8 +26,7 @@ namespace cpu = ::clef::ops::cpu::HWY_NAMESPACE;
 // Below this many elements a loop stays on one thread (fork/join costs a few microseconds).
 constexpr std::int64_t kParallelMin = 1 << 15;
 
-void RmsNormOffsetImpl(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps,
-                     float* y) {
+void RmsNormOffsetImpl(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps, float* y) {
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
@@ -37,8 +36,8 @@ void RmsNormOffsetImpl(const float* x, std::int64_t rows, std::int64_t n, const 
   }
 }
 
-void GatedRmsNormImpl(const float* o, const float* z, std::int64_t rows, std::int64_t n,
-                    const float* w, float eps, float* y) {
+void GatedRmsNormImpl(const float* o, const float* z, std::int64_t rows, std::int64_t n, const float* w, float eps,
+                      float* y) {
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* orow = o + r * n;
@@ -74,8 +73,7 @@ void SigmoidMulImpl(float* o, const float* gate, std::int64_t n) {
   }
 }
 
-void L2normRowsImpl(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps,
-                 float scale) {
+void L2normRowsImpl(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps, float scale) {
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
   for (std::int64_t r = 0; r < rows; ++r) {
     float* xr = x + r * stride;
@@ -85,7 +83,7 @@ void L2normRowsImpl(float* x, std::int64_t rows, std::int64_t n, std::int64_t st
 }
 
 void GdnGatesImpl(const float* b, const float* a, std::int64_t t, std::int64_t hv, const float* neg_a,
-               const float* dt_bias, float* beta, float* g) {
+                  const float* dt_bias, float* beta, float* g) {
   cpu::sigmoid_times(b, nullptr, beta, t * hv);
   for (std::int64_t i = 0; i < t; ++i) {
     for (std::int64_t h = 0; h < hv; ++h) {
@@ -96,9 +94,8 @@ void GdnGatesImpl(const float* b, const float* a, std::int64_t t, std::int64_t h
   }
 }
 
-void ApplyRopeImpl(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim,
-                std::int64_t row_stride, std::int64_t rotary_dim, const float* cos,
-                const float* sin) {
+void ApplyRopeImpl(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim, std::int64_t row_stride,
+                   std::int64_t rotary_dim, const float* cos, const float* sin) {
   const std::int64_t half = rotary_dim / 2;
 #pragma omp parallel for schedule(static) if (t * heads * rotary_dim >= kParallelMin)
   for (std::int64_t i = 0; i < t; ++i) {
@@ -158,13 +155,12 @@ void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::in
   }
 }
 
-void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps,
-                     float* y) {
+void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps, float* y) {
   CLEF_DISPATCH(RmsNormOffsetImpl)(x, rows, n, w, eps, y);
 }
 
-void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int64_t n,
-                    const float* w, float eps, float* y) {
+void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int64_t n, const float* w, float eps,
+                    float* y) {
   CLEF_DISPATCH(GatedRmsNormImpl)(o, z, rows, n, w, eps, y);
 }
 
@@ -172,16 +168,11 @@ void silu_mul(const float* gate, const float* up, std::int64_t n, float* out) {
   CLEF_DISPATCH(SiluMulImpl)(gate, up, n, out);
 }
 
-void add_inplace(float* h, const float* x, std::int64_t n) {
-  CLEF_DISPATCH(AddInplaceImpl)(h, x, n);
-}
+void add_inplace(float* h, const float* x, std::int64_t n) { CLEF_DISPATCH(AddInplaceImpl)(h, x, n); }
 
-void sigmoid_mul(float* o, const float* gate, std::int64_t n) {
-  CLEF_DISPATCH(SigmoidMulImpl)(o, gate, n);
-}
+void sigmoid_mul(float* o, const float* gate, std::int64_t n) { CLEF_DISPATCH(SigmoidMulImpl)(o, gate, n); }
 
-void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps,
-                 float scale) {
+void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps, float scale) {
   CLEF_DISPATCH(L2normRowsImpl)(x, rows, n, stride, eps, scale);
 }
 
@@ -190,14 +181,12 @@ void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, 
   CLEF_DISPATCH(GdnGatesImpl)(b, a, t, hv, neg_a, dt_bias, beta, g);
 }
 
-void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim,
-                std::int64_t row_stride, std::int64_t rotary_dim, const float* cos,
-                const float* sin) {
+void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim, std::int64_t row_stride,
+                std::int64_t rotary_dim, const float* cos, const float* sin) {
   CLEF_DISPATCH(ApplyRopeImpl)(x, t, heads, head_dim, row_stride, rotary_dim, cos, sin);
 }
 
-void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, float* cos,
-                 float* sin) {
+void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, float* cos, float* sin) {
   const std::int64_t half = r.rotary_dim / 2;
   const std::vector<float> inv = rope_inv_freq(r);
   const std::vector<int> stream = rope_streams(r);

@@ -65,16 +65,15 @@ inline void scale_copy(std::int64_t n, float s, const float* __restrict x, float
 }
 
 /// One chunk of C <= kChunk tokens for value head h (k-head kh).
-void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h, std::int64_t kh,
-               const float* q, const float* k, std::int64_t qk_stride, const float* v,
-               std::int64_t v_stride, const float* g, const float* beta, float* S, float* o,
-               ChunkScratch& s) {
+void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h, std::int64_t kh, const float* q,
+               const float* k, std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,
+               const float* beta, float* S, float* o, ChunkScratch& s) {
   const std::int64_t dk = d.dk, dv = d.dv;
   const std::int64_t ldo = d.hv * dv;
   const float* Q = q + c0 * qk_stride + kh * dk;  // [C, dk], rows qk_stride apart
   const float* K = k + c0 * qk_stride + kh * dk;
-  const float* V = v + c0 * v_stride + h * dv;    // [C, dv], rows v_stride apart
-  float* O = o + c0 * ldo + h * dv;               // [C, dv], rows ldo apart
+  const float* V = v + c0 * v_stride + h * dv;  // [C, dv], rows v_stride apart
+  float* O = o + c0 * ldo + h * dv;             // [C, dv], rows ldo apart
   float* G = s.g_cum.data();
   float* eG = s.eg.data();
   float* B = s.beta.data();
@@ -161,9 +160,9 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
 
 }  // namespace
 
-void GatedDeltaRuleImpl(const GdnDims& d, std::int64_t t, const float* q, const float* k,
-                        std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,
-                        const float* beta, float* state, float* o) {
+void GatedDeltaRuleImpl(const GdnDims& d, std::int64_t t, const float* q, const float* k, std::int64_t qk_stride,
+                        const float* v, std::int64_t v_stride, const float* g, const float* beta, float* state,
+                        float* o) {
   const std::int64_t r = d.hv / d.hk;
 #pragma omp parallel
   {
@@ -188,12 +187,11 @@ HWY_AFTER_NAMESPACE();
 namespace clef::ops {
 HWY_EXPORT(GatedDeltaRuleImpl);
 
-void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k,
-                      std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,
-                      const float* beta, float* state, float* o) {
+void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k, std::int64_t qk_stride,
+                      const float* v, std::int64_t v_stride, const float* g, const float* beta, float* state,
+                      float* o) {
   if (d.hk <= 0 || d.hv <= 0 || d.dk <= 0 || d.dv <= 0 || d.hv % d.hk != 0) {
-    throw InvalidArgument("gated_delta_rule: bad dims Hk=" + std::to_string(d.hk) + " Hv=" +
-                          std::to_string(d.hv));
+    throw InvalidArgument("gated_delta_rule: bad dims Hk=" + std::to_string(d.hk) + " Hv=" + std::to_string(d.hv));
   }
   if (t <= 0) return;
   CLEF_DISPATCH(GatedDeltaRuleImpl)(d, t, q, k, qk_stride, v, v_stride, g, beta, state, o);

@@ -79,8 +79,7 @@ dnnl::matmul create_primitive(Backend& b, const Key& key) {
 
 /// The cached primitive, or an empty one when oneDNN has no bf16 matmul at this level (then
 /// g_bf16_emulated is set and the caller takes the fp32 fallback).
-dnnl::matmul get_primitive(std::int64_t m, std::int64_t n, std::int64_t k, bool bf16, bool acc,
-                           std::int64_t ldc = 0) {
+dnnl::matmul get_primitive(std::int64_t m, std::int64_t n, std::int64_t k, bool bf16, bool acc, std::int64_t ldc = 0) {
   Backend& b = backend();
   std::lock_guard<std::mutex> lock(b.mu);
   const Key key = std::make_tuple(m, n, k, bf16 ? 1 : 0, acc, ldc > 0 ? ldc : n);
@@ -187,7 +186,6 @@ GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64
     fp32_copy_ = std::make_unique<Fp32Copy>();  // made by the first linear() (resident_f32)
   }
 }
-
 
 std::size_t GemmWeight::owned_bytes() const noexcept {
   std::size_t bytes = owned_.size() * sizeof(std::uint16_t);
@@ -304,9 +302,9 @@ std::string gemm_backend_name() {
     case dnnl::cpu_isa::sse41: isa = "sse41"; break;
     default: isa = "other"; break;
   }
-  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-         std::to_string(v->patch) + " (OpenMP, " + isa + ", " + std::to_string(omp_get_max_threads()) +
-         " threads" + (bf16_gemm_emulated() ? "; bf16 via fp32 matmul on bf16 values" : "") + "); int8: clef " +
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
+         " (OpenMP, " + isa + ", " + std::to_string(omp_get_max_threads()) + " threads" +
+         (bf16_gemm_emulated() ? "; bf16 via fp32 matmul on bf16 values" : "") + "); int8: clef " +
          int8_kernel_name(active_int8_kernel()) + " kernel";
 }
 

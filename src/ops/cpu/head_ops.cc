@@ -122,8 +122,8 @@ void LinearDot16Impl(const float* x, std::int64_t rows, std::int64_t in, const f
   }
 }
 
-void LayerNormF64StatsImpl(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b,
-                           float eps, float* y) {
+void LayerNormF64StatsImpl(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b, float eps,
+                           float* y) {
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
@@ -229,12 +229,12 @@ HWY_EXPORT(L2NormalizeF64Impl);
 HWY_EXPORT(AttentionRunsImpl);
 
 float dot16(const float* a, const float* b, std::int64_t n) { return CLEF_DISPATCH(Dot16Impl)(a, b, n); }
-void linear_dot16(const float* x, std::int64_t rows, std::int64_t in, const float* w, std::int64_t out,
-                  const float* b, float* y) {
+void linear_dot16(const float* x, std::int64_t rows, std::int64_t in, const float* w, std::int64_t out, const float* b,
+                  float* y) {
   CLEF_DISPATCH(LinearDot16Impl)(x, rows, in, w, out, b, y);
 }
-void layer_norm_f64stats(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b,
-                         float eps, float* y) {
+void layer_norm_f64stats(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b, float eps,
+                         float* y) {
   CLEF_DISPATCH(LayerNormF64StatsImpl)(x, rows, n, w, b, eps, y);
 }
 void l2_normalize_f64(const float* x, std::int64_t n, float* y) { CLEF_DISPATCH(L2NormalizeF64Impl)(x, n, y); }

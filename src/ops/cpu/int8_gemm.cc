@@ -192,8 +192,8 @@ Int8Kernel choose_kernel() {
         return k;
       }
     }
-    throw InvalidArgument("CLEF_INT8_KERNEL must be scalar, avx2, avxvnni or avx512vnni (got '" +
-                          s.substr(0, 40) + "')");
+    throw InvalidArgument("CLEF_INT8_KERNEL must be scalar, avx2, avxvnni or avx512vnni (got '" + s.substr(0, 40) +
+                          "')");
   }
   return kernel_for_level(active_isa());
 }
@@ -231,7 +231,8 @@ __attribute__((target("avx2,fma"))) float quantize_block_avx2(const float* x, st
   }
   // NaN/inf anywhere: the scalar path decides (returns NaN).
   __m256 fin = _mm256_setzero_ps();
-  for (int i = 0; i < 4; ++i) fin = _mm256_or_ps(fin, _mm256_cmp_ps(_mm256_andnot_ps(sign, v[i]), _mm256_set1_ps(INFINITY), _CMP_NLT_UQ));
+  for (int i = 0; i < 4; ++i)
+    fin = _mm256_or_ps(fin, _mm256_cmp_ps(_mm256_andnot_ps(sign, v[i]), _mm256_set1_ps(INFINITY), _CMP_NLT_UQ));
   if (_mm256_movemask_ps(fin) != 0) return ref::quantize_activation_block(x, kInt8Block, q32);
   __m128 hi = _mm256_extractf128_ps(amax, 1);
   __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), hi);
@@ -359,8 +360,10 @@ void tile_scalar(const Job& j, std::int64_t r0, int mr, std::int64_t p0) {
 /// the fp32 accumulators: acc = fma(float(isum), dw · da, acc). `da_b` is row 0's scale of the
 /// block, rows `nb` apart.
 template <int MR>
-__attribute__((target("avx2,fma,f16c"), always_inline)) inline void fold_block_256(
-    const std::uint16_t* dw, const float* da_b, std::int64_t nb, const __m256i (&is)[MR][2], __m256 (&acc)[MR][2]) {
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void fold_block_256(const std::uint16_t* dw,
+                                                                                   const float* da_b, std::int64_t nb,
+                                                                                   const __m256i (&is)[MR][2],
+                                                                                   __m256 (&acc)[MR][2]) {
   const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw)));
   const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + 8)));
   for (int r = 0; r < MR; ++r) {
@@ -373,8 +376,8 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void fold_block_2
 /// 256-bit kernels: writes the MR × 16 fp32 tile to y.
 template <int MR>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void store_tile_256(const Job& j, std::int64_t r0,
-                                                                                    std::int64_t p0,
-                                                                                    const __m256 (&acc)[MR][2]) {
+                                                                                   std::int64_t p0,
+                                                                                   const __m256 (&acc)[MR][2]) {
   float out[MR * kInt8PanelCols];
   for (int r = 0; r < MR; ++r) {
     _mm256_storeu_ps(out + r * kInt8PanelCols, acc[r][0]);
@@ -455,8 +458,9 @@ __attribute__((target("avx2,fma,f16c,avxvnni"))) void tile_avxvnni(const Job& j,
 
 /// AVX512-VNNI: MR rows × NP panels (one zmm of 16 columns each).
 template <int MR, int NP>
-__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))) void tile_avx512vnni(
-    const Job& j, std::int64_t r0, std::int64_t p0) {
+__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))) void tile_avx512vnni(const Job& j,
+                                                                                                   std::int64_t r0,
+                                                                                                   std::int64_t p0) {
   const std::int64_t nb = j.w->blocks();
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[MR][NP];

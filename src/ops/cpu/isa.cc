@@ -125,7 +125,8 @@ IsaLevel init_isa() {
       bool native = false;
       const auto want = isa_from_name(env, &native);
       const std::string value(env);
-      const std::string shown = value.size() > 40 ? value.substr(0, 40) + "... (" + std::to_string(value.size()) + " bytes)" : value;
+      const std::string shown =
+          value.size() > 40 ? value.substr(0, 40) + "... (" + std::to_string(value.size()) + " bytes)" : value;
       if (!native) {
         if (!want) {
           throw InvalidArgument("CLEF_ISA: unknown level \"" + shown +

@@ -36,9 +36,8 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 template <int MR, bool TA>
-HWY_INLINE void micro_tile(std::int64_t k, const float* a, std::int64_t lda, const float* b,
-                           std::int64_t ldb, float* c, std::int64_t ldc, std::int64_t ncols,
-                           float alpha, bool accumulate) {
+HWY_INLINE void micro_tile(std::int64_t k, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                           std::int64_t ldc, std::int64_t ncols, float alpha, bool accumulate) {
   const DF d;
   const std::int64_t N = lanes();
   const bool two = ncols > N;
@@ -85,9 +84,9 @@ HWY_INLINE void micro_tile(std::int64_t k, const float* a, std::int64_t lda, con
 
 /// Shared driver of small_gemm / small_gemm_at: 6-row register tiles, 2-vector column panels.
 template <bool TA>
-HWY_INLINE void small_gemm_impl(std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-                                std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                                std::int64_t ldc, float alpha, bool accumulate) {
+HWY_INLINE void small_gemm_impl(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
+                                const float* b, std::int64_t ldb, float* c, std::int64_t ldc, float alpha,
+                                bool accumulate) {
 #if HWY_TARGET == HWY_SCALAR
   // The baseline level: plain loops. (GCC 12 unrolls the 1-lane register tile below for this
   // target with a load of the next k row ahead of the loop test, reading 8 bytes past A when k is
@@ -124,16 +123,16 @@ HWY_INLINE void small_gemm_impl(std::int64_t m, std::int64_t n, std::int64_t k, 
 }
 
 /// C = (accumulate ? C : 0) + alpha * A · B (see the file comment). m, n, k >= 0.
-HWY_INLINE void small_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-                           std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                           std::int64_t ldc, float alpha = 1.0f, bool accumulate = false) {
+HWY_INLINE void small_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
+                           const float* b, std::int64_t ldb, float* c, std::int64_t ldc, float alpha = 1.0f,
+                           bool accumulate = false) {
   small_gemm_impl<false>(m, n, k, a, lda, b, ldb, c, ldc, alpha, accumulate);
 }
 
 /// C = (accumulate ? C : 0) + alpha * Aᵀ · B with A stored [k, m] (leading dim lda >= m).
-HWY_INLINE void small_gemm_at(std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-                              std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                              std::int64_t ldc, float alpha = 1.0f, bool accumulate = false) {
+HWY_INLINE void small_gemm_at(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
+                              const float* b, std::int64_t ldb, float* c, std::int64_t ldc, float alpha = 1.0f,
+                              bool accumulate = false) {
   small_gemm_impl<true>(m, n, k, a, lda, b, ldb, c, ldc, alpha, accumulate);
 }
 
@@ -143,8 +142,8 @@ HWY_INLINE void axpy(std::int64_t n, float s, const float* __restrict x, float* 
 }
 
 /// Transposes src [rows, cols] (leading dim lds) into dst [cols, rows] (leading dim ldd).
-HWY_INLINE void transpose(std::int64_t rows, std::int64_t cols, const float* src, std::int64_t lds,
-                          float* dst, std::int64_t ldd) {
+HWY_INLINE void transpose(std::int64_t rows, std::int64_t cols, const float* src, std::int64_t lds, float* dst,
+                          std::int64_t ldd) {
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
   }
@@ -157,14 +156,12 @@ HWY_INLINE void transpose(std::int64_t rows, std::int64_t cols, const float* src
 constexpr __mmask16 kAll16 = 0xFFFF;
 
 /// Mask of the first n (< 16) lanes.
-inline __mmask16 tail_mask16(std::int64_t n) {
-  return static_cast<__mmask16>((1u << static_cast<unsigned>(n)) - 1u);
-}
+inline __mmask16 tail_mask16(std::int64_t n) { return static_cast<__mmask16>((1u << static_cast<unsigned>(n)) - 1u); }
 
 template <int MR, bool TA>
-CLEF_BF16_ATTR inline void bf16_tile(std::int64_t kp, const std::uint32_t* a, std::int64_t lda,
-                                     const std::uint32_t* b, std::int64_t ldb, float* c,
-                                     std::int64_t ldc, std::int64_t ncols, bool accumulate) {
+CLEF_BF16_ATTR inline void bf16_tile(std::int64_t kp, const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b,
+                                     std::int64_t ldb, float* c, std::int64_t ldc, std::int64_t ncols,
+                                     bool accumulate) {
   const __mmask16 m0 = ncols >= 16 ? kAll16 : tail_mask16(ncols);
   const __mmask16 m1 = ncols >= 32 ? kAll16 : (ncols > 16 ? tail_mask16(ncols - 16) : static_cast<__mmask16>(0));
   __m512 c0[static_cast<std::size_t>(MR)], c1[static_cast<std::size_t>(MR)];
@@ -196,15 +193,15 @@ CLEF_BF16_ATTR inline void bf16_tile(std::int64_t kp, const std::uint32_t* a, st
 }
 
 template <bool TA>
-CLEF_BF16_ATTR inline void bf16_gemm_impl(std::int64_t m, std::int64_t n, std::int64_t kp,
-                                          const std::uint32_t* a, std::int64_t lda,
-                                          const std::uint32_t* b, std::int64_t ldb, float* c,
+CLEF_BF16_ATTR inline void bf16_gemm_impl(std::int64_t m, std::int64_t n, std::int64_t kp, const std::uint32_t* a,
+                                          std::int64_t lda, const std::uint32_t* b, std::int64_t ldb, float* c,
                                           std::int64_t ldc, bool accumulate) {
   const std::int64_t rstep = TA ? 1 : lda;
   for (std::int64_t j = 0; j < n; j += 32) {
     const std::int64_t nc = n - j < 32 ? n - j : 32;
     std::int64_t i = 0;
-    for (; i + 6 <= m; i += 6) bf16_tile<6, TA>(kp, a + i * rstep, lda, b + j, ldb, c + i * ldc + j, ldc, nc, accumulate);
+    for (; i + 6 <= m; i += 6)
+      bf16_tile<6, TA>(kp, a + i * rstep, lda, b + j, ldb, c + i * ldc + j, ldc, nc, accumulate);
     const std::uint32_t* ai = a + i * rstep;
     float* ci = c + i * ldc + j;
     switch (m - i) {
@@ -218,15 +215,15 @@ CLEF_BF16_ATTR inline void bf16_gemm_impl(std::int64_t m, std::int64_t n, std::i
   }
 }
 
-CLEF_BF16_ATTR inline void bf16_gemm(std::int64_t m, std::int64_t n, std::int64_t kp,
-                                     const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b,
-                                     std::int64_t ldb, float* c, std::int64_t ldc, bool accumulate) {
+CLEF_BF16_ATTR inline void bf16_gemm(std::int64_t m, std::int64_t n, std::int64_t kp, const std::uint32_t* a,
+                                     std::int64_t lda, const std::uint32_t* b, std::int64_t ldb, float* c,
+                                     std::int64_t ldc, bool accumulate) {
   bf16_gemm_impl<false>(m, n, kp, a, lda, b, ldb, c, ldc, accumulate);
 }
 
-CLEF_BF16_ATTR inline void bf16_gemm_at(std::int64_t m, std::int64_t n, std::int64_t kp,
-                                        const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b,
-                                        std::int64_t ldb, float* c, std::int64_t ldc, bool accumulate) {
+CLEF_BF16_ATTR inline void bf16_gemm_at(std::int64_t m, std::int64_t n, std::int64_t kp, const std::uint32_t* a,
+                                        std::int64_t lda, const std::uint32_t* b, std::int64_t ldb, float* c,
+                                        std::int64_t ldc, bool accumulate) {
   bf16_gemm_impl<true>(m, n, kp, a, lda, b, ldb, c, ldc, accumulate);
 }
 
@@ -253,7 +250,8 @@ CLEF_BF16_ATTR inline void pack_pairs(const float* lo, const float* hi, std::int
 CLEF_BF16_ATTR inline void to_bf16_n(const float* x, std::int64_t n, void* out) {
   auto* o = static_cast<char*>(out);
   std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * i), to_bf16_16(_mm512_loadu_ps(x + i)));
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * i), to_bf16_16(_mm512_loadu_ps(x + i)));
   if (i < n) {
     const __mmask16 k = tail_mask16(n - i);
     _mm256_mask_storeu_epi16(o + 2 * i, k, to_bf16_16(_mm512_maskz_loadu_ps(k, x + i)));

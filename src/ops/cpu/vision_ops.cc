@@ -37,8 +37,8 @@ HWY_INLINE cpu::VF gelu_tanh_v(cpu::DF d, cpu::VF x) {
   return hn::Mul(x, cpu::Sigmoid(d, hn::Add(inner, inner)));
 }
 
-void LayerNormImpl(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b,
-                float eps, float* y) {
+void LayerNormImpl(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b, float eps,
+                   float* y) {
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
@@ -102,8 +102,8 @@ HWY_EXPORT(AddBiasImpl);
 HWY_EXPORT(GeluTanhImpl);
 HWY_EXPORT(GeluErfImpl);
 
-void layer_norm(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b,
-                float eps, float* y) {
+void layer_norm(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b, float eps,
+                float* y) {
   CLEF_DISPATCH(LayerNormImpl)(x, rows, n, w, b, eps, y);
 }
 void add_bias(float* y, std::int64_t rows, std::int64_t n, const float* b) {

@@ -11,16 +11,16 @@ namespace {
 
 void check_dims(const GdnDims& d) {
   if (d.hk <= 0 || d.hv <= 0 || d.dk <= 0 || d.dv <= 0 || d.hv % d.hk != 0) {
-    throw InvalidArgument("gated_delta_rule: bad dims Hk=" + std::to_string(d.hk) + " Hv=" +
-                          std::to_string(d.hv) + " dk=" + std::to_string(d.dk) + " dv=" + std::to_string(d.dv));
+    throw InvalidArgument("gated_delta_rule: bad dims Hk=" + std::to_string(d.hk) + " Hv=" + std::to_string(d.hv) +
+                          " dk=" + std::to_string(d.dk) + " dv=" + std::to_string(d.dv));
   }
 }
 
 }  // namespace
 
-void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k,
-                      std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,
-                      const float* beta, float* state, float* o) {
+void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k, std::int64_t qk_stride,
+                      const float* v, std::int64_t v_stride, const float* g, const float* beta, float* state,
+                      float* o) {
   check_dims(d);
   const std::int64_t r = d.hv / d.hk;
   std::vector<double> m(static_cast<std::size_t>(d.dv));
@@ -38,7 +38,8 @@ void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const fl
       // m = S^T k
       for (std::int64_t c = 0; c < d.dv; ++c) {
         double acc = 0.0;
-        for (std::int64_t a = 0; a < d.dk; ++a) acc += static_cast<double>(S[a * d.dv + c]) * static_cast<double>(ki[a]);
+        for (std::int64_t a = 0; a < d.dk; ++a)
+          acc += static_cast<double>(S[a * d.dv + c]) * static_cast<double>(ki[a]);
         m[static_cast<std::size_t>(c)] = acc;
       }
       // delta = beta * (v - m);  S <- S + k (x) delta
@@ -50,23 +51,21 @@ void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const fl
       float* oi = o + (i * d.hv + h) * d.dv;
       for (std::int64_t c = 0; c < d.dv; ++c) {
         double acc = 0.0;
-        for (std::int64_t a = 0; a < d.dk; ++a) acc += static_cast<double>(S[a * d.dv + c]) * static_cast<double>(qi[a]);
+        for (std::int64_t a = 0; a < d.dk; ++a)
+          acc += static_cast<double>(S[a * d.dv + c]) * static_cast<double>(qi[a]);
         oi[c] = static_cast<float>(acc);
       }
     }
   }
 }
 
-void gated_delta_rule_chunked(const GdnDims& d, std::int64_t t, std::int64_t chunk,
-                              const float* q, const float* k, std::int64_t qk_stride,
-                              const float* v, std::int64_t v_stride, const float* g,
+void gated_delta_rule_chunked(const GdnDims& d, std::int64_t t, std::int64_t chunk, const float* q, const float* k,
+                              std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,
                               const float* beta, float* state, float* o) {
   check_dims(d);
   if (chunk <= 0) throw InvalidArgument("gated_delta_rule_chunked: chunk must be positive");
   const std::int64_t r = d.hv / d.hk, dk = d.dk, dv = d.dv;
-  auto idx = [](std::int64_t a, std::int64_t b, std::int64_t ld) {
-    return static_cast<std::size_t>(a * ld + b);
-  };
+  auto idx = [](std::int64_t a, std::int64_t b, std::int64_t ld) { return static_cast<std::size_t>(a * ld + b); };
   for (std::int64_t h = 0; h < d.hv; ++h) {
     const std::int64_t kh = h / r;
     float* S = state + h * dk * dv;

@@ -6,8 +6,8 @@
 
 namespace clef::ops::ref {
 
-void linear(const float* x, std::int64_t m, DType dtype, const void* w, std::int64_t n,
-            std::int64_t k, float* y, bool accumulate, Precision p) {
+void linear(const float* x, std::int64_t m, DType dtype, const void* w, std::int64_t n, std::int64_t k, float* y,
+            bool accumulate, Precision p) {
   if (m <= 0 || n <= 0 || k <= 0) throw InvalidArgument("ref::linear: sizes must be positive");
   const auto* bytes = static_cast<const std::byte*>(w);
   const std::size_t es = dtype_size(dtype);

@@ -21,8 +21,8 @@ float dot16(const float* a, const float* b, std::int64_t n) {
   return s;
 }
 
-void linear_dot16(const float* x, std::int64_t rows, std::int64_t in, const float* w, std::int64_t out,
-                  const float* b, float* y) {
+void linear_dot16(const float* x, std::int64_t rows, std::int64_t in, const float* w, std::int64_t out, const float* b,
+                  float* y) {
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t o = 0; o < out; ++o) {
       y[r * out + o] = dot16(x + r * in, w + o * in, in) + (b == nullptr ? 0.0f : b[o]);
@@ -30,15 +30,16 @@ void linear_dot16(const float* x, std::int64_t rows, std::int64_t in, const floa
   }
 }
 
-void layer_norm_f64stats(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b,
-                         float eps, float* y) {
+void layer_norm_f64stats(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b, float eps,
+                         float* y) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     double sum = 0.0;
     for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i]);
     const double mean = sum / static_cast<double>(n);
     double sq = 0.0;
-    for (std::int64_t i = 0; i < n; ++i) sq += (static_cast<double>(xr[i]) - mean) * (static_cast<double>(xr[i]) - mean);
+    for (std::int64_t i = 0; i < n; ++i)
+      sq += (static_cast<double>(xr[i]) - mean) * (static_cast<double>(xr[i]) - mean);
     const auto inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + static_cast<double>(eps)));
     const auto m = static_cast<float>(mean);
     for (std::int64_t i = 0; i < n; ++i) y[r * n + i] = (xr[i] - m) * inv * w[i] + b[i];

@@ -39,8 +39,7 @@ void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::in
   }
 }
 
-void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps,
-                     float* y) {
+void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps, float* y) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
@@ -52,8 +51,8 @@ void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const fl
   }
 }
 
-void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int64_t n,
-                    const float* w, float eps, float* y) {
+void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int64_t n, const float* w, float eps,
+                    float* y) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* orow = o + r * n;
     const float* zr = z + r * n;
@@ -84,8 +83,7 @@ void sigmoid_mul(float* o, const float* gate, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) o[i] *= static_cast<float>(sigmoid_d(D(gate[i])));
 }
 
-void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps,
-                 float scale) {
+void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps, float scale) {
   for (std::int64_t r = 0; r < rows; ++r) {
     float* xr = x + r * stride;
     double ss = 0.0;
@@ -96,8 +94,8 @@ void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t strid
   }
 }
 
-void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w,
-                        std::int64_t k, float* state, float* y) {
+void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w, std::int64_t k, float* state,
+                        float* y) {
   check(k >= 1, "causal_conv1d_silu", "kernel width must be >= 1");
   // Full input rows: [state (k-1 rows) ; x (t rows)].
   const std::int64_t hist = k - 1;
@@ -134,8 +132,7 @@ void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, 
   }
 }
 
-void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, float* cos,
-                 float* sin) {
+void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, float* cos, float* sin) {
   const std::int64_t half = r.rotary_dim / 2;
   const std::vector<float> inv = rope_inv_freq(r);
   const std::vector<int> stream = rope_streams(r);
@@ -149,9 +146,8 @@ void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, flo
   }
 }
 
-void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim,
-                std::int64_t row_stride, std::int64_t rotary_dim, const float* cos,
-                const float* sin) {
+void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_dim, std::int64_t row_stride,
+                std::int64_t rotary_dim, const float* cos, const float* sin) {
   const std::int64_t half = rotary_dim / 2;
   for (std::int64_t i = 0; i < t; ++i) {
     for (std::int64_t h = 0; h < heads; ++h) {
@@ -167,8 +163,8 @@ void apply_rope(float* x, std::int64_t t, std::int64_t heads, std::int64_t head_
   }
 }
 
-void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-               const float* kc, const float* vc, float* o) {
+void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const float* kc,
+               const float* vc, float* o) {
   check(tk >= t && d.nkv > 0 && d.nh % d.nkv == 0, "attention", "bad shapes");
   const std::int64_t group = d.nh / d.nkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d.hd));

@@ -14,8 +14,8 @@ namespace {
 double D(float x) { return static_cast<double>(x); }
 }  // namespace
 
-void layer_norm(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b,
-                float eps, float* y) {
+void layer_norm(const float* x, std::int64_t rows, std::int64_t n, const float* w, const float* b, float eps,
+                float* y) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
@@ -53,8 +53,7 @@ void gelu_erf(const float* x, std::int64_t n, float* y) {
   }
 }
 
-void attention_full(const AttentionDims& d, std::int64_t t, const float* q, const float* k,
-                    const float* v, float* o) {
+void attention_full(const AttentionDims& d, std::int64_t t, const float* q, const float* k, const float* v, float* o) {
   if (d.nh <= 0 || d.nkv <= 0 || d.hd <= 0 || d.nh % d.nkv != 0 || t < 0) {
     throw InvalidArgument("attention_full: bad shapes");
   }
