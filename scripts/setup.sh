@@ -42,6 +42,7 @@ MAIN_PACKAGES=(
 DEV_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev libomp-14-dev
+  clang-format-14   # scripts/check_format.sh: the C++ sources follow .clang-format
   ccache   # compiler cache: every preset compiles through it when installed (CMakeLists.txt, CLEF_CCACHE)
   python3 python3-venv ca-certificates
   haproxy

@@ -4,6 +4,7 @@
 #   setup       scripts/setup.sh --dev: test libraries, clang, ccache, the Python reference toolkit
 #               in the virtual environment .venv/ ($CLEF_VENV), whose python runs every Python step;
 #   layer check scripts/check_layers.py: no engine layer (src/<layer>) includes a higher one;
+#   format check scripts/check_format.sh: the C++ sources follow .clang-format;
 #   release     release build with -Werror (every target: clef, test drivers, benchmarks), then all
 #               GoogleTest unit tests (ctest) at the native kernel level;
 #   models      the 0.8b random-weight release folder, written once and shared by every test session
@@ -75,6 +76,8 @@ stage() {
 stage setup bash scripts/setup.sh --dev
 # No engine layer includes a higher one (src/CMakeLists.txt lists the order): seconds, before any build.
 stage "layer check" python3 scripts/check_layers.py
+# The C++ sources follow .clang-format (clang-format-14): seconds.
+stage "format check" bash scripts/check_format.sh
 # Every Python step (and anything the tests start by name, e.g. `jevcompat`) uses the venv.
 export VIRTUAL_ENV=${CLEF_VENV:-$PWD/.venv}
 export PATH="$VIRTUAL_ENV/bin:$PATH"
