@@ -168,10 +168,9 @@ class Engine {
   std::unique_ptr<JointHead> head_;
   std::string identity_;
   std::string routing_identity_;
-  std::unique_ptr<StateCache> cache_;  ///< null when off
-  std::unique_ptr<qwen35::VisionTower> tower_;
-  std::int64_t fixed_text_tokens_ = 0;  ///< tokens of the prompt prefix + suffix (54 with Qwen3.5's tokenizer)  ///<
-                                        ///< null when images are off or the release has no tower
+  std::unique_ptr<StateCache> cache_;           ///< null when off
+  std::unique_ptr<qwen35::VisionTower> tower_;  ///< null when images are off or the release has no tower
+  std::int64_t fixed_text_tokens_ = 0;          ///< tokens of the prompt prefix + suffix (54 with Qwen3.5's tokenizer)
 };
 
 }  // namespace clef
