@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/version.h"
 #include "engine_flags.h"
 #include "ops/gemm.h"
 #include "ops/isa.h"
@@ -36,7 +37,7 @@ int run(int argc, char** argv) {
   app.require_subcommand(1);
   app.allow_extras(false);
   app.set_version_flag("--version", [] {
-    return "clef 0.1.0\nkernels: " + clef::ops::isa_description() +
+    return std::string("clef ") + clef::kVersion + "\nkernels: " + clef::ops::isa_description() +
            "; supported here: " + clef::ops::supported_isa_list() +
            " (CLEF_ISA=LEVEL forces one)\nGEMM: " + clef::ops::gemm_backend_name();
   });

@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/version.h"
 #include "decision/request_error.h"
 #include "engine_flags.h"
 #include "ops/gemm.h"
@@ -302,7 +303,7 @@ struct Session {
       }
       return ok({{"protocolVersion", version},
                  {"capabilities", {{"tools", {{"listChanged", false}}}}},
-                 {"serverInfo", {{"name", "clef"}, {"title", "clef.cpp decision models"}, {"version", "0.1.0"}}},
+                 {"serverInfo", {{"name", "clef"}, {"title", "clef.cpp decision models"}, {"version", clef::kVersion}}},
                  {"instructions",
                   "Use decide to ask typed questions (noul: yes/no/unsure, choice: one of named options, score: a "
                   "graded scale) about a JSON state; model_info describes the loaded model. Model: " +

@@ -5,9 +5,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "core/error.h"
+#include "core/version.h"
 
 namespace clef::hub::net {
 
@@ -114,7 +116,8 @@ HttpResponse http(const Request& req, Sink& sink) {
   CURL* c = curl.get();
   curl_easy_setopt(c, CURLOPT_URL, req.url.c_str());
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, list.get());
-  curl_easy_setopt(c, CURLOPT_USERAGENT, "clef/0.1.0");
+  const std::string user_agent = std::string("clef/") + kVersion;  // curl copies it
+  curl_easy_setopt(c, CURLOPT_USERAGENT, user_agent.c_str());
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 15L);
