@@ -185,8 +185,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         common = {"X-Repo-Commit": repo.commit, "Accept-Ranges": "bytes"}
         if repo.is_lfs(path):
             sha = hashlib.sha256(data).hexdigest()
-            # The hub's storage is another host; "localhost" is another origin than 127.0.0.1.
-            location = f"{self.hub.cdn_base or self.base.replace('127.0.0.1', 'localhost')}/cdn/{sha}"
+            # The hub's storage is another host: by default this hub's second listener on 127.0.0.2
+            # (another origin than 127.0.0.1, with no name to resolve: a minimal system may have no
+            # /etc/hosts entry for "localhost").
+            location = f"{self.hub.cdn_base or self.storage_base}/cdn/{sha}"
             h = dict(common, **{"Location": location, "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": len(data),
                                 "ETag": f'"{git_blob_id(data)}"', "Content-Length": 0})
             return self._send(302, b"", h, head=True)
@@ -253,19 +255,25 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 
 class HubServer:
-    """One HTTP server on 127.0.0.1:<free port> serving `hub`; use as a context manager."""
+    """The hub's API on 127.0.0.1:<free port> and its file storage (where LFS downloads are redirected,
+    unless hub.cdn_base says otherwise) on 127.0.0.2:<free port>, both serving `hub`; use as a
+    context manager. Linux routes all of 127.0.0.0/8 to the loopback interface."""
 
     def __init__(self, hub: Hub) -> None:
         handler = type("Handler", (_Handler,), {"hub": hub})
-        self.server = _Server(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.servers = [_Server(("127.0.0.1", 0), handler), _Server(("127.0.0.2", 0), handler)]
+        self.url = f"http://127.0.0.1:{self.servers[0].server_address[1]}"
         handler.base = self.url
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        handler.storage_base = f"http://127.0.0.2:{self.servers[1].server_address[1]}"
+        self.threads = [threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+                        for s in self.servers]
 
     def __enter__(self) -> "HubServer":
-        self.thread.start()
+        for t in self.threads:
+            t.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        for s in self.servers:
+            s.shutdown()
+            s.server_close()
