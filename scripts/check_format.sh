@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
 # Checks that the C++ sources (src/, apps/, tests/, bench/) follow .clang-format with clang-format-14
 # (setup.sh --dev installs it). Prints each file that differs and exits 1; `--fix` rewrites them.
-# scripts/test.sh runs it before any build (seconds).
+# Needs a git checkout (the files are git's tracked ones). scripts/test.sh runs it before any build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files -- 'src/*.cc' 'src/*.h' 'apps/*.cc' 'apps/*.h' 'tests/*.cc' 'tests/*.h' \
-                                     'bench/*.cc' 'bench/*.h')
+if ! command -v clang-format-14 >/dev/null; then
+  echo "check_format: clang-format-14 not found (bash scripts/setup.sh --dev installs it)" >&2
+  exit 2
+fi
+listing=$(mktemp)
+trap 'rm -f "$listing"' EXIT
+if ! git ls-files -z -- 'src/*.cc' 'src/*.h' 'apps/*.cc' 'apps/*.h' 'tests/*.cc' 'tests/*.h' 'bench/*.cc' \
+     'bench/*.h' >"$listing"; then
+  echo "check_format: git ls-files failed: run it in a git checkout of clef.cpp" >&2
+  exit 2
+fi
+mapfile -d '' -t files <"$listing"
+if ((${#files[@]} == 0)); then
+  echo "check_format: no C++ files found under src/ apps/ tests/ bench/" >&2
+  exit 2
+fi
 if [[ ${1:-} == --fix ]]; then
   clang-format-14 -i --style=file "${files[@]}"
   exit 0

@@ -5,7 +5,8 @@
 #                                 running the `clef` binary needs (Debian packages only; no Python).
 #   bash scripts/setup.sh --dev   full tier: the main tier, plus what the tests and benchmarks need
 #                                 (GoogleTest/GoogleMock, Google Benchmark, clang-14 + libFuzzer
-#                                 runtime + libomp for the fuzz preset, ccache, python3-venv) and the Python
+#                                 runtime + libomp for the fuzz preset, clang-format-14, ccache,
+#                                 python3-venv) and the Python
 #                                 reference toolkit (tools/reference/requirements.txt, from PyPI)
 #                                 in a virtual environment, .venv/ at the repository root.
 #

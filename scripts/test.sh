@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
 # README command 2 (and what CI runs): the whole test suite, as timed stages (docs/TESTING.md says
 # what each stage proves and what it costs):
-#   setup       scripts/setup.sh --dev: test libraries, clang, ccache, the Python reference toolkit
-#               in the virtual environment .venv/ ($CLEF_VENV), whose python runs every Python step;
-#   layer check scripts/check_layers.py: no engine layer (src/<layer>) includes a higher one;
-#   format check scripts/check_format.sh: the C++ sources follow .clang-format;
-#   release     release build with -Werror (every target: clef, test drivers, benchmarks), then all
-#               GoogleTest unit tests (ctest) at the native kernel level;
-#   models      the 0.8b random-weight release folder, written once and shared by every test session
-#               below (CLEF_08B_DIR);
-#   reference / cli / server / hub
-#               live comparisons against the Python reference toolkit (pytest tests/reference), the
-#               CLI tests (tests/cli, `clef mcp` included), the live `clef serve` tests (tests/server)
-#               and the `clef pull` / shared-cache tests against a local hub (tests/hub);
-#   isa-LEVEL   for every other kernel level the CPU has (CLEF_ISA): the kernel-dependent live
-#               comparisons; AVX2 also runs the 0.8b layer shapes end to end (the "0.8b-shapes"
-#               preset). Every op against its scalar oracle at every level is the native ctest's job
-#               (the op tests switch levels in-process);
-#   asan        ASan + UBSan build of the unit-test binaries (-O0, kernels -O1, only the kernel
-#               levels this CPU runs), run;
-#   fuzz-*      the libFuzzer targets (safetensors and GGUF headers, request, image), briefly (clang).
+#   setup         scripts/setup.sh --dev: test libraries, clang, clang-format, ccache, the Python reference
+#                 toolkit in the virtual environment .venv/ ($CLEF_VENV), whose python runs every Python step;
+#   layer check   scripts/check_layers.py: no engine layer (src/<layer>) includes a higher one;
+#   format check  scripts/check_format.sh: the C++ sources follow .clang-format;
+#   release build release build with -Werror (every target: clef, test drivers, benchmarks; unity batches);
+#   ctest (native) all GoogleTest unit tests at the native kernel level (the op tests switch every level);
+#   models (0.8b, 0.8b-shapes)
+#                 the 0.8b random-weight release folder and its one-block-per-kind twin, written once and
+#                 shared by every test session below (CLEF_08B_DIR, CLEF_08B_SHAPES_DIR);
+#   pytest tests/reference, tests/cli, tests/server, tests/hub
+#                 live comparisons against the Python reference toolkit, the CLI tests (`clef mcp`
+#                 included), the live `clef serve` tests and the `clef pull` / shared-cache tests against a
+#                 local hub;
+#   isa LEVEL     for every other kernel level the CPU has (CLEF_ISA): the kernel-dependent live
+#                 comparisons; AVX2 also runs the 0.8b layer shapes end to end (the "0.8b-shapes" preset).
+#                 Every op against its scalar oracle at every level is the native ctest's job;
+#   asan build, ctest (asan+ubsan)
+#                 ASan + UBSan build of the unit-test binaries (-O0, kernels -O1, only the kernel levels
+#                 this CPU runs, every file compiled alone), run;
+#   fuzz build, fuzz TARGET
+#                 the libFuzzer targets (safetensors and GGUF headers, request, image), briefly (clang).
 # Stops at the first failing stage. A table of stage -> seconds is printed at the end, also when a
 # stage fails, and the run fails when it took longer than CLEF_TEST_BUDGET_S (default 4800 s = 80 min;
 # CI's hard limit is 90, the aim 45 cold / 30 with a warm compiler cache) so that a change that makes

@@ -70,8 +70,8 @@ def folder_08b_shapes(tmp_path_factory) -> pathlib.Path:
 
 
 # The live comparisons at the 0.8b's layer shapes run on two folders: the full 0.8b preset (mark
-# `slow`: natively, once) and the 0.8b-shapes preset (mark `shapes08b`: the per-level runs of
-# scripts/test.sh, where the same kernels with the same blocking suffice). Tests parametrized with
+# `slow`: natively, once) and the 0.8b-shapes preset (mark `shapes08b`: natively, and again in the AVX2
+# run of scripts/test.sh, where the same kernels with the same blocking suffice). Tests parametrized with
 # SHAPES_08B get the folder from `folder_for(request, which)`.
 SHAPES_08B = [pytest.param("0.8b", marks=pytest.mark.slow, id="0.8b"),
               pytest.param("0.8b-shapes", marks=pytest.mark.shapes08b, id="0.8b-shapes")]

@@ -205,20 +205,39 @@ def _argmax_flip(pa: dict, pb: dict):
     return ranked[0] != top_b and float(pb[top_b]) != float(pb[ranked[0]]), tie
 
 
-@pytest.mark.slow
+class Int8BoundMissed(AssertionError):
+    """The int8 goal (max |dp| <= INT8_PROB_BOUND, no argmax flip outside ties) is missed. The strict xfail
+    below expects exactly this; any other failure (a crash, answers of another shape) fails the test."""
+
+
+# Both folders miss the int8 goal today: strict xfails that accept only Int8BoundMissed, so each turns red
+# both when a change meets the goal and on any other error (a crash, answers of another shape). The
+# 0.8b-shapes case is what runs int8 on the long requests (12, 13, 14).
+INT8_CASES = [
+    pytest.param("0.8b", id="0.8b", marks=[pytest.mark.slow, pytest.mark.xfail(
+        strict=True, raises=Int8BoundMissed,
+        reason="the int8 goal is not met on this random-weight folder: on these 21 requests max |dp| 0.0296 "
+               "(request 18) > 0.02, 4 argmax flips outside ties; on the golden's 23 requests 0.0307 (request 13; "
+               "docs/NUMERICS.md, int8 drift)")]),
+    pytest.param("0.8b-shapes", id="0.8b-shapes", marks=[pytest.mark.shapes08b, pytest.mark.xfail(
+        strict=True, raises=Int8BoundMissed,
+        reason="the int8 goal is not met on the 0.8b-shapes folder: max |dp| 0.0064 (request 18) is within 0.02, "
+               "but 3 argmax flips outside ties on its 24 requests")]),
+]
+
+
 @pytest.mark.skipif(bool(os.environ.get("CLEF_ISA")), reason="int8 kernels are bit-identical at every level "
                     "(tests/unit/test_int8_gemm.cc), so the corpus drift is measured once, at the native level")
-@pytest.mark.xfail(strict=True, reason="the int8 bound (0.02) is not met on this random-weight folder: on these 21 "
-                   "requests max |dp| 0.0296 (request 18), 4 argmax flips outside ties; on the golden's 23 requests "
-                   "0.0307 (request 13; docs/NUMERICS.md, int8 drift)")
-def test_int8_head_probabilities_on_corpus(dump_bin, folder_08b, corpus_fp32_by_folder, tmp_path):  # noqa: F811
-    """--precision int8 (Q8_0 weights made at load, dynamic per-block activations) against
-    fp32 on the full 0.8b's requests of the bf16 drift test (the 21 up to 600 tokens): max |dp| <= 0.02 and no
-    argmax flip outside ties. Strict xfail: when a change meets the bound, this test fails until the
-    marker is removed."""
-    indices, requests, fp32 = corpus_fp32_by_folder("0.8b", folder_08b)
+@pytest.mark.parametrize("which", INT8_CASES)
+def test_int8_head_probabilities_on_corpus(dump_bin, which, request, corpus_fp32_by_folder, tmp_path):  # noqa: F811
+    """--precision int8 (Q8_0 weights made at load, dynamic per-block activations) against fp32 on the
+    requests of the bf16 drift test (_drift_requests: on the full 0.8b the 21 up to 600 tokens, on
+    0.8b-shapes all 24): the same questions and options, max |dp| <= 0.02 and no argmax flip outside
+    ties (Int8BoundMissed)."""
+    folder = folder_for(request, which)
+    indices, requests, fp32 = corpus_fp32_by_folder(which, folder)
     clef = dump_bin.parent / "clef"
-    int8 = _decide_all(clef, folder_08b, requests, "int8", tmp_path)
+    int8 = _decide_all(clef, folder, requests, "int8", tmp_path)
     worst, flips, ties, total, diffs = (0.0, None), [], 0, 0, []
     for i, a, b in zip(indices, fp32, int8):
         assert "answers" in a and "answers" in b, (i, a, b)
@@ -236,7 +255,9 @@ def test_int8_head_probabilities_on_corpus(dump_bin, folder_08b, corpus_fp32_by_
             ties += tie
             if flipped and not tie:
                 flips.append((i, qid))
-    print(f"0.8b corpus ({len(requests)} requests, {total} questions): int8 max |p_int8 - p_fp32| = {worst[0]:.4f} "
-          f"at {worst[1]}, mean {np.mean(diffs):.5f}; {len(flips)} argmax flips outside {ties} ties")
-    assert worst[0] <= INT8_PROB_BOUND, f"int8 drift {worst[0]:.4f} at {worst[1]} exceeds {INT8_PROB_BOUND}"
-    assert not flips, f"int8 flips the answer of {flips}"
+    print(f"{which} corpus ({len(requests)} requests, {total} questions): int8 max |p_int8 - p_fp32| = "
+          f"{worst[0]:.4f} at {worst[1]}, mean {np.mean(diffs):.5f}; {len(flips)} argmax flips outside {ties} ties")
+    if worst[0] > INT8_PROB_BOUND:
+        raise Int8BoundMissed(f"int8 drift {worst[0]:.4f} at {worst[1]} exceeds {INT8_PROB_BOUND}")
+    if flips:
+        raise Int8BoundMissed(f"int8 flips the answer of {flips}")

@@ -36,7 +36,7 @@ def driver_bin() -> str:
 
 
 # At a forced kernel level (CLEF_ISA, scripts/test.sh's per-level stages) the sequence is built from
-# the corpus requests of up to this many bytes of JSON: all but 12 (255 options), 13 (64 questions)
+# the corpus requests of up to this many bytes of JSON (UTF-8): all but 12 (255 options), 13 (64 questions)
 # and 14 (a 20 KB state), which are three quarters of the corpus' tokens. What depends on the level
 # (warm == cold to the bit with that level's kernels, the hit/miss pattern) is the same on the rest;
 # the native run uses every request.
@@ -48,7 +48,7 @@ def corpus_requests_indexed():
     lines = [ln for ln in CORPUS.read_text(encoding="utf-8").splitlines() if ln.strip()]
     out = [(i, json.loads(ln)["request"]) for i, ln in enumerate(lines)]
     if os.environ.get("CLEF_ISA"):
-        out = [(i, r) for i, r in out if len(json.dumps(r, ensure_ascii=False)) <= LEVEL_RUN_MAX_REQUEST_BYTES]
+        out = [(i, r) for i, r in out if len(json.dumps(r, ensure_ascii=False).encode()) <= LEVEL_RUN_MAX_REQUEST_BYTES]
     return out
 
 
