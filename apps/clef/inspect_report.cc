@@ -3,17 +3,56 @@
 // and this machine's kernel level and GEMM library.
 #include "inspect_report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/json_reader.h"
+#include "io/gguf.h"
 #include "ops/gemm.h"
 #include "ops/isa.h"
 
 namespace clef::cli {
 namespace {
+
+/// Tensor count per ggml type name of a GGUF file, in the order types first occur.
+std::vector<std::pair<std::string, std::int64_t>> gguf_tensor_type_counts(const GgufFile& g) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (const GgufTensorInfo& t : g.header().tensors) {
+    const std::string name = ggml_type_name(t.type);
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == name; });
+    if (it == out.end()) {
+      out.emplace_back(name, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  return out;
+}
+
+nlohmann::ordered_json gguf_tensor_types(const GgufFile& g) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [type, count] : gguf_tensor_type_counts(g)) j[type] = count;
+  return j;
+}
+
+std::string gguf_tensor_types_text(const GgufFile& g) {
+  std::string out = std::to_string(g.header().tensors.size()) + ":";
+  for (const auto& [type, count] : gguf_tensor_type_counts(g)) out += " " + std::to_string(count) + " " + type;
+  return out;
+}
+
+/// Bytes of the head's fp32 copy (a clef-layout GGUF's head, dequantized at load).
+std::uint64_t head_f32_bytes(const ReleaseFolder& r) {
+  std::uint64_t b = 0;
+  for (const auto& [type, bytes] : r.head_weights->bytes_by_dtype()) b += bytes;
+  return b;
+}
 
 std::string human_count(std::int64_t v) {
   char buf[64];
@@ -59,8 +98,18 @@ std::string format_inspect_report(const ReleaseFolder& r, const ModelSummary& s,
       << (r.gguf_info.name.empty() ? "" : ", name \"" + printable(r.gguf_info.name) + "\"") << "\n  tokenizer        "
       << (r.tokenizer_source == "tokenizer.json" ? "tokenizer.json beside the GGUF (it wins over the GGUF metadata)"
                                                  : "GGUF metadata (tokenizer.ggml.*)")
-      << "\n  joint head       joint_head.safetensors + joint_head_config.json beside the GGUF (llama.cpp writes no "
-         "head)"
+      << "\n  layout           " << r.gguf_info.layout
+      << (r.gguf_info.layout == "clef" ? " (llama.cpp's Clef conversion: backbone and head in one file)"
+                                       : " (llama.cpp's Qwen3.5 backbone; the head beside it)")
+      << "\n  tensors          " << gguf_tensor_types_text(*r.weights->gguf())
+      << (r.gguf_info.layout == "clef"
+              ? "\n  joint head       inside the GGUF (clef.decision.*, decision.* / dec.blk.* tensors), dequantized "
+                "to "
+                "fp32 at load: " +
+                    human_bytes(head_f32_bytes(r))
+              : std::string(
+                    "\n  joint head       joint_head.safetensors + joint_head_config.json beside the GGUF (llama.cpp's "
+                    "Qwen3.5 converter writes no head)"))
       << "\n  vision           none: text-only (llama.cpp writes the vision tower to a separate mmproj file)";
   }
   o << "\narchitecture " << (c.architectures.empty() ? "?" : c.architectures[0]) << " (model_type " << c.model_type
@@ -156,8 +205,13 @@ nlohmann::ordered_json inspect_json(const ReleaseFolder& r, const ModelSummary& 
                  {"version", r.weights->gguf()->header().version},
                  {"architecture", r.gguf_info.architecture},
                  {"name", printable(r.gguf_info.name)},
+                 {"layout", r.gguf_info.layout},
+                 {"tensor_types", gguf_tensor_types(*r.weights->gguf())},
                  {"tokenizer", r.tokenizer_source},
-                 {"head", "joint_head.safetensors + joint_head_config.json beside the GGUF"}};
+                 {"head", r.gguf_info.layout == "clef"
+                              ? "inside the GGUF (dequantized to fp32)"
+                              : "joint_head.safetensors + joint_head_config.json beside the GGUF"},
+                 {"head_f32_bytes", r.gguf_info.layout == "clef" ? head_f32_bytes(r) : 0}};
   }
   j["model_type"] = r.config.model_type;
   j["composite"] = r.config.composite;

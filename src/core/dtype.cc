@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/quant_blocks.h"
 
 namespace clef {
 namespace {
@@ -14,23 +15,16 @@ struct DTypeInfo {
   std::size_t size;
 };
 
-constexpr std::array<DTypeInfo, 16> kInfo{{
-    {DType::kBool, "BOOL", 1},
-    {DType::kU8, "U8", 1},
-    {DType::kI8, "I8", 1},
-    {DType::kI16, "I16", 2},
-    {DType::kU16, "U16", 2},
-    {DType::kF16, "F16", 2},
-    {DType::kBF16, "BF16", 2},
-    {DType::kI32, "I32", 4},
-    {DType::kU32, "U32", 4},
-    {DType::kF32, "F32", 4},
-    {DType::kF64, "F64", 8},
-    {DType::kI64, "I64", 8},
-    {DType::kU64, "U64", 8},
-    {DType::kF8E4M3, "F8_E4M3", 1},
-    {DType::kF8E5M2, "F8_E5M2", 1},
-    {DType::kQ8_0, "Q8_0", 0},
+constexpr std::array<DTypeInfo, 25> kInfo{{
+    {DType::kBool, "BOOL", 1}, {DType::kU8, "U8", 1},          {DType::kI8, "I8", 1},
+    {DType::kI16, "I16", 2},   {DType::kU16, "U16", 2},        {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2}, {DType::kI32, "I32", 4},        {DType::kU32, "U32", 4},
+    {DType::kF32, "F32", 4},   {DType::kF64, "F64", 8},        {DType::kI64, "I64", 8},
+    {DType::kU64, "U64", 8},   {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kQ8_0, "Q8_0", 0}, {DType::kQ4_0, "Q4_0", 0},      {DType::kQ4_1, "Q4_1", 0},
+    {DType::kQ5_0, "Q5_0", 0}, {DType::kQ5_1, "Q5_1", 0},      {DType::kQ2_K, "Q2_K", 0},
+    {DType::kQ3_K, "Q3_K", 0}, {DType::kQ4_K, "Q4_K", 0},      {DType::kQ5_K, "Q5_K", 0},
+    {DType::kQ6_K, "Q6_K", 0},
 }};
 
 const DTypeInfo& info(DType t) noexcept { return kInfo[static_cast<std::size_t>(t)]; }
@@ -41,7 +35,10 @@ std::size_t dtype_size(DType t) noexcept { return info(t).size; }
 std::string_view dtype_name(DType t) noexcept { return info(t).name; }
 
 std::uint64_t dtype_bytes(DType t, std::uint64_t numel) noexcept {
-  if (t == DType::kQ8_0) return numel / kQ8_0BlockElems * kQ8_0BlockBytes;
+  std::int64_t be = 0, bb = 0;
+  if (quant_block_layout(t, be, bb)) {
+    return numel / static_cast<std::uint64_t>(be) * static_cast<std::uint64_t>(bb);
+  }
   return numel * info(t).size;
 }
 
@@ -115,23 +112,16 @@ void convert_to_f32(DType src_type, const std::byte* src, std::size_t n, float* 
       }
       return;
     }
-    case DType::kQ8_0: {
-      // Blocks of 32: fp16 scale d, then 32 int8 q; element = d * q (exact in fp32: 11 x 8 bits).
-      constexpr std::size_t kE = kQ8_0BlockElems, kB = kQ8_0BlockBytes;
-      if (n % kE != 0) {
-        throw Unsupported("cannot convert " + std::to_string(n) + " Q8_0 elements: not whole blocks of 32");
-      }
-      for (std::size_t b = 0; b < n / kE; ++b) {
-        const std::byte* blk = src + b * kB;
-        std::uint16_t dh;
-        std::memcpy(&dh, blk, 2);
-        const float d = f16_to_f32(dh);
-        for (std::size_t i = 0; i < kE; ++i) {
-          dst[b * kE + i] = d * static_cast<float>(static_cast<std::int8_t>(blk[2 + i]));
-        }
-      }
-      return;
-    }
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K: dequantize_blocks(src_type, src, n, dst); return;
     default: throw Unsupported("cannot convert dtype " + std::string(dtype_name(src_type)) + " to F32");
   }
 }

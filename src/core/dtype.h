@@ -30,14 +30,25 @@ enum class DType : std::uint8_t {
   /// ggml's Q8_0 block type (GGUF only, never a safetensors dtype): blocks of 32 elements along a
   /// row, each 2 bytes of IEEE fp16 scale d then 32 int8 q; element = d * q. 34 bytes per block.
   kQ8_0,
+  /// The other ggml block types a GGUF file may hold (core/quant_blocks.h: layouts and the
+  /// dequantization to fp32). Read through convert_to_f32 only: no matmul kernel takes them.
+  kQ4_0,
+  kQ4_1,
+  kQ5_0,
+  kQ5_1,
+  kQ2_K,
+  kQ3_K,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
 };
 
-/// Size of one element in bytes; 0 for a block type (kQ8_0: use dtype_bytes).
+/// Size of one element in bytes; 0 for a block type (kQ8_0, kQ4_K, ...: use dtype_bytes).
 std::size_t dtype_size(DType t) noexcept;
 /// Bytes of `numel` elements (a block type: whole blocks; numel must be a multiple of the block).
 std::uint64_t dtype_bytes(DType t, std::uint64_t numel) noexcept;
-/// True for block-quantized types (kQ8_0).
-inline bool is_block_quantized(DType t) noexcept { return t == DType::kQ8_0; }
+/// True for block-quantized types (kQ8_0 and the types after it).
+inline bool is_block_quantized(DType t) noexcept { return t >= DType::kQ8_0; }
 /// Q8_0: elements per block and bytes per block.
 inline constexpr std::int64_t kQ8_0BlockElems = 32;
 inline constexpr std::int64_t kQ8_0BlockBytes = 34;
@@ -71,8 +82,9 @@ float f16_to_f32(std::uint16_t h) noexcept;
 std::uint16_t f32_to_f16(float f) noexcept;
 
 /// Converts `n` elements of type `src_type` (F32, BF16 or F16, little-endian, any alignment; or
-/// Q8_0 whole blocks starting at a block boundary, n a multiple of 32) at `src` to float. Throws
-/// Unsupported for any other dtype.
+/// whole blocks of a block type starting at a block boundary, n a multiple of its block size:
+/// dequantize_blocks of core/quant_blocks.h) at `src` to float. Throws Unsupported for any other
+/// dtype.
 void convert_to_f32(DType src_type, const std::byte* src, std::size_t n, float* dst);
 
 }  // namespace clef

@@ -154,10 +154,27 @@ JointHead::JointHead(const JointHeadWeights& w, const JointHeadConfig& cfg, cons
   option_norm_ = make_norm(w.option_norm);
   scorer1_ = make_linear(w.scorer1_weight, &w.scorer1_bias);
   scorer2_ = make_linear(w.scorer2_weight, &w.scorer2_bias);
-  const float ln100 = std::log(100.0f);
-  prior_scale_ = std::exp(std::min(f32(w.prior_logit_scale)[0], ln100));
-  joint_scale_ = std::exp(std::min(f32(w.joint_logit_scale)[0], ln100));
-  gate_ = 1.0f / (1.0f + std::exp(-f32(w.residual_gate)[0]));
+  if (w.scales.valid()) {
+    // A clef-layout GGUF stores the three already transformed (decision.scales).
+    const std::vector<float> s = f32(w.scales);
+    if (s.size() != 3 || !(s[0] > 0.0f) || !(s[1] > 0.0f) || !(s[2] >= 0.0f && s[2] <= 1.0f) || !std::isfinite(s[0]) ||
+        !std::isfinite(s[1])) {
+      throw ModelLoadError(
+          "decision.scales must hold [exp(min(p, ln 100)) > 0, exp(min(j, ln 100)) > 0, sigmoid(g) in "
+          "[0, 1]]");
+    }
+    prior_scale_ = s[0];
+    joint_scale_ = s[1];
+    gate_ = s[2];
+  } else {
+    // In double, rounded once to float: the numbers llama.cpp's Clef converter stores in
+    // decision.scales, so that a folder and its clef-layout GGUF score with the same three floats
+    // (docs/GGUF.md "Bit-identical answers").
+    const double ln100 = std::log(100.0);
+    prior_scale_ = static_cast<float>(std::exp(std::min(static_cast<double>(f32(w.prior_logit_scale)[0]), ln100)));
+    joint_scale_ = static_cast<float>(std::exp(std::min(static_cast<double>(f32(w.joint_logit_scale)[0]), ln100)));
+    gate_ = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(f32(w.residual_gate)[0]))));
+  }
 }
 
 JointHeadRecord::JointHeadRecord(const JointHead& head, std::vector<HeadQuestion> questions,

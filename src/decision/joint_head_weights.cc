@@ -59,9 +59,13 @@ JointHeadWeights bind_joint_head_weights(WeightStore& s, const JointHeadConfig& 
   j.scorer1_bias = s.take("residual_scorer.0.bias", {w});
   j.scorer2_weight = s.take("residual_scorer.3.weight", {1, w});
   j.scorer2_bias = s.take("residual_scorer.3.bias", {1});
-  j.prior_logit_scale = s.take("prior_logit_scale", {});
-  j.joint_logit_scale = s.take("joint_logit_scale", {});
-  j.residual_gate = s.take("residual_gate", {});
+  if (s.contains("decision.scales")) {
+    j.scales = s.take("decision.scales", {3});
+  } else {
+    j.prior_logit_scale = s.take("prior_logit_scale", {});
+    j.joint_logit_scale = s.take("joint_logit_scale", {});
+    j.residual_gate = s.take("residual_gate", {});
+  }
   s.require_all_consumed("joint_schema_head");
   return j;
 }

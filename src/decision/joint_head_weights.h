@@ -50,9 +50,14 @@ struct JointHeadWeights {
   WeightView scorer1_weight, scorer1_bias;                         ///< residual_scorer.0: [W, 4W], [W]
   WeightView scorer2_weight, scorer2_bias;                         ///< residual_scorer.3: [1, W], [1]
   WeightView prior_logit_scale, joint_logit_scale, residual_gate;  ///< 0-d scalars (shape [])
+  /// A GGUF head's `decision.scales` [3] = [exp(min(p, ln 100)), exp(min(j, ln 100)), sigmoid(g)],
+  /// already transformed (then the three scalars above are invalid); invalid for a folder's head.
+  WeightView scales;
 };
 
-/// Binds joint_head.safetensors against `cfg`. Throws ModelLoadError naming the tensor.
+/// Binds joint_head.safetensors against `cfg`. A store holding `decision.scales` [3] (the head of a
+/// clef-layout GGUF, decision/joint_head_gguf.h) binds it instead of the three 0-d scalars.
+/// Throws ModelLoadError naming the tensor.
 JointHeadWeights bind_joint_head_weights(WeightStore& store, const JointHeadConfig& cfg);
 
 /// Number of parameters the head has for `cfg` (121,762,820 for clef-flash's config).

@@ -21,20 +21,71 @@ std::int64_t positive(const GgufFile& g, const std::string& key) {
   return v;
 }
 
+constexpr const char* kLayoutsRead =
+    "clef reads two GGUF layouts: \"qwen35\" (llama.cpp's Qwen3.5 backbone, with the release's "
+    "joint_head.safetensors beside it) and \"clef\" (llama.cpp's Clef conversion: clef.decision.* keys, the head "
+    "tensors decision.* / dec.blk.* / token_types.weight inside)";
+
+bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+
 }  // namespace
+
+std::string gguf_layout(const GgufFile& g) {
+  const std::string& arch = g.get_string("general.architecture");
+  if (arch == "qwen35moe") {
+    throw Unsupported(g.label() +
+                      ": general.architecture is \"qwen35moe\": Qwen3.5 mixture-of-experts models are not "
+                      "supported; " +
+                      kLayoutsRead);
+  }
+  if (arch == "qwen35") {
+    std::string found;
+    for (const auto& [key, v] : g.header().metadata) {
+      if (starts_with(key, "qwen35.decision.") || starts_with(key, "clef.")) {
+        found = "metadata key " + printable(key);
+        break;
+      }
+    }
+    if (found.empty()) {
+      for (const GgufTensorInfo& t : g.header().tensors) {
+        if (starts_with(t.name, "decision.") || starts_with(t.name, "dec.") || starts_with(t.name, "clef.") ||
+            starts_with(t.name, "token_types.")) {
+          found = "tensor " + printable(t.name);
+          break;
+        }
+      }
+    }
+    if (!found.empty()) {
+      throw Unsupported(g.label() + ": unknown GGUF layout: general.architecture \"qwen35\" with decision-head " +
+                        found +
+                        " (a Qwen3.5 backbone file has no head; a file with the head inside has architecture "
+                        "\"clef\"); " +
+                        kLayoutsRead);
+    }
+    return "qwen35";
+  }
+  if (arch == "clef") {
+    const GgufValue* t = g.find_value("clef.decision.type");
+    if (t == nullptr || t->type != GgufValueType::kString) {
+      throw Unsupported(g.label() +
+                        ": unknown GGUF layout: general.architecture \"clef\" without the string key "
+                        "clef.decision.type; " +
+                        kLayoutsRead);
+    }
+    const std::string& type = std::get<std::string>(t->scalar);
+    if (type != "clef") {
+      throw Unsupported(g.label() + ": unknown GGUF layout: clef.decision.type is \"" + printable(type) +
+                        "\" (expected \"clef\"); " + kLayoutsRead);
+    }
+    return "clef";
+  }
+  throw Unsupported(g.label() + ": general.architecture is \"" + printable(arch) + "\"; " + kLayoutsRead);
+}
 
 ModelConfig model_config_from_gguf(const GgufFile& g, GgufModelInfo* info) {
   GgufModelInfo gi;
   gi.architecture = g.get_string("general.architecture");
-  if (gi.architecture == "qwen35moe") {
-    throw Unsupported(g.label() +
-                      ": general.architecture is \"qwen35moe\": Qwen3.5 mixture-of-experts models are not supported");
-  }
-  if (gi.architecture != "qwen35") {
-    throw Unsupported(
-        g.label() + ": general.architecture is \"" + printable(gi.architecture) +
-        "\"; clef reads Qwen3.5 GGUF files (\"qwen35\", as llama.cpp's convert_hf_to_gguf.py writes them)");
-  }
+  gi.layout = gguf_layout(g);
   const std::string a = gi.architecture + ".";
   if (const GgufValue* v = g.find_value("general.name"); v != nullptr && v->type == GgufValueType::kString) {
     gi.name = std::get<std::string>(v->scalar);

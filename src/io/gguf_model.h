@@ -15,14 +15,28 @@ namespace clef {
 
 /// What the GGUF says about itself besides the model configuration.
 struct GgufModelInfo {
-  std::string architecture;       ///< general.architecture ("qwen35")
+  std::string architecture;  ///< general.architecture ("qwen35" or "clef")
+  /// Which of the two layouts clef reads (gguf_layout): "qwen35" (backbone only, the head in
+  /// joint_head.safetensors beside the file) or "clef" (backbone + head in one file).
+  std::string layout;
   std::string name;               ///< general.name ("" when absent)
   std::int64_t block_count = 0;   ///< qwen35.block_count (decoder layers + MTP layers)
   std::int64_t nextn_layers = 0;  ///< qwen35.nextn_predict_layers (MTP blocks, ignored), 0 when absent
 };
 
-/// The text configuration of a qwen35 GGUF, as the flat (text-only, "qwen3_5_text") form of
-/// config.json would give it: every field from a metadata key (ARCH = general.architecture):
+/// The layout of a GGUF model file, from its metadata and tensor names (docs/GGUF.md "Layouts"):
+///   "qwen35"  general.architecture "qwen35", no head: llama.cpp's convert_hf_to_gguf.py of the
+///             backbone (bartowski's files); the head comes from joint_head.safetensors beside it.
+///   "clef"    general.architecture "clef" with clef.decision.type = "clef": llama.cpp's own Clef
+///             conversion (ggml-org's files), backbone keys under "clef.", head tensors inside.
+/// Anything else is refused (Unsupported) with what was found and the two layouts read: another
+/// architecture (qwen35moe: mixture of experts), "clef" without clef.decision.type = "clef", and
+/// "qwen35" with head metadata (qwen35.decision.* or clef.* keys) or head tensors (decision.*,
+/// dec.*, clef.*, token_types.*), e.g. a third-party layout that is not documented anywhere.
+std::string gguf_layout(const GgufFile& g);
+
+/// The text configuration of a qwen35 or clef GGUF (gguf_layout must accept it), as the flat (text-only,
+/// "qwen3_5_text") form of config.json would give it: every field from a metadata key (ARCH = general.architecture):
 ///   hidden_size ARCH.embedding_length, intermediate_size ARCH.feed_forward_length,
 ///   num_hidden_layers ARCH.block_count - ARCH.nextn_predict_layers (0 when absent),
 ///   num_attention_heads / num_key_value_heads ARCH.attention.head_count / head_count_kv,
@@ -39,8 +53,8 @@ struct GgufModelInfo {
 ///   tie_word_embeddings iff there is no output.weight. No vision tower (llama.cpp writes it into
 ///   a separate mmproj file).
 /// The values then pass the same checks as config.json (parse_model_config). Throws
-/// ModelLoadError naming the key (missing, wrong type, inconsistent), Unsupported for another
-/// architecture (naming it; qwen35moe: mixture of experts).
+/// ModelLoadError naming the key (missing, wrong type, inconsistent), Unsupported for a layout
+/// gguf_layout refuses.
 ModelConfig model_config_from_gguf(const GgufFile& g, GgufModelInfo* info = nullptr);
 
 /// tokenizer.json text (Hugging Face `tokenizers` format) equivalent to the GGUF's tokenizer, for

@@ -48,9 +48,19 @@ WeightStore WeightStore::open_gguf(const std::string& path, const std::string& l
       case GgmlType::kF16: dt = DType::kF16; break;
       case GgmlType::kBF16: dt = DType::kBF16; break;
       case GgmlType::kQ8_0: dt = DType::kQ8_0; break;
+      case GgmlType::kQ4_0: dt = DType::kQ4_0; break;
+      case GgmlType::kQ4_1: dt = DType::kQ4_1; break;
+      case GgmlType::kQ5_0: dt = DType::kQ5_0; break;
+      case GgmlType::kQ5_1: dt = DType::kQ5_1; break;
+      case GgmlType::kQ2_K: dt = DType::kQ2_K; break;
+      case GgmlType::kQ3_K: dt = DType::kQ3_K; break;
+      case GgmlType::kQ4_K: dt = DType::kQ4_K; break;
+      case GgmlType::kQ5_K: dt = DType::kQ5_K; break;
+      case GgmlType::kQ6_K: dt = DType::kQ6_K; break;
       default:
         throw Unsupported(label + ": tensor " + printable(t.name) + " has ggml type " + ggml_type_name(t.type) +
-                          "; clef reads GGUF tensors in F32, F16, BF16 and Q8_0 only");
+                          "; clef reads GGUF tensors in F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, "
+                          "Q4_K, Q5_K and Q6_K only");
     }
     TensorInfo& info = s.gguf_infos_.emplace_back();
     info.name = t.name;
@@ -146,9 +156,51 @@ WeightView WeightStore::take(const std::string& name, const std::vector<std::int
                            " has dtype Q8_0; only 2-D weights (linear layers, the "
                            "embedding table) may be Q8_0, this one must be F32, BF16 or F16");
     }
+  } else if (is_block_quantized(e.info->dtype)) {
+    throw Unsupported(*e.file + ": tensor " + name + " has ggml type " + std::string(dtype_name(e.info->dtype)) +
+                      "; clef computes with backbone tensors in F32, F16, BF16 and Q8_0 only (a GGUF's head tensors "
+                      "and output table may be any block type)");
   } else if (!is_weight_float(e.info->dtype)) {
     throw ModelLoadError(*e.file + ": tensor " + name + " has dtype " + std::string(dtype_name(e.info->dtype)) +
                          "; weights must be F32, BF16 or F16");
+  }
+  e.use = Use::kTaken;
+  return WeightView{e.info, e.data, e.file};
+}
+
+void WeightStore::add_owned_f32(const std::string& name, std::vector<std::int64_t> shape, std::vector<float> data,
+                                const std::string& file) {
+  if (entries_.count(name) != 0) throw ModelLoadError(file + ": tensor " + printable(name) + " added twice");
+  TensorInfo& info = gguf_infos_.emplace_back();
+  info.name = name;
+  info.dtype = DType::kF32;
+  info.shape = std::move(shape);
+  if (info.numel() != data.size()) {
+    throw ModelLoadError(file + ": tensor " + printable(name) + " has " + std::to_string(data.size()) +
+                         " values for shape " + shape_to_string(info.shape));
+  }
+  info.begin = 0;
+  info.end = data.size() * sizeof(float);
+  const std::vector<float>& d = owned_.emplace_back(std::move(data));
+  const std::string& label = owned_labels_.emplace_back(file);
+  entries_.emplace(name, Entry{&label, &info, std::as_bytes(std::span<const float>(d)), Use::kUnused});
+  order_.push_back(name);
+}
+
+WeightView WeightStore::take_dequantizable(const std::string& name, const std::vector<std::int64_t>& expected_shape) {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) {
+    throw ModelLoadError(label_ + ": missing tensor " + name + " (expected shape " + shape_to_string(expected_shape) +
+                         ")");
+  }
+  Entry& e = it->second;
+  if (e.info->shape != expected_shape) {
+    throw ModelLoadError(*e.file + ": tensor " + name + " has shape " + shape_to_string(e.info->shape) + ", expected " +
+                         shape_to_string(expected_shape));
+  }
+  if (!is_weight_float(e.info->dtype) && !is_block_quantized(e.info->dtype)) {
+    throw ModelLoadError(*e.file + ": tensor " + name + " has dtype " + std::string(dtype_name(e.info->dtype)) +
+                         "; expected a float or ggml block type");
   }
   e.use = Use::kTaken;
   return WeightView{e.info, e.data, e.file};

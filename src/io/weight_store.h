@@ -36,7 +36,7 @@ struct WeightView {
   DType dtype() const noexcept { return info->dtype; }
   const std::vector<std::int64_t>& shape() const noexcept { return info->shape; }
   std::uint64_t numel() const noexcept { return info->numel(); }
-  /// Copies the elements to float (exact for F32/BF16/F16; Q8_0: d * q per element, exact in fp32).
+  /// Copies the elements to float (exact for F32/BF16/F16; block types: core/quant_blocks.h).
   /// Throws Unsupported otherwise.
   std::vector<float> to_f32() const;
 };
@@ -59,9 +59,17 @@ class WeightStore {
   static WeightStore open_file(const std::string& path, const std::string& label);
   /// Opens one GGUF file (llama.cpp's format, io/gguf.h): its tensors under their GGUF names with
   /// PyTorch-order shapes (ggml ne reversed), zero-copy over the mapping. Tensors must be F32,
-  /// F16, BF16 or Q8_0; any other ggml type is refused naming the tensor (ModelLoadError). The
-  /// metadata stays readable through gguf().
+  /// F16, BF16 or one of the block types of core/quant_blocks.h (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+  /// Q2_K .. Q6_K); any other ggml type is refused naming the tensor and type (Unsupported).
+  /// The metadata stays readable through gguf().
   static WeightStore open_gguf(const std::string& path, const std::string& label);
+
+  /// Adds an fp32 tensor held in memory under `name` (PyTorch-order `shape`, data.size() = its
+  /// element count): a GGUF head tensor after dequantization or re-assembly (decision/joint_head_gguf.h).
+  /// take() then finds it like a mapped tensor; `file` names it in errors. Throws ModelLoadError for
+  /// a duplicate name or a size mismatch.
+  void add_owned_f32(const std::string& name, std::vector<std::int64_t> shape, std::vector<float> data,
+                     const std::string& file);
 
   /// nullptr when absent. Does not mark the tensor consumed.
   const TensorInfo* find(const std::string& name) const;
@@ -70,8 +78,12 @@ class WeightStore {
   /// Returns the tensor and marks it consumed. Throws ModelLoadError when it is missing
   /// ("missing tensor NAME (expected shape [..])"), when its shape differs ("tensor NAME in FILE
   /// has shape [..], expected [..]") or when its dtype is not F32, BF16 or F16 (Q8_0 is accepted
-  /// for 2-D tensors only: linear weights and the embedding table).
+  /// for 2-D tensors only: linear weights and the embedding table). Another block type (Q4_K, ...)
+  /// throws Unsupported naming the tensor and the type: no kernel multiplies it.
   WeightView take(const std::string& name, const std::vector<std::int64_t>& expected_shape);
+  /// As take(), but any float or block dtype is accepted: for tensors read once through
+  /// WeightView::to_f32 / convert_to_f32 (a GGUF's head tensors, the output table's rows).
+  WeightView take_dequantizable(const std::string& name, const std::vector<std::int64_t>& expected_shape);
   /// Marks every tensor whose name starts with `prefix` as deliberately ignored; returns how many.
   std::size_t ignore_prefix(const std::string& prefix);
   /// Throws ModelLoadError naming the first tensor neither taken nor ignored, and how many more.
@@ -99,8 +111,10 @@ class WeightStore {
   std::string label_;  ///< names the store in "missing tensor" errors (the file or the index)
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::unique_ptr<GgufFile> gguf_;
-  std::deque<TensorInfo> gguf_infos_;  ///< TensorInfo of each GGUF tensor (stable addresses)
-  std::vector<std::string> order_;     ///< names in file order, for deterministic reports
+  std::deque<TensorInfo> gguf_infos_;     ///< TensorInfo of each GGUF or owned tensor (stable addresses)
+  std::deque<std::vector<float>> owned_;  ///< add_owned_f32 data (stable addresses)
+  std::deque<std::string> owned_labels_;  ///< add_owned_f32 file labels
+  std::vector<std::string> order_;        ///< names in file order, for deterministic reports
   std::unordered_map<std::string, Entry> entries_;
 };
 

@@ -1,7 +1,9 @@
 #include "nn/linear.h"
 
 #include <cmath>
+#include <cstring>
 
+#include "core/dtype.h"
 #include "core/json_reader.h"
 #include "core/error.h"
 
@@ -54,6 +56,28 @@ std::vector<float> offset_norm_f32(const WeightView& w, const std::string& name)
   return v;
 }
 
+float snap_neg_exp_to_bf16_log(float a) {
+  if (!(a < 0.0f) || !std::isfinite(a)) return a;
+  std::uint32_t abits;
+  std::memcpy(&abits, &a, sizeof abits);
+  const std::uint16_t b0 = f32_to_bf16(std::log(-a));
+  float best = a;
+  std::uint32_t best_dist = 2;  // more than one ulp: keep the stored value
+  for (const int step : {-1, 0, 1}) {
+    const auto b = static_cast<std::uint16_t>(b0 + step);
+    const float cand = -std::exp(bf16_to_f32(b));
+    if (!std::isfinite(cand) || !(cand < 0.0f)) continue;
+    std::uint32_t cbits;
+    std::memcpy(&cbits, &cand, sizeof cbits);
+    const std::uint32_t dist = cbits > abits ? cbits - abits : abits - cbits;  // both negative: ulps apart
+    if (dist < best_dist) {
+      best = cand;
+      best_dist = dist;
+    }
+  }
+  return best;
+}
+
 std::vector<float> neg_exp_a(const WeightView& w, const std::string& name) {
   if (!w.valid()) throw ModelLoadError("tensor " + name + " is missing");
   std::vector<float> v = w.to_f32();
@@ -67,6 +91,7 @@ std::vector<float> neg_exp_a(const WeightView& w, const std::string& name) {
       throw ModelLoadError(*w.file + ": tensor " + name + "[" + std::to_string(j) + "] = " + std::to_string(v[j]) +
                            " is not a decay A = -exp(A_log) (must be <= 0 and finite)");
     }
+    v[j] = snap_neg_exp_to_bf16_log(v[j]);
   }
   return v;
 }

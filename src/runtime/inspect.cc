@@ -7,6 +7,13 @@ namespace {
 
 std::int64_t n(const WeightView& w) { return w.valid() ? static_cast<std::int64_t>(w.numel()) : 0; }
 
+/// Bytes of the head's fp32 copy (a clef-layout GGUF's head, dequantized at load).
+std::uint64_t head_f32_bytes(const ReleaseFolder& r) {
+  std::uint64_t b = 0;
+  for (const auto& [type, bytes] : r.head_weights->bytes_by_dtype()) b += bytes;
+  return b;
+}
+
 std::int64_t layer_params(const qwen35::DecoderLayerWeights& L) {
   std::int64_t p =
       n(L.input_layernorm) + n(L.post_attention_layernorm) + n(L.gate_proj) + n(L.up_proj) + n(L.down_proj);
@@ -95,11 +102,12 @@ ModelSummary summarize(const ReleaseFolder& r) {
                     ln_params(h.option_summary_norm) + ln_params(h.field_norm) + ln_params(h.option_norm)},
                    {"residual scorer",
                     n(h.scorer1_weight) + n(h.scorer1_bias) + n(h.scorer2_weight) + n(h.scorer2_bias)},
-                   {"scalars", n(h.prior_logit_scale) + n(h.joint_logit_scale) + n(h.residual_gate)}};
+                   {"scalars", n(h.prior_logit_scale) + n(h.joint_logit_scale) + n(h.residual_gate) + n(h.scales)}};
   for (const auto& [k, v] : s.head_blocks) s.head_params += v;
 
   for (const auto& [name, bytes] : r.weights->files()) s.weight_file_bytes += bytes;
   for (const auto& [name, bytes] : r.head_weights->files()) s.head_file_bytes += bytes;
+  if (r.head_weights->files().empty()) s.head_file_bytes = head_f32_bytes(r);  // clef GGUF: the fp32 copy
 
   const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
   const std::uint64_t n_gdn = u(tc.count(LayerType::kLinearAttention));

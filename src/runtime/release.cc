@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/json_reader.h"
 #include "core/sha256.h"
+#include "decision/joint_head_gguf.h"
 
 namespace fs = std::filesystem;
 
@@ -127,7 +128,15 @@ ReleaseFolder open_gguf_release(const std::string& gguf, const OpenReleaseOption
   const std::string label = printable(fs::path(gguf).filename().string());
   r.weights = std::make_unique<WeightStore>(WeightStore::open_gguf(gguf, label));
   r.config = model_config_from_gguf(*r.weights->gguf(), &r.gguf_info);
-  open_head(r, d, r.dir);
+  const bool head_inside = r.gguf_info.layout == "clef";
+  if (head_inside) {
+    // The head is in the file (llama.cpp's Clef conversion): its tensors are dequantized to fp32
+    // and taken out of the backbone store before the backbone's strict binding.
+    r.head_config = joint_head_config_from_gguf(*r.weights->gguf(), r.config.text.hidden_size);
+    r.head_weights = gguf_joint_head_store(*r.weights, r.head_config);
+  } else {
+    open_head(r, d, r.dir);
+  }
   if (path_exists((d / "tokenizer.json").string())) {
     r.tokenizer = read_tokenizer_summary(r.dir, r.config);
     r.tokenizer_source = "tokenizer.json";
@@ -142,8 +151,10 @@ ReleaseFolder open_gguf_release(const std::string& gguf, const OpenReleaseOption
     throw ModelLoadError(std::string(e.what()) + " (expected shapes follow from the " + r.gguf_info.architecture +
                          ".* metadata of " + label + ")");
   }
-  r.head_weights = std::make_unique<WeightStore>(
-      WeightStore::open_file((d / "joint_head.safetensors").string(), "joint_head.safetensors"));
+  if (!head_inside) {
+    r.head_weights = std::make_unique<WeightStore>(
+        WeightStore::open_file((d / "joint_head.safetensors").string(), "joint_head.safetensors"));
+  }
   r.head = bind_joint_head_weights(*r.head_weights, r.head_config);
   return r;
 }

@@ -56,7 +56,7 @@ struct ReleaseFolder {
   TokenizerSummary tokenizer;
   std::optional<RandomWeightsInfo> random_weights;
   std::unique_ptr<WeightStore> weights;       ///< backbone + vision tower files
-  std::unique_ptr<WeightStore> head_weights;  ///< joint_head.safetensors
+  std::unique_ptr<WeightStore> head_weights;  ///< joint_head.safetensors (clef GGUF: its head, fp32)
   qwen35::ModelWeights model;
   JointHeadWeights head;
   std::vector<std::string> verified_files;  ///< filled when options.verify
@@ -68,9 +68,12 @@ struct ReleaseFolder {
 /// naming the file and the problem.
 /// `dir` may also name a GGUF model (find_gguf_model): the backbone, its configuration and (when
 /// no tokenizer.json is beside it) the tokenizer come from the GGUF (model_config_from_gguf,
-/// qwen35::bind_gguf_model_weights); joint_head.safetensors + joint_head_config.json must be
-/// beside it (llama.cpp's converter does not write the Clef head), random_weights.json beside it
-/// is read as in a folder; the model is text-only (no vision tower in a llama.cpp text GGUF).
+/// qwen35::bind_gguf_model_weights). Layout "qwen35" (gguf_layout): joint_head.safetensors +
+/// joint_head_config.json must be beside it (llama.cpp's Qwen3.5 converter does not write the Clef
+/// head); layout "clef": the head comes from the file itself (joint_head_config_from_gguf,
+/// gguf_joint_head_store: dequantized to fp32 in `head_weights`) and head files beside it are not
+/// read. random_weights.json beside it is read as in a folder; the model is text-only (no vision
+/// tower in a llama.cpp text GGUF).
 /// Its name is random_weights.json's, else the GGUF file's stem.
 ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& options = {});
 

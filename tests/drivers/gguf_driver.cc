@@ -4,11 +4,20 @@
 //    "tensors": [{"name", "ne", "type", "offset", "nbytes", "sha256"}]}
 // Arrays: {"type": 9, "element_type": T, "value": [...]}. Exit 3 with the error on stderr for a
 // file the reader refuses.
+// clef_gguf_driver --dequant TYPE IN OUT: reads whole blocks of ggml block type TYPE ("Q4_K", ...)
+// from the raw file IN and writes their fp32 dequantization (convert_to_f32, little-endian) to OUT,
+// for tests/reference/test_quant_blocks.py.
 #include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
 #include "core/error.h"
+#include "core/quant_blocks.h"
 #include "core/sha256.h"
 #include "io/gguf.h"
 
@@ -32,9 +41,44 @@ nlohmann::json value_json(const clef::GgufValue& v) {
   return j;
 }
 
+int dequant(const std::string& type, const char* in_path, const char* out_path) {
+  using clef::DType;
+  std::int64_t be = 0, bb = 0;
+  DType t = DType::kF32;
+  bool found = false;
+  for (const DType d : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K,
+                        DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    if (clef::dtype_name(d) == type) {
+      t = d;
+      found = true;
+    }
+  }
+  if (!found || !clef::quant_block_layout(t, be, bb)) {
+    std::fprintf(stderr, "clef_gguf_driver: unknown block type %s\n", type.c_str());
+    return 2;
+  }
+  std::ifstream in(in_path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "clef_gguf_driver: cannot open %s\n", in_path);
+    return 2;
+  }
+  const std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (raw.size() % static_cast<std::size_t>(bb) != 0) {
+    std::fprintf(stderr, "clef_gguf_driver: %s does not hold whole %s blocks\n", in_path, type.c_str());
+    return 2;
+  }
+  const std::size_t n = raw.size() / static_cast<std::size_t>(bb) * static_cast<std::size_t>(be);
+  std::vector<float> out(n);
+  clef::convert_to_f32(t, reinterpret_cast<const std::byte*>(raw.data()), n, out.data());
+  std::ofstream o(out_path, std::ios::binary);
+  o.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(n * sizeof(float)));
+  return o ? 0 : 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--dequant") return dequant(argv[2], argv[3], argv[4]);
   if (argc != 2) {
     std::fprintf(stderr, "usage: clef_gguf_driver FILE.gguf\n");
     return 2;

@@ -1,38 +1,50 @@
 #!/usr/bin/env python3
-"""Write a GGUF file from a Clef release folder the way llama.cpp's convert_hf_to_gguf.py writes a
-Qwen3.5 text model (architecture "qwen35"), with PyPI ``gguf`` (the writer llama.cpp itself uses).
+"""Write a GGUF file from a Clef release folder the way llama.cpp writes one, with PyPI ``gguf`` (the
+writer llama.cpp itself uses), in either of the two layouts clef reads:
+
+    --layout qwen35  convert_hf_to_gguf.py's Qwen3.5 text model (architecture "qwen35"): the backbone
+                     only; the release's joint_head.safetensors + joint_head_config.json go beside it
+                     (bartowski's files).
+    --layout clef    llama.cpp's Clef conversion (conversion/clef.py, architecture "clef"): the same
+                     backbone under "clef." keys, no MTP, plus the head inside (ggml-org's files).
 
 Usage:
-    python tools/reference/make_gguf.py --model DIR --out FILE.gguf [--outtype f32|f16|bf16|q8_0]
+    python tools/reference/make_gguf.py --model DIR --out FILE.gguf [--layout qwen35|clef]
+        [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k]
 
-What it writes (facts read from llama.cpp 3f545becc conversion/qwen.py, gguf-py/gguf/constants.py and
-tensor_mapping.py, and checked against files its converter wrote; no code copied):
-    metadata   general.architecture "qwen35", general.name, general.file_type, general.quantization_version 2,
-               qwen35.{block_count, context_length, embedding_length, feed_forward_length,
-               attention.head_count, attention.head_count_kv, attention.key_length, attention.value_length,
-               attention.layer_norm_rms_epsilon (f32), rope.freq_base (f32), rope.dimension_count,
-               rope.dimension_sections [t, h, w, 0] (i32), ssm.conv_kernel, ssm.state_size (= dk),
-               ssm.group_count (= Hk), ssm.time_step_rank (= Hv), ssm.inner_size (= Hv*dv),
-               full_attention_interval}; tokenizer.ggml.{model "gpt2", pre "qwen35", tokens (padded with
-               [PADn] to vocab_size), token_type (1 normal, 3 control = special added token or one shaped
-               <|...|>, 4 user defined = other added token, 5 unused = padding), merges ("a b"), eos_token_id, padding_token_id,
-               add_bos_token false}
+What it writes (facts read from llama.cpp 3f545becc conversion/qwen.py, conversion/clef.py,
+gguf-py/gguf/constants.py and tensor_mapping.py, collected in docs/GGUF.md; no code copied):
+    metadata   general.architecture ARCH ("qwen35" or "clef"), general.name, general.file_type,
+               general.quantization_version 2, ARCH.{block_count, context_length, embedding_length,
+               feed_forward_length, attention.head_count, attention.head_count_kv, attention.key_length,
+               attention.value_length, attention.layer_norm_rms_epsilon (f32), rope.freq_base (f32),
+               rope.dimension_count, rope.dimension_sections [t, h, w, 0] (i32), ssm.conv_kernel,
+               ssm.state_size (= dk), ssm.group_count (= Hk), ssm.time_step_rank (= Hv), ssm.inner_size
+               (= Hv*dv), full_attention_interval}; tokenizer.ggml.{model "gpt2", pre "qwen35", tokens
+               (padded with [PADn] to vocab_size), token_type (1 normal, 3 control = special added token or
+               one shaped <|...|>, 4 user defined = other added token, 5 unused = padding), merges ("a b"),
+               eos_token_id, padding_token_id, add_bos_token false}
+               clef layout also: clef.decision.type "clef", clef.decision.{routing_block_count,
+               block_count, head_count} (u32), clef.attention.layer_norm_epsilon 1e-5 (f32),
+               tokenizer.chat_template.systemone (a placeholder text: clef builds the prompt itself)
     tensors    token_embd, output_norm, (output when untied), blk.N.{attn_norm, post_attention_norm,
                ffn_gate/up/down; attn_qkv, attn_gate (in_proj_z), ssm_beta (in_proj_b), ssm_alpha
                (in_proj_a), ssm_conv1d [C, K], ssm_dt.bias, ssm_a, ssm_norm, ssm_out; attn_q (per head
                [q | gate], unchanged), attn_k, attn_v, attn_output, attn_q_norm, attn_k_norm}
+               clef layout also the head: decision.hidden_norm, decision.proj_*, token_types,
+               dec.blk.N.* (routing blocks first; in_proj split in q/k/v), decision.{option_summary_norm,
+               field_norm, option_norm, scorer, scorer_out}, decision.scales [3] =
+               [exp(min(p, ln 100)), exp(min(j, ln 100)), sigmoid(g)] (float64, then f32)
     transforms offset RMSNorm weights (all but the GDN gated norm) stored as fp32(1 + w); A_log stored as
-               A = -exp(A_log); conv1d squeezed; with Hk != Hv the V heads reordered from grouped to tiled
-               order in the qkv V rows, z rows, a/b rows, A, dt_bias, conv V channels and out_proj columns
-    dtypes     1-D tensors and ssm_conv1d F32; the other 2-D tensors in --outtype (q8_0 through
-               gguf.quants.quantize; a row length that is not whole blocks falls back to F16, as llama.cpp does)
+               A = -exp(A_log) computed by torch in fp32 (as the converter does; for a few inputs one ulp
+               from expf, which clef undoes for bf16 A_log: docs/GGUF.md "Bit-identical answers");
+               conv1d squeezed; with Hk != Hv the V heads reordered from grouped to tiled order in the
+               qkv V rows, z rows, a/b rows, A, dt_bias, conv V channels and out_proj columns
+    dtypes     1-D tensors, ssm_conv1d and token_types F32; the other 2-D tensors in --type (q4_0..q8_0
+               through gguf.quants.quantize, K-quants through tools/reference/kquants.py; a row length that
+               is not whole blocks falls back to F16, as llama.cpp's converter does)
     dropped    model.visual.* (llama.cpp writes the vision tower to a separate mmproj file), mtp.* (as
                --no-mtp), lm_head.weight when tied
-
-One deliberate difference: the converter computes -exp(A_log) with torch.exp in fp32; this script calls
-the C library's expf, which is what clef computes from a folder's A_log, so that a GGUF made here gives
-the folder's numbers bit for bit (torch's fp32 exp can differ from expf in the last bit; clef reads the
-stored A either way).
 
 For tests, ``convert(..., mutate=f)`` lets f(tensors, metadata) edit the {name: (array, ggml type)} and
 {key: (value, GGUFValueType)} dicts before writing.
@@ -41,9 +53,8 @@ For tests, ``convert(..., mutate=f)`` lets f(tensors, metadata) edit the {name: 
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import json
+import math
 import pathlib
 import sys
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -53,12 +64,15 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as Q, GGUFValueType as V
 
-_LIBM = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-_LIBM.expf.restype = ctypes.c_float
-_LIBM.expf.argtypes = [ctypes.c_float]
+import kquants
 
-OUTTYPES = {"f32": Q.F32, "f16": Q.F16, "bf16": Q.BF16, "q8_0": Q.Q8_0}
-FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7, "bf16": 32}  # llama_ftype values (ALL_F32, MOSTLY_F16, ...)
+OUTTYPES = {"f32": Q.F32, "f16": Q.F16, "bf16": Q.BF16, "q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1,
+            "q5_0": Q.Q5_0, "q5_1": Q.Q5_1, "q2_k": Q.Q2_K, "q3_k": Q.Q3_K, "q4_k": Q.Q4_K, "q5_k": Q.Q5_K,
+            "q6_k": Q.Q6_K}
+# llama_ftype values (ALL_F32, MOSTLY_F16, ...; the K-quant ones name the _M mixes' base type)
+FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q2_k": 10, "q3_k": 12,
+             "q4_k": 15, "q5_k": 17, "q6_k": 18, "bf16": 32}
+LAYOUTS = ("qwen35", "clef")
 
 GDN = {"in_proj_qkv.weight": "attn_qkv.weight", "in_proj_z.weight": "attn_gate.weight",
        "in_proj_b.weight": "ssm_beta.weight", "in_proj_a.weight": "ssm_alpha.weight",
@@ -193,10 +207,98 @@ def tokenizer_metadata(model_dir: pathlib.Path, vocab_size: int) -> Dict[str, Tu
     return md
 
 
+def encode(x: np.ndarray, target: Q) -> Tuple[np.ndarray, Q]:
+    """A 2-D tensor (float32, float16 or bf16 bits) as ggml type `target`: (data for GGUFWriter, type
+    written). Rows that are not whole blocks of a quantized type fall back to F16."""
+    if target == Q.F32:
+        return as_f32(x), Q.F32
+    if target == Q.BF16:
+        return (x if x.dtype == np.uint16 else f32_to_bf16_bits(as_f32(x))), Q.BF16
+    if target == Q.F16:
+        return as_f32(x).astype(np.float16), Q.F16
+    if target in kquants.TYPES:
+        if x.shape[-1] % kquants.QK != 0:
+            return as_f32(x).astype(np.float16), Q.F16
+        return kquants.quantize(as_f32(x), target), target
+    try:
+        return gguf.quants.quantize(as_f32(x), target), target
+    except gguf.QuantError:
+        return as_f32(x).astype(np.float16), Q.F16
+
+
+def read_head(model_dir: pathlib.Path) -> Dict[str, np.ndarray]:
+    """joint_head.safetensors as float32 arrays."""
+    import torch
+    from safetensors import safe_open
+
+    out: Dict[str, np.ndarray] = {}
+    with safe_open(str(model_dir / "joint_head.safetensors"), "pt") as st:
+        for name in st.keys():
+            out[name] = st.get_tensor(name).float().numpy()
+    return out
+
+
+HEAD_NAMES = {"hidden_norm": "decision.hidden_norm", "option_summary_norm": "decision.option_summary_norm",
+              "field_norm": "decision.field_norm", "option_norm": "decision.option_norm",
+              "residual_scorer.0": "decision.scorer", "residual_scorer.3": "decision.scorer_out",
+              "type_embedding": "token_types"}
+ROUTING = {"query_norm": "cross_attn_norm", "memory_norm": "cross_attn_norm_kv", "attention": "cross_attn_",
+           "feedforward_norm": "ffn_norm", "feedforward.0": "ffn_up", "feedforward.3": "ffn_down"}
+FIELD = {"norm1": "attn_norm", "norm2": "cross_attn_norm", "norm3": "ffn_norm", "self_attn": "attn_",
+         "multihead_attn": "cross_attn_", "linear1": "ffn_up", "linear2": "ffn_down"}
+
+
+def head_tensors(head: Dict[str, np.ndarray], routing: int) -> Dict[str, np.ndarray]:
+    """The head as llama.cpp's Clef converter names it: {gguf name: float32 array (PyTorch shape)}."""
+    out: Dict[str, np.ndarray] = {}
+    scalars = {}
+    for name, x in head.items():
+        if x.ndim == 0:
+            scalars[name] = float(x)
+            continue
+        base, _, leaf = name.rpartition(".")
+        if base.endswith("_projection"):
+            out[f"decision.proj_{base[:-len('_projection')]}.{leaf}"] = x
+            continue
+        if base in HEAD_NAMES:
+            out[f"{HEAD_NAMES[base]}.{leaf}"] = x
+            continue
+        parts = name.split(".")
+        table, blk = (ROUTING, int(parts[1])) if parts[0] == "evidence_layers" else (FIELD, int(parts[1]) + routing)
+        rest = ".".join(parts[2:])
+        for key, g in table.items():
+            if rest.startswith(key + "."):
+                leaf = rest[len(key) + 1:]
+                p = f"dec.blk.{blk}.{g}"
+                if leaf in ("in_proj_weight", "in_proj_bias"):
+                    for part, chunk in zip("qkv", np.split(x, 3, axis=0)):
+                        out[f"{p}{part}.{leaf[len('in_proj_'):]}"] = chunk
+                elif leaf.startswith("out_proj."):
+                    out[f"{p}o.{leaf[len('out_proj.'):]}"] = x
+                else:
+                    out[f"{p}.{leaf}"] = x
+                break
+        else:
+            raise ValueError(f"unexpected head tensor {name}")
+    gate = scalars["residual_gate"]
+    out["decision.scales"] = np.array([math.exp(min(scalars["prior_logit_scale"], math.log(100.0))),
+                                       math.exp(min(scalars["joint_logit_scale"], math.log(100.0))),
+                                       1.0 / (1.0 + math.exp(-gate))], dtype=np.float32)
+    return out
+
+
 def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
             mutate: Optional[Callable[[Dict[str, Tuple[np.ndarray, Q]], Dict[str, Tuple[Any, V]]], None]] = None,
-            arch: str = "qwen35") -> Dict[str, Q]:
-    """Writes `out`; returns {gguf tensor name: ggml type written}."""
+            arch: Optional[str] = None, layout: str = "qwen35", scorer_out_1d: bool = False,
+            head_type: Optional[str] = None) -> Dict[str, Q]:
+    """Writes `out`; returns {gguf tensor name: ggml type written}. `arch` overrides
+    general.architecture (tests of refused files); `scorer_out_1d` stores decision.scorer_out.weight
+    1-D [W] (F32), as some converters do; `head_type` gives the head's 2-D tensors another type."""
+    import torch
+
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r}: expected one of {LAYOUTS}")
+    arch = arch or layout
     model_dir, out = pathlib.Path(model_dir), pathlib.Path(out)
     cfg, hf = read_folder(model_dir)
     text = cfg.get("text_config", cfg)
@@ -231,23 +333,23 @@ def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
             elif g.endswith("ssm_out.weight"):
                 x = tiled(x, 1, hk, hv, dv)
         if g.endswith("ssm_a"):
-            a = as_f32(x)
-            x = np.array([-_LIBM.expf(float(v)) for v in a], dtype=np.float32)
+            x = (-torch.exp(torch.from_numpy(np.ascontiguousarray(as_f32(x))))).numpy()
         elif g.endswith("norm.weight") and not g.endswith("ssm_norm.weight"):
             x = as_f32(x) + np.float32(1.0)
         if x.ndim == 1 or g.endswith("ssm_conv1d.weight"):
             tensors[g] = (as_f32(x), Q.F32)
-        elif target == Q.F32:
-            tensors[g] = (as_f32(x), Q.F32)
-        elif target == Q.BF16:
-            tensors[g] = (x if x.dtype == np.uint16 else f32_to_bf16_bits(as_f32(x)), Q.BF16)
-        elif target == Q.F16:
-            tensors[g] = (as_f32(x).astype(np.float16), Q.F16)
         else:
-            try:
-                tensors[g] = (gguf.quants.quantize(as_f32(x), Q.Q8_0), Q.Q8_0)
-            except gguf.QuantError:
-                tensors[g] = (as_f32(x).astype(np.float16), Q.F16)
+            tensors[g] = encode(x, target)
+    if layout == "clef":
+        head_target = OUTTYPES[head_type or outtype]
+        for g, x in head_tensors(read_head(model_dir), json.loads((model_dir / "joint_head_config.json").read_text())
+                                 ["routing_layers"]).items():
+            if g == "decision.scorer_out.weight" and scorer_out_1d:
+                x = x.reshape(-1)
+            if x.ndim == 1 or g == "token_types.weight":
+                tensors[g] = (as_f32(x), Q.F32)
+            else:
+                tensors[g] = encode(x, head_target)
 
     a = arch + "."
     sec = list(rope.get("mrope_section", [11, 11, 10]))
@@ -275,6 +377,16 @@ def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
         a + "rope.dimension_count": (int(head_dim * rope.get("partial_rotary_factor", 0.25)), V.UINT32),
         "general.quantization_version": (2, V.UINT32),
     }
+    if layout == "clef":
+        hc = json.loads((model_dir / "joint_head_config.json").read_text())
+        md.update({
+            "clef.decision.type": ("clef", V.STRING),
+            "clef.decision.routing_block_count": (hc["routing_layers"], V.UINT32),
+            "clef.decision.block_count": (hc["layers"], V.UINT32),
+            "clef.decision.head_count": (hc["heads"], V.UINT32),
+            "clef.attention.layer_norm_epsilon": (1e-5, V.FLOAT32),
+            "tokenizer.chat_template.systemone": ("(the Clef prompt template; clef renders prompts itself)", V.STRING),
+        })
     md.update(tokenizer_metadata(model_dir, text["vocab_size"]))
     if mutate is not None:
         mutate(tensors, md)
@@ -301,9 +413,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, type=pathlib.Path, help="Clef release folder")
     ap.add_argument("--out", required=True, type=pathlib.Path, help="GGUF file to write")
-    ap.add_argument("--outtype", default="bf16", choices=sorted(OUTTYPES))
+    ap.add_argument("--type", "--outtype", dest="outtype", default="bf16", type=str.lower, choices=sorted(OUTTYPES),
+                    help="ggml type of the 2-D tensors (default bf16)")
+    ap.add_argument("--layout", default="qwen35", choices=LAYOUTS,
+                    help="qwen35: backbone only, head files beside it; clef: the head inside (default qwen35)")
     args = ap.parse_args()
-    types = convert(args.model, args.out, args.outtype)
+    types = convert(args.model, args.out, args.outtype, layout=args.layout)
     print(f"wrote {args.out} ({len(types)} tensors)")
     return 0
 

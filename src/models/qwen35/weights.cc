@@ -166,7 +166,9 @@ ModelWeights bind_gguf_model_weights(WeightStore& s, const ModelConfig& cfg) {
   // llama.cpp writes output.weight only for untied models; without it the output table is the
   // embedding table, as in the tied folder.
   w.tied = !s.contains("output.weight");
-  w.lm_head = w.tied ? w.embed_tokens : s.take("output.weight", {t.vocab_size, h});
+  // Only the head reads the output table (option-span rows, converted row by row), so any block
+  // type is accepted (a K-quant file's output.weight is Q6_K).
+  w.lm_head = w.tied ? w.embed_tokens : s.take_dequantizable("output.weight", {t.vocab_size, h});
   // The MTP blocks (blk.L .. blk.L+nextn-1, ARCH.nextn_predict_layers), ignored like the folder's mtp.*.
   std::int64_t nextn = 0;
   if (const GgufFile* g = s.gguf()) {
