@@ -2,9 +2,11 @@
 // in use (fp32 FMA and bf16 vdpbf16ps kernels, ops/peak.h; CLEF_ISA forces a level), the GEMM
 // libraries on the 0.8b / flash linear-layer shapes (oneDNN fp32, oneDNN bf16, OpenBLAS sgemm; all
 // in the same run so the ratios are comparable on a noisy machine), and the chunked gated delta
-// rule and blocked attention kernels. Prints a table; not a timed test.
+// rule and blocked attention kernels; then the block-quantized GGUF kernels (ops/quant_gemm.h:
+// Q4_K, Q5_K, Q6_K, Q4_0) against the int8 Q8_0 path at M = --qm rows and at M = 1 (decode).
+// Prints tables; not a timed test.
 //
-//   clef_bench_ops [--threads N] [--m 1024] [--reps 5] [--quick] [--peak-only]
+//   clef_bench_ops [--threads N] [--m 1024] [--qm 512] [--reps 5] [--quick] [--peak-only] [--quant-only]
 #include <cblas.h>
 #include <omp.h>
 
@@ -25,6 +27,7 @@
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/peak.h"
+#include "ops/quant_gemm.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -56,12 +59,56 @@ struct Shape {
   std::int64_t n, k;
 };
 
+/// n rows of random ggml blocks of type t (random quant bytes, fp16 scales in [1e-4, 1e-2)).
+std::vector<std::uint8_t> random_quant_blocks(clef::ops::QuantType t, std::int64_t n, std::int64_t k) {
+  const std::int64_t be = clef::ops::quant_block_elems(t), bb = clef::ops::quant_block_bytes(t);
+  std::mt19937 g(3);
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(n * k / be * bb));
+  for (auto& b : out) b = static_cast<std::uint8_t>(g() & 0xFF);
+  std::uniform_real_distribution<float> mag(1e-4f, 1e-2f);
+  for (std::int64_t i = 0; i < n * k / be; ++i) {
+    std::uint8_t* blk = out.data() + i * bb;
+    const std::uint16_t h1 = clef::f32_to_f16(mag(g)), h2 = clef::f32_to_f16(mag(g));
+    const std::size_t at = t == clef::ops::QuantType::kQ6_K ? 208 : 0;
+    std::memcpy(blk + at, &h1, 2);
+    if (t == clef::ops::QuantType::kQ4_K || t == clef::ops::QuantType::kQ5_K) std::memcpy(blk + 2, &h2, 2);
+  }
+  return out;
+}
+
+/// GOP/s (2·m·n·k per call) of int8 (Q8_0) and the block-quantized types on the given shapes.
+void bench_quant(const std::vector<Shape>& shapes, std::int64_t m, int reps) {
+  using clef::ops::QuantType;
+  const QuantType types[] = {QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K, QuantType::kQ4_0};
+  std::printf("block-quantized GEMM, m = %lld rows, best of %d (GOP/s; kernels: int8 %s, quant %s)\n",
+              static_cast<long long>(m), reps, clef::ops::int8_kernel_name(clef::ops::active_int8_kernel()),
+              clef::ops::quant_kernel_name(clef::ops::active_quant_kernel()));
+  std::printf("%-22s %6s %6s | %9s %9s %9s %9s %9s\n", "shape", "n", "k", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q4_0");
+  for (const Shape& s : shapes) {
+    const std::vector<float> x = randv(static_cast<std::size_t>(m * s.k), 1);
+    const std::vector<float> wf = randv(static_cast<std::size_t>(s.n * s.k), 2);
+    std::vector<float> y(static_cast<std::size_t>(m * s.n));
+    const double op = 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+    const clef::ops::GemmWeight g8(clef::DType::kF32, wf.data(), s.n, s.k, clef::ops::Precision::kInt8);
+    std::printf("%-22s %6lld %6lld | %9.1f", s.name, static_cast<long long>(s.n), static_cast<long long>(s.k),
+                op / best_seconds(reps, [&] { clef::ops::linear(x.data(), m, g8, y.data()); }) / 1e9);
+    for (const QuantType t : types) {
+      const auto blocks = random_quant_blocks(t, s.n, s.k);
+      const auto w = clef::ops::QuantWeight::from_blocks(t, blocks.data(), s.n, s.k);
+      std::printf(" %9.1f",
+                  op / best_seconds(reps, [&] { clef::ops::quant_linear(x.data(), m, w, y.data(), false); }) / 1e9);
+    }
+    std::printf("\n");
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 0, reps = 5;
-  std::int64_t m = 1024;
-  bool quick = false, peak_only = false;
+  std::int64_t m = 1024, qm = 512;
+  bool quick = false, peak_only = false, quant_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     if (f == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
@@ -69,11 +116,28 @@ int main(int argc, char** argv) {
     else if (f == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (f == "--quick") quick = true;
     else if (f == "--peak-only") peak_only = true;
+    else if (f == "--quant-only") quant_only = true;
+    else if (f == "--qm" && i + 1 < argc) qm = std::atoll(argv[++i]);
   }
   threads = clef::ops::set_num_threads(threads);
   openblas_set_num_threads(threads);
   std::printf("threads %d, kernels %s, GEMM backend %s\n\n", threads, clef::ops::isa_description().c_str(),
               clef::ops::gemm_backend_name().c_str());
+  const std::vector<Shape> quant_shapes = {
+      {"square", 1024, 1024},
+      {"0.8b gdn in_proj_qkv", 6144, 1024},
+      {"0.8b gdn in_proj_z", 2048, 1024},
+      {"0.8b gdn out_proj", 1024, 2048},
+      {"0.8b attn q_proj", 4096, 1024},
+      {"0.8b attn k_proj", 512, 1024},
+      {"0.8b mlp gate/up", 3584, 1024},
+      {"0.8b mlp down", 1024, 3584},
+  };
+  if (quant_only) {
+    bench_quant(quant_shapes, qm, reps);
+    bench_quant(quant_shapes, 1, reps * 4);
+    return 0;
+  }
 
   const clef::ops::PeakGflops measured = clef::ops::measure_peak_gflops(threads);  // best of 3
   const double pf = measured.fp32, pb = measured.bf16;
@@ -130,6 +194,9 @@ int main(int argc, char** argv) {
   std::printf("%-22s %13s | %15.1f %15.1f %15.1f %15.1f | %.2fx, %.2fx\n\n", "all shapes (time-weighted)", "",
               tot_flop / tot_f32 / 1e9, tot_flop / tot_b16 / 1e9, tot_flop / tot_blas / 1e9, tot_flop / tot_i8 / 1e9,
               std::min(tot_f32, tot_blas) / tot_b16, std::min(tot_f32, tot_blas) / tot_i8);
+
+  bench_quant(quick ? std::vector<Shape>(quant_shapes.begin(), quant_shapes.begin() + 2) : quant_shapes, qm, reps);
+  bench_quant(quick ? std::vector<Shape>(quant_shapes.begin(), quant_shapes.begin() + 2) : quant_shapes, 1, reps * 4);
 
   // Chunked gated delta rule, 0.8b dims, one layer.
   {

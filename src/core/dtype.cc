@@ -34,6 +34,14 @@ const DTypeInfo& info(DType t) noexcept { return kInfo[static_cast<std::size_t>(
 std::size_t dtype_size(DType t) noexcept { return info(t).size; }
 std::string_view dtype_name(DType t) noexcept { return info(t).name; }
 
+bool dtype_block(DType t, std::uint64_t& elems, std::uint64_t& bytes) noexcept {
+  std::int64_t be = 0, bb = 0;
+  if (!quant_block_layout(t, be, bb)) return false;
+  elems = static_cast<std::uint64_t>(be);
+  bytes = static_cast<std::uint64_t>(bb);
+  return true;
+}
+
 std::uint64_t dtype_bytes(DType t, std::uint64_t numel) noexcept {
   std::int64_t be = 0, bb = 0;
   if (quant_block_layout(t, be, bb)) {

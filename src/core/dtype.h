@@ -31,7 +31,8 @@ enum class DType : std::uint8_t {
   /// row, each 2 bytes of IEEE fp16 scale d then 32 int8 q; element = d * q. 34 bytes per block.
   kQ8_0,
   /// The other ggml block types a GGUF file may hold (core/quant_blocks.h: layouts and the
-  /// dequantization to fp32). Read through convert_to_f32 only: no matmul kernel takes them.
+  /// dequantization to fp32). Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K are also read by the
+  /// block-quantized linear layers (ops/quant_gemm.h); Q2_K and Q3_K only through convert_to_f32.
   kQ4_0,
   kQ4_1,
   kQ5_0,
@@ -45,9 +46,12 @@ enum class DType : std::uint8_t {
 
 /// Size of one element in bytes; 0 for a block type (kQ8_0, kQ4_K, ...: use dtype_bytes).
 std::size_t dtype_size(DType t) noexcept;
+/// Block types: elements and bytes per block (kQ8_0 32 and 34, ...; core/quant_blocks.h's
+/// quant_block_layout); false (outputs untouched) for other dtypes.
+bool dtype_block(DType t, std::uint64_t& elems, std::uint64_t& bytes) noexcept;
 /// Bytes of `numel` elements (a block type: whole blocks; numel must be a multiple of the block).
 std::uint64_t dtype_bytes(DType t, std::uint64_t numel) noexcept;
-/// True for block-quantized types (kQ8_0 and the types after it).
+/// True for block-quantized types (kQ8_0 and the ggml types after it).
 inline bool is_block_quantized(DType t) noexcept { return t >= DType::kQ8_0; }
 /// Q8_0: elements per block and bytes per block.
 inline constexpr std::int64_t kQ8_0BlockElems = 32;

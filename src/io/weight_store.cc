@@ -150,16 +150,14 @@ WeightView WeightStore::take(const std::string& name, const std::vector<std::int
     throw ModelLoadError(*e.file + ": tensor " + name + " has shape " + shape_to_string(e.info->shape) + ", expected " +
                          shape_to_string(expected_shape));
   }
-  if (e.info->dtype == DType::kQ8_0) {
+  if (is_block_quantized(e.info->dtype)) {
     if (expected_shape.size() != 2) {
-      throw ModelLoadError(*e.file + ": tensor " + name +
-                           " has dtype Q8_0; only 2-D weights (linear layers, the "
-                           "embedding table) may be Q8_0, this one must be F32, BF16 or F16");
+      const std::string dt(dtype_name(e.info->dtype));
+      throw ModelLoadError(*e.file + ": tensor " + name + " has dtype " + dt +
+                           "; only 2-D weights (linear layers, "
+                           "the embedding table) may be " +
+                           dt + ", this one must be F32, BF16 or F16");
     }
-  } else if (is_block_quantized(e.info->dtype)) {
-    throw Unsupported(*e.file + ": tensor " + name + " has ggml type " + std::string(dtype_name(e.info->dtype)) +
-                      "; clef computes with backbone tensors in F32, F16, BF16 and Q8_0 only (a GGUF's head tensors "
-                      "and output table may be any block type)");
   } else if (!is_weight_float(e.info->dtype)) {
     throw ModelLoadError(*e.file + ": tensor " + name + " has dtype " + std::string(dtype_name(e.info->dtype)) +
                          "; weights must be F32, BF16 or F16");

@@ -13,18 +13,20 @@ namespace {
 bool tiled(const GdnConfig& c) { return c.v_heads_tiled && c.dims.hv != c.dims.hk; }
 
 /// out_proj [H, Hv*dv] with its column blocks (one per V head, dv wide) moved from the stored
-/// tiled order to the grouped order; bytes in the stored dtype (Q8_0: dv must be whole blocks).
+/// tiled order to the grouped order; bytes in the stored dtype (block types: dv must be whole blocks).
 std::shared_ptr<const std::vector<std::byte>> grouped_out_proj(const GdnConfig& c, const WeightView& w,
                                                                const std::string& name) {
   if (!tiled(c)) return nullptr;
   if (!w.valid() || w.shape().size() != 2 || w.shape()[1] != c.value_dim()) {
     throw ModelLoadError("linear weight " + name + " is missing or not [H, Hv*dv]");
   }
-  if (is_block_quantized(w.dtype()) && c.dims.dv % kQ8_0BlockElems != 0) {
+  std::uint64_t block_elems = 1, block_bytes = 0;
+  if (dtype_block(w.dtype(), block_elems, block_bytes) && c.dims.dv % static_cast<std::int64_t>(block_elems) != 0) {
     throw Unsupported(*w.file + ": " + name + " is " + std::string(dtype_name(w.dtype())) +
                       " with V heads in tiled order "
                       "and a value head dim " +
-                      std::to_string(c.dims.dv) + " that is not a multiple of 32");
+                      std::to_string(c.dims.dv) + " that is not a multiple of its block (" +
+                      std::to_string(block_elems) + ")");
   }
   const std::int64_t hk = c.dims.hk, hv = c.dims.hv, r = hv / hk;
   const std::size_t head = dtype_bytes(w.dtype(), static_cast<std::uint64_t>(c.dims.dv));

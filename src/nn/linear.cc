@@ -13,6 +13,18 @@ ops::GemmWeight linear_weight(const WeightView& w, ops::Precision p, const std::
   if (!w.valid() || w.shape().size() != 2) {
     throw ModelLoadError("linear weight " + name + " is missing or not 2-D");
   }
+  if (is_block_quantized(w.dtype()) && w.dtype() != DType::kQ8_0 && !ops::quant_type_of(w.dtype())) {
+    throw Unsupported(*w.file + ": tensor " + w.info->name + " (" + name + ") has block type " +
+                      std::string(dtype_name(w.dtype())) + ", which clef's linear layers do not run");
+  }
+  if (ops::quant_type_of(w.dtype())) {
+    const std::int64_t be = ops::quant_block_elems(*ops::quant_type_of(w.dtype()));
+    if (w.shape()[1] % be != 0) {
+      throw ModelLoadError(*w.file + ": tensor " + w.info->name + " (" + name + ") is " +
+                           std::string(dtype_name(w.dtype())) + " with rows of " + std::to_string(w.shape()[1]) +
+                           " elements, not whole blocks of " + std::to_string(be));
+    }
+  }
   if (w.dtype() == DType::kQ8_0 && p != ops::Precision::kInt8) {
     throw Unsupported(*w.file + ": tensor " + w.info->name + " (" + name +
                       ") is Q8_0: a Q8_0 GGUF runs with "

@@ -10,8 +10,11 @@
 namespace clef::nn {
 
 /// GemmWeight over a 2-D checkpoint tensor [out, in] (zero-copy where the precision allows).
-/// Throws ModelLoadError when the view is absent or not 2-D, Unsupported for a Q8_0 weight with a
-/// precision other than kInt8 (naming the file and tensor, telling to use --precision int8).
+/// A block-quantized weight in Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0 or Q5_1 runs its own kernels
+/// (ops/quant_gemm.h) whatever `p` says: a quantized file chooses its path.
+/// Throws ModelLoadError when the view is absent or not 2-D (or a block type's rows are not whole
+/// blocks), Unsupported for a Q8_0 weight with a precision other than kInt8 (naming the file and
+/// tensor, telling to use --precision int8) and for another block type (naming tensor and type).
 ops::GemmWeight linear_weight(const WeightView& w, ops::Precision p, const std::string& name);
 
 /// The tensor's elements as float (small tensors: norms, A_log, dt_bias, conv taps).

@@ -24,6 +24,7 @@
 
 #include "core/dtype.h"
 #include "ops/int8_gemm.h"
+#include "ops/quant_gemm.h"
 
 namespace clef::ops {
 
@@ -52,8 +53,11 @@ class GemmWeight {
   /// with kInt8 also ggml Q8_0 blocks (DType::kQ8_0). kInt8 quantizes (or repacks) here, on the
   /// engine's threads, into an owned Int8Weight (ops/int8_gemm.h) and then drops the resident
   /// pages of `data` when it is a MappedFile's (MappedFile::drop_pages): memory holds the int8
-  /// copy only. Throws Unsupported for another dtype (Q8_0 outside kInt8 included),
-  /// InvalidArgument for non-positive sizes.
+  /// copy only. A block-quantized ggml weight (DType kQ4_K, kQ5_K, kQ6_K, kQ4_0, kQ4_1, kQ5_0,
+  /// kQ5_1) is repacked into an owned QuantWeight (ops/quant_gemm.h) at every precision (its own
+  /// kernels; the mapped pages are dropped likewise). Throws Unsupported for another dtype (Q8_0
+  /// outside kInt8 included), InvalidArgument for non-positive sizes or a block type's k not whole
+  /// blocks.
   GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64_t k, Precision p);
   GemmWeight(GemmWeight&&) noexcept = default;
   GemmWeight& operator=(GemmWeight&&) noexcept = default;
@@ -80,6 +84,8 @@ class GemmWeight {
   const float* resident_f32() const;
   /// kInt8: the packed int8 weight; nullptr otherwise.
   const Int8Weight* int8() const noexcept { return int8_.get(); }
+  /// A block-quantized weight (any precision): the repacked weight; nullptr otherwise.
+  const QuantWeight* quant() const noexcept { return quant_.get(); }
 
  private:
   DType dtype_ = DType::kF32;
@@ -94,7 +100,8 @@ class GemmWeight {
     std::atomic<bool> made{false};
   };
   std::unique_ptr<Fp32Copy> fp32_copy_;
-  std::unique_ptr<Int8Weight> int8_;  ///< kInt8
+  std::unique_ptr<Int8Weight> int8_;    ///< kInt8
+  std::unique_ptr<QuantWeight> quant_;  ///< a block-quantized ggml weight
 };
 
 /// fp32 mode with a BF16/F16 checkpoint: whether GemmWeights built from now on keep an fp32 copy
@@ -107,7 +114,7 @@ void set_fp32_resident_weights(bool resident) noexcept;
 bool fp32_resident_weights() noexcept;
 
 /// y [m, n] = x [m, k] · Wᵀ, or y += x · Wᵀ when `accumulate` (fused residual add). kInt8
-/// weights run ops::int8_linear.
+/// weights run ops::int8_linear, block-quantized ones ops::quant_linear.
 /// x and y are contiguous fp32 and must not alias. m >= 1. Throws InvalidArgument on a bad size.
 void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate = false);
 
@@ -116,8 +123,9 @@ void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool 
 /// widened exactly, fp32 sums; docs/NUMERICS.md).
 bool bf16_gemm_emulated();
 
-/// Name and version of the GEMM library in use and the int8 kernel, e.g. "oneDNN 2.6.3 (OpenMP,
-/// avx512_core_bf16, 2 threads); int8: clef avx512vnni kernel".
+/// Name and version of the GEMM library in use and the int8 and block-quantized kernels, e.g.
+/// "oneDNN 2.6.3 (OpenMP, avx512_core_bf16, 2 threads); int8: clef avx512vnni kernel; Q4_K..Q6_K,
+/// Q4_0..Q5_1: clef avx512 kernel".
 std::string gemm_backend_name();
 
 namespace ref {

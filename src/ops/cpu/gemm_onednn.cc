@@ -149,13 +149,20 @@ GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64
   if (n <= 0 || k <= 0 || data == nullptr) {
     throw InvalidArgument("GemmWeight: bad shape [" + std::to_string(n) + ", " + std::to_string(k) + "]");
   }
+  if (const auto qt = quant_type_of(dtype)) {
+    // A block-quantized weight chooses its own path whatever the precision: no wider copy is made.
+    quant_ = std::make_unique<QuantWeight>(QuantWeight::from_blocks(*qt, data, n, k));
+    (void)MappedFile::drop_pages(data, static_cast<std::size_t>(dtype_bytes(dtype, static_cast<std::uint64_t>(n * k))));
+    return;
+  }
   if (dtype == DType::kQ8_0 && p != Precision::kInt8) {
     throw Unsupported(std::string("GemmWeight: Q8_0 weights run in int8 precision (--precision int8), not ") +
                       precision_name(p));
   }
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16 && dtype != DType::kQ8_0) {
     throw Unsupported(std::string("GemmWeight: weights of dtype ") + std::string(dtype_name(dtype)) +
-                      " are not supported (F32, BF16, F16; Q8_0 in int8 precision)");
+                      " are not supported (F32, BF16, F16; Q8_0 in int8 precision; Q4_K, Q5_K, Q6_K, Q4_0, "
+                      "Q4_1, Q5_0, Q5_1)");
   }
   if (p == Precision::kInt8) {
     int8_ = std::make_unique<Int8Weight>(dtype == DType::kQ8_0 ? Int8Weight::from_q8_0(data, n, k)
@@ -190,6 +197,7 @@ GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64
 std::size_t GemmWeight::owned_bytes() const noexcept {
   std::size_t bytes = owned_.size() * sizeof(std::uint16_t);
   if (int8_) bytes += int8_->bytes();
+  if (quant_) bytes += quant_->bytes();
   if (fp32_copy_ && fp32_copy_->made.load()) bytes += static_cast<std::size_t>(n_ * k_) * sizeof(float);
   return bytes;
 }
@@ -230,6 +238,10 @@ void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool 
   if (!w.valid() || m <= 0) throw InvalidArgument("linear: empty weight or m <= 0");
   if (w.int8() != nullptr) {
     int8_linear(x, m, *w.int8(), y, accumulate);
+    return;
+  }
+  if (w.quant() != nullptr) {
+    quant_linear(x, m, *w.quant(), y, accumulate);
     return;
   }
   const std::int64_t n = w.n(), k = w.k();
@@ -305,7 +317,8 @@ std::string gemm_backend_name() {
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
          " (OpenMP, " + isa + ", " + std::to_string(omp_get_max_threads()) + " threads" +
          (bf16_gemm_emulated() ? "; bf16 via fp32 matmul on bf16 values" : "") + "); int8: clef " +
-         int8_kernel_name(active_int8_kernel()) + " kernel";
+         int8_kernel_name(active_int8_kernel()) + " kernel; Q4_K..Q6_K, Q4_0..Q5_1: clef " +
+         quant_kernel_name(active_quant_kernel()) + " kernel";
 }
 
 }  // namespace clef::ops

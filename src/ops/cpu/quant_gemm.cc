@@ -1,0 +1,385 @@
+// Block-quantized (Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1) linear layers: repacking, kernel
+// selection and the kernels of ops/quant_gemm.h.
+//
+// Per call and thread, a panel of 16 output columns is unpacked once into an L2-resident buffer
+// (cpu/quant_layout.h: the values as bytes in the int8 kernels' [group of 4 k][column][4] order,
+// the per-block scale vectors), then every tile of 4 rows runs over it: vpmaddubsw (unsigned
+// weight bytes × signed activation bytes) into int16, vpaddw over up to 4 groups, vpmaddwd with
+// the int16 scales into int32 per block, then the fp32 fold of the expression of ops/quant_gemm.h.
+// The scalar kernel (the baseline level) does the same in plain C++. Every SIMD function carries a
+// target attribute and is only called after a CPUID check, so the binary stays portable.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#if defined(__x86_64__) && !defined(CLEF_INT8_SCALAR_ONLY)
+#include <immintrin.h>
+#define CLEF_QUANT_X86 1
+#endif
+
+#include "core/error.h"
+#include "ops/cpu/quant_layout.h"
+#include "ops/int8_gemm.h"
+#include "ops/isa.h"
+#include "ops/profile.h"
+#include "ops/quant_gemm.h"
+
+namespace clef::ops {
+
+namespace quant_detail {
+
+Layout layout_of(QuantType t) noexcept {
+  Layout L;
+  L.five = t == QuantType::kQ5_K || t == QuantType::kQ5_0 || t == QuantType::kQ5_1;
+  L.six = t == QuantType::kQ6_K;
+  L.has_min = t == QuantType::kQ4_K || t == QuantType::kQ5_K || t == QuantType::kQ4_1 || t == QuantType::kQ5_1;
+  L.kscale = t == QuantType::kQ4_K || t == QuantType::kQ5_K;
+  L.q6 = L.six;
+  L.group = static_cast<int>(quant_block_elems(t) / 32);
+  L.off = t == QuantType::kQ6_K ? 32 : t == QuantType::kQ4_0 ? 8 : t == QuantType::kQ5_0 ? 16 : 0;
+  L.qbytes = 256 + (L.five ? 64 : 0) + (L.six ? 128 : 0);
+  const auto g = static_cast<std::size_t>(L.group);
+  L.d_off = g * L.qbytes;
+  L.m_off = L.d_off + 32;
+  L.sc_off = L.d_off + (L.has_min ? 64 : 32);
+  L.bytes = L.sc_off + (L.kscale || L.q6 ? g * 32 : 0);
+  return L;
+}
+
+}  // namespace quant_detail
+
+using quant_detail::Layout;
+using quant_detail::layout_of;
+
+// ---------------------------------------------------------------------------------------------
+// QuantWeight
+
+QuantWeight QuantWeight::from_blocks(QuantType t, const void* blocks, std::int64_t n, std::int64_t k) {
+  const std::int64_t be = quant_block_elems(t), bb = quant_block_bytes(t);
+  if (n <= 0 || k <= 0 || k % be != 0) {
+    throw InvalidArgument("QuantWeight: shape [" + std::to_string(n) + ", " + std::to_string(k) + "] is not whole " +
+                          quant_type_name(t) + " blocks of " + std::to_string(be) + " along k");
+  }
+  if (blocks == nullptr) throw InvalidArgument("QuantWeight: null weight");
+  const Layout L = layout_of(t);
+  QuantWeight w;
+  w.type_ = t;
+  w.n_ = n;
+  w.k_ = k;
+  w.nsb_ = k / be;
+  w.group_ = L.group;
+  w.np_ = (n + kQuantPanelCols - 1) / kQuantPanelCols;
+  w.rec_ = L.bytes;
+  w.data_.assign(static_cast<std::size_t>(w.np_ * w.nsb_) * w.rec_, 0);
+  const auto* src = static_cast<const std::byte*>(blocks);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t j = 0; j < n; ++j) {
+    const std::int64_t p = j / kQuantPanelCols;
+    const int c = static_cast<int>(j % kQuantPanelCols);
+    DecodedQuantBlock d;
+    for (std::int64_t s = 0; s < w.nsb_; ++s) {
+      decode_quant_block(t, src + static_cast<std::size_t>((j * w.nsb_ + s) * bb), d);
+      std::uint8_t* rec = w.data_.data() + static_cast<std::size_t>(p * w.nsb_ + s) * w.rec_;
+      for (int g = 0; g < L.group; ++g) {
+        std::uint8_t* qd = rec + static_cast<std::size_t>(g) * L.qbytes;
+        const std::uint8_t* q = d.q + 32 * g;
+        for (int u = 0; u < 4; ++u) {
+          for (int i = 0; i < 4; ++i) {
+            qd[(u * 16 + c) * 4 + i] = static_cast<std::uint8_t>((q[4 * u + i] & 15) | (q[16 + 4 * u + i] & 15) << 4);
+          }
+        }
+        for (int i = 0; i < 4; ++i) {
+          for (int u = 0; u < 8; ++u) {
+            const int bits = q[4 * u + i] >> 4;
+            if (L.five) qd[256 + c * 4 + i] = static_cast<std::uint8_t>(qd[256 + c * 4 + i] | (bits & 1) << u);
+            if (L.six) {
+              std::uint8_t& plane = qd[256 + 64 * (u / 4) + c * 4 + i];
+              plane = static_cast<std::uint8_t>(plane | (bits & 3) << (2 * (u % 4)));
+            }
+          }
+        }
+        if (L.kscale) {
+          rec[L.sc_off + static_cast<std::size_t>(16 * g + c)] = static_cast<std::uint8_t>(d.sc[2 * g]);
+          rec[L.sc_off + static_cast<std::size_t>(16 * (L.group + g) + c)] = d.mb[g];
+        } else if (L.q6) {
+          rec[L.sc_off + static_cast<std::size_t>(32 * g + c)] = static_cast<std::uint8_t>(d.sc[2 * g]);
+          rec[L.sc_off + static_cast<std::size_t>(32 * g + 16 + c)] = static_cast<std::uint8_t>(d.sc[2 * g + 1]);
+        }
+      }
+      std::memcpy(rec + L.d_off + 2 * c, &d.d, 2);
+      if (L.has_min) std::memcpy(rec + L.m_off + 2 * c, &d.mn, 2);
+    }
+  }
+  return w;
+}
+
+std::uint8_t QuantWeight::q_at(std::int64_t j, std::int64_t b, int i) const noexcept {
+  const Layout L = layout_of(type_);
+  const std::uint8_t* rec = record(j / kQuantPanelCols, b / group_);
+  const std::uint8_t* qd = rec + static_cast<std::size_t>(b % group_) * L.qbytes;
+  const int c = static_cast<int>(j % kQuantPanelCols), u = (i % 16) / 4, ii = i % 4, g = i / 4;
+  int q = (qd[(u * 16 + c) * 4 + ii] >> (i < 16 ? 0 : 4)) & 15;
+  if (L.five) q |= ((qd[256 + c * 4 + ii] >> g) & 1) << 4;
+  if (L.six) q |= ((qd[256 + 64 * (g / 4) + c * 4 + ii] >> (2 * (g % 4))) & 3) << 4;
+  return static_cast<std::uint8_t>(q);
+}
+
+std::int8_t QuantWeight::sc_at(std::int64_t j, std::int64_t b, int h) const noexcept {
+  const Layout L = layout_of(type_);
+  const std::uint8_t* rec = record(j / kQuantPanelCols, b / group_);
+  const auto g = static_cast<std::size_t>(b % group_), c = static_cast<std::size_t>(j % kQuantPanelCols);
+  if (L.kscale) return static_cast<std::int8_t>(rec[L.sc_off + 16 * g + c]);
+  if (L.q6) return static_cast<std::int8_t>(rec[L.sc_off + 32 * g + 16 * static_cast<std::size_t>(h) + c]);
+  return 1;
+}
+
+std::uint8_t QuantWeight::mb_at(std::int64_t j, std::int64_t b) const noexcept {
+  const Layout L = layout_of(type_);
+  if (L.kscale) {
+    const std::uint8_t* rec = record(j / kQuantPanelCols, b / group_);
+    return rec[L.sc_off + static_cast<std::size_t>(16 * (group_ + b % group_) + j % kQuantPanelCols)];
+  }
+  return L.has_min ? 1 : 0;
+}
+
+std::uint16_t QuantWeight::d_at(std::int64_t j, std::int64_t b) const noexcept {
+  std::uint16_t v;
+  std::memcpy(&v, record(j / kQuantPanelCols, b / group_) + layout_of(type_).d_off + 2 * (j % kQuantPanelCols), 2);
+  return v;
+}
+
+std::uint16_t QuantWeight::m_at(std::int64_t j, std::int64_t b) const noexcept {
+  const Layout L = layout_of(type_);
+  if (!L.has_min) return 0;
+  std::uint16_t v;
+  std::memcpy(&v, record(j / kQuantPanelCols, b / group_) + L.m_off + 2 * (j % kQuantPanelCols), 2);
+  return v;
+}
+
+int QuantWeight::offset() const noexcept { return layout_of(type_).off; }
+bool QuantWeight::has_min() const noexcept { return layout_of(type_).has_min; }
+
+float QuantWeight::value_at(std::int64_t j, std::int64_t kk) const noexcept {
+  const std::int64_t b = kk / 32;
+  const int i = static_cast<int>(kk % 32);
+  const float a = f16_to_f32(d_at(j, b)) * static_cast<float>(sc_at(j, b, i / 16));
+  const float mt = f16_to_f32(m_at(j, b)) * static_cast<float>(mb_at(j, b));
+  return a * static_cast<float>(static_cast<int>(q_at(j, b, i)) - offset()) - mt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel selection
+
+const char* quant_kernel_name(QuantKernel k) noexcept {
+  switch (k) {
+    case QuantKernel::kAvx2: return "avx2";
+    case QuantKernel::kAvx512: return "avx512";
+    case QuantKernel::kScalar: break;
+  }
+  return "scalar";
+}
+
+namespace {
+
+bool cpu_has(QuantKernel k) {
+#ifdef CLEF_QUANT_X86
+  const IsaLevel best = best_supported_isa();
+  switch (k) {
+    case QuantKernel::kScalar: return true;
+    case QuantKernel::kAvx2: return best >= IsaLevel::kAvx2 && __builtin_cpu_supports("f16c");
+    case QuantKernel::kAvx512: return best >= IsaLevel::kAvx512 && __builtin_cpu_supports("avx512bw");
+  }
+  return false;
+#else
+  return k == QuantKernel::kScalar;
+#endif
+}
+
+}  // namespace
+
+std::vector<QuantKernel> quant_kernels_supported() {
+  std::vector<QuantKernel> out;
+  for (QuantKernel k : {QuantKernel::kScalar, QuantKernel::kAvx2, QuantKernel::kAvx512}) {
+    if (cpu_has(k)) out.push_back(k);
+  }
+  return out;
+}
+
+QuantKernel active_quant_kernel() {
+  const IsaLevel level = active_isa();
+  if (level >= IsaLevel::kAvx512 && cpu_has(QuantKernel::kAvx512)) return QuantKernel::kAvx512;
+  if (level >= IsaLevel::kAvx2 && cpu_has(QuantKernel::kAvx2)) return QuantKernel::kAvx2;
+  return QuantKernel::kScalar;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels
+
+namespace {
+
+struct QJob {
+  const QuantWeight* w;
+  const std::int8_t* qa;      ///< [m, blocks · 32]
+  const float* da;            ///< [m, blocks]
+  const std::int32_t* spair;  ///< [m, blocks]: σlo | σhi << 16 (int16 halves)
+  const float* sf;            ///< [m, blocks]: float(σlo + σhi)
+  float* y;
+  std::int64_t n;
+  bool accumulate;
+};
+
+/// Writes the fp32 tile acc [mr][16] to y (columns < n), adding when accumulating.
+void store_tile(const QJob& j, std::int64_t r0, int mr, std::int64_t p0, const float* acc) {
+  for (int r = 0; r < mr; ++r) {
+    float* yr = j.y + (r0 + r) * j.n;
+    for (int c = 0; c < kQuantPanelCols; ++c) {
+      const std::int64_t col = p0 * kQuantPanelCols + c;
+      if (col >= j.n) break;
+      yr[col] = j.accumulate ? yr[col] + acc[r * kQuantPanelCols + c] : acc[r * kQuantPanelCols + c];
+    }
+  }
+}
+
+/// Plain C++ unpack of panel p into the buffer layout of cpu/quant_layout.h.
+void unpack_panel_scalar(const QuantWeight& w, std::int64_t p, std::uint8_t* buf) {
+  constexpr std::size_t kQ = quant_detail::kUnpackedQ;
+  const int off = w.offset();
+  for (std::int64_t b = 0; b < w.blocks(); ++b) {
+    std::uint8_t* dst = buf + static_cast<std::size_t>(b) * quant_detail::kUnpackedBlock;
+    for (int c = 0; c < kQuantPanelCols; ++c) {
+      // Columns past n (last panel) are zero in the record and read through the same accessors.
+      const std::int64_t jj = p * kQuantPanelCols + c;
+      for (int i = 0; i < 32; ++i) dst[((i / 4) * 16 + c) * 4 + i % 4] = w.q_at(jj, b, i);
+      const std::int32_t lo = w.sc_at(jj, b, 0), hi = w.sc_at(jj, b, 1);
+      const auto dup = [](std::int32_t s) {
+        const auto u = static_cast<std::uint32_t>(s) & 0xFFFFu;
+        return static_cast<std::int32_t>(u | u << 16);
+      };
+      const std::int32_t v[3] = {dup(lo), dup(hi),
+                                 static_cast<std::int32_t>((static_cast<std::uint32_t>(off * lo) & 0xFFFFu) |
+                                                           static_cast<std::uint32_t>(off * hi) << 16)};
+      const float f[2] = {f16_to_f32(w.d_at(jj, b)), f16_to_f32(w.m_at(jj, b)) * static_cast<float>(w.mb_at(jj, b))};
+      for (int s = 0; s < 3; ++s) std::memcpy(dst + kQ + 64 * s + 4 * c, &v[s], 4);
+      for (int s = 0; s < 2; ++s) std::memcpy(dst + kQ + 64 * (3 + s) + 4 * c, &f[s], 4);
+    }
+  }
+}
+
+void panel_scalar(const QJob& j, std::int64_t p0, std::int64_t m, std::uint8_t* buf) {
+  unpack_panel_scalar(*j.w, p0, buf);
+  constexpr std::size_t kQ = quant_detail::kUnpackedQ;
+  const std::int64_t nb = j.w->blocks();
+  const bool has_min = j.w->has_min();
+  float acc[kQuantPanelCols];
+  for (std::int64_t r = 0; r < m; ++r) {
+    std::fill(acc, acc + kQuantPanelCols, 0.0f);
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const std::uint8_t* bb = buf + static_cast<std::size_t>(b) * quant_detail::kUnpackedBlock;
+      const std::int8_t* qa = j.qa + (r * nb + b) * 32;
+      const std::int32_t sp = j.spair[r * nb + b];
+      const auto slo = static_cast<std::int16_t>(sp & 0xFFFF), shi = static_cast<std::int16_t>(sp >> 16);
+      for (int c = 0; c < kQuantPanelCols; ++c) {
+        std::int32_t s[2] = {0, 0};
+        for (int i = 0; i < 32; ++i) s[i / 16] += bb[((i / 4) * 16 + c) * 4 + i % 4] * qa[i];
+        std::int32_t v[3];
+        float f[2];
+        for (int t = 0; t < 3; ++t) std::memcpy(&v[t], bb + kQ + 64 * t + 4 * c, 4);
+        for (int t = 0; t < 2; ++t) std::memcpy(&f[t], bb + kQ + 64 * (3 + t) + 4 * c, 4);
+        const auto lo16 = [](std::int32_t x) {
+          return static_cast<std::int32_t>(static_cast<std::int16_t>(x & 0xFFFF));
+        };
+        const std::int32_t isum = lo16(v[0]) * s[0] + lo16(v[1]) * s[1] - (lo16(v[2]) * slo + (v[2] >> 16) * shi);
+        const float u = has_min ? std::fma(static_cast<float>(isum), f[0], -(f[1] * j.sf[r * nb + b]))
+                                : static_cast<float>(isum) * f[0];
+        acc[c] = std::fma(u, j.da[r * nb + b], acc[c]);
+      }
+    }
+    store_tile(j, r, 1, p0, acc);
+  }
+}
+
+#ifdef CLEF_QUANT_X86
+#define QG_NS avx2
+#define QG_TARGET "avx2,fma,f16c"
+#define QG_512 0
+#include "ops/cpu/quant_gemm_simd-inl.h"
+#undef QG_NS
+#undef QG_TARGET
+#undef QG_512
+#define QG_NS avx512
+#define QG_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl"
+#define QG_512 1
+#include "ops/cpu/quant_gemm_simd-inl.h"
+#undef QG_NS
+#undef QG_TARGET
+#undef QG_512
+#endif
+
+/// The activations of one call: int8 mode's quantization plus the half-block sums.
+struct QuantActivations {
+  Int8Activations a;
+  std::vector<std::int32_t> spair;
+  std::vector<float> sf;
+};
+
+void quantize_for_call(const float* x, std::int64_t m, std::int64_t k, QuantActivations& out) {
+  quantize_activations(x, m, k, out.a);
+  const std::int64_t nb = out.a.blocks;
+  const auto need = static_cast<std::size_t>(m * nb);
+  if (out.spair.size() < need) out.spair.resize(need);
+  if (out.sf.size() < need) out.sf.resize(need);
+  for (std::size_t i = 0; i < need; ++i) {
+    const std::int8_t* q = out.a.q.data() + i * 32;
+    std::int32_t lo = 0, hi = 0;
+    for (int t = 0; t < 16; ++t) {
+      lo += q[t];
+      hi += q[16 + t];
+    }
+    out.spair[i] =
+        static_cast<std::int32_t>((static_cast<std::uint32_t>(lo) & 0xFFFFu) | static_cast<std::uint32_t>(hi) << 16);
+    out.sf[i] = static_cast<float>(lo + hi);
+  }
+}
+
+}  // namespace
+
+void quant_linear_with(QuantKernel kernel, const float* x, std::int64_t m, const QuantWeight& w, float* y,
+                       bool accumulate) {
+  if (!w.valid() || m <= 0) throw InvalidArgument("quant_linear: empty weight or m <= 0");
+  if (!cpu_has(kernel)) {
+    throw Unsupported(std::string("quant_linear: this CPU cannot run the ") + quant_kernel_name(kernel) + " kernel");
+  }
+  thread_local QuantActivations act;
+  {
+    CLEF_PROF_SCOPE(">linear.quantize_x");
+    quantize_for_call(x, m, w.k(), act);
+  }
+  const QJob job{&w, act.a.q.data(), act.a.d.data(), act.spair.data(), act.sf.data(), y, w.n(), accumulate};
+  const std::int64_t units = w.panels();
+  const std::size_t buf_bytes = static_cast<std::size_t>(w.blocks()) * quant_detail::kUnpackedBlock;
+  CLEF_PROF_SCOPE(">linear.quant_gemm");
+#pragma omp parallel if (units > 1 && m * w.n() * w.k() > (1 << 18))
+  {
+    thread_local std::vector<std::uint8_t> buf;
+    if (buf.size() < buf_bytes) buf.resize(buf_bytes);
+#pragma omp for schedule(static)
+    for (std::int64_t p = 0; p < units; ++p) {
+      switch (kernel) {
+#ifdef CLEF_QUANT_X86
+        case QuantKernel::kAvx2: avx2::run_panel(job, p, m, buf.data()); break;
+        case QuantKernel::kAvx512: avx512::run_panel(job, p, m, buf.data()); break;
+#endif
+        default: panel_scalar(job, p, m, buf.data()); break;
+      }
+    }
+  }
+}
+
+void quant_linear(const float* x, std::int64_t m, const QuantWeight& w, float* y, bool accumulate) {
+  quant_linear_with(active_quant_kernel(), x, m, w, y, accumulate);
+}
+
+}  // namespace clef::ops

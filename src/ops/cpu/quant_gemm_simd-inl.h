@@ -1,0 +1,391 @@
+// SIMD kernels of the block-quantized linear layer (ops/quant_gemm.h), written once for 256- and
+// 512-bit vectors: cpu/quant_gemm.cc includes this file twice, with
+//   QG_NS      the namespace of this copy (avx2 / avx512),
+//   QG_TARGET  its target attribute,
+//   QG_512     1 for the 512-bit copy.
+// A 16-column panel is kNH vectors (AVX2: two of 8 columns, AVX-512: one of 16); the packed
+// record and the unpacked buffer (cpu/quant_layout.h) are the same for both widths.
+// No include guard: included once per width.
+
+namespace QG_NS {
+
+#define QG_FN __attribute__((target(QG_TARGET), always_inline)) inline
+
+#if QG_512
+using VI = __m512i;
+using VF = __m512;
+constexpr int kLanes = 16;
+QG_FN VI loadi(const void* p) { return _mm512_loadu_si512(p); }
+QG_FN void storei(void* p, VI v) { _mm512_storeu_si512(p, v); }
+QG_FN VI zeroi() { return _mm512_setzero_si512(); }
+QG_FN VI set32(std::int32_t x) { return _mm512_set1_epi32(x); }
+QG_FN VI set8(std::uint8_t x) { return _mm512_set1_epi8(static_cast<char>(x)); }
+QG_FN VI andi(VI a, VI b) { return _mm512_and_si512(a, b); }
+QG_FN VI ori(VI a, VI b) { return _mm512_or_si512(a, b); }
+template <int N>
+QG_FN VI srl16(VI a) {
+  return _mm512_srli_epi16(a, N);
+}
+template <int N>
+QG_FN VI sll16(VI a) {
+  return _mm512_slli_epi16(a, N);
+}
+template <int N>
+QG_FN VI sll32(VI a) {
+  return _mm512_slli_epi32(a, N);
+}
+QG_FN VI add16(VI a, VI b) { return _mm512_add_epi16(a, b); }
+QG_FN VI add32(VI a, VI b) { return _mm512_add_epi32(a, b); }
+QG_FN VI sub32(VI a, VI b) { return _mm512_sub_epi32(a, b); }
+QG_FN VI maddubs(VI u, VI s) { return _mm512_maddubs_epi16(u, s); }
+QG_FN VI madd(VI a, VI b) { return _mm512_madd_epi16(a, b); }
+QG_FN VI u8_to_32(const std::uint8_t* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+QG_FN VI i8_to_32(const std::uint8_t* p) {
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+QG_FN VF f16_to_32(const std::uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+QG_FN VF tof(VI a) { return _mm512_cvtepi32_ps(a); }
+QG_FN VF loadf(const void* p) { return _mm512_loadu_ps(p); }
+QG_FN void storef(void* p, VF v) { _mm512_storeu_ps(static_cast<float*>(p), v); }
+QG_FN VF setf(float x) { return _mm512_set1_ps(x); }
+QG_FN VF zerof() { return _mm512_setzero_ps(); }
+QG_FN VF mulf(VF a, VF b) { return _mm512_mul_ps(a, b); }
+QG_FN VF fmaf_(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+QG_FN VF fmsf(VF a, VF b, VF c) { return _mm512_fmsub_ps(a, b, c); }
+#else
+using VI = __m256i;
+using VF = __m256;
+constexpr int kLanes = 8;
+QG_FN VI loadi(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+QG_FN void storei(void* p, VI v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
+QG_FN VI zeroi() { return _mm256_setzero_si256(); }
+QG_FN VI set32(std::int32_t x) { return _mm256_set1_epi32(x); }
+QG_FN VI set8(std::uint8_t x) { return _mm256_set1_epi8(static_cast<char>(x)); }
+QG_FN VI andi(VI a, VI b) { return _mm256_and_si256(a, b); }
+QG_FN VI ori(VI a, VI b) { return _mm256_or_si256(a, b); }
+template <int N>
+QG_FN VI srl16(VI a) {
+  return _mm256_srli_epi16(a, N);
+}
+template <int N>
+QG_FN VI sll16(VI a) {
+  return _mm256_slli_epi16(a, N);
+}
+template <int N>
+QG_FN VI sll32(VI a) {
+  return _mm256_slli_epi32(a, N);
+}
+QG_FN VI add16(VI a, VI b) { return _mm256_add_epi16(a, b); }
+QG_FN VI add32(VI a, VI b) { return _mm256_add_epi32(a, b); }
+QG_FN VI sub32(VI a, VI b) { return _mm256_sub_epi32(a, b); }
+QG_FN VI maddubs(VI u, VI s) { return _mm256_maddubs_epi16(u, s); }
+QG_FN VI madd(VI a, VI b) { return _mm256_madd_epi16(a, b); }
+QG_FN VI u8_to_32(const std::uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+QG_FN VI i8_to_32(const std::uint8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+QG_FN VF f16_to_32(const std::uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+QG_FN VF tof(VI a) { return _mm256_cvtepi32_ps(a); }
+QG_FN VF loadf(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }
+QG_FN void storef(void* p, VF v) { _mm256_storeu_ps(static_cast<float*>(p), v); }
+QG_FN VF setf(float x) { return _mm256_set1_ps(x); }
+QG_FN VF zerof() { return _mm256_setzero_ps(); }
+QG_FN VF mulf(VF a, VF b) { return _mm256_mul_ps(a, b); }
+QG_FN VF fmaf_(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
+QG_FN VF fmsf(VF a, VF b, VF c) { return _mm256_fmsub_ps(a, b, c); }
+#endif
+
+constexpr int kVecBytes = kLanes * 4;                            ///< bytes per vector
+constexpr int kNH = static_cast<int>(kQuantPanelCols) / kLanes;  ///< vectors per 16 columns
+
+/// Bit 4 of the values of group u (0..7) from a 5-bit plane: bit u of each byte, moved to bit 4
+/// (the byte is masked first, so the 16-bit shifts move nothing across bytes).
+template <int U>
+QG_FN VI plane5_bit(VI plane) {
+  const VI b = andi(plane, set8(static_cast<std::uint8_t>(1u << U)));
+  if constexpr (U < 4) return sll16<4 - U>(b);
+  else if constexpr (U == 4) return b;
+  else return srl16<U - 4>(b);
+}
+
+/// Bits 4-5 of the values of group 4h + u from a Q6_K plane: bits 2u, 2u+1 moved to 4, 5.
+template <int U>
+QG_FN VI plane6_bits(VI plane) {
+  const VI b = andi(plane, set8(static_cast<std::uint8_t>(3u << (2 * U))));
+  if constexpr (U < 2) return sll16<4 - 2 * U>(b);
+  else if constexpr (U == 2) return b;
+  else return srl16<2>(b);
+}
+
+/// Group pair U (0..3) of one vector of columns of a block: the values of groups U and U + 4
+/// (k 4U .. 4U+3 and 16 + 4U ..), from the nibbles plus the high-bit planes.
+template <QuantType T, int U>
+QG_FN void decode_pair(const std::uint8_t* qsrc, int h, VI& lo, VI& hi) {
+  using Tr = quant_detail::Traits<T>;
+  const VI m4 = set8(15);
+  const VI v = loadi(qsrc + U * 64 + h * kVecBytes);
+  lo = andi(v, m4);
+  hi = andi(srl16<4>(v), m4);
+  if constexpr (Tr::kFive) {
+    const VI p = loadi(qsrc + 256 + h * kVecBytes);
+    lo = ori(lo, plane5_bit<U>(p));
+    hi = ori(hi, plane5_bit<U + 4>(p));
+  }
+  if constexpr (Tr::kSix) {
+    lo = ori(lo, plane6_bits<U>(loadi(qsrc + 256 + h * kVecBytes)));
+    hi = ori(hi, plane6_bits<U>(loadi(qsrc + 320 + h * kVecBytes)));
+  }
+}
+
+/// One vector of columns' scales of block g of a record: the vpmaddwd operands (scale in both
+/// int16 halves) of the two halves, the offset correction pair, D and M · mb (cpu/quant_layout.h).
+struct BlockScales {
+  VI sclo, schi, corr;
+  VF dv, mv;
+};
+
+template <QuantType T>
+QG_FN BlockScales block_scales(const std::uint8_t* rec, const quant_detail::Layout& L, int g, int h) {
+  using Tr = quant_detail::Traits<T>;
+  const int c0 = h * kLanes;
+  BlockScales S;
+  S.corr = zeroi();
+  S.dv = f16_to_32(rec + L.d_off + 2 * c0);
+  S.mv = zerof();
+  if constexpr (Tr::kKScale) {
+    const VI x = u8_to_32(rec + L.sc_off + 16 * g + c0);
+    S.sclo = S.schi = ori(x, sll32<16>(x));
+    S.mv = mulf(f16_to_32(rec + L.m_off + 2 * c0), tof(u8_to_32(rec + L.sc_off + 16 * (Tr::kGroup + g) + c0)));
+  } else if constexpr (Tr::kSix) {
+    const VI a = i8_to_32(rec + L.sc_off + 32 * g + c0), b = i8_to_32(rec + L.sc_off + 32 * g + 16 + c0);
+    const VI lo16 = set32(0xFFFF);
+    S.sclo = ori(andi(a, lo16), sll32<16>(a));
+    S.schi = ori(andi(b, lo16), sll32<16>(b));
+    S.corr = ori(andi(sll32<5>(a), lo16), sll32<21>(b));  // (32·sc_lo, 32·sc_hi) as an int16 pair
+  } else {
+    S.sclo = S.schi = set32(0x00010001);
+    if constexpr (Tr::kOff != 0) S.corr = set32(Tr::kOff | (Tr::kOff << 16));
+    if constexpr (Tr::kMin) S.mv = mulf(f16_to_32(rec + L.m_off + 2 * c0), setf(1.0f));
+  }
+  return S;
+}
+
+template <QuantType T, int U>
+QG_FN void unpack_pair(const std::uint8_t* qsrc, std::uint8_t* dst, int h) {
+  VI lo, hi;
+  decode_pair<T, U>(qsrc, h, lo, hi);
+  storei(dst + U * 64 + h * kVecBytes, lo);
+  storei(dst + (U + 4) * 64 + h * kVecBytes, hi);
+}
+
+/// Unpacks panel p of w into `buf` (blocks() × kUnpackedBlock bytes, cpu/quant_layout.h).
+template <QuantType T>
+__attribute__((target(QG_TARGET))) void unpack_panel(const QuantWeight& w, std::int64_t p, std::uint8_t* buf) {
+  using Tr = quant_detail::Traits<T>;
+  const quant_detail::Layout L = quant_detail::layout_of(T);
+  constexpr std::size_t kQ = quant_detail::kUnpackedQ;
+  for (std::int64_t s = 0; s < w.superblocks(); ++s) {
+    const std::uint8_t* rec = w.record(p, s);
+    for (int g = 0; g < Tr::kGroup; ++g) {
+      const std::uint8_t* qsrc = rec + static_cast<std::size_t>(g) * L.qbytes;
+      std::uint8_t* dst = buf + static_cast<std::size_t>(s * Tr::kGroup + g) * quant_detail::kUnpackedBlock;
+      for (int h = 0; h < kNH; ++h) {
+        unpack_pair<T, 0>(qsrc, dst, h);
+        unpack_pair<T, 1>(qsrc, dst, h);
+        unpack_pair<T, 2>(qsrc, dst, h);
+        unpack_pair<T, 3>(qsrc, dst, h);
+        const BlockScales S = block_scales<T>(rec, L, g, h);
+        storei(dst + kQ + 0 * 64 + h * kVecBytes, S.sclo);
+        storei(dst + kQ + 1 * 64 + h * kVecBytes, S.schi);
+        storei(dst + kQ + 2 * 64 + h * kVecBytes, S.corr);
+        storef(dst + kQ + 3 * 64 + h * kVecBytes, S.dv);
+        storef(dst + kQ + 4 * 64 + h * kVecBytes, S.mv);
+      }
+    }
+  }
+}
+
+/// Folds one block's int32 sums of row r into its accumulator (the fp32 steps of ops/quant_gemm.h).
+template <QuantType T>
+QG_FN VF fold(const QJob& j, std::int64_t ab, VI is, VF dv, VF mv, VF acc) {
+  VF u;
+  if constexpr (quant_detail::Traits<T>::kMin) {
+    u = fmsf(tof(is), dv, mulf(mv, setf(j.sf[ab])));
+  } else {
+    (void)mv;
+    u = mulf(tof(is), dv);
+  }
+  return fmaf_(u, setf(j.da[ab]), acc);
+}
+
+/// tile_direct's step for group pair U: decode, multiply with MR rows, widen every kFlush / 2
+/// pairs (at most 4 groups per int16 sum, the bounds of ops/quant_gemm.h).
+template <QuantType T, int U, int MR>
+QG_FN void direct_pair(const QJob& j, std::int64_t r0, std::int64_t nb, std::int64_t b, const std::uint8_t* qsrc, int h,
+                       const BlockScales& S, VI (&is)[MR], VI (&pl)[MR], VI (&ph)[MR]) {
+  constexpr int kFlush = quant_detail::Traits<T>::kFlush;
+  constexpr int kPairFlush = kFlush >= 8 ? 4 : kFlush;
+  VI lo, hi;
+  decode_pair<T, U>(qsrc, h, lo, hi);
+  for (int r = 0; r < MR; ++r) {
+    const std::int8_t* qa = j.qa + ((r0 + r) * nb + b) * 32;
+    std::int32_t al, ah;
+    std::memcpy(&al, qa + 4 * U, 4);
+    std::memcpy(&ah, qa + 16 + 4 * U, 4);
+    pl[r] = add16(pl[r], maddubs(lo, set32(al)));
+    ph[r] = add16(ph[r], maddubs(hi, set32(ah)));
+  }
+  if constexpr ((U + 1) % kPairFlush == 0) {
+    for (int r = 0; r < MR; ++r) {
+      is[r] = add32(is[r], add32(madd(pl[r], S.sclo), madd(ph[r], S.schi)));
+      pl[r] = ph[r] = zeroi();
+    }
+  }
+}
+
+/// Few rows (decode): MR rows × one panel straight from the packed records, values decoded in
+/// registers (no buffer); separate int16 sums for the two halves of a block (direct_pair).
+template <QuantType T, int MR>
+__attribute__((target(QG_TARGET))) void tile_direct(const QJob& j, std::int64_t r0, std::int64_t p0) {
+  using Tr = quant_detail::Traits<T>;
+  const quant_detail::Layout L = quant_detail::layout_of(T);
+  const std::int64_t nb = j.w->blocks();
+  VF acc[MR][kNH];
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < kNH; ++h) acc[r][h] = zerof();
+  for (std::int64_t s = 0; s < j.w->superblocks(); ++s) {
+    const std::uint8_t* rec = j.w->record(p0, s);
+    for (int g = 0; g < Tr::kGroup; ++g) {
+      const std::int64_t b = s * Tr::kGroup + g;
+      const std::uint8_t* qsrc = rec + static_cast<std::size_t>(g) * L.qbytes;
+      for (int h = 0; h < kNH; ++h) {
+        const BlockScales S = block_scales<T>(rec, L, g, h);
+        VI is[MR], pl[MR], ph[MR];
+        for (int r = 0; r < MR; ++r) {
+          is[r] = Tr::kOff != 0 ? sub32(zeroi(), madd(S.corr, set32(j.spair[(r0 + r) * nb + b]))) : zeroi();
+          pl[r] = ph[r] = zeroi();
+        }
+        direct_pair<T, 0, MR>(j, r0, nb, b, qsrc, h, S, is, pl, ph);
+        direct_pair<T, 1, MR>(j, r0, nb, b, qsrc, h, S, is, pl, ph);
+        direct_pair<T, 2, MR>(j, r0, nb, b, qsrc, h, S, is, pl, ph);
+        direct_pair<T, 3, MR>(j, r0, nb, b, qsrc, h, S, is, pl, ph);
+        for (int r = 0; r < MR; ++r) acc[r][h] = fold<T>(j, (r0 + r) * nb + b, is[r], S.dv, S.mv, acc[r][h]);
+      }
+    }
+  }
+  float out[MR * kQuantPanelCols];
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < kNH; ++h) storef(out + r * kQuantPanelCols + h * kLanes, acc[r][h]);
+  store_tile(j, r0, MR, p0, out);
+}
+
+/// MR rows × one panel from the unpacked buffer (the expression of ops/quant_gemm.h). Per group g
+/// of 4 k (in k order) and row: one broadcast of the 4 activation bytes, per vector of columns
+/// vpmaddubsw into an int16 sum; every Traits::kFlush groups (inside one half block whenever the
+/// halves' scales differ) the sums are widened by vpmaddwd with the scales into int32.
+template <QuantType T, int MR>
+__attribute__((target(QG_TARGET))) void tile(const QJob& j, std::int64_t r0, std::int64_t p0, const std::uint8_t* buf) {
+  using Tr = quant_detail::Traits<T>;
+  constexpr std::size_t kQ = quant_detail::kUnpackedQ;
+  const std::int64_t nb = j.w->blocks();
+  VF acc[MR][kNH];
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < kNH; ++h) acc[r][h] = zerof();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::uint8_t* bb = buf + static_cast<std::size_t>(b) * quant_detail::kUnpackedBlock;
+    const std::int8_t* qa[MR];
+    for (int r = 0; r < MR; ++r) qa[r] = j.qa + ((r0 + r) * nb + b) * 32;
+    VI is[MR][kNH], ps[MR][kNH];
+    if constexpr (Tr::kOff != 0) {
+      for (int h = 0; h < kNH; ++h) {
+        const VI corr = loadi(bb + kQ + 128 + h * kVecBytes);
+        for (int r = 0; r < MR; ++r) is[r][h] = sub32(zeroi(), madd(corr, set32(j.spair[(r0 + r) * nb + b])));
+      }
+    } else {
+      for (int r = 0; r < MR; ++r)
+        for (int h = 0; h < kNH; ++h) is[r][h] = zeroi();
+    }
+    for (int r = 0; r < MR; ++r)
+      for (int h = 0; h < kNH; ++h) ps[r][h] = zeroi();
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      VI w[kNH];
+      for (int h = 0; h < kNH; ++h) w[h] = loadi(bb + g * 64 + h * kVecBytes);
+      for (int r = 0; r < MR; ++r) {
+        std::int32_t a4;
+        std::memcpy(&a4, qa[r] + 4 * g, 4);
+        const VI a = set32(a4);
+        for (int h = 0; h < kNH; ++h) ps[r][h] = add16(ps[r][h], maddubs(w[h], a));
+      }
+      if ((g + 1) % Tr::kFlush == 0) {
+        for (int h = 0; h < kNH; ++h) {
+          const VI sc = loadi(bb + kQ + (g < 4 ? 0 : 64) + h * kVecBytes);
+          for (int r = 0; r < MR; ++r) {
+            is[r][h] = add32(is[r][h], madd(ps[r][h], sc));
+            ps[r][h] = zeroi();
+          }
+        }
+      }
+    }
+    for (int h = 0; h < kNH; ++h) {
+      const VF dv = loadf(bb + kQ + 192 + h * kVecBytes);
+      const VF mv = Tr::kMin ? loadf(bb + kQ + 256 + h * kVecBytes) : zerof();
+      for (int r = 0; r < MR; ++r) acc[r][h] = fold<T>(j, (r0 + r) * nb + b, is[r][h], dv, mv, acc[r][h]);
+    }
+  }
+  float out[MR * kQuantPanelCols];
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < kNH; ++h) storef(out + r * kQuantPanelCols + h * kLanes, acc[r][h]);
+  store_tile(j, r0, MR, p0, out);
+}
+
+/// Rows per register tile: int16 and int32 sums of MR rows × kNH vectors stay in registers.
+constexpr int kMR = QG_512 ? 6 : 3;
+
+template <QuantType T>
+__attribute__((target(QG_TARGET))) void panel(const QJob& j, std::int64_t p0, std::int64_t m, std::uint8_t* buf) {
+  if (m <= 2) {  // decode: decoding in registers beats a buffer written and read once
+    if (m == 2) {
+      tile_direct<T, 2>(j, 0, p0);
+    } else {
+      tile_direct<T, 1>(j, 0, p0);
+    }
+    return;
+  }
+  unpack_panel<T>(*j.w, p0, buf);
+  std::int64_t r = 0;
+  for (; r + kMR <= m; r += kMR) tile<T, kMR>(j, r, p0, buf);
+  switch (m - r) {
+    case 5: tile<T, 5>(j, r, p0, buf); break;
+    case 4: tile<T, 4>(j, r, p0, buf); break;
+    case 3: tile<T, 3>(j, r, p0, buf); break;
+    case 2: tile<T, 2>(j, r, p0, buf); break;
+    case 1: tile<T, 1>(j, r, p0, buf); break;
+    default: break;
+  }
+}
+
+/// Runs panel p0 for the weight's type.
+inline void run_panel(const QJob& j, std::int64_t p0, std::int64_t m, std::uint8_t* buf) {
+  switch (j.w->type()) {
+    case QuantType::kQ4_K: panel<QuantType::kQ4_K>(j, p0, m, buf); break;
+    case QuantType::kQ5_K: panel<QuantType::kQ5_K>(j, p0, m, buf); break;
+    case QuantType::kQ6_K: panel<QuantType::kQ6_K>(j, p0, m, buf); break;
+    case QuantType::kQ4_0: panel<QuantType::kQ4_0>(j, p0, m, buf); break;
+    case QuantType::kQ4_1: panel<QuantType::kQ4_1>(j, p0, m, buf); break;
+    case QuantType::kQ5_0: panel<QuantType::kQ5_0>(j, p0, m, buf); break;
+    case QuantType::kQ5_1: panel<QuantType::kQ5_1>(j, p0, m, buf); break;
+  }
+}
+
+#undef QG_FN
+
+}  // namespace QG_NS
