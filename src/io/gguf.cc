@@ -141,91 +141,48 @@ bool is_integer(GgufValueType t) {
 
 }  // namespace
 
-bool ggml_block_layout(std::uint32_t type, std::int64_t& block_elems, std::int64_t& block_bytes) noexcept {
-  switch (static_cast<GgmlType>(type)) {
-    case GgmlType::kF32:
-      block_elems = 1;
-      block_bytes = 4;
-      return true;
-    case GgmlType::kF16:
-      block_elems = 1;
-      block_bytes = 2;
-      return true;
-    case GgmlType::kBF16:
-      block_elems = 1;
-      block_bytes = 2;
-      return true;
-    case GgmlType::kQ4_0:
-      block_elems = 32;
-      block_bytes = 18;
-      return true;
-    case GgmlType::kQ4_1:
-      block_elems = 32;
-      block_bytes = 20;
-      return true;
-    case GgmlType::kQ5_0:
-      block_elems = 32;
-      block_bytes = 22;
-      return true;
-    case GgmlType::kQ5_1:
-      block_elems = 32;
-      block_bytes = 24;
-      return true;
-    case GgmlType::kQ8_0:
-      block_elems = 32;
-      block_bytes = 34;
-      return true;
-    case GgmlType::kQ8_1:
-      block_elems = 32;
-      block_bytes = 36;
-      return true;
-    case GgmlType::kQ2_K:
-      block_elems = 256;
-      block_bytes = 84;
-      return true;
-    case GgmlType::kQ3_K:
-      block_elems = 256;
-      block_bytes = 110;
-      return true;
-    case GgmlType::kQ4_K:
-      block_elems = 256;
-      block_bytes = 144;
-      return true;
-    case GgmlType::kQ5_K:
-      block_elems = 256;
-      block_bytes = 176;
-      return true;
-    case GgmlType::kQ6_K:
-      block_elems = 256;
-      block_bytes = 210;
-      return true;
-    case GgmlType::kQ8_K:
-      block_elems = 256;
-      block_bytes = 292;
-      return true;
+namespace {
+
+// Every ggml tensor type a GGUF file can name (ggml.h's enum ggml_type), with its block layout: so
+// that a file is parsed (sizes, offsets) whatever it holds, and an error names the type of a tensor
+// clef does not compute with.
+struct GgmlTypeInfo {
+  std::uint32_t value;
+  const char* name;
+  std::int64_t block_elems;
+  std::int64_t block_bytes;
+};
+constexpr GgmlTypeInfo kGgmlTypes[] = {
+    {0, "F32", 1, 4},         {1, "F16", 1, 2},         {2, "Q4_0", 32, 18},      {3, "Q4_1", 32, 20},
+    {6, "Q5_0", 32, 22},      {7, "Q5_1", 32, 24},      {8, "Q8_0", 32, 34},      {9, "Q8_1", 32, 36},
+    {10, "Q2_K", 256, 84},    {11, "Q3_K", 256, 110},   {12, "Q4_K", 256, 144},   {13, "Q5_K", 256, 176},
+    {14, "Q6_K", 256, 210},   {15, "Q8_K", 256, 292},   {16, "IQ2_XXS", 256, 66}, {17, "IQ2_XS", 256, 74},
+    {18, "IQ3_XXS", 256, 98}, {19, "IQ1_S", 256, 50},   {20, "IQ4_NL", 32, 18},   {21, "IQ3_S", 256, 110},
+    {22, "IQ2_S", 256, 82},   {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1},         {25, "I16", 1, 2},
+    {26, "I32", 1, 4},        {27, "I64", 1, 8},        {28, "F64", 1, 8},        {29, "IQ1_M", 256, 56},
+    {30, "BF16", 1, 2},       {34, "TQ1_0", 256, 54},   {35, "TQ2_0", 256, 66},   {39, "MXFP4", 32, 17},
+};
+
+const GgmlTypeInfo* find_ggml_type(std::uint32_t type) noexcept {
+  for (const GgmlTypeInfo& t : kGgmlTypes) {
+    if (t.value == type) return &t;
   }
-  return false;
+  return nullptr;
+}
+
+}  // namespace
+
+bool ggml_block_layout(std::uint32_t type, std::int64_t& block_elems, std::int64_t& block_bytes) noexcept {
+  const GgmlTypeInfo* t = find_ggml_type(type);
+  if (t == nullptr) return false;
+  block_elems = t->block_elems;
+  block_bytes = t->block_bytes;
+  return true;
 }
 
 std::string ggml_type_name(std::uint32_t type) {
-  switch (static_cast<GgmlType>(type)) {
-    case GgmlType::kF32: return "F32";
-    case GgmlType::kF16: return "F16";
-    case GgmlType::kBF16: return "BF16";
-    case GgmlType::kQ4_0: return "Q4_0";
-    case GgmlType::kQ4_1: return "Q4_1";
-    case GgmlType::kQ5_0: return "Q5_0";
-    case GgmlType::kQ5_1: return "Q5_1";
-    case GgmlType::kQ8_0: return "Q8_0";
-    case GgmlType::kQ8_1: return "Q8_1";
-    case GgmlType::kQ2_K: return "Q2_K";
-    case GgmlType::kQ3_K: return "Q3_K";
-    case GgmlType::kQ4_K: return "Q4_K";
-    case GgmlType::kQ5_K: return "Q5_K";
-    case GgmlType::kQ6_K: return "Q6_K";
-    case GgmlType::kQ8_K: return "Q8_K";
-  }
-  return "type " + std::to_string(type);
+  const GgmlTypeInfo* t = find_ggml_type(type);
+  return t != nullptr ? std::string(t->name) : "type " + std::to_string(type);
 }
 
 std::uint64_t GgufTensorInfo::numel() const noexcept {

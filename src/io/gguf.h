@@ -24,7 +24,8 @@
 
 namespace clef {
 
-/// ggml tensor types this reader knows the block layout of (ggml.h's enum values).
+/// The ggml tensor types clef computes with or dequantizes (ggml.h's enum values); the reader parses
+/// files holding any other type ggml defines (ggml_block_layout) and names it in errors.
 enum class GgmlType : std::uint32_t {
   kF32 = 0,
   kF16 = 1,

@@ -12,22 +12,23 @@ namespace {
 
 bool tiled(const GdnConfig& c) { return c.v_heads_tiled && c.dims.hv != c.dims.hk; }
 
+/// True when out_proj's columns can be moved per V head: dv whole blocks of its dtype (every
+/// unquantized dtype; Q8_0 and the 32-element types for dv a multiple of 32; K-quants need 256).
+bool head_columns_movable(const GdnConfig& c, const WeightView& w) {
+  std::uint64_t block_elems = 1, block_bytes = 0;
+  return !dtype_block(w.dtype(), block_elems, block_bytes) || c.dims.dv % static_cast<std::int64_t>(block_elems) == 0;
+}
+
 /// out_proj [H, Hv*dv] with its column blocks (one per V head, dv wide) moved from the stored
-/// tiled order to the grouped order; bytes in the stored dtype (block types: dv must be whole blocks).
+/// tiled order to the grouped order; bytes in the stored dtype. nullptr when not tiled, or when a
+/// V head is not whole blocks of the dtype (then forward moves the activations instead).
 std::shared_ptr<const std::vector<std::byte>> grouped_out_proj(const GdnConfig& c, const WeightView& w,
                                                                const std::string& name) {
   if (!tiled(c)) return nullptr;
   if (!w.valid() || w.shape().size() != 2 || w.shape()[1] != c.value_dim()) {
     throw ModelLoadError("linear weight " + name + " is missing or not [H, Hv*dv]");
   }
-  std::uint64_t block_elems = 1, block_bytes = 0;
-  if (dtype_block(w.dtype(), block_elems, block_bytes) && c.dims.dv % static_cast<std::int64_t>(block_elems) != 0) {
-    throw Unsupported(*w.file + ": " + name + " is " + std::string(dtype_name(w.dtype())) +
-                      " with V heads in tiled order "
-                      "and a value head dim " +
-                      std::to_string(c.dims.dv) + " that is not a multiple of its block (" +
-                      std::to_string(block_elems) + ")");
-  }
+  if (!head_columns_movable(c, w)) return nullptr;
   const std::int64_t hk = c.dims.hk, hv = c.dims.hv, r = hv / hk;
   const std::size_t head = dtype_bytes(w.dtype(), static_cast<std::uint64_t>(c.dims.dv));
   const std::size_t row = head * static_cast<std::size_t>(hv);
@@ -57,6 +58,15 @@ void GatedDeltaNet::to_grouped(float* x, std::int64_t rows, std::int64_t stride,
   for (std::int64_t i = 0; i < rows; ++i) {
     float* row = x + i * stride + offset;
     for (std::int64_t h = 0; h < hv; ++h) std::copy_n(row + stored_head(h) * width, width, tmp + h * width);
+    std::copy_n(tmp, hv * width, row);
+  }
+}
+
+void GatedDeltaNet::to_stored(float* x, std::int64_t rows, std::int64_t stride, std::int64_t width, float* tmp) const {
+  const std::int64_t hv = cfg_.dims.hv;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    float* row = x + i * stride;
+    for (std::int64_t h = 0; h < hv; ++h) std::copy_n(row + h * width, width, tmp + stored_head(h) * width);
     std::copy_n(tmp, hv * width, row);
   }
 }
@@ -163,6 +173,7 @@ void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float*
     ops::gated_rms_norm(o, z, n * d.hv, d.dv, norm_w_.data(), cfg_.eps, o);  // per head
   }
   CLEF_PROF_SCOPE("gdn.out_proj");
+  if (tiled(cfg_) && !out_grouped_) to_stored(o, n, vd, d.dv, act.head_order.data());  // weight kept tiled
   ops::linear(o, n, out_, h, /*accumulate=*/true);
 }
 

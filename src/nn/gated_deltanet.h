@@ -77,7 +77,14 @@ class GatedDeltaNet {
   void to_grouped(float* x, std::int64_t rows, std::int64_t stride, std::int64_t offset, std::int64_t width,
                   float* tmp) const;
 
-  std::shared_ptr<const std::vector<std::byte>> out_grouped_;  ///< out_proj copy (tiled checkpoints)
+  /// x [rows, stride]: the Hv blocks of `width` floats at the start of each row, from grouped to
+  /// stored order (the inverse of to_grouped; tmp: Hv*width floats).
+  void to_stored(float* x, std::int64_t rows, std::int64_t stride, std::int64_t width, float* tmp) const;
+
+  /// out_proj with its columns in grouped order (tiled checkpoints whose V heads are whole blocks of
+  /// the dtype); null otherwise, and for tiled block-quantized weights whose blocks span V heads
+  /// (a K-quant's 256 columns over dv = 128), forward moves the delta-rule output to the stored order.
+  std::shared_ptr<const std::vector<std::byte>> out_grouped_;
   ops::GemmWeight qkv_, z_, b_, a_, out_;
   std::vector<float> conv_w_;                    ///< [conv_dim, K]
   std::vector<float> dt_bias_, neg_a_, norm_w_;  ///< neg_a_: A = -exp(A_log), [Hv]

@@ -25,12 +25,6 @@ ops::GemmWeight linear_weight(const WeightView& w, ops::Precision p, const std::
                            " elements, not whole blocks of " + std::to_string(be));
     }
   }
-  if (w.dtype() == DType::kQ8_0 && p != ops::Precision::kInt8) {
-    throw Unsupported(*w.file + ": tensor " + w.info->name + " (" + name +
-                      ") is Q8_0: a Q8_0 GGUF runs with "
-                      "--precision int8 only (fp32/bf16 would need a dequantized copy of every weight, which clef "
-                      "does not make; use an F32/BF16/F16 GGUF or the release folder for those)");
-  }
   return ops::GemmWeight(w.dtype(), w.bytes.data(), w.shape()[0], w.shape()[1], p);
 }
 
@@ -90,6 +84,20 @@ float snap_neg_exp_to_bf16_log(float a) {
   return best;
 }
 
+namespace {
+
+// True when a == -std::exp(b) exactly for a bf16 b near log(-a) (a < 0).
+bool is_neg_exp_of_bf16(float a) {
+  if (!(a < 0.0f) || !std::isfinite(a)) return false;
+  const std::uint16_t b0 = f32_to_bf16(std::log(-a));
+  for (const int step : {-1, 0, 1}) {
+    if (-std::exp(bf16_to_f32(static_cast<std::uint16_t>(b0 + step))) == a) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::vector<float> neg_exp_a(const WeightView& w, const std::string& name) {
   if (!w.valid()) throw ModelLoadError("tensor " + name + " is missing");
   std::vector<float> v = w.to_f32();
@@ -98,14 +106,20 @@ std::vector<float> neg_exp_a(const WeightView& w, const std::string& name) {
     return v;
   }
   if (w.stored != StoredAs::kNegExp) throw InternalError("tensor " + name + ": not a GDN decay");
+  std::vector<float> snapped(v.size());
+  bool every_one_explained = true;
   for (std::size_t j = 0; j < v.size(); ++j) {
     if (!(v[j] <= 0.0f) || !std::isfinite(v[j])) {
       throw ModelLoadError(*w.file + ": tensor " + name + "[" + std::to_string(j) + "] = " + std::to_string(v[j]) +
                            " is not a decay A = -exp(A_log) (must be <= 0 and finite)");
     }
-    v[j] = snap_neg_exp_to_bf16_log(v[j]);
+    snapped[j] = snap_neg_exp_to_bf16_log(v[j]);
+    // Explained: within one ulp of -expf of a bf16 A_log (the snap moved it, or it already equals one).
+    every_one_explained = every_one_explained && (snapped[j] != v[j] || is_neg_exp_of_bf16(v[j]));
   }
-  return v;
+  // Only a tensor whose every decay comes from a bf16 A_log is moved: for an fp32 A_log an element can
+  // lie within an ulp of such a value by chance, and moving it alone would change a correct A.
+  return every_one_explained ? snapped : v;
 }
 
 }  // namespace clef::nn

@@ -34,9 +34,10 @@ std::vector<float> offset_norm_f32(const WeightView& w, const std::string& name)
 /// A = -exp(A_log) of a GDN layer, [Hv] fp32, as ops::gdn_gates consumes it. kParameter (A_log
 /// stored): -std::exp(float) per element, what the CPU kernels computed from A_log before
 /// this was hoisted to load time. kNegExp (GGUF ssm_a): each stored A through
-/// snap_neg_exp_to_bf16_log, so a GGUF converted from a folder with bf16 A_log gives the folder's
-/// A bit for bit although the converter's exp (torch, fp32) differs from expf by one ulp for some
-/// inputs. Throws ModelLoadError when absent, or when a stored A is not <= 0 and finite (naming
+/// snap_neg_exp_to_bf16_log when every element of the tensor is within one ulp of -expf of a bf16
+/// value (else the stored A unchanged), so a GGUF converted from a folder with bf16 A_log gives the
+/// folder's A bit for bit although the converter's exp (torch, fp32) differs from expf by one ulp for
+/// some inputs. Throws ModelLoadError when absent, or when a stored A is not <= 0 and finite (naming
 /// the tensor and the index).
 std::vector<float> neg_exp_a(const WeightView& w, const std::string& name);
 

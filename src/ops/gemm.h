@@ -50,14 +50,14 @@ class GemmWeight {
  public:
   GemmWeight() = default;
   /// `data` holds n x k little-endian elements of `dtype` (F32, BF16 or F16), any alignment, or
-  /// with kInt8 also ggml Q8_0 blocks (DType::kQ8_0). kInt8 quantizes (or repacks) here, on the
+  /// ggml Q8_0 blocks (DType::kQ8_0). kInt8 quantizes (or repacks) here, on the
   /// engine's threads, into an owned Int8Weight (ops/int8_gemm.h) and then drops the resident
   /// pages of `data` when it is a MappedFile's (MappedFile::drop_pages): memory holds the int8
   /// copy only. A block-quantized ggml weight (DType kQ4_K, kQ5_K, kQ6_K, kQ4_0, kQ4_1, kQ5_0,
   /// kQ5_1) is repacked into an owned QuantWeight (ops/quant_gemm.h) at every precision (its own
-  /// kernels; the mapped pages are dropped likewise). Throws Unsupported for another dtype (Q8_0
-  /// outside kInt8 included), InvalidArgument for non-positive sizes or a block type's k not whole
-  /// blocks.
+  /// kernels; the mapped pages are dropped likewise); so is a Q8_0 weight, which takes the int8 path
+  /// at every precision: a quantized file chooses its kernels by itself. Throws Unsupported for another
+  /// dtype, InvalidArgument for non-positive sizes or a block type's k not whole blocks.
   GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64_t k, Precision p);
   GemmWeight(GemmWeight&&) noexcept = default;
   GemmWeight& operator=(GemmWeight&&) noexcept = default;

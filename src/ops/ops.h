@@ -43,9 +43,9 @@ struct RopeDims {
 };
 
 /// Embedding gather (§2.3): out [n, h] = float(table[ids[i], :]). `table` holds rows x h
-/// elements of `dtype` (F32, BF16, F16, or Q8_0 with h a multiple of 32: rows of h/32 blocks,
-/// element d * q). Throws InvalidArgument for an id outside [0, rows),
-/// Unsupported for another dtype.
+/// elements of `dtype` (F32, BF16, F16, or a ggml block type with h whole blocks: Q8_0 rows as
+/// d * q, the others through core/quant_blocks.h, docs/GGUF.md "Block types"). Throws
+/// InvalidArgument for an id outside [0, rows), Unsupported for another dtype or partial blocks.
 void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::int64_t h,
                       std::span<const std::int32_t> ids, float* out);
 

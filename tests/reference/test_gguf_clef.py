@@ -32,13 +32,15 @@ HEAD_FILES = ("joint_head.safetensors", "joint_head_config.json", "random_weight
 
 
 def _expf_mismatches(n: int) -> list:
-    """n bf16 values a (as float) in [-3, 3] where torch's fp32 -exp(a) != -expf(a)."""
+    """n bf16 values a (as float), 2^-7 <= |a| <= 8, where torch's fp32 -exp(a) != -expf(a). (Closer
+    to 0, -expf of neighbouring bf16 values lies within an ulp or two of -1 and the A_log behind a stored
+    A is not unique: clef cannot undo the converter's exp there; docs/GGUF.md.)"""
     import torch
 
     libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
     libm.expf.restype, libm.expf.argtypes = ctypes.c_float, [ctypes.c_float]
     bits = torch.arange(0, 65536, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
-    v = bits[torch.isfinite(bits) & (bits.abs() <= 3)]
+    v = bits[torch.isfinite(bits) & (bits.abs() <= 8) & (bits.abs() >= 2.0**-7)]
     t = torch.exp(v).numpy()
     found = [float(a) for a, e in zip(v.numpy(), t) if np.float32(libm.expf(float(a))) != e]
     assert len(found) >= n, len(found)
@@ -88,12 +90,16 @@ def bf16_round(x: np.ndarray) -> np.ndarray:
     return make_gguf.bf16_bits_to_f32(make_gguf.f32_to_bf16_bits(x))
 
 
-def write(folder: pathlib.Path, out_dir: pathlib.Path, layout: str, outtype: str, **kw) -> pathlib.Path:
+def write(folder: pathlib.Path, out_dir: pathlib.Path, layout: str, outtype: str, a_exp: str = "expf",
+          **kw) -> pathlib.Path:
+    """make_gguf.convert of `folder`. a_exp "expf" (default) for the tiny folder, whose fp32 A_log no reader
+    can recover from a converter's one-ulp different exp; the tricky folder (bf16 A_log) uses "torch", as
+    llama.cpp's converter does."""
     import make_gguf
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"model-{layout}-{outtype}.gguf"
-    make_gguf.convert(folder, path, outtype, layout=layout, **kw)
+    make_gguf.convert(folder, path, outtype, layout=layout, a_exp=a_exp, **kw)
     # qwen35: the head files beside it; both: random_weights.json (the model name in the answers)
     for f in HEAD_FILES if layout == "qwen35" else ("random_weights.json",):
         shutil.copy(folder / f, out_dir / f)
@@ -120,7 +126,7 @@ def test_the_folder_is_adversarial(tricky, tmp_path):
     libm.expf.restype, libm.expf.argtypes = ctypes.c_float, [ctypes.c_float]
     from safetensors.torch import load_file
 
-    g = write(tricky, tmp_path, "clef", "f32")
+    g = write(tricky, tmp_path, "clef", "f32", a_exp="torch")
     a = np.sort(np.concatenate([np.asarray(t.data, dtype=np.float32) for t in gguf.GGUFReader(str(g)).tensors
                                 if t.name.endswith("ssm_a")]))
     logs = [v for k, t in load_file(str(tricky / "model.safetensors")).items() if k.endswith("A_log")
@@ -133,7 +139,7 @@ def test_the_folder_is_adversarial(tricky, tmp_path):
 def tricky_files(tricky, tmp_path_factory) -> dict:
     """{(layout, type): GGUF} of the tricky folder, and the folder with its head rounded to bf16."""
     root = tmp_path_factory.mktemp("tricky-gguf")
-    files = {(layout, t): write(tricky, root / f"{layout}-{t}", layout, t) for layout in ("qwen35", "clef")
+    files = {(layout, t): write(tricky, root / f"{layout}-{t}", layout, t, a_exp="torch") for layout in ("qwen35", "clef")
              for t in ("f32", "bf16")}
     files["bf16-head folder"] = head_rounded(tricky, root / "bf16-head", bf16_round)
     return files
@@ -205,17 +211,21 @@ def test_unknown_layouts_are_refused(tiny_dir, tmp_path):
     assert r.returncode != 0 and "without the string key clef.decision.type" in r.stderr.decode(), r.stderr.decode()
 
 
-def test_backbone_k_quant_tensor_is_refused_by_name(tiny_dir, tmp_path):
-    """The backbone's matmuls take F32/F16/BF16/Q8_0 only: a K-quant backbone tensor is named."""
-    from gguf import GGMLQuantizationType as Q
-    from gguf.quants import quantize
+def test_backbone_tensor_of_a_type_without_matmul_is_refused_by_name(tiny_dir, tmp_path):
+    """Backbone matmuls run F32/F16/BF16, Q8_0, Q4_0/Q4_1/Q5_0/Q5_1 and Q4_K/Q5_K/Q6_K: a tensor of
+    another type (here IQ4_NL, 32-element blocks of 18 bytes) is refused naming tensor and type."""
+    import gguf
 
-    def q4_0_gate(tensors, md):
+    def iq4_nl_gate(tensors, md):
         x, _ = tensors["blk.0.ffn_gate.weight"]
-        tensors["blk.0.ffn_gate.weight"] = (quantize(np.ascontiguousarray(x, dtype=np.float32), Q.Q4_0), Q.Q4_0)
+        raw = np.random.default_rng(0).integers(0, 255, (x.shape[0], x.shape[1] // 32 * 18), dtype=np.uint8)
+        tensors["blk.0.ffn_gate.weight"] = (raw, gguf.GGMLQuantizationType.IQ4_NL)
 
-    g = write(tiny_dir, tmp_path, "clef", "f32", mutate=q4_0_gate)
-    r = run("inspect", g)
+    g = write(tiny_dir, tmp_path, "clef", "f32", mutate=iq4_nl_gate)
+    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(g)).tensors}
+    assert types["blk.0.ffn_gate.weight"] == "IQ4_NL"
+    r = run("decide", "--model", g, "--jsonl", corpus_bodies(tmp_path), "--out", tmp_path / "a.jsonl",
+            "--no-progress", "--threads", "2")
     err = r.stderr.decode()
     assert r.returncode > 1, err
-    assert "blk.0.ffn_gate.weight" in err and "Q4_0" in err and "backbone tensors in F32, F16, BF16 and Q8_0" in err, err
+    assert "blk.0.ffn_gate.weight" in err and "IQ4_NL" in err, err

@@ -127,6 +127,27 @@ TEST(Ops, EmbeddingGatherAllDtypes) {
   }
 }
 
+// Block-quantized tables (GGUF token_embd in Q8_0, Q4_K, Q6_K, ...): random block bytes with finite
+// fp16 scales, rows of whole blocks; the rows equal the reference's dequantized rows bit for bit, and
+// a row that is not whole blocks is refused.
+TEST(Ops, EmbeddingGatherBlockTypes) {
+  Rng rng(2);
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    std::uint64_t be = 0, bb = 0;
+    ASSERT_TRUE(dtype_block(dt, be, bb));
+    const std::int64_t h = 2 * static_cast<std::int64_t>(be), rows = 9;
+    std::vector<std::byte> table(static_cast<std::size_t>(rows) * 2 * bb);
+    for (auto& b : table)
+      b = static_cast<std::byte>(rng.integer(0, 255) & 0x3B);  // every byte <= 0x3B: no fp16 inf/NaN
+    const std::vector<std::int32_t> ids = {0, 8, 3, 3};
+    Vec want(ids.size() * static_cast<std::size_t>(h)), got(want.size());
+    ops::ref::embedding_gather(dt, table.data(), rows, h, ids, want.data());
+    ops::embedding_gather(dt, table.data(), rows, h, ids, got.data());
+    EXPECT_TRUE(close("embedding_gather", std::string(dtype_name(dt)) + " " + dims({rows, h}), want, got, {0, 0}));
+    EXPECT_THROW(ops::embedding_gather(dt, table.data(), rows, h - 1, ids, got.data()), Unsupported);
+  }
+}
+
 // Bulk conversions equal the scalar ones of core/dtype.h bit for bit: random values, ties, NaN,
 // infinities, subnormals, values that round up to infinity; odd lengths (vector tails).
 TEST_P(OpsAtLevel, ConversionsMatchScalarBitForBit) {

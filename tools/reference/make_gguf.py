@@ -53,6 +53,8 @@ For tests, ``convert(..., mutate=f)`` lets f(tensors, metadata) edit the {name: 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import json
 import math
 import pathlib
@@ -287,13 +289,29 @@ def head_tensors(head: Dict[str, np.ndarray], routing: int) -> Dict[str, np.ndar
     return out
 
 
+def neg_exp(a_log: np.ndarray, how: str) -> np.ndarray:
+    """-exp(a_log) in fp32, float32 in and out; how = "torch" (torch.exp) or "expf" (libm's expf)."""
+    import torch
+
+    if how == "torch":
+        return (-torch.exp(torch.from_numpy(np.ascontiguousarray(a_log)))).numpy()
+    if how != "expf":
+        raise ValueError(f"a_exp {how!r}: expected 'torch' or 'expf'")
+    libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    libm.expf.restype, libm.expf.argtypes = ctypes.c_float, [ctypes.c_float]
+    return np.array([-libm.expf(float(v)) for v in a_log.reshape(-1)], dtype=np.float32).reshape(a_log.shape)
+
+
 def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
             mutate: Optional[Callable[[Dict[str, Tuple[np.ndarray, Q]], Dict[str, Tuple[Any, V]]], None]] = None,
             arch: Optional[str] = None, layout: str = "qwen35", scorer_out_1d: bool = False,
-            head_type: Optional[str] = None) -> Dict[str, Q]:
+            head_type: Optional[str] = None, a_exp: str = "torch") -> Dict[str, Q]:
     """Writes `out`; returns {gguf tensor name: ggml type written}. `arch` overrides
     general.architecture (tests of refused files); `scorer_out_1d` stores decision.scorer_out.weight
-    1-D [W] (F32), as some converters do; `head_type` gives the head's 2-D tensors another type."""
+    1-D [W] (F32), as some converters do; `head_type` gives the head's 2-D tensors another type.
+    `a_exp` is the exp behind ssm_a = -exp(A_log): "torch" (torch's fp32 exp, as llama.cpp's converter)
+    or "expf" (the C library's, which is what clef computes from a folder's A_log: for tests that
+    compare every other transform bit for bit on folders whose A_log is fp32)."""
     import torch
 
     if layout not in LAYOUTS:
@@ -333,7 +351,7 @@ def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
             elif g.endswith("ssm_out.weight"):
                 x = tiled(x, 1, hk, hv, dv)
         if g.endswith("ssm_a"):
-            x = (-torch.exp(torch.from_numpy(np.ascontiguousarray(as_f32(x))))).numpy()
+            x = neg_exp(as_f32(x), a_exp)
         elif g.endswith("norm.weight") and not g.endswith("ssm_norm.weight"):
             x = as_f32(x) + np.float32(1.0)
         if x.ndim == 1 or g.endswith("ssm_conv1d.weight"):

@@ -143,15 +143,26 @@ void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::in
     }
   }
   const auto* bytes = static_cast<const std::byte*>(table);
-  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16 &&
-      !(dtype == DType::kQ8_0 && h % kQ8_0BlockElems == 0)) {
-    throw Unsupported("embedding_gather: table dtype " + std::string(dtype_name(dtype)));
+  std::uint64_t block_elems = 1, block_bytes = 0;
+  const bool blocks = dtype_block(dtype, block_elems, block_bytes);
+  if ((!blocks && dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) ||
+      (blocks && static_cast<std::uint64_t>(h) % block_elems != 0)) {
+    throw Unsupported("embedding_gather: table dtype " + std::string(dtype_name(dtype)) + " with rows of " +
+                      std::to_string(h));
   }
-  const std::size_t row_bytes = dtype_bytes(dtype, static_cast<std::uint64_t>(h));  // Q8_0: whole blocks
+  const std::size_t row_bytes = dtype_bytes(dtype, static_cast<std::uint64_t>(h));  // blocks: whole ones
+  // Q8_0 rows widen as d·q (widen_to_f32_n); the other block types through their dequantizers
+  // (core/quant_blocks.h), bit for bit gguf-py's values.
+  const bool generic = blocks && dtype != DType::kQ8_0;
 #pragma omp parallel for schedule(static) if (n * h >= kParallelMin)
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t id = ids[static_cast<std::size_t>(i)];
-    widen_to_f32_n(dtype, bytes + static_cast<std::size_t>(id) * row_bytes, h, out + i * h);
+    const std::byte* row = bytes + static_cast<std::size_t>(id) * row_bytes;
+    if (generic) {
+      convert_to_f32(dtype, row, static_cast<std::size_t>(h), out + i * h);
+    } else {
+      widen_to_f32_n(dtype, row, h, out + i * h);
+    }
   }
 }
 

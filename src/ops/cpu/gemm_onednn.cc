@@ -155,16 +155,13 @@ GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64
     (void)MappedFile::drop_pages(data, static_cast<std::size_t>(dtype_bytes(dtype, static_cast<std::uint64_t>(n * k))));
     return;
   }
-  if (dtype == DType::kQ8_0 && p != Precision::kInt8) {
-    throw Unsupported(std::string("GemmWeight: Q8_0 weights run in int8 precision (--precision int8), not ") +
-                      precision_name(p));
-  }
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16 && dtype != DType::kQ8_0) {
     throw Unsupported(std::string("GemmWeight: weights of dtype ") + std::string(dtype_name(dtype)) +
                       " are not supported (F32, BF16, F16; Q8_0 in int8 precision; Q4_K, Q5_K, Q6_K, Q4_0, "
                       "Q4_1, Q5_0, Q5_1)");
   }
-  if (p == Precision::kInt8) {
+  if (p == Precision::kInt8 || dtype == DType::kQ8_0) {
+    // Q8_0 blocks run on the int8 kernels at every precision, as the other block types run on theirs.
     int8_ = std::make_unique<Int8Weight>(dtype == DType::kQ8_0 ? Int8Weight::from_q8_0(data, n, k)
                                                                : Int8Weight::quantize(dtype, data, n, k));
     (void)MappedFile::drop_pages(data, static_cast<std::size_t>(dtype_bytes(dtype, static_cast<std::uint64_t>(n * k))));
