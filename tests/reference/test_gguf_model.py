@@ -373,19 +373,18 @@ def test_q8_0_gguf_as_llama_cpp_writes_it(folder, gguf_root, tmp_path):
     assert hidden(g, tmp_path / "g", "int8") == hidden(g32, tmp_path / "f", "int8")
 
 
-def test_serve_answers_from_a_q8_0_gguf_in_int8_as_decide_does(cpp_tiny, gguf_root, tmp_path):
-    """`clef serve --model FILE.gguf --precision int8`: the HTTP answers are the bytes `clef decide`
-    prints for the same GGUF and flags (the folder's int8 answers, per the test above)."""
+def serve_matches_decide(model, tmp_path: pathlib.Path, n: int, *flags: str) -> None:
+    """`clef serve --model MODEL FLAGS`: the HTTP answers to the first n corpus requests are the bytes
+    `clef decide --model MODEL FLAGS` prints for each."""
     import http.client
     import re
     import time
 
     import reference
 
-    g = cached_gguf(cpp_tiny, "q8_0", gguf_root)
     log = tmp_path / "serve.log"
-    proc = subprocess.Popen([clef_bin(), "serve", "--model", str(g), "--precision", "int8", "--port", "0",
-                             "--threads", "1"], stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    proc = subprocess.Popen([clef_bin(), "serve", "--model", str(model), *flags, "--port", "0", "--threads", "1"],
+                            stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
     try:
         port, deadline = 0, time.monotonic() + 60
         while not port and time.monotonic() < deadline:
@@ -394,11 +393,11 @@ def test_serve_answers_from_a_q8_0_gguf_in_int8_as_decide_does(cpp_tiny, gguf_ro
             assert proc.poll() is None, log.read_text(errors="replace")
             time.sleep(0.05)
         assert port, log.read_text(errors="replace")
-        for i in range(4):
+        for i in range(n):
             req = reference.load_jsonl_request(CORPUS, i)
             path = tmp_path / f"r{i}.json"
             path.write_text(json.dumps(req, ensure_ascii=False), encoding="utf-8")
-            r = run("decide", "--model", g, "--precision", "int8", "--threads", "1", path)
+            r = run("decide", "--model", model, *flags, "--threads", "1", path)
             assert r.returncode == 0, r.stderr.decode()
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
             c.request("POST", "/v1/systemone", body=json.dumps(req, ensure_ascii=False).encode(),
@@ -411,3 +410,9 @@ def test_serve_answers_from_a_q8_0_gguf_in_int8_as_decide_does(cpp_tiny, gguf_ro
     finally:
         proc.terminate()
         assert proc.wait(timeout=60) == 0, log.read_text(errors="replace")[-2000:]
+
+
+def test_serve_answers_from_a_q8_0_gguf_in_int8_as_decide_does(cpp_tiny, gguf_root, tmp_path):
+    """`clef serve --model FILE.gguf --precision int8`: the HTTP answers are the bytes `clef decide`
+    prints for the same GGUF and flags (the folder's int8 answers, per the test above)."""
+    serve_matches_decide(cached_gguf(cpp_tiny, "q8_0", gguf_root), tmp_path, 4, "--precision", "int8")

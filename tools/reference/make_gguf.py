@@ -42,7 +42,8 @@ gguf-py/gguf/constants.py and tensor_mapping.py, collected in docs/GGUF.md; no c
                qkv V rows, z rows, a/b rows, A, dt_bias, conv V channels and out_proj columns
     dtypes     1-D tensors, ssm_conv1d and token_types F32; the other 2-D tensors in --type (q4_0..q8_0
                through gguf.quants.quantize, K-quants through tools/reference/kquants.py; a row length that
-               is not whole blocks falls back to F16, as llama.cpp's converter does)
+               is not whole blocks falls back to F16, as llama.cpp's converter does); --type q4_k_m /
+               q5_k_m: llama-quantize's per-tensor mix (mixed_type), its fallbacks for partial blocks
     dropped    model.visual.* (llama.cpp writes the vision tower to a separate mmproj file), mtp.* (as
                --no-mtp), lm_head.weight when tied
 
@@ -75,6 +76,32 @@ OUTTYPES = {"f32": Q.F32, "f16": Q.F16, "bf16": Q.BF16, "q8_0": Q.Q8_0, "q4_0": 
 FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q2_k": 10, "q3_k": 12,
              "q4_k": 15, "q5_k": 17, "q6_k": 18, "bf16": 32}
 LAYOUTS = ("qwen35", "clef")
+# The _M mixes of llama-quantize (llama.cpp src/llama-quant.cpp, dense models): the base K-quant for
+# every 2-D weight, with more bits where that file's rules put them (mixed_type below).
+MIXES = {"q4_k_m": Q.Q4_K, "q5_k_m": Q.Q5_K}
+FILE_TYPE.update({"q4_k_m": 15, "q5_k_m": 17})
+# What llama-quantize writes when a row is not whole 256-element blocks (its fallback per K-quant).
+K_FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0, Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0}
+
+
+def more_bits(i: int, n: int) -> bool:
+    """llama-quantize's choice of the layers that get more bits: the first and last eighth, and every
+    third layer between."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def mixed_type(g: str, mix: str, n_layers: int, tied: bool) -> Q:
+    """The type llama-quantize gives backbone tensor `g` in `mix` (q4_k_m / q5_k_m), as its Q4_K_M and
+    Q5_K_M files of a Qwen3.5 folder hold them: output.weight Q6_K (token_embd.weight when the output
+    is tied to it); each layer's V projection (attn_v in attention layers, the fused attn_qkv in Gated
+    DeltaNet layers) and ffn_down Q6_K in the layers more_bits picks; everything else the base type."""
+    base = MIXES[mix]
+    if g == "output.weight" or (g == "token_embd.weight" and tied):
+        return Q.Q6_K
+    if g.endswith(("attn_v.weight", "attn_qkv.weight", "ffn_down.weight")) and more_bits(int(g.split(".")[1]),
+                                                                                          n_layers):
+        return Q.Q6_K
+    return base
 
 GDN = {"in_proj_qkv.weight": "attn_qkv.weight", "in_proj_z.weight": "attn_gate.weight",
        "in_proj_b.weight": "ssm_beta.weight", "in_proj_a.weight": "ssm_alpha.weight",
@@ -209,9 +236,10 @@ def tokenizer_metadata(model_dir: pathlib.Path, vocab_size: int) -> Dict[str, Tu
     return md
 
 
-def encode(x: np.ndarray, target: Q) -> Tuple[np.ndarray, Q]:
+def encode(x: np.ndarray, target: Q, k_fallback: bool = False) -> Tuple[np.ndarray, Q]:
     """A 2-D tensor (float32, float16 or bf16 bits) as ggml type `target`: (data for GGUFWriter, type
-    written). Rows that are not whole blocks of a quantized type fall back to F16."""
+    written). Rows that are not whole blocks of a quantized type fall back to F16 (as llama.cpp's
+    converter), or with k_fallback a K-quant to K_FALLBACK's type (as llama-quantize)."""
     if target == Q.F32:
         return as_f32(x), Q.F32
     if target == Q.BF16:
@@ -220,6 +248,8 @@ def encode(x: np.ndarray, target: Q) -> Tuple[np.ndarray, Q]:
         return as_f32(x).astype(np.float16), Q.F16
     if target in kquants.TYPES:
         if x.shape[-1] % kquants.QK != 0:
+            if k_fallback:
+                return encode(x, K_FALLBACK[target])
             return as_f32(x).astype(np.float16), Q.F16
         return kquants.quantize(as_f32(x), target), target
     try:
@@ -333,7 +363,8 @@ def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
     tied = cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
 
     tensors: Dict[str, Tuple[np.ndarray, Q]] = {}
-    target = OUTTYPES[outtype]
+    mix = outtype if outtype in MIXES else None
+    target = MIXES[mix] if mix else OUTTYPES[outtype]
     for name, x in hf.items():
         g = gguf_name(name, prefix)
         if g is None or (g == "output.weight" and tied):
@@ -356,10 +387,12 @@ def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
             x = as_f32(x) + np.float32(1.0)
         if x.ndim == 1 or g.endswith("ssm_conv1d.weight"):
             tensors[g] = (as_f32(x), Q.F32)
+        elif mix:
+            tensors[g] = encode(x, mixed_type(g, mix, L, tied), k_fallback=True)
         else:
             tensors[g] = encode(x, target)
     if layout == "clef":
-        head_target = OUTTYPES[head_type or outtype]
+        head_target = OUTTYPES[head_type] if head_type else target
         for g, x in head_tensors(read_head(model_dir), json.loads((model_dir / "joint_head_config.json").read_text())
                                  ["routing_layers"]).items():
             if g == "decision.scorer_out.weight" and scorer_out_1d:
@@ -367,7 +400,7 @@ def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
             if x.ndim == 1 or g == "token_types.weight":
                 tensors[g] = (as_f32(x), Q.F32)
             else:
-                tensors[g] = encode(x, head_target)
+                tensors[g] = encode(x, head_target, k_fallback=bool(mix))
 
     a = arch + "."
     sec = list(rope.get("mrope_section", [11, 11, 10]))
@@ -431,7 +464,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, type=pathlib.Path, help="Clef release folder")
     ap.add_argument("--out", required=True, type=pathlib.Path, help="GGUF file to write")
-    ap.add_argument("--type", "--outtype", dest="outtype", default="bf16", type=str.lower, choices=sorted(OUTTYPES),
+    ap.add_argument("--type", "--outtype", dest="outtype", default="bf16", type=str.lower, choices=sorted(OUTTYPES) + sorted(MIXES),
                     help="ggml type of the 2-D tensors (default bf16)")
     ap.add_argument("--layout", default="qwen35", choices=LAYOUTS,
                     help="qwen35: backbone only, head files beside it; clef: the head inside (default qwen35)")
