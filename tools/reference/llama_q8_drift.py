@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""llama.cpp's own Q8_0 drift on the head's probabilities: its hidden states through our head.
+"""llama.cpp's own Q8_0 (or K-quant) drift on the head's probabilities: its hidden states through our head.
 
 Usage:
     python tools/reference/llama_q8_drift.py --driver BIN --f32-gguf F32.gguf --q8-gguf Q8_0.gguf
+        [--type q8_0|q6_k|q5_k_m|q4_k_m|q4_0|... --made-by TEXT]
         [--llama-src DIR] [--model DIR] [--corpus FILE] [--out FILE] [--threads N] [--ctx N]
         [--kv-type f32|f16] [--requests I,J,...] [--no-reference] [--clef BIN] [--cache DIR]
 
@@ -47,8 +48,15 @@ With --clef BIN (optional): ``clef decide --precision fp32`` and ``--precision i
 (unwrapped) requests (--jsonl, same --threads), compared the same way from the 4-decimal responses.
 
 Output (default tests/reference/golden/llama_q8_0_drift.json) is rewritten after every request
-(``"complete": false`` until the end); hidden states are cached in --cache, so a rerun with the
-same arguments skips finished work. A markdown table is printed at the end.
+(``"complete": false`` until the end); hidden states are cached in --cache, one key per GGUF (path,
+K/V type, n_ctx, threads), so a rerun skips finished work and the f32 states are shared between types.
+A markdown table is printed at the end.
+
+Other quantized types: ``--q8-gguf`` (alias ``--quant-gguf``) takes any GGUF of the same folder, e.g.
+one written by llama.cpp's ``llama-quantize BF16.gguf OUT.gguf Q4_K_M``; ``--type`` names it (lower
+case, default ``q8_0``): the keys become ``<type>_vs_llama_f32`` / ``<type>_vs_reference``, the default
+output ``tests/reference/golden/llama_<type>_drift.json``, and ``--made-by`` records how the file was
+made (default: the converter's own ``--outtype q8_0``).
 """
 
 from __future__ import annotations
@@ -72,7 +80,7 @@ import numpy as np  # noqa: E402
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEFAULT_CORPUS = REPO_ROOT / "tests" / "data" / "requests" / "corpus.jsonl"
-DEFAULT_OUT = REPO_ROOT / "tests" / "reference" / "golden" / "llama_q8_0_drift.json"
+GOLDEN = REPO_ROOT / "tests" / "reference" / "golden"
 DEFAULT_FOLDER = pathlib.Path("/tmp/clef-0.8b-seed2")
 TIE = 2e-4  # the same tie rule as test_08b.py's int8 test
 
@@ -185,11 +193,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--driver", required=True, help="the libllama driver binary (protocol in this docstring)")
     ap.add_argument("--f32-gguf", required=True)
-    ap.add_argument("--q8-gguf", required=True)
+    ap.add_argument("--q8-gguf", "--quant-gguf", dest="q8_gguf", required=True,
+                    help="the quantized GGUF (Q8_0 by default; any type with --type)")
+    ap.add_argument("--type", default="q8_0", help="label of the quantized GGUF's type (lower case, e.g. q4_k_m)")
+    ap.add_argument("--made-by", default=None, help="how the quantized GGUF was made (recorded in the output)")
     ap.add_argument("--llama-src", default=None, help="llama.cpp checkout (for its commit in the output)")
     ap.add_argument("--model", default=str(DEFAULT_FOLDER), help="release folder the GGUFs were made from")
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
-    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--out", default=None, help="default tests/reference/golden/llama_<type>_drift.json")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=0, help="n_ctx = n_batch = n_ubatch (0: longest request, rounded up to 256)")
     ap.add_argument("--kv-type", choices=["f32", "f16"], default="f32", help="llama.cpp K/V cache type (its default is f16)")
@@ -215,7 +226,8 @@ def main(argv=None) -> int:
     corpus = pathlib.Path(a.corpus)
     cache = pathlib.Path(a.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    out_path = pathlib.Path(a.out)
+    qt = a.type.lower()
+    out_path = pathlib.Path(a.out) if a.out else GOLDEN / f"llama_{qt}_drift.json"
     n = sum(1 for ln in corpus.read_text(encoding="utf-8").splitlines() if ln.strip())
     wanted = [int(x) for x in a.requests.split(",")] if a.requests else list(range(n))
 
@@ -230,9 +242,9 @@ def main(argv=None) -> int:
     tokens = {i: len(records[i].input_ids) for i in wanted}
     n_ctx = a.ctx or ((max(tokens.values()) + 255) // 256) * 256
     order = sorted(wanted, key=lambda j: tokens[j])
-    gguf = {"f32": pathlib.Path(a.f32_gguf), "q8_0": pathlib.Path(a.q8_gguf)}
-    key = hashlib.sha256(json.dumps([str(gguf["f32"].resolve()), str(gguf["q8_0"].resolve()), a.kv_type,
-                                     n_ctx, a.threads]).encode()).hexdigest()[:12]
+    gguf = {"f32": pathlib.Path(a.f32_gguf), qt: pathlib.Path(a.q8_gguf)}
+    keys = {t: hashlib.sha256(json.dumps([str(g.resolve()), a.kv_type, n_ctx, a.threads]).encode()).hexdigest()[:12]
+            for t, g in gguf.items()}
 
     sha_lines = {}
     sums = folder / "SHA256SUMS"
@@ -244,11 +256,12 @@ def main(argv=None) -> int:
     rw = folder / "random_weights.json"
     rwj = json.loads(rw.read_text()) if rw.exists() else {}
     doc: Dict[str, Any] = {
-        "what": "llama.cpp's own Q8_0 drift on the Clef head's probabilities: llama.cpp's per-token "
-                "final-norm hidden states (embeddings on, pooling none) for the reference's token ids, from the "
-                "f32 and the Q8_0 GGUF of the same folder, each through our joint head in fp32; "
-                "max |p_q8_0 - p_f32(llama)| over every option of every question (noul: p(true); choice/score: "
+        "what": f"llama.cpp's own {qt.upper()} drift on the Clef head's probabilities: llama.cpp's per-token "
+                f"final-norm hidden states (embeddings on, pooling none) for the reference's token ids, from the "
+                f"f32 and the {qt.upper()} GGUF of the same folder, each through our joint head in fp32; "
+                f"max |p_{qt} - p_f32(llama)| over every option of every question (noul: p(true); choice/score: "
                 "probabilities), with llama f32 vs the Python reference fp32 as the sanity check",
+        "quant_type": qt,
         "probabilities": "raw float32 softmax (not rounded); clef's columns come from 4-decimal responses",
         "tie_rule": "a flip is not counted when the baseline's top two are within 2e-4 (noul: p(true) within 1e-4 of 0.5)",
         "command": " ".join(shlex.quote(x) for x in ["nice", "-n", "19", sys.executable, _rel(sys.argv[0]), *sys.argv[1:]]),
@@ -260,6 +273,8 @@ def main(argv=None) -> int:
                       "describe": _git(a.llama_src, "log", "-1", "--format=%h %s"),
                       "dirty": bool(_git(a.llama_src, "status", "--porcelain", "--untracked-files=no")),
                       "converter": "convert_hf_to_gguf.py --no-mtp --outtype f32 | q8_0",
+                      "made_by": {"f32": "convert_hf_to_gguf.py --no-mtp --outtype f32",
+                                  qt: a.made_by or f"convert_hf_to_gguf.py --no-mtp --outtype {qt}"},
                       "gguf": {k: {"path": str(v), "bytes": v.stat().st_size} for k, v in gguf.items()},
                       "context": {"n_ctx": n_ctx, "n_batch": n_ctx, "n_ubatch": n_ctx, "n_seq_max": 1,
                                   "embeddings": True, "pooling": "none", "flash_attn": "disabled",
@@ -276,7 +291,7 @@ def main(argv=None) -> int:
         "per_request": [],
     }
     rows: Dict[int, Dict[str, Any]] = {}
-    probs: Dict[str, Dict[int, Dict[str, Dict[str, float]]]] = {"f32": {}, "q8_0": {}, "ref": {}}
+    probs: Dict[str, Dict[int, Dict[str, Dict[str, float]]]] = {"f32": {}, qt: {}, "ref": {}}
     hid: Dict[str, Dict[int, np.ndarray]] = {"f32": {}, "ref": {}}
 
     def head_probs(i: int, hidden: np.ndarray) -> Dict[str, Dict[str, float]]:
@@ -289,8 +304,8 @@ def main(argv=None) -> int:
     def update(i: int):
         r = rows.setdefault(i, {"index": i, "name": names[i], "tokens": tokens[i],
                                 "questions": len(records[i].questions)})
-        pairs = [("q8_0_vs_llama_f32", "f32", "q8_0"), ("llama_f32_vs_reference", "ref", "f32"),
-                 ("q8_0_vs_reference", "ref", "q8_0")]
+        pairs = [(f"{qt}_vs_llama_f32", "f32", qt), ("llama_f32_vs_reference", "ref", "f32"),
+                 (f"{qt}_vs_reference", "ref", qt)]
         for name, b, o in pairs:
             if i in probs[b] and i in probs[o]:
                 r[name] = compare(probs[b][i], probs[o][i])
@@ -299,7 +314,7 @@ def main(argv=None) -> int:
 
     def summarize():
         out = {}
-        for name in ("q8_0_vs_llama_f32", "llama_f32_vs_reference", "q8_0_vs_reference", "clef_int8_vs_clef_fp32"):
+        for name in (f"{qt}_vs_llama_f32", "llama_f32_vs_reference", f"{qt}_vs_reference", "clef_int8_vs_clef_fp32"):
             got = [r for r in rows.values() if name in r]
             if not got:
                 continue
@@ -320,7 +335,7 @@ def main(argv=None) -> int:
         tmp.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         tmp.replace(out_path)
 
-    # Request by request (short ones first): llama f32, llama q8_0, then the reference, so complete rows come
+    # Request by request (short ones first): llama f32, llama quantized, then the reference, so complete rows come
     # early. Both drivers stay up while requests are short; before a long one (> LONG tokens) every other
     # driver is closed, so at most one large compute buffer (or the reference's activations) is resident.
     LONG = 2048
@@ -334,9 +349,9 @@ def main(argv=None) -> int:
     for i in order:
         ids_path = cache / f"ids-{i}.bin"
         np.asarray(records[i].input_ids, dtype="<i4").tofile(ids_path)
-        for tag in ("f32", "q8_0"):
-            hpath = cache / f"{key}-{tag}-{i}.f32"
-            meta = cache / f"{key}-{tag}-{i}.json"
+        for tag in ("f32", qt):
+            hpath = cache / f"{keys[tag]}-{tag}-{i}.f32"
+            meta = cache / f"{keys[tag]}-{tag}-{i}.json"
             if meta.exists() and hpath.exists():
                 h = np.fromfile(hpath, dtype=np.float32).reshape(tokens[i], H)
                 s = json.loads(meta.read_text())["seconds"]
@@ -345,7 +360,7 @@ def main(argv=None) -> int:
                     close(keep=tag)
                 if tag not in drivers:
                     drivers[tag] = Driver(a.driver, str(gguf[tag]), a.threads, n_ctx, a.kv_type,
-                                          cache / f"{key}-{tag}.log")
+                                          cache / f"{keys[tag]}-{tag}.log")
                 h, s = drivers[tag].hidden(ids_path, hpath, tokens[i], H)
                 meta.write_text(json.dumps({"seconds": s}))
             probs[tag][i] = head_probs(i, h)
@@ -353,9 +368,9 @@ def main(argv=None) -> int:
                 hid["f32"][i] = h
             update(i)
             rows[i][f"seconds_llama_{tag}"] = round(s, 1)
-            c = rows[i].get("q8_0_vs_llama_f32")
+            c = rows[i].get(f"{qt}_vs_llama_f32")
             print(f"llama {tag:4s} request {i:2d} T={tokens[i]:5d}: {s:6.1f}s" +
-                  (f"  q8_0 vs f32 max|dp| {c['max_abs_dp']:.5f} at {c['at']}, flips {c['argmax_flips']}" if c else ""),
+                  (f"  {qt} vs f32 max|dp| {c['max_abs_dp']:.5f} at {c['at']}, flips {c['argmax_flips']}" if c else ""),
                   file=sys.stderr, flush=True)
             write()
         hpath = cache / f"ref-{ref_tag}-{i}.npy"
@@ -416,7 +431,8 @@ def _fmt(x: float) -> str:
 
 
 def print_table(doc: Dict[str, Any]) -> None:
-    cols = [("q8_0_vs_llama_f32", "llama q8_0 vs llama f32"), ("llama_f32_vs_reference", "llama f32 vs ref fp32"),
+    qt = doc.get("quant_type", "q8_0")
+    cols = [(f"{qt}_vs_llama_f32", f"llama {qt} vs llama f32"), ("llama_f32_vs_reference", "llama f32 vs ref fp32"),
             ("clef_int8_vs_clef_fp32", "clef int8 vs clef fp32")]
     cols = [c for c in cols if any(c[0] in r for r in doc["per_request"])]
     head = "| req | name | T | " + " | ".join(f"{t}: max \\|dp\\| (at) / mean / flips" for _, t in cols) + " |"
