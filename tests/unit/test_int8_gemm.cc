@@ -229,10 +229,12 @@ TEST(Int8, GemmWeightRunsTheInt8PathAndDropsMappedPages) {
   EXPECT_GT(MappedFile::drop_pages(mf.bytes().data(), mf.size()), 0u);
   EXPECT_EQ(MappedFile::drop_pages(wb.data(), wb.size() * 2), 0u) << "heap memory is never advised";
   EXPECT_EQ(wb[0], f32_to_bf16(w[0]));
-  // Q8_0 weights exist only in int8 precision.
+  // Q8_0 weights take the int8 path at every precision (a quantized file chooses its kernels).
   std::vector<std::byte> blocks(static_cast<std::size_t>(n * k / 32 * kQ8_0BlockBytes));
-  EXPECT_THROW(GemmWeight(DType::kQ8_0, blocks.data(), n, k, Precision::kF32), Unsupported);
-  EXPECT_NO_THROW(GemmWeight(DType::kQ8_0, blocks.data(), n, k, Precision::kInt8));
+  for (const Precision p : {Precision::kF32, Precision::kBF16, Precision::kInt8}) {
+    const GemmWeight q(DType::kQ8_0, blocks.data(), n, k, p);
+    EXPECT_NE(q.int8(), nullptr) << precision_name(p);
+  }
 }
 
 class Int8AtLevel : public test::AtIsaLevel {};
