@@ -168,14 +168,6 @@ MmprojInfo mmproj_info(const GgufFile& g, std::int64_t text_hidden_size) {
     throw ModelLoadError(g.label() + ": tensor v.position_embd.weight has " +
                          std::to_string(v.num_position_embeddings) + " rows, not a square grid");
   }
-  if (g.find_value("clip.vision.image_size") != nullptr) {
-    const std::int64_t image_size = g.get_int("clip.vision.image_size");
-    if (image_size != side * v.patch_size) {
-      bad(g, "clip.vision.image_size",
-          std::to_string(image_size) + " disagrees with the " + std::to_string(side) + "x" + std::to_string(side) +
-              " position grid of v.position_embd.weight times patch_size " + std::to_string(v.patch_size));
-    }
-  }
   return info;
 }
 

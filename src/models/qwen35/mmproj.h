@@ -45,8 +45,8 @@ struct MmprojInfo {
 /// (clip.vision.spatial_merge_size, 2 when absent as in llama.cpp), out_hidden_size =
 /// projection_dim, temporal_patch_size 2 (the two slices v.patch_embd.weight / .weight.1),
 /// in_channels = the channel dim of v.patch_embd.weight, num_position_embeddings = the rows of
-/// v.position_embd.weight (a square; clip.vision.image_size, when present, must be its side times
-/// patch_size), rope_theta 10000 (not stored; Qwen3.5's vision rotary base). Throws ModelLoadError
+/// v.position_embd.weight (a square; clip.vision.image_size, the converter's side x patch_size, is
+/// not read), rope_theta 10000 (not stored; Qwen3.5's vision rotary base). Throws ModelLoadError
 /// naming the file and the key or tensor; Unsupported for another projector type, architecture or
 /// deepstack layers.
 MmprojInfo mmproj_info(const GgufFile& g, std::int64_t text_hidden_size);
