@@ -49,8 +49,14 @@ const char* const kModelHelp =
     "ORG/REPO:QUANT or ORG/REPO/FILE.gguf (GGUF repository); docs/MODELS.md (default: the embedded tiny "
     "random-weight model)";
 
+const char* const kMmprojHelp =
+    "With a GGUF model: its vision projector GGUF as llama.cpp's convert_hf_to_gguf.py --mmproj writes it "
+    "(e.g. mmproj-Clef-Flash-Q8_0.gguf; F32, F16, BF16 or Q8_0), so that requests with images are answered; "
+    "an error with a release folder, whose vision tower is in its own weights (docs/GGUF.md)";
+
 CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f, bool with_pull) {
   auto* model = app.add_option("--model,-m", f.model_dir, kModelHelp);
+  app.add_option("--mmproj", f.mmproj, kMmprojHelp);
   app.add_option("--revision", f.revision, "With a hub name: the branch, tag or commit to use (default main)");
   if (with_pull) {
     app.add_flag("--pull", f.pull,
@@ -118,6 +124,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   eo.record.overflow = f.overflow == "truncate" ? OverflowPolicy::kTruncateState : OverflowPolicy::kRefuse;
   eo.answers.confidence = f.confidence == "jev" ? ConfidenceMode::kJev : ConfidenceMode::kReference;
   eo.answers.jev_legend = f.jev_legend;
+  eo.mmproj = f.mmproj;
   eo.vision_grid = f.vision_grid;
   eo.images = !f.no_images;
   eo.image_backend = f.image_backend == "pil" ? ImageBackend::kPil : ImageBackend::kTorchvision;
@@ -159,8 +166,8 @@ std::string resolve_model_arg(const std::string& arg, bool given, const std::str
             << r.commit.substr(0, 12) << ")\n";
   if (!r.mmproj.empty()) {
     std::cerr << "clef: note: the repository's projector " << printable(r.files.mmproj)
-              << " is in the cache; this build reads a vision tower only from release folders, so requests with "
-                 "images are refused for a GGUF model\n";
+              << " is in the cache; give it with --mmproj " << printable(r.mmproj)
+              << " to answer requests with images (without it they are refused)\n";
   }
   return r.path;
 }

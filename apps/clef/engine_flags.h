@@ -18,6 +18,7 @@ namespace clef::cli {
 /// Values of the engine flags, with `clef decide`'s defaults.
 struct EngineFlags {
   std::string model_dir;  ///< --model: a path or a hub name (empty with model_given false: the embedded default)
+  std::string mmproj;     ///< --mmproj: a GGUF model's projector file ("" = none)
   bool model_given = false;
   std::string revision;                  ///< --revision: branch, tag or commit of a hub name ("" = main)
   bool pull = false;                     ///< --pull: fetch what the cache lacks (decide, serve, mcp)
@@ -35,7 +36,8 @@ struct EngineFlags {
   std::string split_regex = "file";           ///< file | qwen35 | qwen2 (docs/TOKENIZER.md "Which split regex")
 };
 
-/// Adds --model/-m, --revision, --pull (when `with_pull`), --precision, --threads, --chunk, --max-tokens, --overflow,
+/// Adds --model/-m, --mmproj, --revision, --pull (when `with_pull`), --precision, --threads, --chunk, --max-tokens,
+/// --overflow,
 /// --confidence,
 /// --jev-legend, --vision-grid, --no-images and --split-regex to `app`, bound to `flags`. Returns the --model option
 /// (to test whether it was given).
@@ -43,6 +45,8 @@ CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& flags, bool with_pull 
 
 /// Help text of --model for every command that takes a model (path or hub name).
 extern const char* const kModelHelp;
+/// Help text of --mmproj (the projector GGUF of a GGUF model).
+extern const char* const kMmprojHelp;
 
 /// The local path a command opens for the -m argument `arg` (docs/MODELS.md "Names"): the embedded
 /// default model when not `given`; `arg` itself when it exists on disk or is not a name; else the

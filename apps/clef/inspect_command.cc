@@ -18,7 +18,7 @@ namespace clef::cli {
 namespace {
 
 struct InspectFlags {
-  std::string dir, manifest, revision;
+  std::string dir, manifest, revision, mmproj;
   bool verify = false, as_json = false;
   std::int64_t chunk = 512, context = 16384;
   CLI::Option* dir_pos = nullptr;
@@ -29,6 +29,7 @@ int run_inspect(const InspectFlags& f) {
   OpenReleaseOptions opt;
   opt.verify = f.verify || !f.manifest.empty();
   opt.manifest = f.manifest;
+  opt.mmproj = f.mmproj;
   bool is_default = false;
   const std::string dir =
       resolve_model_arg(f.dir, f.dir_pos->count() + f.dir_opt->count() > 0, f.revision, false, &is_default);
@@ -61,6 +62,7 @@ Command add_inspect_command(CLI::App& app) {
   f->dir_opt = inspect->add_option(
       "--model,-m", f->dir,
       "Same as DIR; also a hub name read from the shared cache (ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf)");
+  inspect->add_option("--mmproj", f->mmproj, kMmprojHelp);
   inspect->add_option("--revision", f->revision, "With a hub name: the branch, tag or commit to use (default main)");
   inspect->add_flag("--verify", f->verify, "Check the sha256 of every file against the manifest first");
   inspect->add_option("--manifest", f->manifest,

@@ -110,7 +110,13 @@ std::string format_inspect_report(const ReleaseFolder& r, const ModelSummary& s,
               : std::string(
                     "\n  joint head       joint_head.safetensors + joint_head_config.json beside the GGUF (llama.cpp's "
                     "Qwen3.5 converter writes no head)"))
-      << "\n  vision           none: text-only (llama.cpp writes the vision tower to a separate mmproj file)";
+      << "\n  vision           "
+      << (r.mmproj.empty()
+              ? std::string("none: text-only (llama.cpp writes the vision tower to a separate mmproj file; give it "
+                            "with --mmproj)")
+              : "the projector " + printable(std::filesystem::path(r.mmproj).filename().string()) + " (" +
+                    r.mmproj_info->projector_type + "; tensors " + gguf_tensor_types_text(*r.vision_weights->gguf()) +
+                    "; block-type tensors and the patch embedding as fp32 copies)");
   }
   o << "\narchitecture " << (c.architectures.empty() ? "?" : c.architectures[0]) << " (model_type " << c.model_type
     << ", " << (c.composite ? "composite text+vision config" : "text-only config") << ")\n\n";
@@ -212,6 +218,16 @@ nlohmann::ordered_json inspect_json(const ReleaseFolder& r, const ModelSummary& 
                               ? "inside the GGUF (dequantized to fp32)"
                               : "joint_head.safetensors + joint_head_config.json beside the GGUF"},
                  {"head_f32_bytes", r.gguf_info.layout == "clef" ? head_f32_bytes(r) : 0}};
+    if (r.mmproj.empty()) {
+      j["gguf"]["mmproj"] = nullptr;
+    } else {
+      const auto& m = *r.mmproj_info;
+      j["gguf"]["mmproj"] = {{"file", printable(std::filesystem::path(r.mmproj).filename().string())},
+                             {"projector_type", m.projector_type},
+                             {"name", printable(m.name)},
+                             {"file_type", m.file_type},
+                             {"tensor_types", gguf_tensor_types(*r.vision_weights->gguf())}};
+    }
   }
   j["model_type"] = r.config.model_type;
   j["composite"] = r.config.composite;

@@ -79,6 +79,11 @@ std::string gguf_layout(const GgufFile& g) {
     }
     return "clef";
   }
+  if (arch == "clip") {
+    throw Unsupported(g.label() +
+                      ": general.architecture is \"clip\": this is a vision projector (mmproj) file, not a model; "
+                      "give the model GGUF with --model and this file with --mmproj");
+  }
   throw Unsupported(g.label() + ": general.architecture is \"" + printable(arch) + "\"; " + kLayoutsRead);
 }
 

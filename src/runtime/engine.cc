@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "core/error.h"
 #include "core/sha256.h"
@@ -40,6 +41,14 @@ std::string engine_identity(const ReleaseFolder& r, const Backbone& b) {
   }
   std::sort(files.begin(), files.end());
   for (const auto& f : files) text += f;
+  if (!r.mmproj.empty()) {  // the projector may live outside the folder
+    std::error_code fe;
+    const fs::path m = fs::weakly_canonical(fs::path(r.mmproj), fe);
+    const auto size = fs::file_size(m, fe);
+    const auto mtime = fe ? 0 : fs::last_write_time(m, fe).time_since_epoch().count();
+    text += "mmproj=" + m.string() + " size=" + std::to_string(fe ? 0 : size) +
+            " mtime=" + std::to_string(static_cast<long long>(mtime)) + "\n";
+  }
   const BackboneOptions& o = b.options();
   text += "precision=" + std::to_string(static_cast<int>(o.precision)) + " chunk=" + std::to_string(o.chunk_size) +
           " threads=" + std::to_string(ops::num_threads()) + " padded=" + std::to_string(o.padded_readout ? 1 : 0) +
@@ -47,41 +56,54 @@ std::string engine_identity(const ReleaseFolder& r, const Backbone& b) {
   return sha256_hex(std::as_bytes(std::span<const char>(text.data(), text.size())));
 }
 
-/// The routing identity (see Engine::routing_identity): what a replica of the same release on
-/// another host computes too. A file's fingerprint is the SHA-256 of its bytes when it holds at most
-/// kWholeFileBytes, else of its first and last kEdgeBytes (weights differ there between
-/// checkpoints of one shape); a file that cannot be read is left out, as by engine_identity.
-std::string release_routing_identity(const ReleaseFolder& r) {
-  namespace fs = std::filesystem;
+/// " size=N sha256=HEX" of a file for the routing identity: the SHA-256 of its bytes when it holds
+/// at most 16 MiB, else of its first and last MiB (weights differ there between checkpoints of one
+/// shape); nullopt when it cannot be read.
+std::optional<std::string> routing_fingerprint(const std::filesystem::path& p) {
   constexpr std::uintmax_t kWholeFileBytes = std::uintmax_t{16} << 20;
   constexpr std::uintmax_t kEdgeBytes = std::uintmax_t{1} << 20;
+  std::error_code fe;
+  const std::uintmax_t size = std::filesystem::file_size(p, fe);
+  if (fe) return std::nullopt;
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return std::nullopt;
+  const auto read_at = [&in](std::uintmax_t offset, std::uintmax_t n, std::string& out) {
+    const std::size_t at = out.size();
+    out.resize(at + static_cast<std::size_t>(n));
+    in.seekg(static_cast<std::streamoff>(offset));
+    in.read(out.data() + at, static_cast<std::streamsize>(n));
+    return static_cast<bool>(in);
+  };
+  std::string bytes;
+  const bool ok = size <= kWholeFileBytes
+                      ? read_at(0, size, bytes)
+                      : read_at(0, kEdgeBytes, bytes) && read_at(size - kEdgeBytes, kEdgeBytes, bytes);
+  if (!ok) return std::nullopt;
+  return " size=" + std::to_string(size) +
+         " sha256=" + sha256_hex(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())));
+}
+
+/// The routing identity (see Engine::routing_identity): what a replica of the same release on
+/// another host computes too: the fingerprints (routing_fingerprint) of the folder's regular files
+/// and of the projector file (--mmproj) when there is one; a file that cannot be read is left out,
+/// as by engine_identity.
+std::string release_routing_identity(const ReleaseFolder& r) {
+  namespace fs = std::filesystem;
   std::vector<std::string> files;
   std::error_code ec;
   for (fs::directory_iterator it(r.dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code fe;
     if (!it->is_regular_file(fe) || fe) continue;
-    const std::uintmax_t size = it->file_size(fe);
-    if (fe) continue;
-    std::ifstream in(it->path(), std::ios::binary);
-    if (!in) continue;
-    const auto read_at = [&in](std::uintmax_t offset, std::uintmax_t n, std::string& out) {
-      const std::size_t at = out.size();
-      out.resize(at + static_cast<std::size_t>(n));
-      in.seekg(static_cast<std::streamoff>(offset));
-      in.read(out.data() + at, static_cast<std::streamsize>(n));
-      return static_cast<bool>(in);
-    };
-    std::string bytes;
-    const bool ok = size <= kWholeFileBytes
-                        ? read_at(0, size, bytes)
-                        : read_at(0, kEdgeBytes, bytes) && read_at(size - kEdgeBytes, kEdgeBytes, bytes);
-    if (!ok) continue;
-    files.push_back("file=" + it->path().filename().string() + " size=" + std::to_string(size) +
-                    " sha256=" + sha256_hex(std::as_bytes(std::span<const char>(bytes.data(), bytes.size()))) + "\n");
+    if (const auto f = routing_fingerprint(it->path())) {
+      files.push_back("file=" + it->path().filename().string() + *f + "\n");
+    }
   }
   std::sort(files.begin(), files.end());
   std::string text = "clef-routing-v1\n";
   for (const auto& f : files) text += f;
+  if (!r.mmproj.empty()) {
+    if (const auto f = routing_fingerprint(r.mmproj)) text += "mmproj" + *f + "\n";
+  }
   return sha256_hex(std::as_bytes(std::span<const char>(text.data(), text.size())));
 }
 
@@ -96,9 +118,17 @@ const char* state_cache_use_name(StateCacheUse u) noexcept {
   return "off";
 }
 
+namespace {
+OpenReleaseOptions release_options(const EngineOptions& o) {
+  OpenReleaseOptions r;
+  r.mmproj = o.mmproj;
+  return r;
+}
+}  // namespace
+
 Engine::Engine(const std::string& model_dir, const EngineOptions& options)
     : options_(options),
-      release_(open_release(model_dir)),
+      release_(open_release(model_dir, release_options(options))),
       tokenizer_(load_model_tokenizer(model_dir, nullptr, options.tokenizer)) {
   if (options.state_cache_mb < 0 || options.state_cache_mb > (std::int64_t{1} << 30)) {
     throw InvalidArgument("state cache budget must be in [0, 2^30] MiB, got " + std::to_string(options.state_cache_mb));
@@ -115,7 +145,11 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   if (options.vision_grid != 0 && options.vision_grid != 8 && options.vision_grid != 14) {
     throw InvalidArgument("vision grid must be 0 (smart resize), 8 or 14, got " + std::to_string(options.vision_grid));
   }
-  if (options.images && release_.model.vision && release_.config.vision && !release_.preprocessor) {
+  if (options.images && !release_.gguf.empty() && !release_.model.vision) {
+    options_.limits.images_refused_because =
+        "a GGUF model does not hold the vision tower; give its projector file with --mmproj (e.g. "
+        "mmproj-Clef-Flash-Q8_0.gguf)";
+  } else if (options.images && release_.model.vision && release_.config.vision && !release_.preprocessor) {
     // No image settings: refuse images by name rather than preprocess them with guessed values.
     options_.limits.images_refused_because =
         "the model folder has neither processor_config.json (with an image_processor object) nor "

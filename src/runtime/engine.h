@@ -58,6 +58,8 @@ struct EngineOptions {
   /// applied; torchvision's antialiased bicubic; fused rescale + normalize); kPil = transformers'
   /// PIL processor handed PIL images (alpha composited on white, no EXIF, Pillow 13 bicubic).
   ImageBackend image_backend = ImageBackend::kTorchvision;
+  /// A projector GGUF giving a GGUF model its vision tower (OpenReleaseOptions::mmproj); "" = none.
+  std::string mmproj;
   /// Tokenizer load options; `split_override` chooses the split regex (default: the file's,
   /// docs/TOKENIZER.md "Which split regex").
   TokenizerLoadOptions tokenizer;
@@ -133,14 +135,15 @@ class Engine {
   const std::string& model_identity() const noexcept { return identity_; }
   /// The replica-independent model identity of Decision::state_key: a SHA-256 (hex) over the
   /// release folder's regular files, sorted by name: name, size and a SHA-256 of the bytes (whole
-  /// files up to 16 MiB, else the first and last MiB). No path, modification time, folder name or
-  /// engine option, so copies of one release on several hosts agree. Computed once at load.
+  /// files up to 16 MiB, else the first and last MiB), then the same of the --mmproj projector file
+  /// when there is one (it may live elsewhere). No path, modification time, folder name or engine
+  /// option, so copies of one release on several hosts agree. Computed once at load.
   const std::string& routing_identity() const noexcept { return routing_identity_; }
 
  private:
   /// The image processor settings: the release's processor_config.json image_processor or
-  /// preprocessor_config.json (ReleaseFolder::preprocessor; images are refused without either)
-  /// and the fixed-grid option.
+  /// preprocessor_config.json, or a GGUF model's projector (ReleaseFolder::preprocessor; images
+  /// are refused without any) and the fixed-grid option.
   VisionPreprocessConfig preprocess_config() const;
 
   // The steps of decide(), in order.

@@ -106,6 +106,9 @@ ModelSummary summarize(const ReleaseFolder& r) {
   for (const auto& [k, v] : s.head_blocks) s.head_params += v;
 
   for (const auto& [name, bytes] : r.weights->files()) s.weight_file_bytes += bytes;
+  if (r.vision_weights) {  // the projector GGUF (--mmproj)
+    for (const auto& [name, bytes] : r.vision_weights->files()) s.weight_file_bytes += bytes;
+  }
   for (const auto& [name, bytes] : r.head_weights->files()) s.head_file_bytes += bytes;
   if (r.head_weights->files().empty()) s.head_file_bytes = head_f32_bytes(r);  // clef GGUF: the fp32 copy
 

@@ -21,7 +21,7 @@ struct ModelSummary {
   std::int64_t head_params = 0;
   std::int64_t linear_layer_params = 0;  ///< params of one Gated DeltaNet layer (mixer + MLP + norms)
   std::int64_t full_layer_params = 0;    ///< params of one full-attention layer
-  std::uint64_t weight_file_bytes = 0;   ///< backbone/vision safetensors (mmapped)
+  std::uint64_t weight_file_bytes = 0;   ///< backbone/vision safetensors or GGUF (+ the --mmproj projector), mmapped
   std::uint64_t head_file_bytes = 0;
   std::uint64_t state_fixed_bytes = 0;                 ///< per sequence, fp32: conv + recurrent state of all GDN layers
   std::uint64_t state_bytes_per_token = 0;             ///< fp32 KV cache of the full layers + head rows per token

@@ -14,6 +14,9 @@
 namespace fs = std::filesystem;
 
 namespace clef {
+
+void read_image_settings(ReleaseFolder& r, const fs::path& d);
+
 namespace {
 
 bool is_hex64(const std::string& s) {
@@ -51,6 +54,78 @@ bool ends_with_gguf(const std::string& name) {
   std::string tail = name.substr(name.size() - 5);
   for (auto& c : tail) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return tail == ".gguf";
+}
+
+/// A projector file's name (mmproj*.gguf, any case), as llama.cpp's converter and the hub name them.
+bool is_projector_name(const std::string& name) {
+  if (!ends_with_gguf(name) || name.size() < 6) return false;
+  std::string head = name.substr(0, 6);
+  for (auto& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return head == "mmproj";
+}
+
+/// The projector GGUF `path` (OpenReleaseOptions::mmproj) as the vision tower of the GGUF model `r`
+/// (open_release's comment says what is read from where).
+void open_mmproj(ReleaseFolder& r, const std::string& path) {
+  const std::string label = printable(fs::path(path).filename().string());
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) {
+    throw ModelLoadError(printable(path) + ": --mmproj: not a file (the projector GGUF, e.g. " +
+                         "mmproj-Clef-Flash-Q8_0.gguf)");
+  }
+  r.mmproj = path;
+  r.vision_weights = std::make_unique<WeightStore>(WeightStore::open_gguf(path, label));
+  const GgufFile& g = *r.vision_weights->gguf();
+  r.mmproj_info = qwen35::mmproj_info(g, r.config.text.hidden_size);
+  r.config.vision = r.mmproj_info->vision;
+  r.model.vision = qwen35::bind_mmproj_weights(*r.vision_weights, *r.config.vision);
+
+  // The image-token ids: a GGUF's configuration has none, the tokenizer names them.
+  const auto id_of = [&r](const std::string& content) -> std::int64_t {
+    for (const auto& [id, text] : r.tokenizer.added) {
+      if (text == content) return id;
+    }
+    return -1;
+  };
+  const std::int64_t pad = id_of("<|image_pad|>");
+  if (pad < 0) {
+    throw ModelLoadError(label + ": the model's tokenizer (" + r.tokenizer_source +
+                         ") has no <|image_pad|> token, so images cannot be placed in the prompt");
+  }
+  r.config.image_token_id = pad;
+  if (const std::int64_t id = id_of("<|video_pad|>"); id >= 0) r.config.video_token_id = id;
+  if (const std::int64_t id = id_of("<|vision_start|>"); id >= 0) r.config.vision_start_token_id = id;
+  if (const std::int64_t id = id_of("<|vision_end|>"); id >= 0) r.config.vision_end_token_id = id;
+
+  // The image settings: the release's processor files beside the GGUF when there are any (they hold
+  // the pixel bounds, which a projector does not), else the projector's own values.
+  const qwen35::MmprojInfo& m = *r.mmproj_info;
+  read_image_settings(r, fs::path(r.dir));
+  if (r.preprocessor) {
+    for (std::size_t i = 0; i < 3; ++i) {
+      if (static_cast<float>(r.preprocessor->image_mean[i]) != m.image_mean[i] ||
+          static_cast<float>(r.preprocessor->image_std[i]) != m.image_std[i]) {
+        throw ModelLoadError(r.preprocessor_source + " and " + label +
+                             " (clip.vision.image_mean / image_std) disagree on the image normalization; refusing to "
+                             "guess which the model was used with");
+      }
+    }
+    r.preprocessor_source += " beside the GGUF (agrees with " + label + ")";
+    return;
+  }
+  PreprocessorConfig p;  // the Qwen3.5 processor's defaults: pixel bounds, rescale, resample
+  p.image_processor_type = "Qwen2VLImageProcessor";
+  for (std::size_t i = 0; i < 3; ++i) {
+    p.image_mean[i] = m.image_mean[i];
+    p.image_std[i] = m.image_std[i];
+  }
+  p.patch_size = m.vision.patch_size;
+  p.merge_size = m.vision.spatial_merge_size;
+  p.temporal_patch_size = m.vision.temporal_patch_size;
+  r.preprocessor = p;
+  r.preprocessor_source = label + " (clip.vision.image_mean, image_std, patch_size, spatial_merge_size; pixels [" +
+                          std::to_string(p.min_pixels) + ", " + std::to_string(p.max_pixels) +
+                          "] and rescale 1/255: the Qwen3.5 processor's defaults)";
 }
 
 /// joint_head.safetensors + joint_head_config.json of `dir` (folder or beside a GGUF).
@@ -156,6 +231,7 @@ ReleaseFolder open_gguf_release(const std::string& gguf, const OpenReleaseOption
         WeightStore::open_file((d / "joint_head.safetensors").string(), "joint_head.safetensors"));
   }
   r.head = bind_joint_head_weights(*r.head_weights, r.head_config);
+  if (!options.mmproj.empty()) open_mmproj(r, options.mmproj);
   return r;
 }
 
@@ -174,8 +250,9 @@ std::optional<std::string> find_gguf_model(const std::string& path) {
   std::vector<std::string> ggufs;
   for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code fe;
-    if (it->is_regular_file(fe) && !fe && ends_with_gguf(it->path().filename().string())) {
-      ggufs.push_back(it->path().filename().string());
+    const std::string name = it->path().filename().string();
+    if (it->is_regular_file(fe) && !fe && ends_with_gguf(name) && !is_projector_name(name)) {
+      ggufs.push_back(name);
     }
   }
   if (ggufs.empty()) return std::nullopt;
@@ -306,6 +383,10 @@ ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& opt
   if (dir.empty()) throw InvalidArgument("empty model folder path");
   if (const std::optional<std::string> gguf = find_gguf_model(dir)) return open_gguf_release(*gguf, options);
   if (!fs::is_directory(dir, ec)) throw ModelLoadError(printable(dir) + ": not a directory");
+  if (!options.mmproj.empty()) {
+    throw InvalidArgument("--mmproj " + printable(options.mmproj) + " applies to a GGUF model; " + printable(dir) +
+                          " is a release folder, whose vision tower is in its own weights (model.visual.*)");
+  }
   ReleaseFolder r;
   r.dir = dir;
   if (options.verify) {

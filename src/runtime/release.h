@@ -15,6 +15,7 @@
 #include "io/hf_config.h"
 #include "io/tokenizer_files.h"
 #include "io/weight_store.h"
+#include "models/qwen35/mmproj.h"
 #include "models/qwen35/weights.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,6 +27,11 @@ struct OpenReleaseOptions {
   bool verify = false;
   /// Manifest path for `verify`; default DIR/SHA256SUMS (coreutils `sha256sum` format).
   std::string manifest;
+  /// A projector GGUF (llama.cpp's mmproj of a Qwen3.5 model, e.g. mmproj-Clef-Flash-Q8_0.gguf) that
+  /// gives a GGUF model its vision tower (docs/GGUF.md "The projector file"); "" = none (a GGUF model
+  /// then refuses images). With a release folder it is an InvalidArgument: the folder's tower is in
+  /// its own weights (model.visual.*).
+  std::string mmproj;
 };
 
 /// Marker of a random-weight model (random_weights.json).
@@ -55,8 +61,13 @@ struct ReleaseFolder {
   std::string preprocessor_source;
   TokenizerSummary tokenizer;
   std::optional<RandomWeightsInfo> random_weights;
-  std::unique_ptr<WeightStore> weights;       ///< backbone + vision tower files
-  std::unique_ptr<WeightStore> head_weights;  ///< joint_head.safetensors (clef GGUF: its head, fp32)
+  std::unique_ptr<WeightStore> weights;           ///< backbone + vision tower files
+  std::unique_ptr<WeightStore> head_weights;      ///< joint_head.safetensors (clef GGUF: its head, fp32)
+  std::string mmproj;                             ///< the projector GGUF's path (OpenReleaseOptions::mmproj), else ""
+  std::optional<qwen35::MmprojInfo> mmproj_info;  ///< its metadata (mmproj only)
+  /// The projector's tensors (mmproj only): views into the mapped file, plus fp32 copies of the
+  /// patch embedding and of any block-quantized tensor.
+  std::unique_ptr<WeightStore> vision_weights;
   qwen35::ModelWeights model;
   JointHeadWeights head;
   std::vector<std::string> verified_files;  ///< filled when options.verify
@@ -72,13 +83,20 @@ struct ReleaseFolder {
 /// joint_head_config.json must be beside it (llama.cpp's Qwen3.5 converter does not write the Clef
 /// head); layout "clef": the head comes from the file itself (joint_head_config_from_gguf,
 /// gguf_joint_head_store: dequantized to fp32 in `head_weights`) and head files beside it are not
-/// read. random_weights.json beside it is read as in a folder; the model is text-only (no vision
-/// tower in a llama.cpp text GGUF).
+/// read. random_weights.json beside it is read as in a folder. The model is text-only (no vision
+/// tower in a llama.cpp text GGUF) unless options.mmproj names its projector GGUF: then
+/// qwen35::mmproj_info / bind_mmproj_weights give config.vision and model.vision, the image-token
+/// ids come from the tokenizer (`<|image_pad|>` must exist; `<|video_pad|>`, `<|vision_start|>`,
+/// `<|vision_end|>` when present), and the image settings from processor_config.json /
+/// preprocessor_config.json beside the GGUF when there is one (its image_mean and image_std must
+/// equal the projector's as float), else from the projector (mean, std, patch and merge size) with
+/// the Qwen3.5 processor's pixel bounds [65536, 16777216] and rescale 1/255.
 /// Its name is random_weights.json's, else the GGUF file's stem.
 ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& options = {});
 
 /// A GGUF model path: `path` itself when it is a regular file whose name ends in ".gguf" (any
-/// case), or the single *.gguf of a folder without model.safetensors / model.safetensors.index.json;
+/// case), or the single *.gguf of a folder without model.safetensors / model.safetensors.index.json,
+/// not counting projector files (names starting with "mmproj", any case);
 /// nullopt for a release folder (or a path that does not exist: open_release reports it). Throws
 /// ModelLoadError for a folder with several .gguf files or with both safetensors weights and a
 /// .gguf (naming them), and for a regular file that is not a .gguf.

@@ -3,7 +3,8 @@
 // (bench/bench_vision_tower.py).
 //
 //   clef_vision_driver tower --model DIR --pixels PIXELS.npy --grids GRIDS.npy [--out OUT.npy]
-//                            [--precision fp32|bf16] [--threads N] [--repeat N]
+//                            [--precision fp32|bf16] [--threads N] [--repeat N] [--mmproj FILE]
+//       --model may be a GGUF model with its projector file as --mmproj (runtime/release.h).
 //       PIXELS [num_patches, C*T*P*P] float32, GRIDS [n_images, 3] int64 (t, h, w) in patches;
 //       OUT [merged_tokens, out_hidden_size] float32. Prints one JSON line
 //       {"rows", "cols", "seconds" (best of --repeat), "precision", "threads"}.
@@ -32,7 +33,7 @@ namespace clef {
 namespace {
 
 struct Args {
-  std::string mode, model, pixels, grids, ids, out, precision = "fp32";
+  std::string mode, model, pixels, grids, ids, out, mmproj, precision = "fp32";
   int threads = 1, repeat = 1;
   std::int64_t image_token = 248056, merge = 2, tokens = 0, mh = 0, mw = 0, first_pad = 37;
 };
@@ -64,6 +65,7 @@ Args parse(int argc, char** argv) {
       return argv[++i];
     };
     if (f == "--model") a.model = next();
+    else if (f == "--mmproj") a.mmproj = next();
     else if (f == "--pixels") a.pixels = next();
     else if (f == "--grids") a.grids = next();
     else if (f == "--ids") a.ids = next();
@@ -111,7 +113,9 @@ int run(const Args& a) {
     if (a.model.empty() || a.pixels.empty() || a.grids.empty()) usage("tower needs --model, --pixels, --grids");
     const auto prec = ops::precision_from_name(a.precision);
     if (!prec) usage("--precision must be fp32 or bf16");
-    const ReleaseFolder rel = open_release(a.model);
+    OpenReleaseOptions ro;
+    ro.mmproj = a.mmproj;
+    const ReleaseFolder rel = open_release(a.model, ro);
     if (!rel.config.vision || !rel.model.vision) throw ModelLoadError(a.model + ": no vision tower");
     const qwen35::VisionTower tower(*rel.config.vision, *rel.model.vision, {*prec});
     const NpyArray px = read_npy(a.pixels);
