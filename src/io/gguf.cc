@@ -333,6 +333,16 @@ const GgufValue& need(const GgufFile& f, const std::string& key) {
 }
 }  // namespace
 
+void GgufFile::metadata_error(const std::string& key, const std::string& msg) const {
+  throw ModelLoadError(label_ + ": metadata \"" + printable(key) + "\": " + msg);
+}
+
+std::int64_t GgufFile::get_positive_int(const std::string& key) const {
+  const std::int64_t v = get_int(key);
+  if (v < 1) metadata_error(key, "must be >= 1, got " + std::to_string(v));
+  return v;
+}
+
 std::int64_t GgufFile::get_int(const std::string& key) const {
   const GgufValue& v = need(*this, key);
   if (!is_integer(v.type)) throw ModelLoadError(label_ + ": metadata \"" + printable(key) + "\" is not an integer");

@@ -131,6 +131,11 @@ class GgufFile {
   /// The value of an integer key of any width, as int64. Throws ModelLoadError naming the key
   /// when it is missing, not an integer, or does not fit.
   std::int64_t get_int(const std::string& key) const;
+  /// get_int of a key that must be >= 1. Throws ModelLoadError as get_int, and naming the value
+  /// otherwise.
+  std::int64_t get_positive_int(const std::string& key) const;
+  /// Throws ModelLoadError "<file>: metadata \"<key>\": <msg>".
+  [[noreturn]] void metadata_error(const std::string& key, const std::string& msg) const;
   /// A float key (F32/F64), or an integer one converted. Throws ModelLoadError as get_int.
   double get_float(const std::string& key) const;
   /// A string key. Throws ModelLoadError when missing or not a string.

@@ -11,15 +11,9 @@
 namespace clef {
 namespace {
 
-[[noreturn]] void bad(const GgufFile& g, const std::string& key, const std::string& msg) {
-  throw ModelLoadError(g.label() + ": metadata \"" + printable(key) + "\": " + msg);
-}
+[[noreturn]] void bad(const GgufFile& g, const std::string& key, const std::string& msg) { g.metadata_error(key, msg); }
 
-std::int64_t positive(const GgufFile& g, const std::string& key) {
-  const std::int64_t v = g.get_int(key);
-  if (v < 1) bad(g, key, "must be >= 1, got " + std::to_string(v));
-  return v;
-}
+std::int64_t positive(const GgufFile& g, const std::string& key) { return g.get_positive_int(key); }
 
 constexpr const char* kLayoutsRead =
     "clef reads two GGUF layouts: \"qwen35\" (llama.cpp's Qwen3.5 backbone, with the release's "

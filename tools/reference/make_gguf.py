@@ -319,6 +319,29 @@ def head_tensors(head: Dict[str, np.ndarray], routing: int) -> Dict[str, np.ndar
     return out
 
 
+def write_gguf(out: pathlib.Path, arch: str, md: Dict[str, Tuple[Any, V]],
+               tensors: Dict[str, Tuple[np.ndarray, Q]]) -> Dict[str, Q]:
+    """Writes `out` with general.architecture `arch`, the metadata {key: (value, GGUFValueType)} (arrays:
+    *dimension_sections as INT32, the rest as gguf infers) and the tensors {name: (data, ggml type)} in
+    order; returns {name: ggml type written}."""
+    w = gguf.GGUFWriter(str(out), arch)
+    for key, (val, vt) in md.items():
+        if vt == V.ARRAY:
+            if key.endswith("dimension_sections"):
+                w.add_key_value(key, val, V.ARRAY, sub_type=V.INT32)
+            else:
+                w.add_array(key, val)
+        else:
+            w.add_key_value(key, val, vt)
+    for name, (arr, qt) in tensors.items():
+        w.add_tensor(name, arr, raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return {n: qt for n, (_, qt) in tensors.items()}
+
+
 def neg_exp(a_log: np.ndarray, how: str) -> np.ndarray:
     """-exp(a_log) in fp32, float32 in and out; how = "torch" (torch.exp) or "expf" (libm's expf)."""
     import torch
@@ -442,22 +465,7 @@ def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
     if mutate is not None:
         mutate(tensors, md)
 
-    w = gguf.GGUFWriter(str(out), arch)
-    for key, (val, vt) in md.items():
-        if vt == V.ARRAY:
-            if key.endswith("dimension_sections"):
-                w.add_key_value(key, val, V.ARRAY, sub_type=V.INT32)
-            else:
-                w.add_array(key, val)
-        else:
-            w.add_key_value(key, val, vt)
-    for name, (arr, qt) in tensors.items():
-        w.add_tensor(name, arr, raw_dtype=qt)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return {n: qt for n, (_, qt) in tensors.items()}
+    return write_gguf(out, arch, md, tensors)
 
 
 def main() -> int:

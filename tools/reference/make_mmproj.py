@@ -51,6 +51,8 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as Q, GGUFValueType as V
 
+import make_gguf
+
 OUTTYPES = {"f32": Q.F32, "f16": Q.F16, "bf16": Q.BF16, "q8_0": Q.Q8_0}
 FILE_TYPE = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7}  # llama_ftype: ALL_F32, MOSTLY_F16, MOSTLY_BF16, MOSTLY_Q8_0
 
@@ -189,19 +191,7 @@ def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "f16",
     if mutate is not None:
         mutate(tensors, md)
 
-    w = gguf.GGUFWriter(str(out), "clip")
-    for key, (val, vt) in md.items():
-        if vt == V.ARRAY:
-            w.add_array(key, val)
-        else:
-            w.add_key_value(key, val, vt)
-    for name, (arr, qt) in tensors.items():
-        w.add_tensor(name, arr, raw_dtype=qt)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return {n: qt for n, (_, qt) in tensors.items()}
+    return make_gguf.write_gguf(out, "clip", md, tensors)
 
 
 def main() -> int:

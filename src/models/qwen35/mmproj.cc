@@ -15,15 +15,9 @@ using Shape = std::vector<std::int64_t>;
 
 constexpr const char* kProjectorType = "qwen3vl_merger";
 
-[[noreturn]] void bad(const GgufFile& g, const std::string& key, const std::string& msg) {
-  throw ModelLoadError(g.label() + ": metadata \"" + printable(key) + "\": " + msg);
-}
+[[noreturn]] void bad(const GgufFile& g, const std::string& key, const std::string& msg) { g.metadata_error(key, msg); }
 
-std::int64_t positive(const GgufFile& g, const std::string& key) {
-  const std::int64_t v = g.get_int(key);
-  if (v < 1) bad(g, key, "must be >= 1, got " + std::to_string(v));
-  return v;
-}
+std::int64_t positive(const GgufFile& g, const std::string& key) { return g.get_positive_int(key); }
 
 /// A bool key's value, or `fallback` when absent. ModelLoadError when it is not a bool.
 bool get_bool(const GgufFile& g, const std::string& key, bool fallback) {

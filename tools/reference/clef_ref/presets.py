@@ -38,22 +38,6 @@ PRESETS: Dict[str, Dict[str, Any]] = {
         "head_dtype": "f32",
         "sharded": False,
     },
-    # The tiny preset widened so that every linear layer's input is whole 256-element K-quant blocks
-    # (hidden 256, MLP 512, 4 x 64 value dims): K-quant GGUFs of it run every block type's kernels.
-    "tiny-kq": {
-        "text": dict(
-            vocab_size=VOCAB_SIZE, hidden_size=256, num_hidden_layers=4, intermediate_size=512,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=64, linear_value_head_dim=64,
-            linear_conv_kernel_dim=4, layer_types=_layer_types(4), rope_parameters=_rope([3, 3, 2]),
-            tie_word_embeddings=True, max_position_embeddings=262144,
-        ),
-        "vision": dict(depth=2, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=256,
-                       patch_size=16, temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=2304),
-        "head": dict(hidden_size=256, width=32, routing_layers=2, layers=2, heads=4, feedforward=64),
-        "head_dtype": "f32",
-        "sharded": False,
-    },
     "0.8b": {
         "text": dict(
             vocab_size=VOCAB_SIZE, hidden_size=1024, num_hidden_layers=24, intermediate_size=3584,
@@ -105,6 +89,14 @@ PRESETS: Dict[str, Dict[str, Any]] = {
     },
 }
 
+
+# The tiny preset widened so that every linear layer's input is whole 256-element K-quant blocks
+# (hidden 256, MLP 512, 4 x 64 value dims): K-quant GGUFs of it run every block type's kernels.
+PRESETS["tiny-kq"] = copy.deepcopy(PRESETS["tiny"])
+PRESETS["tiny-kq"]["text"].update(hidden_size=256, intermediate_size=512, linear_key_head_dim=64,
+                                  linear_value_head_dim=64)
+PRESETS["tiny-kq"]["vision"]["out_hidden_size"] = 256
+PRESETS["tiny-kq"]["head"]["hidden_size"] = 256
 
 def make_config(preset: str, dtype: str = "bf16"):
     """Build the composite ``transformers.Qwen3_5Config`` for a preset (docs/MODEL.md §1.1/§1.3).
