@@ -48,7 +48,7 @@ SAME_DTYPE = {"fp32": "f32", "fp32-resident": "f32", "fp32-stream": "f32", "bf16
 CLEF_MODE_FLAGS = {"fp32": ["--precision", "fp32"], "bf16": ["--precision", "bf16"],
                    "fp32-resident": ["--precision", "fp32", "--fp32-weights", "resident"],
                    "fp32-stream": ["--precision", "fp32", "--fp32-weights", "stream"],
-                   "int8": ["--precision", "int8"]}
+                   "int8": ["--precision", "int8"], "file": []}
 
 
 def env_for(level: str | None) -> dict:
@@ -118,6 +118,7 @@ def clef_level_line(bindir: pathlib.Path, level: str | None) -> str:
 
 
 def run_clef(bindir, model, t, precision, threads, chunk, repeat, level) -> dict:
+    """`precision` is a key of CLEF_MODE_FLAGS; "file" gives no flag (a quantized GGUF picks its own path)."""
     cmd = [str(bindir / "clef_backbone_dump"), "--model", str(model), "--random-ids", f"{t}:0",
            "--chunks", str(chunk), *CLEF_MODE_FLAGS[precision], "--threads", str(threads), "--repeat", str(repeat)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env_for(level))
@@ -169,7 +170,12 @@ def main() -> int:
     ap.add_argument("--modes", default="fp32,fp32-stream,bf16,int8",
                     help="clef modes: fp32 (default weights policy, auto), fp32-resident, fp32-stream "
                          "(--fp32-weights resident|stream), bf16")
-    ap.add_argument("--llama-dtypes", default=",".join(LLAMA_DTYPES))
+    ap.add_argument("--llama-dtypes", default=",".join(LLAMA_DTYPES),
+                    help="GGUF types llama.cpp runs, e.g. f32,bf16,q8_0,q6_k,q4_k_m (files DTYPE.gguf or *-DTYPE.gguf)")
+    ap.add_argument("--clef-ggufs", default="",
+                    help="types of --gguf-dir that clef.cpp also runs from the same file (e.g. q8_0,q6_k,q4_k_m): "
+                         "mode gguf:DTYPE, no --precision flag (a quantized file picks its own path), compared "
+                         "with llama.cpp on that file")
     ap.add_argument("--rounds", type=int, default=2, help="alternating clef/llama rounds per point")
     ap.add_argument("--repeat", type=int, default=2, help="clef timed passes per process (best is kept)")
     ap.add_argument("--llama-reps", type=int, default=3, help="llama-bench -r")
@@ -187,11 +193,16 @@ def main() -> int:
     ggufs: dict[str, pathlib.Path] = {}
     if a.gguf_dir:
         for dt in a.llama_dtypes.split(","):
-            hits = sorted(pathlib.Path(a.gguf_dir).glob(f"*-{dt}.gguf"))
+            gdir = pathlib.Path(a.gguf_dir)
+            hits = sorted({*gdir.glob(f"{dt}.gguf"), *gdir.glob(f"*-{dt}.gguf")})
             if hits:
                 ggufs[dt] = hits[0]
             else:
-                print(f"note: no *-{dt}.gguf in {a.gguf_dir}; llama.cpp {dt} skipped")
+                print(f"note: no {dt}.gguf or *-{dt}.gguf in {a.gguf_dir}; llama.cpp {dt} skipped")
+    clef_ggufs = [dt for dt in filter(None, (x.strip() for x in a.clef_ggufs.split(",")))]
+    for dt in clef_ggufs:
+        if dt not in ggufs:
+            sys.exit(f"--clef-ggufs {dt}: no such GGUF in --gguf-dir (give it in --llama-dtypes too)")
     if builds and not ggufs:
         sys.exit("--llama-bench needs --gguf-dir with at least one GGUF")
     extra = a.llama_args.split()
@@ -232,9 +243,13 @@ def main() -> int:
             loads = []
             for _ in range(a.rounds):
                 loads.append(load1())
-                for mode in (a.modes.split(",") if lv in clef_levels else []):
+                for mode in ([m for m in a.modes.split(",") if m] if lv in clef_levels else []):
                     r = run_clef(bindir, model, t, mode, a.threads, a.chunk, a.repeat, None if lv == "default" else lv)
                     samples.setdefault(("clef.cpp", mode), []).append(r)
+                for dt in (clef_ggufs if lv in clef_levels else []):
+                    r = run_clef(bindir, ggufs[dt], t, "file", a.threads, a.chunk, a.repeat,
+                                 None if lv == "default" else lv)
+                    samples.setdefault(("clef.cpp", f"gguf:{dt}"), []).append(r)
                 if lv in builds:
                     for dt, g in ggufs.items():
                         r = run_llama(builds[lv], g, t, a.threads, a.llama_reps, extra)
@@ -264,11 +279,13 @@ def main() -> int:
                 spread = (b - min(tps)) / b if b else 0.0
                 gf = b * fpt / 1e9
                 pf, pb, _ = peaks[lv]
-                peak = pb if mode == "bf16" else (pf if mode == "f32" or mode.startswith("fp32") else 0.0)
+                fp32_like = mode in ("f32", "gguf:f32") or mode.startswith("fp32")
+                peak = pb if mode in ("bf16", "gguf:bf16") else (pf if fp32_like else 0.0)
                 pct = f"{100 * gf / peak:.0f}%" if peak else "–"
                 ratio = ""
-                if eng == "clef.cpp" and ("llama.cpp", SAME_DTYPE.get(mode, "")) in best:
-                    ratio = f"{b / best[('llama.cpp', SAME_DTYPE[mode])]:.2f}x"
+                same = mode[len("gguf:"):] if mode.startswith("gguf:") else SAME_DTYPE.get(mode, "")
+                if eng == "clef.cpp" and ("llama.cpp", same) in best:
+                    ratio = f"{b / best[('llama.cpp', same)]:.2f}x"
                 if eng == "clef.cpp" and mode == "int8" and ("clef.cpp", "fp32") in best:
                     ratio += f" ({b / best[('clef.cpp', 'fp32')]:.2f}x clef fp32)"
                 name = eng if eng == "clef.cpp" else f"llama.cpp {ok[0].get('build_commit', '')}"

@@ -1,6 +1,7 @@
 #include "ops/profile.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -37,11 +38,28 @@ bool read_env() noexcept {
   return on;
 }
 
+std::atomic<bool>& switch_state() noexcept {
+  static std::atomic<bool> on{read_env()};
+  return on;
+}
+
 }  // namespace
 
-bool enabled() noexcept {
-  static const bool on = read_env();
-  return on;
+bool enabled() noexcept { return switch_state().load(std::memory_order_relaxed); }
+
+void set_enabled(bool on) noexcept { switch_state().store(on, std::memory_order_relaxed); }
+
+Totals totals(const char* name) noexcept {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  Totals out;
+  for (const Entry& e : t.rows) {
+    if (std::strcmp(e.name, name) == 0) {  // the same literal may have another address in another file
+      out.seconds += e.seconds;
+      out.calls += e.calls;
+    }
+  }
+  return out;
 }
 
 double now() noexcept {

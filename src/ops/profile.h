@@ -10,8 +10,18 @@
 
 namespace clef::ops::prof {
 
-/// True when CLEF_PROFILE is set (read once).
+/// True when CLEF_PROFILE is set (read once), or after set_enabled(true).
 bool enabled() noexcept;
+
+/// Turns the profile on or off from now on (tests; the environment variable is the user's switch).
+void set_enabled(bool on) noexcept;
+
+/// Seconds and calls accumulated so far under `name` (compared as a string); zeros when never timed.
+struct Totals {
+  double seconds = 0.0;
+  std::int64_t calls = 0;
+};
+Totals totals(const char* name) noexcept;
 
 /// Adds `seconds` to the counter named `name` (a string literal; the pointer is the key).
 void add(const char* name, double seconds) noexcept;

@@ -139,10 +139,6 @@ class QuantWeight {
 /// The kernels of this binary for these types.
 enum class QuantKernel : std::uint8_t { kScalar, kAvx2, kAvx512 };
 
-/// Whether the 512-bit kernels are used. False until they have run against the scalar oracle on an
-/// AVX-512 CPU (tests/unit/test_quant_gemm.cc; none was at hand when they were written): until then an
-/// AVX-512 CPU runs the AVX2 kernels, which are bit-identical to the oracle, and kAvx512 is not offered.
-inline constexpr bool kQuantAvx512Verified = false;
 /// "scalar", "avx2", "avx512".
 const char* quant_kernel_name(QuantKernel k) noexcept;
 /// The kernels this CPU can run (kScalar first).

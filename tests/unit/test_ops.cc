@@ -20,6 +20,7 @@
 #include "isa_levels.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
+#include "ops/profile.h"
 #include "ops/rope_freq.h"
 
 namespace clef {
@@ -588,6 +589,35 @@ TEST(Ops, LinearResidentFp32WeightsMatchStreamed) {
     EXPECT_TRUE(close("linear(streamed)", "m,n,k=" + dims({m, n, k}), want, a, {tol, 1e-5}));
     EXPECT_TRUE(close("linear(resident)", "m,n,k=" + dims({m, n, k}), want, b, {tol, 1e-5}));
   }
+}
+
+// A nested profile scope times only what it names: ">linear.x_to_bf16" covers the conversion of x
+// (m·k elements), not the matmul after it (m·n·k multiply-adds). With n = 4096 the matmul is ~4000x
+// the conversion's work, so even a slow conversion stays far below a third of the whole call; a
+// scope that also covered the matmul would report ~100%.
+TEST(Ops, ProfileScopeOfTheBf16ConversionExcludesTheMatmul) {
+  Rng rng(5);
+  const std::int64_t m = 64, n = 4096, k = 256;
+  const Vec wf = rng.uniform(n * k), x = rng.uniform(m * k);
+  std::vector<std::uint16_t> wb(wf.size());
+  for (std::size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+  const ops::GemmWeight w(DType::kBF16, wb.data(), n, k, Precision::kBF16);
+  Vec y(static_cast<std::size_t>(m * n));
+  ops::linear(x.data(), m, w, y.data());  // primitives made before timing
+  const bool was = ops::prof::enabled();
+  ops::prof::set_enabled(true);
+  const ops::prof::Totals conv0 = ops::prof::totals(">linear.x_to_bf16");
+  const ops::prof::Totals all0 = ops::prof::totals("test.linear_bf16");
+  for (int r = 0; r < 5; ++r) {
+    CLEF_PROF_SCOPE("test.linear_bf16");
+    ops::linear(x.data(), m, w, y.data());
+  }
+  ops::prof::set_enabled(was);
+  const double conv = ops::prof::totals(">linear.x_to_bf16").seconds - conv0.seconds;
+  const double all = ops::prof::totals("test.linear_bf16").seconds - all0.seconds;
+  EXPECT_EQ(ops::prof::totals(">linear.x_to_bf16").calls - conv0.calls, 5);
+  ASSERT_GT(all, 0.0);
+  EXPECT_LT(conv, all / 3) << "the conversion scope took " << conv << " s of " << all << " s";
 }
 
 TEST(Ops, LinearZeroCopyBf16AndRejects) {

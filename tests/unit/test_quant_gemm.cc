@@ -242,9 +242,9 @@ class QuantAtLevel : public test::AtIsaLevel {};
 
 TEST_P(QuantAtLevel, ActiveKernelFollowsTheLevelAndMatchesTheOracle) {
   const QuantKernel k = active_quant_kernel();
-  const QuantKernel want = GetParam() == IsaLevel::kBaseline                        ? QuantKernel::kScalar
-                           : GetParam() == IsaLevel::kAvx2 || !kQuantAvx512Verified ? QuantKernel::kAvx2
-                                                                                    : QuantKernel::kAvx512;
+  const QuantKernel want = GetParam() == IsaLevel::kBaseline ? QuantKernel::kScalar
+                           : GetParam() == IsaLevel::kAvx2   ? QuantKernel::kAvx2
+                                                             : QuantKernel::kAvx512;
   EXPECT_EQ(k, want);
   for (const QuantType t : kAllTypes) {
     const std::int64_t m = 7, n = 50,

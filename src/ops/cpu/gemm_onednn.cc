@@ -248,9 +248,11 @@ void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool 
   dnnl::matmul prim;
   if (bf16 && !g_bf16_emulated.load(std::memory_order_relaxed)) prim = get_primitive(m, n, k, true, accumulate);
   if (bf16 && prim) {  // oneDNN's bf16 matmul on the bf16 weight in place
-    CLEF_PROF_SCOPE(">linear.x_to_bf16");
     std::uint16_t* buf = scratch(xb, static_cast<std::size_t>(m * k));
-    parallel_blocks(m * k, [&](std::int64_t s, std::int64_t len) { f32_to_bf16_n(x + s, len, buf + s); });
+    {  // the scope names the conversion only, not the matmul after it
+      CLEF_PROF_SCOPE(">linear.x_to_bf16");
+      parallel_blocks(m * k, [&](std::int64_t s, std::int64_t len) { f32_to_bf16_n(x + s, len, buf + s); });
+    }
     execute(prim, dt::bf16, m, n, k, n, buf, w.operand(), y);
     return;
   }

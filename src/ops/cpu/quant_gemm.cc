@@ -190,8 +190,7 @@ bool cpu_has(QuantKernel k) {
   switch (k) {
     case QuantKernel::kScalar: return true;
     case QuantKernel::kAvx2: return best >= IsaLevel::kAvx2 && __builtin_cpu_supports("f16c");
-    case QuantKernel::kAvx512:
-      return kQuantAvx512Verified && best >= IsaLevel::kAvx512 && __builtin_cpu_supports("avx512bw");
+    case QuantKernel::kAvx512: return best >= IsaLevel::kAvx512 && __builtin_cpu_supports("avx512bw");
   }
   return false;
 #else
