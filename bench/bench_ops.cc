@@ -141,8 +141,12 @@ int main(int argc, char** argv) {
 
   const clef::ops::PeakGflops measured = clef::ops::measure_peak_gflops(threads);  // best of 3
   const double pf = measured.fp32, pb = measured.bf16;
-  std::printf("measured peak: fp32 FMA %.1f GFLOP/s, bf16 %.1f GFLOP/s (%s)\n\n", pf, pb,
-              measured.bf16_dot ? "vdpbf16ps" : "fp32 FMA on bf16 values: no bf16 dot product at this level");
+  const clef::ops::Int8Kernel i8k = clef::ops::active_int8_kernel();
+  const double p8 = clef::ops::measure_int8_peak_gops(i8k, threads);
+  std::printf(
+      "measured peak: fp32 FMA %.1f GFLOP/s, bf16 %.1f GFLOP/s (%s), int8 %.1f GOP/s (%s kernel's sequence)\n\n", pf,
+      pb, measured.bf16_dot ? "vdpbf16ps" : "fp32 FMA on bf16 values: no bf16 dot product at this level", p8,
+      clef::ops::int8_kernel_name(i8k));
   if (peak_only) return 0;
 
   // Linear-layer shapes of the 0.8b preset (and one flash MLP shape), y [m, n] = x [m, k] W^T.
@@ -186,7 +190,7 @@ int main(int argc, char** argv) {
       std::snprintf(buf, sizeof buf, "%7.1f (%3.0f%%)", flop / t / 1e9, peak > 0 ? 100.0 * flop / t / 1e9 / peak : 0.0);
       return std::string(buf);
     };
-    const std::string c32 = cell(t32, pf), c16 = cell(t16, pb), cbl = cell(tbl, pf), c8 = cell(t8, 0);
+    const std::string c32 = cell(t32, pf), c16 = cell(t16, pb), cbl = cell(tbl, pf), c8 = cell(t8, p8);
     std::printf("%-22s %6lld %6lld | %15s %15s %15s %15s | %.2fx, %.2fx\n", s.name, static_cast<long long>(s.n),
                 static_cast<long long>(s.k), c32.c_str(), c16.c_str(), cbl.c_str(), c8.c_str(),
                 std::min(t32, tbl) / t16, std::min(t32, tbl) / t8);

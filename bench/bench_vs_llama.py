@@ -7,7 +7,8 @@ that level; f32, bf16 and Q8_0 GGUFs of the same random folder), alternating eng
 the machine's speed hits both. Prints a markdown table: T, level, engine, mode, tokens/s (best over
 rounds; clef: best of --repeat passes per process; llama: llama-bench's mean of -r repetitions),
 spread over rounds, GFLOP/s and % of the level's measured peak (`clef_bench_ops --peak-only` with
-CLEF_ISA=<level>: fp32 FMA peak for fp32 / f32, bf16 peak for bf16; Q8_0 is int8 work, no %), and
+CLEF_ISA=<level>: fp32 FMA peak for fp32 / f32, bf16 peak for bf16, the int8 kernel sequence's peak for
+clef's int8 mode and quantized GGUFs; llama.cpp's quantized rows get no %), and
 the ratio clef.cpp / llama.cpp for the same level and dtype (fp32 vs f32, bf16 vs bf16). The
 commits of both engines, the machine and the 1-minute load average go with the table.
 
@@ -94,17 +95,19 @@ def llama_build_flags(exe: pathlib.Path) -> str:
     return "?"
 
 
-def measure_peaks(bindir: pathlib.Path, threads: int, level: str | None) -> tuple[float, float, str]:
-    """(fp32 peak, bf16 peak, what the bf16 peak measures) of `clef_bench_ops --peak-only` at a level."""
+def measure_peaks(bindir: pathlib.Path, threads: int, level: str | None) -> tuple[float, float, str, float]:
+    """(fp32 peak, bf16 peak, what the bf16 peak measures, int8 peak in GOP/s) of `clef_bench_ops
+    --peak-only` at a level (the int8 peak is that of the level's int8 kernel sequence; 0 when none)."""
     exe = bindir / "clef_bench_ops"
     if not exe.exists():
-        return 0.0, 0.0, "no clef_bench_ops"
+        return 0.0, 0.0, "no clef_bench_ops", 0.0
     r = subprocess.run([str(exe), "--peak-only", "--threads", str(threads)], capture_output=True, text=True,
                        env=env_for(level))
     m = re.search(r"fp32 FMA ([\d.]+) GFLOP/s, bf16 (?:vdpbf16ps )?([\d.]+) GFLOP/s(?: \(([^)]*)\))?", r.stdout)
     if r.returncode != 0 or not m:
-        return 0.0, 0.0, (r.stderr.strip() or r.stdout.strip())[:80]
-    return float(m.group(1)), float(m.group(2)), m.group(3) or "vdpbf16ps"
+        return 0.0, 0.0, (r.stderr.strip() or r.stdout.strip())[:80], 0.0
+    m8 = re.search(r"int8 ([\d.]+) GOP/s", r.stdout)
+    return float(m.group(1)), float(m.group(2)), m.group(3) or "vdpbf16ps", float(m8.group(1)) if m8 else 0.0
 
 
 def clef_level_line(bindir: pathlib.Path, level: str | None) -> str:
@@ -230,7 +233,8 @@ def main() -> int:
         if lv != "default" and not any(x in says for x in ("baseline", "avx2", "avx512")):
             says += " [no level in --version: a binary without run-time dispatch ignores CLEF_ISA]"
         print(f"level {lv}: clef --version says: {says}; measured peak "
-              f"fp32 {peaks[lv][0]:.0f} GFLOP/s, bf16 {peaks[lv][1]:.0f} GFLOP/s ({peaks[lv][2]})"
+              f"fp32 {peaks[lv][0]:.0f} GFLOP/s, bf16 {peaks[lv][1]:.0f} GFLOP/s ({peaks[lv][2]}), "
+              f"int8 {peaks[lv][3]:.0f} GOP/s"
               + ("" if lv in clef_levels else "; llama.cpp only"))
     print(flush=True)
 
@@ -278,9 +282,10 @@ def main() -> int:
                 b = max(tps)
                 spread = (b - min(tps)) / b if b else 0.0
                 gf = b * fpt / 1e9
-                pf, pb, _ = peaks[lv]
+                pf, pb, _, p8 = peaks[lv]
                 fp32_like = mode in ("f32", "gguf:f32") or mode.startswith("fp32")
-                peak = pb if mode in ("bf16", "gguf:bf16") else (pf if fp32_like else 0.0)
+                int8_like = mode == "int8" or (mode.startswith("gguf:q") and eng == "clef.cpp")
+                peak = pb if mode in ("bf16", "gguf:bf16") else (pf if fp32_like else (p8 if int8_like else 0.0))
                 pct = f"{100 * gf / peak:.0f}%" if peak else "–"
                 ratio = ""
                 same = mode[len("gguf:"):] if mode.startswith("gguf:") else SAME_DTYPE.get(mode, "")
@@ -299,8 +304,8 @@ def main() -> int:
               f"n_batch {info['n_batch']}, n_ubatch {info['n_ubatch']}, flash_attn {info['flash_attn']}, "
               f"poll {info['poll']}, -r {a.llama_reps}; CPU as llama.cpp saw it: {info['cpu_info']}")
     for lv in levels:
-        pf, pb, what = measure_peaks(bindir, a.threads, None if lv == "default" else lv)
-        print(f"measured peak after, level {lv}: fp32 {pf:.0f} GFLOP/s, bf16 {pb:.0f} GFLOP/s "
+        pf, pb, what, p8 = measure_peaks(bindir, a.threads, None if lv == "default" else lv)
+        print(f"measured peak after, level {lv}: fp32 {pf:.0f} GFLOP/s, bf16 {pb:.0f} GFLOP/s, int8 {p8:.0f} GOP/s "
               f"(the % column uses the 'before' values)")
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps({"peaks": peaks, "results": results, "llama": llama_info},

@@ -96,6 +96,13 @@ std::vector<Int8Kernel> int8_kernels_supported();
 /// (Unsupported otherwise; InvalidArgument for an unknown name).
 Int8Kernel active_int8_kernel();
 
+/// Measured int8 multiply-add peak of kernel `k` on `threads` threads, in GOP/s (2 OP per
+/// multiply-add, as GFLOP/s counts an FMA): independent accumulator chains of the instruction
+/// sequence that kernel runs per 32 (or 64) products: avx2 vpsignb + vpmaddubsw + vpmaddwd + vpaddd
+/// on 256 bits, avxvnni one 256-bit vpdpbusd, avx512vnni one 512-bit vpdpbusd. Best of `repeats`
+/// runs of `iters` iterations. 0 for kScalar (no SIMD peak) and for a kernel this CPU lacks.
+double measure_int8_peak_gops(Int8Kernel k, int threads, int repeats = 3, std::int64_t iters = 20'000'000);
+
 /// Activations of one call, quantized: qa [m, blocks·32] int8, |qa| (the AVX2 kernel's unsigned
 /// operand), da [m, blocks] fp32 and 128 · Σ qa per block [m, blocks] int32 (the VNNI kernels'
 /// correction).

@@ -44,8 +44,11 @@ over options, argmax flips (a question whose top option differs, excluding ties:
 two within 2e-4, or a noul p(true) within 1e-4 of 0.5), and the lowest per-token cosine of the
 hidden states.
 
-With --clef BIN (optional): ``clef decide --precision fp32`` and ``--precision int8`` on the same
-(unwrapped) requests (--jsonl, same --threads), compared the same way from the 4-decimal responses.
+With --clef BIN (optional): ``clef decide --precision fp32`` on the folder, and ``clef decide`` on the
+quantized GGUF itself (its own path; ``joint_head.safetensors`` + ``joint_head_config.json`` must be beside
+it) on the same (unwrapped) requests (--jsonl, same --threads), compared the same way from the 4-decimal
+responses (key ``clef_<type>_vs_clef_fp32``); for q8_0 also the folder in ``--precision int8``
+(``clef_int8_vs_clef_fp32``).
 
 Output (default tests/reference/golden/llama_q8_0_drift.json) is rewritten after every request
 (``"complete": false`` until the end); hidden states are cached in --cache, one key per GGUF (path,
@@ -314,7 +317,8 @@ def main(argv=None) -> int:
 
     def summarize():
         out = {}
-        for name in (f"{qt}_vs_llama_f32", "llama_f32_vs_reference", f"{qt}_vs_reference", "clef_int8_vs_clef_fp32"):
+        for name in (f"{qt}_vs_llama_f32", "llama_f32_vs_reference", f"{qt}_vs_reference", f"clef_{qt}_vs_clef_fp32",
+                     "clef_int8_vs_clef_fp32"):
             got = [r for r in rows.values() if name in r]
             if not got:
                 continue
@@ -402,22 +406,37 @@ def main(argv=None) -> int:
         inp.write_text("".join(json.dumps(requests[i], ensure_ascii=False) + "\n" for i in wanted), encoding="utf-8")
         answers = {}
         clef_cmds = {}
-        for prec in ("fp32", "int8"):
-            outp = cache / f"clef-{prec}.jsonl"
-            cmd = ["nice", "-n", "19", a.clef, "decide", "--model", str(folder), "--precision", prec,
+        # clef fp32 on the folder is the baseline; clef on the quantized GGUF itself (no --precision: a
+        # quantized file picks its own path; the head files beside it, as for a backbone-only GGUF);
+        # for Q8_0 also the folder in int8 mode (the same arithmetic, weights quantized at load).
+        runs = {"fp32": ["--model", str(folder), "--precision", "fp32"],
+                qt: ["--model", str(a.q8_gguf)]}
+        if qt == "q8_0":
+            runs["int8"] = ["--model", str(folder), "--precision", "int8"]
+        for prec, model_args in runs.items():
+            # one answer file per (binary, arguments, requests): a rerun, or the fp32 baseline of another
+            # type over the same requests, is read back instead of recomputed
+            key = hashlib.sha256(json.dumps([_sha256(pathlib.Path(a.clef)), model_args, a.threads,
+                                             inp.read_text(encoding="utf-8")]).encode()).hexdigest()[:16]
+            outp = cache / f"clef-{prec}-{key}.jsonl"
+            cmd = ["nice", "-n", "19", a.clef, "decide", *model_args,
                    "--threads", str(a.threads), "--jsonl", str(inp), "--out", str(outp), "--no-progress"]
             clef_cmds[prec] = " ".join(shlex.quote(x) for x in cmd)
-            t0 = time.perf_counter()
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                raise RuntimeError(f"{cmd}: {r.stderr[-2000:]}")
-            print(f"clef {prec}: {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
+            if not outp.exists():
+                t0 = time.perf_counter()
+                r = subprocess.run(cmd, capture_output=True, text=True)
+                if r.returncode != 0:
+                    outp.unlink(missing_ok=True)
+                    raise RuntimeError(f"{cmd}: {r.stderr[-2000:]}")
+                print(f"clef {prec}: {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
             answers[prec] = [json.loads(ln) for ln in outp.read_text(encoding="utf-8").splitlines()]
         ver = subprocess.run([a.clef, "--version"], capture_output=True, text=True)
         doc["clef"] = {"binary": a.clef, "version": (ver.stdout or ver.stderr).strip(), "commands": clef_cmds}
         for k, i in enumerate(wanted):
-            rows[i]["clef_int8_vs_clef_fp32"] = compare(response_probabilities(answers["fp32"][k]),
-                                                        response_probabilities(answers["int8"][k]))
+            base = response_probabilities(answers["fp32"][k])
+            rows[i][f"clef_{qt}_vs_clef_fp32"] = compare(base, response_probabilities(answers[qt][k]))
+            if "int8" in answers:
+                rows[i]["clef_int8_vs_clef_fp32"] = compare(base, response_probabilities(answers["int8"][k]))
         write()
 
     doc["complete"] = True
@@ -433,6 +452,7 @@ def _fmt(x: float) -> str:
 def print_table(doc: Dict[str, Any]) -> None:
     qt = doc.get("quant_type", "q8_0")
     cols = [(f"{qt}_vs_llama_f32", f"llama {qt} vs llama f32"), ("llama_f32_vs_reference", "llama f32 vs ref fp32"),
+            (f"clef_{qt}_vs_clef_fp32", f"clef {qt} file vs clef fp32"),
             ("clef_int8_vs_clef_fp32", "clef int8 vs clef fp32")]
     cols = [c for c in cols if any(c[0] in r for r in doc["per_request"])]
     head = "| req | name | T | " + " | ".join(f"{t}: max \\|dp\\| (at) / mean / flips" for _, t in cols) + " |"

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -211,6 +212,97 @@ std::vector<Int8Kernel> int8_kernels_supported() {
 Int8Kernel active_int8_kernel() {
   // Follows set_isa_for_testing: recomputed from the level in use each time (cheap).
   return choose_kernel();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Peak of each kernel's dot-product sequence (ops/int8_gemm.h)
+
+namespace {
+
+#ifdef CLEF_INT8_X86
+constexpr int kPeakChains = 8;
+
+// Six chains in named variables (six accumulators, six weights and three constants fit the 16 ymm
+// registers; arrays or more chains would go through the stack). The empty asm makes each weight
+// vector opaque every iteration, so the compiler cannot hoist the chain's vpsignb/vpmaddubsw/
+// vpmaddwd out of the loop (in the kernels they take new weights each time).
+__attribute__((target("avx2"))) double peak_avx2(std::int64_t iters) {
+  const __m256i a = _mm256_set1_epi8(3), ua = _mm256_abs_epi8(a), ones = _mm256_set1_epi16(1);
+  __m256i w0 = _mm256_set1_epi8(-3), w1 = _mm256_set1_epi8(-2), w2 = _mm256_set1_epi8(-1), w3 = _mm256_set1_epi8(1),
+          w4 = _mm256_set1_epi8(2), w5 = _mm256_set1_epi8(3);
+  __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
+// One chain step of the kernel's sequence (a macro: a lambda would not inherit the target).
+#define CLEF_PEAK_STEP(acc, w) \
+  acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(w, a)), ones))
+  for (std::int64_t i = 0; i < iters; ++i) {
+    asm volatile("" : "+x"(w0), "+x"(w1), "+x"(w2), "+x"(w3), "+x"(w4), "+x"(w5));
+    CLEF_PEAK_STEP(c0, w0);
+    CLEF_PEAK_STEP(c1, w1);
+    CLEF_PEAK_STEP(c2, w2);
+    CLEF_PEAK_STEP(c3, w3);
+    CLEF_PEAK_STEP(c4, w4);
+    CLEF_PEAK_STEP(c5, w5);
+  }
+  const __m256i sum =
+      _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3)), _mm256_add_epi32(c4, c5));
+  return _mm256_extract_epi32(sum, 0) == 12345 ? 0.0 : 6 * 32.0;  // multiply-adds per iteration
+}
+
+__attribute__((target("avx2,avxvnni"))) double peak_avxvnni(std::int64_t iters) {
+  __m256i acc[kPeakChains];
+  const __m256i a = _mm256_set1_epi8(3), w = _mm256_set1_epi8(5);
+  for (auto& v : acc) v = _mm256_setzero_si256();
+  for (std::int64_t i = 0; i < iters; ++i) {
+    for (auto& v : acc) v = _mm256_dpbusd_avx_epi32(v, w, a);
+  }
+  std::int32_t sink = 0;
+  for (const __m256i& v : acc) sink += _mm256_extract_epi32(v, 0);
+  return sink == 12345 ? 0.0 : kPeakChains * 32.0;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) double peak_avx512vnni(std::int64_t iters) {
+  __m512i acc[kPeakChains];
+  const __m512i a = _mm512_set1_epi8(3), w = _mm512_set1_epi8(5);
+  for (auto& v : acc) v = _mm512_setzero_si512();
+  for (std::int64_t i = 0; i < iters; ++i) {
+    for (auto& v : acc) v = _mm512_dpbusd_epi32(v, w, a);
+  }
+  std::int32_t sink = 0;
+  for (const __m512i& v : acc) {
+    std::int32_t lanes[16];
+    _mm512_storeu_si512(lanes, v);
+    sink += lanes[0];
+  }
+  return sink == 12345 ? 0.0 : kPeakChains * 64.0;
+}
+#endif
+
+}  // namespace
+
+double measure_int8_peak_gops(Int8Kernel k, int threads, int repeats, std::int64_t iters) {
+#ifdef CLEF_INT8_X86
+  const std::vector<Int8Kernel> have = int8_kernels_supported();
+  if (k == Int8Kernel::kScalar || std::find(have.begin(), have.end(), k) == have.end()) return 0.0;
+  double best = 0.0;
+  for (int r = 0; r < repeats; ++r) {
+    double macs_per_iter = 0.0;
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+      const double m = k == Int8Kernel::kAvx2      ? peak_avx2(iters)
+                       : k == Int8Kernel::kAvxVnni ? peak_avxvnni(iters)
+                                                   : peak_avx512vnni(iters);
+#pragma omp master
+      macs_per_iter = m;
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * macs_per_iter * static_cast<double>(iters) * threads / s / 1e9);
+  }
+  return best;
+#else
+  (void)k, (void)threads, (void)repeats, (void)iters;
+  return 0.0;
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------
