@@ -161,28 +161,56 @@ def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
     return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
 
 
-def read_folder(model_dir: pathlib.Path) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-    """config.json text part and the tensors: BF16 as uint16 bits, F32 as float32, F16 as float16."""
-    import torch
-    from safetensors import safe_open
+class FolderTensors:
+    """The folder's tensors by name, read one at a time when asked (a flash-sized folder does not fit
+    in memory twice): BF16 as uint16 bits, F32 as float32, F16 as float16."""
 
+    def __init__(self, files: list):
+        from safetensors import safe_open
+
+        self._where: Dict[str, pathlib.Path] = {}
+        for f in files:
+            with safe_open(str(f), "pt") as st:
+                for name in st.keys():
+                    self._where[name] = f
+
+    def keys(self):
+        return self._where.keys()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        import torch
+        from safetensors import safe_open
+
+        with safe_open(str(self._where[name]), "pt") as st:
+            t = st.get_tensor(name)
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(np.uint16)
+        if t.dtype in (torch.float32, torch.float16):
+            return t.numpy()
+        raise ValueError(f"{name}: dtype {t.dtype} not supported")
+
+    def items(self):
+        for name in self._where:
+            yield name, self[name]
+
+
+def read_folder(model_dir: pathlib.Path) -> Tuple[Dict[str, Any], FolderTensors]:
+    """config.json and the folder's tensors (FolderTensors: read when asked)."""
     cfg = json.loads((model_dir / "config.json").read_text())
     files = [model_dir / "model.safetensors"]
     index = model_dir / "model.safetensors.index.json"
     if index.exists():
         files = sorted({model_dir / f for f in json.loads(index.read_text())["weight_map"].values()})
-    tensors: Dict[str, np.ndarray] = {}
-    for f in files:
-        with safe_open(str(f), "pt") as st:
-            for name in st.keys():
-                t = st.get_tensor(name)
-                if t.dtype == torch.bfloat16:
-                    tensors[name] = t.view(torch.int16).numpy().view(np.uint16)
-                elif t.dtype in (torch.float32, torch.float16):
-                    tensors[name] = t.numpy()
-                else:
-                    raise ValueError(f"{name}: dtype {t.dtype} not supported")
-    return cfg, tensors
+    return cfg, FolderTensors(files)
 
 
 def as_f32(x: np.ndarray) -> np.ndarray:
@@ -256,6 +284,48 @@ def encode(x: np.ndarray, target: Q, k_fallback: bool = False) -> Tuple[np.ndarr
         return gguf.quants.quantize(as_f32(x), target), target
     except gguf.QuantError:
         return as_f32(x).astype(np.float16), Q.F16
+
+
+ROW_CHUNK_ELEMENTS = 1 << 24  # encode large tensors this many elements at a time (rows are independent)
+SPILL_FOLDER_BYTES = 2 << 30  # folders larger than this keep their encoded tensors in a scratch file
+
+
+class Spill:
+    """Encoded tensors kept in a scratch file instead of memory (np.memmap views), for folders too
+    large to hold twice. The file is unlinked as soon as it is open, so it goes away with the last view
+    even if the conversion fails."""
+
+    def __init__(self, path: pathlib.Path):
+        self.f = open(path, "wb+")
+        path.unlink()
+        self.offset = 0
+
+    def store(self, parts: list) -> np.ndarray:
+        """The row-chunk arrays `parts` (same dtype and trailing shape) as one memmap [rows, ...]."""
+        rows = sum(a.shape[0] for a in parts)
+        shape = (rows, *parts[0].shape[1:])
+        start = -(-self.offset // 64) * 64
+        self.f.seek(start)
+        for a in parts:
+            self.f.write(np.ascontiguousarray(a).tobytes())
+        self.f.flush()
+        self.offset = start + rows * int(np.prod(shape[1:], dtype=np.int64)) * parts[0].dtype.itemsize
+        return np.memmap(self.f, dtype=parts[0].dtype, mode="r", offset=start, shape=shape)
+
+
+def encode_chunked(x: np.ndarray, target: Q, k_fallback: bool, spill: Optional[Spill]) -> Tuple[np.ndarray, Q]:
+    """encode(), row chunks at a time when the tensor is large (every type here quantizes rows on their
+    own, so the bytes are the same), and into `spill` when given."""
+    if spill is None and x.size <= ROW_CHUNK_ELEMENTS:
+        return encode(x, target, k_fallback)
+    rows = max(1, ROW_CHUNK_ELEMENTS // max(1, int(np.prod(x.shape[1:], dtype=np.int64))))
+    parts, qt = [], None
+    for r0 in range(0, x.shape[0], rows):
+        data, qt = encode(x[r0:r0 + rows], target, k_fallback)
+        parts.append(data)
+    if spill is not None:
+        return spill.store(parts), qt
+    return np.concatenate(parts, axis=0), qt
 
 
 def read_head(model_dir: pathlib.Path) -> Dict[str, np.ndarray]:
@@ -385,13 +455,17 @@ def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
     head_dim = text["head_dim"]
     tied = cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
 
+    folder_bytes = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+    spill = Spill(out.with_name(out.name + ".encoding")) if folder_bytes > SPILL_FOLDER_BYTES else None
+
     tensors: Dict[str, Tuple[np.ndarray, Q]] = {}
     mix = outtype if outtype in MIXES else None
     target = MIXES[mix] if mix else OUTTYPES[outtype]
-    for name, x in hf.items():
+    for name in list(hf.keys()):
         g = gguf_name(name, prefix)
         if g is None or (g == "output.weight" and tied):
             continue
+        x = hf[name]
         if g.endswith("ssm_conv1d.weight"):
             x = x.reshape(x.shape[0], x.shape[-1])
         if hk != hv and ".linear_attn." in name:
@@ -411,9 +485,10 @@ def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
         if x.ndim == 1 or g.endswith("ssm_conv1d.weight"):
             tensors[g] = (as_f32(x), Q.F32)
         elif mix:
-            tensors[g] = encode(x, mixed_type(g, mix, L, tied), k_fallback=True)
+            tensors[g] = encode_chunked(x, mixed_type(g, mix, L, tied), True, spill)
         else:
-            tensors[g] = encode(x, target)
+            tensors[g] = encode_chunked(x, target, False, spill)
+        del x
     if layout == "clef":
         head_target = OUTTYPES[head_type] if head_type else target
         for g, x in head_tensors(read_head(model_dir), json.loads((model_dir / "joint_head_config.json").read_text())
