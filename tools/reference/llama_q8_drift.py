@@ -32,7 +32,7 @@ Steps, request by request (short ones first):
   2. llama.cpp hidden states for exactly those ids from the f32 GGUF and from the Q8_0 GGUF (both
      made by llama.cpp's own ``convert_hf_to_gguf.py --no-mtp --outtype f32|q8_0`` from the same
      release folder).
-  3. our joint head in fp32 (clef_ref.head, the folder's fp32 lexical table) on each -> per-question
+  3. our joint head in fp32 (clef_ref.head; the lexical table of the GGUF the states came from, see --lexical) on each -> per-question
      softmax (clef_ref.response.question_probabilities), raw float32.
   4. unless --no-reference (or the request is over --reference-max-tokens and not cached): the
      Python reference's own fp32 hidden states
@@ -155,6 +155,20 @@ class Driver:
         self.log.close()
 
 
+def gguf_output_embeddings(path: pathlib.Path, shape) -> "torch.Tensor":
+    """[vocab, hidden] float32: the GGUF's output.weight, else token_embd.weight, dequantized by gguf-py."""
+    import gguf
+    import torch
+
+    reader = gguf.GGUFReader(str(path))
+    by_name = {t.name: t for t in reader.tensors}
+    t = by_name.get("output.weight") or by_name.get("token_embd.weight")
+    if t is None:
+        raise ValueError(f"{path}: no output.weight or token_embd.weight")
+    w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32).reshape(tuple(shape))
+    return torch.from_numpy(np.ascontiguousarray(w))
+
+
 def _git(src: Optional[str], *args) -> Optional[str]:
     if not src:
         return None
@@ -211,6 +225,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-reference", action="store_true", help="skip the Python reference fp32 hidden states")
     ap.add_argument("--reference-max-tokens", type=int, default=None,
                     help="run the reference only on requests of at most this many tokens (it is the slow part)")
+    ap.add_argument("--lexical", choices=["file", "folder"], default="file",
+                    help="the head's lexical table for the quantized GGUF's hidden states: the file's own output "
+                         "embedding dequantized (default), or the folder's fp32 one")
     ap.add_argument("--clef", default=None, help="clef binary: also clef decide --precision int8 vs fp32")
     ap.add_argument("--cache", default="/tmp/llama-q8-drift-cache", help="hidden-state cache folder")
     a = ap.parse_args(argv)
@@ -239,6 +256,13 @@ def main(argv=None) -> int:
     load_s = time.perf_counter() - t_load
     table = ref.output_embeddings().detach().float()
     H = table.shape[1]
+    # The head's lexical rows come from the output embedding. With --lexical file (default) each GGUF's
+    # hidden states go through its own table (output.weight, else token_embd.weight, dequantized by
+    # gguf-py from the type the file stores), as a runtime holding only that file computes them (clef
+    # does); --lexical folder uses the folder's fp32 table for both (the hidden states' drift alone).
+    tables = {"f32": table, qt: table}
+    if a.lexical == "file":
+        tables[qt] = gguf_output_embeddings(pathlib.Path(a.q8_gguf), table.shape)
     names = [json.loads(ln).get("name") for ln in corpus.read_text(encoding="utf-8").splitlines() if ln.strip()]
     requests = {i: reference.load_jsonl_request(corpus, i) for i in wanted}
     records = {i: encode_record(requests[i], ref.tokenizer) for i in wanted}
@@ -283,7 +307,9 @@ def main(argv=None) -> int:
                                   "embeddings": True, "pooling": "none", "flash_attn": "disabled",
                                   "kv_type": a.kv_type, "threads": a.threads, "lm_head": "skipped (cb_eval)"},
                       "driver": str(a.driver)},
-        "head": "clef_ref.head JointSchemaHead in fp32 with the folder's fp32 lexical table (tied embed_tokens)",
+        "head": "clef_ref.head JointSchemaHead in fp32; lexical table: " + (
+            "each GGUF's own output embedding (the quantized file's dequantized by gguf-py)" if a.lexical == "file"
+            else "the folder's fp32 table (tied embed_tokens) for both"),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
                      "numpy": np.__version__},
@@ -297,11 +323,12 @@ def main(argv=None) -> int:
     probs: Dict[str, Dict[int, Dict[str, Dict[str, float]]]] = {"f32": {}, qt: {}, "ref": {}}
     hid: Dict[str, Dict[int, np.ndarray]] = {"f32": {}, "ref": {}}
 
-    def head_probs(i: int, hidden: np.ndarray) -> Dict[str, Dict[str, float]]:
+    def head_probs(i: int, hidden: np.ndarray, tag: str = "f32") -> Dict[str, Dict[str, float]]:
         rec = records[i]
         ids = torch.tensor(rec.input_ids, dtype=torch.long)
         with torch.no_grad():
-            logits = ref.head(torch.from_numpy(hidden), table, ids, **record_head_inputs(rec)).float()
+            logits = ref.head(torch.from_numpy(hidden), tables.get(tag, table), ids,
+                              **record_head_inputs(rec)).float()
         return option_probabilities(rec, question_probabilities(logits, rec))
 
     def update(i: int):
@@ -367,7 +394,7 @@ def main(argv=None) -> int:
                                           cache / f"{keys[tag]}-{tag}.log")
                 h, s = drivers[tag].hidden(ids_path, hpath, tokens[i], H)
                 meta.write_text(json.dumps({"seconds": s}))
-            probs[tag][i] = head_probs(i, h)
+            probs[tag][i] = head_probs(i, h, tag)
             if tag == "f32":
                 hid["f32"][i] = h
             update(i)
