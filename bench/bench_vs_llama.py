@@ -8,7 +8,7 @@ the machine's speed hits both. Prints a markdown table: T, level, engine, mode, 
 rounds; clef: best of --repeat passes per process; llama: llama-bench's mean of -r repetitions),
 spread over rounds, GFLOP/s and % of the level's measured peak (`clef_bench_ops --peak-only` with
 CLEF_ISA=<level>: fp32 FMA peak for fp32 / f32, bf16 peak for bf16, the int8 kernel sequence's peak for
-clef's int8 mode and quantized GGUFs; llama.cpp's quantized rows get no %), and
+clef's int8 mode and Q8_0 GGUFs; other quantized types and llama.cpp's quantized rows get no %), and
 the ratio clef.cpp / llama.cpp for the same level and dtype (fp32 vs f32, bf16 vs bf16). The
 commits of both engines, the machine and the 1-minute load average go with the table.
 
@@ -284,7 +284,9 @@ def main() -> int:
                 gf = b * fpt / 1e9
                 pf, pb, _, p8 = peaks[lv]
                 fp32_like = mode in ("f32", "gguf:f32") or mode.startswith("fp32")
-                int8_like = mode == "int8" or (mode.startswith("gguf:q") and eng == "clef.cpp")
+                # the int8 peak is that of the Q8_0 kernels' sequence; the block kernels of the other types
+                # run another one (unsigned 4-6 bit weights, no sign step), so their rows get no %
+                int8_like = eng == "clef.cpp" and mode in ("int8", "gguf:q8_0")
                 peak = pb if mode in ("bf16", "gguf:bf16") else (pf if fp32_like else (p8 if int8_like else 0.0))
                 pct = f"{100 * gf / peak:.0f}%" if peak else "–"
                 ratio = ""
