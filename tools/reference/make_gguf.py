@@ -10,7 +10,7 @@ writer llama.cpp itself uses), in either of the two layouts clef reads:
 
 Usage:
     python tools/reference/make_gguf.py --model DIR --out FILE.gguf [--layout qwen35|clef]
-        [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k]
+        [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]
 
 What it writes (facts read from llama.cpp 3f545becc conversion/qwen.py, conversion/clef.py,
 gguf-py/gguf/constants.py and tensor_mapping.py, collected in docs/GGUF.md; no code copied):
