@@ -180,12 +180,6 @@ class FolderTensors:
     def __contains__(self, name: object) -> bool:
         return name in self._where
 
-    def __iter__(self):
-        return iter(self._where)
-
-    def __len__(self) -> int:
-        return len(self._where)
-
     def __getitem__(self, name: str) -> np.ndarray:
         import torch
         from safetensors import safe_open
@@ -197,10 +191,6 @@ class FolderTensors:
         if t.dtype in (torch.float32, torch.float16):
             return t.numpy()
         raise ValueError(f"{name}: dtype {t.dtype} not supported")
-
-    def items(self):
-        for name in self._where:
-            yield name, self[name]
 
 
 def read_folder(model_dir: pathlib.Path) -> Tuple[Dict[str, Any], FolderTensors]:
