@@ -7,6 +7,7 @@
 // Prints tables; not a timed test.
 //
 //   clef_bench_ops [--threads N] [--m 1024] [--qm 512] [--reps 5] [--quick] [--peak-only] [--quant-only]
+//                  [--attn-only]
 #include <cblas.h>
 #include <omp.h>
 
@@ -103,12 +104,44 @@ void bench_quant(const std::vector<Shape>& shapes, std::int64_t m, int reps) {
   std::printf("\n");
 }
 
+/// Blocked causal attention, 0.8b dims (8 query heads, 2 kv heads, head dim 256), one layer: a
+/// chunk of t queries at the end of a cache of tk keys (t = tk: a whole prefill in one chunk;
+/// t < tk: the last prefill chunk of a long input), fp32 and bf16 kernels, against the level's
+/// fp32 and bf16 peaks. FLOP = 4 nh hd (keys visible to each query, summed): docs/MODEL.md §9.
+void bench_attention(bool quick, int reps, double pf, double pb) {
+  const clef::ops::AttentionDims d{8, 2, 256};
+  struct Case {
+    std::int64_t t, tk;
+  };
+  const std::vector<Case> cases = quick ? std::vector<Case>{{256, 256}, {128, 1024}}
+                                        : std::vector<Case>{{1024, 1024}, {512, 4096}, {512, 16384}};
+  std::printf("attention, 0.8b layer (nh 8, nkv 2, hd 256), causal, best of %d (GFLOP/s; %% of the level's peak)\n",
+              reps);
+  std::printf("%-8s %-8s | %18s %18s\n", "queries", "keys", "fp32", "bf16");
+  for (const Case& c : cases) {
+    const std::vector<float> q = randv(static_cast<std::size_t>(c.t * d.nh * d.hd), 6);
+    const std::vector<float> kc = randv(static_cast<std::size_t>(c.tk * d.nkv * d.hd), 7), vc = randv(kc.size(), 8);
+    std::vector<float> o(q.size());
+    const double visible = static_cast<double>(c.t) * static_cast<double>(c.tk - c.t) +
+                           static_cast<double>(c.t) * static_cast<double>(c.t + 1) / 2.0;
+    const double flop = 4.0 * static_cast<double>(d.nh * d.hd) * visible;
+    const double s32 =
+        best_seconds(reps, [&] { clef::ops::attention(d, c.t, c.tk, q.data(), kc.data(), vc.data(), o.data()); });
+    const double s16 =
+        best_seconds(reps, [&] { clef::ops::attention_bf16(d, c.t, c.tk, q.data(), kc.data(), vc.data(), o.data()); });
+    const double g32 = flop / s32 / 1e9, g16 = flop / s16 / 1e9;
+    std::printf("%-8lld %-8lld | %8.1f (%4.0f%%)   %8.1f (%4.0f%%)\n", static_cast<long long>(c.t),
+                static_cast<long long>(c.tk), g32, pf > 0 ? 100.0 * g32 / pf : 0.0, g16, pb > 0 ? 100.0 * g16 / pb : 0.0);
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 0, reps = 5;
   std::int64_t m = 1024, qm = 512;
-  bool quick = false, peak_only = false, quant_only = false;
+  bool quick = false, peak_only = false, quant_only = false, attn_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     if (f == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
@@ -117,6 +150,7 @@ int main(int argc, char** argv) {
     else if (f == "--quick") quick = true;
     else if (f == "--peak-only") peak_only = true;
     else if (f == "--quant-only") quant_only = true;
+    else if (f == "--attn-only") attn_only = true;
     else if (f == "--qm" && i + 1 < argc) qm = std::atoll(argv[++i]);
   }
   threads = clef::ops::set_num_threads(threads);
@@ -148,6 +182,10 @@ int main(int argc, char** argv) {
       pb, measured.bf16_dot ? "vdpbf16ps" : "fp32 FMA on bf16 values: no bf16 dot product at this level", p8,
       clef::ops::int8_kernel_name(i8k));
   if (peak_only) return 0;
+  if (attn_only) {
+    bench_attention(quick, reps, pf, pb);
+    return 0;
+  }
 
   // Linear-layer shapes of the 0.8b preset (and one flash MLP shape), y [m, n] = x [m, k] W^T.
   std::vector<Shape> shapes = {
@@ -221,19 +259,6 @@ int main(int argc, char** argv) {
     std::printf("gated_delta_rule (0.8b layer, T=%lld): %.2f ms, %.0f tokens/s/layer, ~%.1f GFLOP/s\n",
                 static_cast<long long>(t), sec * 1e3, static_cast<double>(t) / sec, flop / sec / 1e9);
   }
-  // Blocked causal attention, 0.8b dims, one layer.
-  {
-    const clef::ops::AttentionDims d{8, 2, 256};
-    const std::int64_t t = quick ? 256 : m;
-    const std::vector<float> q = randv(static_cast<std::size_t>(t * d.nh * d.hd), 6);
-    const std::vector<float> kc = randv(static_cast<std::size_t>(t * d.nkv * d.hd), 7), vc = randv(kc.size(), 8);
-    std::vector<float> o(q.size());
-    const double sec =
-        best_seconds(reps, [&] { clef::ops::attention(d, t, t, q.data(), kc.data(), vc.data(), o.data()); });
-    const double flop =
-        4.0 * static_cast<double>(d.nh * d.hd) * static_cast<double>(t) * static_cast<double>(t + 1) / 2.0;
-    std::printf("attention (0.8b layer, T=%lld causal): %.2f ms, %.1f GFLOP/s (%.0f%% of fp32 peak)\n",
-                static_cast<long long>(t), sec * 1e3, flop / sec / 1e9, pf > 0 ? 100.0 * flop / sec / 1e9 / pf : 0.0);
-  }
+  bench_attention(quick, reps, pf, pb);
   return 0;
 }

@@ -5,8 +5,9 @@
 // fp32: C[m, n] = (accumulate ? C : 0) + alpha * A[m, k] · B[k, n], all row-major with leading
 // dimensions lda, ldb, ldc. small_gemm_at takes A transposed in memory (stored [k, m], element
 // (r, p) at a[p * lda + r]), for products like Kᵀ V or Vᵀ P without an explicit transpose.
-// Register tiles of up to 6 rows x 2 vectors (6 x 32 on AVX-512, 6 x 16 on AVX2: 12 accumulators,
-// 2 B vectors and one broadcast fit either register file), masked column tails.
+// Register tiles of up to 6 rows x 4 vectors on AVX-512 (6 x 64: 24 accumulators, 4 B vectors and
+// one broadcast in 32 registers) and 6 x 2 vectors on AVX2 (6 x 16: 12 + 2 + 1 in 16), masked
+// column tails; bf16 tiles are 6 x 64 (6 x 4 vectors).
 //
 // bf16 (AVX3_DL target only, CLEF_HAVE_BF16_DOT): operands are 32-bit words each holding a bf16
 // pair along the reduction dimension (low half = even k, high half = odd k); kp = pairs:
@@ -35,54 +36,81 @@ namespace clef::ops::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-template <int MR, bool TA>
+/// Vectors per column panel: 4 where the register file has 32 vectors (AVX-512: 6 x 4
+/// accumulators + 4 B vectors + 1 broadcast = 29), 2 where it has 16 (AVX2: 6 x 2 + 2 + 1 = 15).
+constexpr int kPanelVectors = HWY_MAX_BYTES >= 64 ? 4 : 2;
+
+/// One register tile: C rows [0, MR) x columns [0, NV lanes) (the last vector masked to `ncols`,
+/// (NV - 1) lanes < ncols <= NV lanes). The loops over r and v unroll at compile time, so the
+/// accumulators stay in registers. Each element's sum runs over p in order with one FMA per
+/// step, whatever the tile shape (the panel width does not change a result bit).
+template <int MR, int NV, bool TA>
 HWY_INLINE void micro_tile(std::int64_t k, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                            std::int64_t ldc, std::int64_t ncols, float alpha, bool accumulate) {
   const DF d;
   const std::int64_t N = lanes();
-  const bool two = ncols > N;
-  const auto m0 = hn::FirstN(d, static_cast<std::size_t>(ncols >= N ? N : ncols));
-  const auto m1 = hn::FirstN(d, static_cast<std::size_t>(two ? (ncols >= 2 * N ? N : ncols - N) : 0));
-  VF c0[static_cast<std::size_t>(MR)], c1[static_cast<std::size_t>(MR)];
+  const std::int64_t last = ncols - (NV - 1) * N;  // lanes of the last vector, 1..N
+  const auto ml = hn::FirstN(d, static_cast<std::size_t>(last));
+  const bool full = last == N;
+  VF acc[static_cast<std::size_t>(MR)][static_cast<std::size_t>(NV)];
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
-    c0[r] = hn::Zero(d);
-    c1[r] = hn::Zero(d);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(d);
   }
-  const bool full = ncols >= 2 * N;
-  if (two) {
-    for (std::int64_t p = 0; p < k; ++p) {
-      const float* bp = b + p * ldb;
-      const VF b0 = hn::LoadU(d, bp);
-      const VF b1 = full ? hn::LoadU(d, bp + N) : hn::MaskedLoad(m1, d, bp + N);
-      for (int r = 0; r < MR; ++r) {
-        const VF av = hn::Set(d, TA ? a[p * lda + r] : a[r * lda + p]);
-        c0[r] = hn::MulAdd(av, b0, c0[r]);
-        c1[r] = hn::MulAdd(av, b1, c1[r]);
-      }
+  for (std::int64_t p = 0; p < k; ++p) {
+    const float* bp = b + p * ldb;
+    VF bv[static_cast<std::size_t>(NV)];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      bv[v] = v + 1 < NV || full ? hn::LoadU(d, bp + v * N) : hn::MaskedLoad(ml, d, bp + v * N);
     }
-  } else {
-    for (std::int64_t p = 0; p < k; ++p) {
-      const VF b0 = hn::MaskedLoad(m0, d, b + p * ldb);
-      for (int r = 0; r < MR; ++r) {
-        c0[r] = hn::MulAdd(hn::Set(d, TA ? a[p * lda + r] : a[r * lda + p]), b0, c0[r]);
-      }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const VF av = hn::Set(d, TA ? a[p * lda + r] : a[r * lda + p]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(av, bv[v], acc[r][v]);
     }
   }
   const VF al = hn::Set(d, alpha);
+  const auto all = hn::FirstN(d, static_cast<std::size_t>(N));
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
     float* cr = c + r * ldc;
-    VF v0 = hn::Mul(c0[r], al);
-    if (accumulate) v0 = hn::Add(v0, hn::MaskedLoad(m0, d, cr));
-    hn::BlendedStore(v0, m0, d, cr);
-    if (two) {
-      VF v1 = hn::Mul(c1[r], al);
-      if (accumulate) v1 = hn::Add(v1, hn::MaskedLoad(m1, d, cr + N));
-      hn::BlendedStore(v1, m1, d, cr + N);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const auto mv = v + 1 < NV ? all : ml;
+      VF x = hn::Mul(acc[r][v], al);
+      if (accumulate) x = hn::Add(x, hn::MaskedLoad(mv, d, cr + v * N));
+      hn::BlendedStore(x, mv, d, cr + v * N);
     }
   }
 }
 
-/// Shared driver of small_gemm / small_gemm_at: 6-row register tiles, 2-vector column panels.
+/// Rows [0, m) of one column panel of nc <= NV lanes columns: 6-row tiles, then one tile of the
+/// m % 6 remaining rows.
+template <int NV, bool TA>
+HWY_INLINE void micro_panel(std::int64_t m, std::int64_t k, const float* a, std::int64_t lda, const float* b,
+                            std::int64_t ldb, float* c, std::int64_t ldc, std::int64_t nc, float alpha,
+                            bool accumulate) {
+  const std::int64_t rstep = TA ? 1 : lda;  // row offset r of A: TA ? a + r : a + r * lda
+  std::int64_t i = 0;
+  for (; i + 6 <= m; i += 6)
+    micro_tile<6, NV, TA>(k, a + i * rstep, lda, b, ldb, c + i * ldc, ldc, nc, alpha, accumulate);
+  const float* ai = a + i * rstep;
+  float* ci = c + i * ldc;
+  switch (m - i) {
+    case 5: micro_tile<5, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate); break;
+    case 4: micro_tile<4, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate); break;
+    case 3: micro_tile<3, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate); break;
+    case 2: micro_tile<2, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate); break;
+    case 1: micro_tile<1, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate); break;
+    default: break;
+  }
+}
+
+/// Shared driver of small_gemm / small_gemm_at: 6-row register tiles, kPanelVectors-vector column
+/// panels, the last panel as wide as the columns left.
 template <bool TA>
 HWY_INLINE void small_gemm_impl(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
                                 const float* b, std::int64_t ldb, float* c, std::int64_t ldc, float alpha,
@@ -100,26 +128,26 @@ HWY_INLINE void small_gemm_impl(std::int64_t m, std::int64_t n, std::int64_t k, 
     }
   }
   return;
-#endif
-  const std::int64_t panel = 2 * lanes();
-  const std::int64_t rstep = TA ? 1 : lda;  // row offset r of A: TA ? a + r : a + r * lda
+#else
+  const std::int64_t N = lanes();
+  const std::int64_t panel = kPanelVectors * N;
   for (std::int64_t j = 0; j < n; j += panel) {
     const std::int64_t nc = n - j < panel ? n - j : panel;
-    std::int64_t i = 0;
-    for (; i + 6 <= m; i += 6) {
-      micro_tile<6, TA>(k, a + i * rstep, lda, b + j, ldb, c + i * ldc + j, ldc, nc, alpha, accumulate);
+    const std::int64_t nv = (nc + N - 1) / N;
+    if constexpr (kPanelVectors == 4) {
+      if (nv == 4) {
+        micro_panel<4, TA>(m, k, a, lda, b + j, ldb, c + j, ldc, nc, alpha, accumulate);
+        continue;
+      }
+      if (nv == 3) {
+        micro_panel<3, TA>(m, k, a, lda, b + j, ldb, c + j, ldc, nc, alpha, accumulate);
+        continue;
+      }
     }
-    const float* ai = a + i * rstep;
-    float* ci = c + i * ldc + j;
-    switch (m - i) {
-      case 5: micro_tile<5, TA>(k, ai, lda, b + j, ldb, ci, ldc, nc, alpha, accumulate); break;
-      case 4: micro_tile<4, TA>(k, ai, lda, b + j, ldb, ci, ldc, nc, alpha, accumulate); break;
-      case 3: micro_tile<3, TA>(k, ai, lda, b + j, ldb, ci, ldc, nc, alpha, accumulate); break;
-      case 2: micro_tile<2, TA>(k, ai, lda, b + j, ldb, ci, ldc, nc, alpha, accumulate); break;
-      case 1: micro_tile<1, TA>(k, ai, lda, b + j, ldb, ci, ldc, nc, alpha, accumulate); break;
-      default: break;
-    }
+    if (nv == 2) micro_panel<2, TA>(m, k, a, lda, b + j, ldb, c + j, ldc, nc, alpha, accumulate);
+    else micro_panel<1, TA>(m, k, a, lda, b + j, ldb, c + j, ldc, nc, alpha, accumulate);
   }
+#endif
 }
 
 /// C = (accumulate ? C : 0) + alpha * A · B (see the file comment). m, n, k >= 0.
@@ -158,59 +186,88 @@ constexpr __mmask16 kAll16 = 0xFFFF;
 /// Mask of the first n (< 16) lanes.
 inline __mmask16 tail_mask16(std::int64_t n) { return static_cast<__mmask16>((1u << static_cast<unsigned>(n)) - 1u); }
 
-template <int MR, bool TA>
+/// One register tile: C rows [0, MR) x columns [0, 16 NV) (the last vector masked to `ncols`,
+/// 16 (NV - 1) < ncols <= 16 NV). MR x NV accumulators + NV B vectors + one broadcast stay in the
+/// 32 zmm registers (MR = 6, NV = 4: 29), so the loop body is loads and vdpbf16ps only; the
+/// loops over r and v are unrolled at compile time (an array indexed by a runtime-dependent
+/// condition is what made GCC spill the accumulators to the stack).
+template <int MR, int NV, bool TA>
 CLEF_BF16_ATTR inline void bf16_tile(std::int64_t kp, const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b,
                                      std::int64_t ldb, float* c, std::int64_t ldc, std::int64_t ncols,
                                      bool accumulate) {
-  const __mmask16 m0 = ncols >= 16 ? kAll16 : tail_mask16(ncols);
-  const __mmask16 m1 = ncols >= 32 ? kAll16 : (ncols > 16 ? tail_mask16(ncols - 16) : static_cast<__mmask16>(0));
-  __m512 c0[static_cast<std::size_t>(MR)], c1[static_cast<std::size_t>(MR)];
+  __mmask16 mk[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    const std::int64_t rem = ncols - 16 * v;
+    mk[v] = rem >= 16 ? kAll16 : tail_mask16(rem);
+  }
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
-    c0[r] = _mm512_setzero_ps();
-    c1[r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   }
   for (std::int64_t p = 0; p < kp; ++p) {
-    const __m512bh b0 = std::bit_cast<__m512bh>(_mm512_maskz_loadu_epi32(m0, b + p * ldb));
-    const __m512bh b1 = std::bit_cast<__m512bh>(_mm512_maskz_loadu_epi32(m1, b + p * ldb + 16));
+    __m512bh bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      bv[v] = std::bit_cast<__m512bh>(v + 1 < NV ? _mm512_loadu_si512(b + p * ldb + 16 * v)
+                                                 : _mm512_maskz_loadu_epi32(mk[v], b + p * ldb + 16 * v));
+    }
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const std::uint32_t w = TA ? a[p * lda + r] : a[r * lda + p];
       const __m512bh av = std::bit_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(w)));
-      c0[r] = _mm512_dpbf16_ps(c0[r], av, b0);
-      if (m1 != 0) c1[r] = _mm512_dpbf16_ps(c1[r], av, b1);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
     float* cr = c + r * ldc;
-    __m512 v0 = c0[r];
-    if (accumulate) v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, cr));
-    _mm512_mask_storeu_ps(cr, m0, v0);
-    if (m1 != 0) {
-      __m512 v1 = c1[r];
-      if (accumulate) v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, cr + 16));
-      _mm512_mask_storeu_ps(cr + 16, m1, v1);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      __m512 x = acc[r][v];
+      if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], cr + 16 * v));
+      _mm512_mask_storeu_ps(cr + 16 * v, mk[v], x);
     }
   }
 }
 
+/// Rows [0, m) of one column panel of nc <= 64 columns (NV = ceil(nc / 16) vectors): 6-row tiles,
+/// then one tile of the m % 6 remaining rows.
+template <int NV, bool TA>
+CLEF_BF16_ATTR inline void bf16_panel(std::int64_t m, std::int64_t kp, const std::uint32_t* a, std::int64_t lda,
+                                      const std::uint32_t* b, std::int64_t ldb, float* c, std::int64_t ldc,
+                                      std::int64_t nc, bool accumulate) {
+  const std::int64_t rstep = TA ? 1 : lda;
+  std::int64_t i = 0;
+  for (; i + 6 <= m; i += 6) bf16_tile<6, NV, TA>(kp, a + i * rstep, lda, b, ldb, c + i * ldc, ldc, nc, accumulate);
+  const std::uint32_t* ai = a + i * rstep;
+  float* ci = c + i * ldc;
+  switch (m - i) {
+    case 5: bf16_tile<5, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate); break;
+    case 4: bf16_tile<4, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate); break;
+    case 3: bf16_tile<3, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate); break;
+    case 2: bf16_tile<2, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate); break;
+    case 1: bf16_tile<1, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate); break;
+    default: break;
+  }
+}
+
+/// Shared driver of bf16_gemm / bf16_gemm_at: 64-column panels (6 x 64 register tiles), the last
+/// panel as wide as the columns left.
 template <bool TA>
 CLEF_BF16_ATTR inline void bf16_gemm_impl(std::int64_t m, std::int64_t n, std::int64_t kp, const std::uint32_t* a,
                                           std::int64_t lda, const std::uint32_t* b, std::int64_t ldb, float* c,
                                           std::int64_t ldc, bool accumulate) {
-  const std::int64_t rstep = TA ? 1 : lda;
-  for (std::int64_t j = 0; j < n; j += 32) {
-    const std::int64_t nc = n - j < 32 ? n - j : 32;
-    std::int64_t i = 0;
-    for (; i + 6 <= m; i += 6)
-      bf16_tile<6, TA>(kp, a + i * rstep, lda, b + j, ldb, c + i * ldc + j, ldc, nc, accumulate);
-    const std::uint32_t* ai = a + i * rstep;
-    float* ci = c + i * ldc + j;
-    switch (m - i) {
-      case 5: bf16_tile<5, TA>(kp, ai, lda, b + j, ldb, ci, ldc, nc, accumulate); break;
-      case 4: bf16_tile<4, TA>(kp, ai, lda, b + j, ldb, ci, ldc, nc, accumulate); break;
-      case 3: bf16_tile<3, TA>(kp, ai, lda, b + j, ldb, ci, ldc, nc, accumulate); break;
-      case 2: bf16_tile<2, TA>(kp, ai, lda, b + j, ldb, ci, ldc, nc, accumulate); break;
-      case 1: bf16_tile<1, TA>(kp, ai, lda, b + j, ldb, ci, ldc, nc, accumulate); break;
-      default: break;
+  for (std::int64_t j = 0; j < n; j += 64) {
+    const std::int64_t nc = n - j < 64 ? n - j : 64;
+    switch ((nc + 15) / 16) {
+      case 4: bf16_panel<4, TA>(m, kp, a, lda, b + j, ldb, c + j, ldc, nc, accumulate); break;
+      case 3: bf16_panel<3, TA>(m, kp, a, lda, b + j, ldb, c + j, ldc, nc, accumulate); break;
+      case 2: bf16_panel<2, TA>(m, kp, a, lda, b + j, ldb, c + j, ldc, nc, accumulate); break;
+      default: bf16_panel<1, TA>(m, kp, a, lda, b + j, ldb, c + j, ldc, nc, accumulate); break;
     }
   }
 }
