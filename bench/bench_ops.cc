@@ -113,8 +113,8 @@ void bench_attention(bool quick, int reps, double pf, double pb) {
   struct Case {
     std::int64_t t, tk;
   };
-  const std::vector<Case> cases = quick ? std::vector<Case>{{256, 256}, {128, 1024}}
-                                        : std::vector<Case>{{1024, 1024}, {512, 4096}, {512, 16384}};
+  const std::vector<Case> cases =
+      quick ? std::vector<Case>{{256, 256}, {128, 1024}} : std::vector<Case>{{1024, 1024}, {512, 4096}, {512, 16384}};
   std::printf("attention, 0.8b layer (nh 8, nkv 2, hd 256), causal, best of %d (GFLOP/s; %% of the level's peak)\n",
               reps);
   std::printf("%-8s %-8s | %18s %18s\n", "queries", "keys", "fp32", "bf16");
@@ -131,7 +131,8 @@ void bench_attention(bool quick, int reps, double pf, double pb) {
         best_seconds(reps, [&] { clef::ops::attention_bf16(d, c.t, c.tk, q.data(), kc.data(), vc.data(), o.data()); });
     const double g32 = flop / s32 / 1e9, g16 = flop / s16 / 1e9;
     std::printf("%-8lld %-8lld | %8.1f (%4.0f%%)   %8.1f (%4.0f%%)\n", static_cast<long long>(c.t),
-                static_cast<long long>(c.tk), g32, pf > 0 ? 100.0 * g32 / pf : 0.0, g16, pb > 0 ? 100.0 * g16 / pb : 0.0);
+                static_cast<long long>(c.tk), g32, pf > 0 ? 100.0 * g32 / pf : 0.0, g16,
+                pb > 0 ? 100.0 * g16 / pb : 0.0);
   }
   std::printf("\n");
 }
