@@ -241,6 +241,39 @@ int main(int argc, char** argv) {
   bench_quant(quick ? std::vector<Shape>(quant_shapes.begin(), quant_shapes.begin() + 2) : quant_shapes, qm, reps);
   bench_quant(quick ? std::vector<Shape>(quant_shapes.begin(), quant_shapes.begin() + 2) : quant_shapes, 1, reps * 4);
 
+  // GDN input stage, 0.8b dims: conv + SiLU, q/k L2 norm, gates as three ops and fused.
+  {
+    const std::int64_t t = quick ? 256 : 512, c = 6144, k = 4, hv = 16;
+    const std::vector<float> x = randv(static_cast<std::size_t>(t * c), 9),
+                             w = randv(static_cast<std::size_t>(c * k), 10);
+    const std::vector<float> b = randv(static_cast<std::size_t>(t * hv), 11), a = randv(b.size(), 12);
+    const std::vector<float> na(static_cast<std::size_t>(hv), -0.5f), db(static_cast<std::size_t>(hv), 0.1f);
+    std::vector<float> u(x.size()), state(static_cast<std::size_t>((k - 1) * c)), beta(b.size()), g(b.size());
+    clef::ops::GdnInputStage gs;
+    gs.channels = c;
+    gs.conv_k = k;
+    gs.conv_w = w.data();
+    gs.hk = 16;
+    gs.dk = 128;
+    gs.qscale = 1.0f / std::sqrt(128.0f);
+    gs.hv = hv;
+    gs.neg_a = na.data();
+    gs.dt_bias = db.data();
+    const double split = best_seconds(reps, [&] {
+      clef::ops::causal_conv1d_silu(x.data(), t, c, w.data(), k, state.data(), u.data());
+      for (std::int64_t i = 0; i < t; ++i) {
+        clef::ops::l2norm_rows(u.data() + i * c, 16, 128, 128, 1e-6f, gs.qscale);
+        clef::ops::l2norm_rows(u.data() + i * c + 2048, 16, 128, 128, 1e-6f, 1.0f);
+      }
+      clef::ops::gdn_gates(b.data(), a.data(), t, hv, na.data(), db.data(), beta.data(), g.data());
+    });
+    const double fused = best_seconds(reps, [&] {
+      clef::ops::gdn_input_stage(gs, t, x.data(), state.data(), u.data(), b.data(), a.data(), beta.data(), g.data());
+    });
+    const double bytes = 2.0 * static_cast<double>(t * c) * 4.0;  // x read once, u written once
+    std::printf("gdn input stage (0.8b layer, T=%lld): three ops %.3f ms, fused %.3f ms (%.1f GB/s of x + u)\n",
+                static_cast<long long>(t), split * 1e3, fused * 1e3, bytes / fused / 1e9);
+  }
   // Chunked gated delta rule, 0.8b dims, one layer.
   {
     const clef::ops::GdnDims d{16, 16, 128, 128};

@@ -153,16 +153,20 @@ void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float*
   }
   {
     CLEF_PROF_SCOPE("gdn.conv+l2norm+gates");
-    ops::causal_conv1d_silu(mixed, n, cd, conv_w_.data(), cfg_.conv_k, st.conv.data(), u);
-    // q, k L2 norm per (token, k-head); q also scaled by dk^-0.5 (after the norm, pitfall 8).
-    const float qscale = 1.0f / std::sqrt(static_cast<float>(d.dk));
-    // Token by token (the heads of one token are contiguous): each call is below the ops'
-    // parallel threshold, so this is one cache-friendly pass instead of 2·Hk strided parallel loops.
-    for (std::int64_t i = 0; i < n; ++i) {
-      ops::l2norm_rows(u + i * cd, d.hk, d.dk, d.dk, 1e-6f, qscale);
-      ops::l2norm_rows(u + i * cd + kd, d.hk, d.dk, d.dk, 1e-6f, 1.0f);
-    }
-    ops::gdn_gates(b, a, n, d.hv, neg_a_.data(), dt_bias_.data(), beta, g);
+    // conv + SiLU, then the q, k L2 norm per (token, k-head), q also scaled by dk^-0.5 (after the
+    // norm, pitfall 8), then the gates: one pass over the chunk (ops::gdn_input_stage).
+    ops::GdnInputStage s;
+    s.channels = cd;
+    s.conv_k = cfg_.conv_k;
+    s.conv_w = conv_w_.data();
+    s.hk = d.hk;
+    s.dk = d.dk;
+    s.eps = 1e-6f;
+    s.qscale = 1.0f / std::sqrt(static_cast<float>(d.dk));
+    s.hv = d.hv;
+    s.neg_a = neg_a_.data();
+    s.dt_bias = dt_bias_.data();
+    ops::gdn_input_stage(s, n, mixed, st.conv.data(), u, b, a, beta, g);
   }
   {
     CLEF_PROF_SCOPE("gdn.delta_rule");

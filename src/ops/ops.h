@@ -79,6 +79,29 @@ void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t strid
 void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w, std::int64_t k, float* state,
                         float* y);
 
+/// Shapes and parameters of the fused GDN input stage (gdn_input_stage). conv_w [channels, conv_k]
+/// taps (as causal_conv1d_silu); the first 2·hk·dk channels are the q heads then the k heads, dk
+/// floats each; neg_a, dt_bias [hv] (as gdn_gates).
+struct GdnInputStage {
+  std::int64_t channels = 0, conv_k = 0;
+  const float* conv_w = nullptr;
+  std::int64_t hk = 0, dk = 0;
+  float eps = 1e-6f, qscale = 1.0f;
+  std::int64_t hv = 0;
+  const float* neg_a = nullptr;
+  const float* dt_bias = nullptr;
+};
+
+/// The GDN input stage in one pass over the chunk (§4.2-4.4), per token row i:
+///   u[i] = silu(causal depthwise conv1d of x) with carried state (causal_conv1d_silu),
+///   then l2norm_rows on its q heads (scale qscale) and k heads (scale 1), eps on the sum,
+///   and beta[i], g[i] from b[i], a[i] (gdn_gates).
+/// x, u [t, channels] (u must not alias x); state [conv_k-1, channels] carried as in
+/// causal_conv1d_silu; b, a, beta, g [t, hv]. The same bits as the three ops run one after the
+/// other at the same level. Throws InvalidArgument on bad shapes.
+void gdn_input_stage(const GdnInputStage& s, std::int64_t t, const float* x, float* state, float* u, const float* b,
+                     const float* a, float* beta, float* g);
+
 /// GDN gates (§4.3): beta = sigmoid(b); g = neg_a * softplus(a + dt_bias) with PyTorch's
 /// softplus (threshold 20), where neg_a = A = -exp(A_log) is computed once at load by the caller
 /// (nn::neg_exp_a: from A_log in a release folder, read as stored from a GGUF's ssm_a).

@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/dtype.h"
@@ -288,6 +289,66 @@ TEST_P(OpsAtLevel, CausalConv1dWithState) {
       }
     }
   }
+}
+
+TEST_P(OpsAtLevel, GdnInputStageIsTheThreeOpsBitForBit) {
+  // The fused stage (one pass per token row) against conv + SiLU, L2 norm and gates run one after
+  // the other at the same level (each of those has its own reference test above): equal bits,
+  // state included, also when the chunk is split in two. Channels past the q/k heads (v) and a
+  // channel count that is not a multiple of the conv block are covered; t = 40 runs threaded.
+  Rng rng(14);
+  for (std::int64_t k : {1, 4}) {
+    for (const auto& [hk, dk, extra] :
+         {std::tuple<std::int64_t, std::int64_t, std::int64_t>{1, 3, 0}, {2, 16, 40}, {3, 128, 300}}) {
+      const std::int64_t c = 2 * hk * dk + extra, hv = 3;
+      for (std::int64_t t : {1, 5, 40}) {
+        const Vec x = rng.uniform(t * c, -2.0f, 2.0f), w = rng.uniform(c * k, -1.0f, 1.0f);
+        const Vec st0 = rng.uniform((k - 1) * c, -1.0f, 1.0f);
+        const Vec b = rng.uniform(t * hv, -8.0f, 8.0f), a = rng.uniform(t * hv, -25.0f, 25.0f);
+        const Vec neg_a = rng.uniform(hv, -3.0f, -0.1f), dtb = rng.uniform(hv, -1.0f, 1.0f);
+        ops::GdnInputStage s;
+        s.channels = c;
+        s.conv_k = k;
+        s.conv_w = w.data();
+        s.hk = hk;
+        s.dk = dk;
+        s.qscale = 1.0f / std::sqrt(static_cast<float>(dk));
+        s.hv = hv;
+        s.neg_a = neg_a.data();
+        s.dt_bias = dtb.data();
+        Vec sw = st0, uw(x.size()), bw(b.size()), gw(b.size());
+        ops::causal_conv1d_silu(x.data(), t, c, w.data(), k, sw.data(), uw.data());
+        for (std::int64_t i = 0; i < t; ++i) {
+          ops::l2norm_rows(uw.data() + i * c, hk, dk, dk, s.eps, s.qscale);
+          ops::l2norm_rows(uw.data() + i * c + hk * dk, hk, dk, dk, s.eps, 1.0f);
+        }
+        ops::gdn_gates(b.data(), a.data(), t, hv, neg_a.data(), dtb.data(), bw.data(), gw.data());
+        Vec sg = st0, ug(x.size()), bg(b.size()), gg(b.size());
+        ops::gdn_input_stage(s, t, x.data(), sg.data(), ug.data(), b.data(), a.data(), bg.data(), gg.data());
+        const std::string sh = "T,C,K,Hk,Dk=" + dims({t, c, k, hk, dk});
+        EXPECT_TRUE(close("gdn_input_stage(u)", sh, uw, ug, {0, 0}));
+        EXPECT_TRUE(close("gdn_input_stage(state)", sh, sw, sg, {0, 0}));
+        EXPECT_TRUE(close("gdn_input_stage(beta)", sh, bw, bg, {0, 0}));
+        EXPECT_TRUE(close("gdn_input_stage(g)", sh, gw, gg, {0, 0}));
+        if (t >= 2) {
+          const std::int64_t t1 = t / 2;
+          Vec s2 = st0, u2(x.size()), b2(b.size()), g2(b.size());
+          ops::gdn_input_stage(s, t1, x.data(), s2.data(), u2.data(), b.data(), a.data(), b2.data(), g2.data());
+          ops::gdn_input_stage(s, t - t1, x.data() + t1 * c, s2.data(), u2.data() + t1 * c, b.data() + t1 * hv,
+                               a.data() + t1 * hv, b2.data() + t1 * hv, g2.data() + t1 * hv);
+          EXPECT_TRUE(close("gdn_input_stage(split)", sh, ug, u2, {0, 0}));
+          EXPECT_TRUE(close("gdn_input_stage(split state)", sh, sg, s2, {0, 0}));
+        }
+      }
+    }
+  }
+  ops::GdnInputStage bad;
+  bad.channels = 4;
+  bad.conv_k = 2;
+  bad.hk = 1;
+  bad.dk = 3;  // 2 * 1 * 3 > 4 channels
+  float dummy[16] = {};
+  EXPECT_THROW(ops::gdn_input_stage(bad, 1, dummy, dummy, dummy, dummy, dummy, dummy, dummy), InvalidArgument);
 }
 
 TEST_P(OpsAtLevel, GdnGates) {

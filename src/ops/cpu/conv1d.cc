@@ -1,13 +1,18 @@
-// Optimized causal depthwise conv1d + SiLU with carried state (docs/MODEL.md §4.2).
-// Channels are split into blocks across threads; inside a block the taps are transposed to
-// [k, block] so every tap is a contiguous, vectorized multiply-add over channels. Compiled once
-// per SIMD target (Highway foreach_target, ops/isa.h).
+// Optimized causal depthwise conv1d + SiLU with carried state (docs/MODEL.md §4.2), alone and as
+// the fused GDN input stage (conv + SiLU, q/k L2 norm, gates: §4.2-4.4). The taps are transposed
+// to [k, channels] so every tap is a contiguous, vectorized multiply-add over channels. The
+// plain op splits channel blocks across threads; the fused stage splits token rows, so each
+// row's conv output is still in L1 when its heads are normalized and its gates computed (one
+// pass over the chunk instead of three). Compiled once per SIMD target (Highway foreach_target,
+// ops/isa.h).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/cpu/conv1d.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -63,6 +68,79 @@ void CausalConv1dSiluImpl(const float* x, std::int64_t t, std::int64_t c, const 
   }
 }
 
+namespace {
+constexpr std::int64_t kConvBlock = 256;
+
+/// y[0, nc) = silu(sum_j taps[j, 0..nc) * in_j[0..nc)) for one row and one channel block, the
+/// tap sum accumulated in order j = 0..k-1 from zero (the arithmetic of CausalConv1dSiluImpl).
+/// rows[j] points at the input row of tap j (at the block's first channel).
+inline void conv_row_block(const float* const* rows, const float* taps, std::int64_t ldt, std::int64_t k,
+                           std::int64_t nc, float* __restrict out) {
+  for (std::int64_t ch = 0; ch < nc; ++ch) out[ch] = 0.0f;
+  for (std::int64_t j = 0; j < k; ++j) {
+    const float* __restrict in = rows[j];
+    const float* __restrict tj = taps + j * ldt;
+    for (std::int64_t ch = 0; ch < nc; ++ch) out[ch] += tj[ch] * in[ch];
+  }
+  cpu::silu_times(out, nullptr, out, nc);
+}
+}  // namespace
+
+void GdnInputStageImpl(const GdnInputStage& s, std::int64_t t, const float* x, float* state, float* u, const float* b,
+                       const float* a, float* beta, float* g) {
+  const std::int64_t c = s.channels, k = s.conv_k, hist = k - 1;
+  // Taps transposed [k, c] (c * k floats: 96 KiB for the 0.8b layer), shared by all threads.
+  thread_local std::vector<float> taps_buf;
+  taps_buf.resize(static_cast<std::size_t>(k * c));
+  float* taps = taps_buf.data();
+  for (std::int64_t ch = 0; ch < c; ++ch) {
+    for (std::int64_t j = 0; j < k; ++j) taps[j * c + ch] = s.conv_w[ch * k + j];
+  }
+#pragma omp parallel for schedule(static) if (t * c >= 8192)
+  for (std::int64_t i = 0; i < t; ++i) {
+    const float* rows_full[16];
+    std::vector<const float*> rows_big;
+    const float** rows = rows_full;
+    if (k > 16) {
+      rows_big.resize(static_cast<std::size_t>(k));
+      rows = rows_big.data();
+    }
+    float* ui = u + i * c;
+    for (std::int64_t c0 = 0; c0 < c; c0 += kConvBlock) {
+      const std::int64_t nc = std::min(kConvBlock, c - c0);
+      for (std::int64_t j = 0; j < k; ++j) {
+        const std::int64_t row = i + j - hist;  // input row index relative to x
+        rows[j] = (row >= 0 ? x + row * c : state + (row + hist) * c) + c0;
+      }
+      conv_row_block(rows, taps + c0, c, k, nc, ui + c0);
+    }
+    // L2 norm of the q heads (then scaled by qscale) and k heads, as L2normRowsImpl.
+    for (std::int64_t h = 0; h < 2 * s.hk; ++h) {
+      float* xr = ui + h * s.dk;
+      const float scale = h < s.hk ? s.qscale : 1.0f;
+      const float inv = 1.0f / std::sqrt(cpu::sum_squares(xr, s.dk) + s.eps);
+      for (std::int64_t e = 0; e < s.dk; ++e) xr[e] = (xr[e] * inv) * scale;
+    }
+    // Gates of the row, as GdnGatesImpl.
+    const std::int64_t hv = s.hv;
+    cpu::sigmoid_times(b + i * hv, nullptr, beta + i * hv, hv);
+    for (std::int64_t h = 0; h < hv; ++h) {
+      const float xs = a[i * hv + h] + s.dt_bias[h];
+      const float sp = xs > 20.0f ? xs : std::log1p(std::exp(xs));
+      g[i * hv + h] = s.neg_a[h] * sp;
+    }
+  }
+  // New state: the last hist rows of [state ; x] (after every row has read the old state).
+  for (std::int64_t r = 0; r < hist; ++r) {
+    const std::int64_t row = t + r - hist;  // relative to x
+    if (row >= 0) {
+      std::copy(x + row * c, x + row * c + c, state + r * c);
+    } else {
+      std::copy(state + (row + hist) * c, state + (row + hist) * c + c, state + r * c);
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace clef::ops
 HWY_AFTER_NAMESPACE();
@@ -70,12 +148,23 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace clef::ops {
 HWY_EXPORT(CausalConv1dSiluImpl);
+HWY_EXPORT(GdnInputStageImpl);
 
 void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w, std::int64_t k, float* state,
                         float* y) {
   if (k < 1 || c < 1 || t < 0) throw InvalidArgument("causal_conv1d_silu: bad shape");
   if (t == 0) return;
   CLEF_DISPATCH(CausalConv1dSiluImpl)(x, t, c, w, k, state, y);
+}
+
+void gdn_input_stage(const GdnInputStage& s, std::int64_t t, const float* x, float* state, float* u, const float* b,
+                     const float* a, float* beta, float* g) {
+  if (s.conv_k < 1 || s.channels < 1 || t < 0 || s.hk < 0 || s.dk < 1 || s.hv < 0 || 2 * s.hk * s.dk > s.channels)
+    throw InvalidArgument("gdn_input_stage: bad shape (channels " + std::to_string(s.channels) + ", conv_k " +
+                          std::to_string(s.conv_k) + ", hk " + std::to_string(s.hk) + ", dk " + std::to_string(s.dk) +
+                          ", hv " + std::to_string(s.hv) + ")");
+  if (t == 0) return;
+  CLEF_DISPATCH(GdnInputStageImpl)(s, t, x, state, u, b, a, beta, g);
 }
 }  // namespace clef::ops
 #endif  // HWY_ONCE
