@@ -60,9 +60,8 @@ void GatedAttention::forward(const float* x, std::int64_t n, const float* cos, c
 
   {
     CLEF_PROF_SCOPE("attn.qkv_proj");
-    ops::linear(x, n, q_, qg);
-    ops::linear(x, n, k_, k);
-    ops::linear(x, n, v_, v);
+    const ops::LinearOut outs[] = {{&q_, qg}, {&k_, k}, {&v_, v}};
+    ops::linear_shared(x, n, outs);
   }
   {
     CLEF_PROF_SCOPE("attn.split+norm+rope+cache");

@@ -139,10 +139,8 @@ void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float*
 
   {
     CLEF_PROF_SCOPE("gdn.in_proj(qkv,z,b,a)");
-    ops::linear(x, n, qkv_, mixed);
-    ops::linear(x, n, z_, z);
-    ops::linear(x, n, b_, b);
-    ops::linear(x, n, a_, a);
+    const ops::LinearOut outs[] = {{&qkv_, mixed}, {&z_, z}, {&b_, b}, {&a_, a}};
+    ops::linear_shared(x, n, outs);
     if (tiled(cfg_)) {  // stored (tiled) V-head order -> grouped, per token (see GdnConfig)
       float* tmp = act.head_order.data();
       to_grouped(mixed, n, cd, 2 * kd, d.dv, tmp);

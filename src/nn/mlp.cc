@@ -28,8 +28,8 @@ void SwiGluMlp::forward(const float* x, std::int64_t n, float* h, MlpActivations
   float* u = act.up.data();
   {
     CLEF_PROF_SCOPE("mlp.gate_up");
-    ops::linear(x, n, gate_, g);
-    ops::linear(x, n, up_, u);
+    const ops::LinearOut outs[] = {{&gate_, g}, {&up_, u}};
+    ops::linear_shared(x, n, outs);
   }
   {
     CLEF_PROF_SCOPE("mlp.silu_mul");

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -117,6 +118,20 @@ bool fp32_resident_weights() noexcept;
 /// weights run ops::int8_linear, block-quantized ones ops::quant_linear.
 /// x and y are contiguous fp32 and must not alias. m >= 1. Throws InvalidArgument on a bad size.
 void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate = false);
+
+/// One output of linear_shared: y [m, w->n()] = x · Wᵀ, or y += x · Wᵀ when `accumulate`.
+struct LinearOut {
+  const GemmWeight* w = nullptr;
+  float* y = nullptr;
+  bool accumulate = false;
+};
+
+/// linear() for several weights reading the same x [m, k] (a layer's input projections): x is
+/// converted once per operand kind (bf16 words for the bf16 matmuls, int8 blocks for the int8
+/// weights) instead of once per weight. The same bits as one linear() call per output. Every
+/// weight's k must equal the first one's; no y may alias x. Throws InvalidArgument otherwise or
+/// as linear() does.
+void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> outs);
 
 /// True when the GEMM library has no bf16 matmul at the level in use (ops/isa.h), so kBF16 runs
 /// the same numerics through its fp32 matmul (activations rounded to bf16 values, bf16 weights

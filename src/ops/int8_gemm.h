@@ -122,6 +122,10 @@ void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Int8Ac
 /// `accumulate`: y + the block sum, one fp32 add). x and y contiguous fp32, not aliasing.
 /// Throws InvalidArgument on a bad size.
 void int8_linear(const float* x, std::int64_t m, const Int8Weight& w, float* y, bool accumulate);
+/// int8_linear on activations already quantized by quantize_activations (x of k = w.k()
+/// columns): several weights reading the same x quantize it once. Same bits as int8_linear on x.
+/// Throws InvalidArgument when act does not match w.k().
+void int8_linear_quantized(const Int8Activations& act, const Int8Weight& w, float* y, bool accumulate);
 /// The same with a chosen kernel (tests, benchmarks). Throws Unsupported when the CPU lacks it.
 void int8_linear_with(Int8Kernel kernel, const float* x, std::int64_t m, const Int8Weight& w, float* y,
                       bool accumulate);

@@ -618,6 +618,48 @@ TEST(Ops, LinearAllDtypesAndPrecisions) {
   }
 }
 
+TEST(Ops, LinearSharedIsOneLinearPerOutputBitForBit) {
+  // Several weights reading one x (fp32, bf16 and int8 precisions, mixed in one group, with and
+  // without accumulation): the same bits as a linear() call per output; each linear() precision
+  // has its own reference test above (int8: test_int8_gemm.cc).
+  Rng rng(15);
+  for (std::int64_t m : {1, 9, 64}) {
+    for (std::int64_t k : {17, 96}) {
+      const Vec x = rng.uniform(m * k, -2.0f, 2.0f);
+      std::vector<std::vector<std::byte>> store;
+      std::vector<ops::GemmWeight> ws;
+      const std::int64_t ns[] = {33, 5, 48, 16, 40};
+      const Precision ps[] = {Precision::kBF16, Precision::kInt8, Precision::kF32, Precision::kInt8, Precision::kBF16};
+      for (int i = 0; i < 5; ++i) store.push_back(encode(DType::kBF16, rng.uniform(ns[i] * k)));
+      for (int i = 0; i < 5; ++i)
+        ws.emplace_back(DType::kBF16, store[static_cast<std::size_t>(i)].data(), ns[i], k, ps[i]);
+      std::vector<Vec> want, got;
+      std::vector<ops::LinearOut> outs;
+      for (int i = 0; i < 5; ++i) {
+        want.push_back(rng.uniform(m * ns[i]));
+        got.push_back(want.back());
+      }
+      for (int i = 0; i < 5; ++i) {
+        const bool acc = i % 2 == 1;
+        ops::linear(x.data(), m, ws[static_cast<std::size_t>(i)], want[static_cast<std::size_t>(i)].data(), acc);
+        outs.push_back({&ws[static_cast<std::size_t>(i)], got[static_cast<std::size_t>(i)].data(), acc});
+      }
+      ops::linear_shared(x.data(), m, outs);
+      for (int i = 0; i < 5; ++i) {
+        EXPECT_TRUE(close(std::string("linear_shared ") + ops::precision_name(ps[i]), "m,n,k=" + dims({m, ns[i], k}),
+                          want[static_cast<std::size_t>(i)], got[static_cast<std::size_t>(i)], {0, 0}));
+      }
+    }
+  }
+  const Vec x(12, 1.0f);
+  const std::vector<std::byte> w1 = encode(DType::kBF16, Vec(12, 0.5f)), w2 = encode(DType::kBF16, Vec(8, 0.5f));
+  const ops::GemmWeight a(DType::kBF16, w1.data(), 2, 6, Precision::kBF16),
+      b(DType::kBF16, w2.data(), 2, 4, Precision::kBF16);
+  Vec ya(4), yb(4);
+  const ops::LinearOut mixed[] = {{&a, ya.data()}, {&b, yb.data()}};
+  EXPECT_THROW(ops::linear_shared(x.data(), 2, mixed), InvalidArgument);  // k = 6 and k = 4
+}
+
 // fp32 mode on a bf16 checkpoint: resident fp32 copies and per-call widening (in 2 MiB panels) are
 // the same exact weights through the same fp32 matmul; outputs within fp32 summation-order error
 // (the panel GEMMs have fewer columns, which the library may block differently).

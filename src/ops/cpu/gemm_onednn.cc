@@ -287,6 +287,50 @@ void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool 
   }
 }
 
+void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> outs) {
+  if (outs.empty()) return;
+  for (const LinearOut& o : outs) {
+    if (o.w == nullptr || !o.w->valid() || o.y == nullptr || m <= 0)
+      throw InvalidArgument("linear_shared: empty weight or output, or m <= 0");
+  }
+  const std::int64_t k = outs[0].w->k();
+  for (const LinearOut& o : outs) {
+    if (o.w->k() != k) {
+      throw InvalidArgument("linear_shared: weights of k = " + std::to_string(k) + " and " + std::to_string(o.w->k()) +
+                            " read one x");
+    }
+  }
+  thread_local Int8Activations act;
+  thread_local std::vector<std::uint16_t> xb;
+  bool quantized = false, converted = false;
+  for (const LinearOut& o : outs) {
+    const GemmWeight& w = *o.w;
+    if (w.int8() != nullptr) {  // int8_linear, x quantized once
+      if (!quantized) {
+        CLEF_PROF_SCOPE(">linear.quantize_x");
+        quantize_activations(x, m, k, act);
+        quantized = true;
+      }
+      int8_linear_quantized(act, *w.int8(), o.y, o.accumulate);
+      continue;
+    }
+    if (w.quant() == nullptr && w.precision() == Precision::kBF16 && !g_bf16_emulated.load(std::memory_order_relaxed)) {
+      dnnl::matmul prim = get_primitive(m, w.n(), k, true, o.accumulate);
+      if (prim) {  // linear()'s oneDNN bf16 branch, x converted once
+        std::uint16_t* buf = scratch(xb, static_cast<std::size_t>(m * k));
+        if (!converted) {
+          CLEF_PROF_SCOPE(">linear.x_to_bf16");
+          parallel_blocks(m * k, [&](std::int64_t s, std::int64_t len) { f32_to_bf16_n(x + s, len, buf + s); });
+          converted = true;
+        }
+        execute(prim, dt::bf16, m, w.n(), k, w.n(), buf, w.operand(), o.y);
+        continue;
+      }
+    }
+    linear(x, m, w, o.y, o.accumulate);  // fp32 and block-quantized weights: nothing to share
+  }
+}
+
 bool bf16_gemm_emulated() {
   if (!g_bf16_emulated.load()) {
     try {  // probe once with a tiny shape so the answer is known before the first real call

@@ -641,17 +641,10 @@ void tiles_scalar(const Job& j, std::int64_t p0, std::int64_t m) {
 
 }  // namespace
 
-void int8_linear_with(Int8Kernel kernel, const float* x, std::int64_t m, const Int8Weight& w, float* y,
-                      bool accumulate) {
-  if (!w.valid() || m <= 0) throw InvalidArgument("int8_linear: empty weight or m <= 0");
-  if (!cpu_has(kernel)) {
-    throw Unsupported(std::string("int8_linear: this CPU cannot run the ") + int8_kernel_name(kernel) + " kernel");
-  }
-  thread_local Int8Activations act;
-  {
-    CLEF_PROF_SCOPE(">linear.quantize_x");
-    quantize_activations(x, m, w.k(), act);
-  }
+namespace {
+/// The GEMM of one call on quantized activations, with a chosen kernel the CPU has.
+void run_int8(Int8Kernel kernel, const Int8Activations& act, const Int8Weight& w, float* y, bool accumulate) {
+  const std::int64_t m = act.m;
   const Job job{&act, &w, y, w.n(), accumulate};
   // Units of work: panels (pairs of panels for the 512-bit kernel), split over the threads.
   const std::int64_t step = kernel == Int8Kernel::kAvx512Vnni ? 2 : 1;
@@ -675,6 +668,30 @@ void int8_linear_with(Int8Kernel kernel, const float* x, std::int64_t m, const I
       default: tiles_scalar(job, p0, m); break;
     }
   }
+}
+}  // namespace
+
+void int8_linear_with(Int8Kernel kernel, const float* x, std::int64_t m, const Int8Weight& w, float* y,
+                      bool accumulate) {
+  if (!w.valid() || m <= 0) throw InvalidArgument("int8_linear: empty weight or m <= 0");
+  if (!cpu_has(kernel)) {
+    throw Unsupported(std::string("int8_linear: this CPU cannot run the ") + int8_kernel_name(kernel) + " kernel");
+  }
+  thread_local Int8Activations act;
+  {
+    CLEF_PROF_SCOPE(">linear.quantize_x");
+    quantize_activations(x, m, w.k(), act);
+  }
+  run_int8(kernel, act, w, y, accumulate);
+}
+
+void int8_linear_quantized(const Int8Activations& act, const Int8Weight& w, float* y, bool accumulate) {
+  if (!w.valid() || act.m <= 0) throw InvalidArgument("int8_linear_quantized: empty weight or m <= 0");
+  if (act.blocks != (w.k() + 31) / 32) {
+    throw InvalidArgument("int8_linear_quantized: activations of " + std::to_string(act.blocks) +
+                          " blocks of 32, weight of k = " + std::to_string(w.k()));
+  }
+  run_int8(active_int8_kernel(), act, w, y, accumulate);
 }
 
 void int8_linear(const float* x, std::int64_t m, const Int8Weight& w, float* y, bool accumulate) {
