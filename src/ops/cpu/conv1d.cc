@@ -58,55 +58,57 @@ inline void conv_row_block(const float* const* rows, const float* taps, std::int
 }
 }  // namespace
 
+/// The input row of each tap of output row i, at channel c0: tap j reads row i + j - (k-1) of
+/// [state (k-1 rows) ; x], rows c floats apart.
+inline void tap_rows(const float* x, const float* state, std::int64_t c, std::int64_t k, std::int64_t i,
+                     std::int64_t c0, const float** rows) {
+  for (std::int64_t j = 0; j < k; ++j) {
+    const std::int64_t row = i + j - (k - 1);  // relative to x
+    rows[j] = (row >= 0 ? x + row * c : state + (row + k - 1) * c) + c0;
+  }
+}
+
+/// The carried state after t rows, channels [c0, c0 + nc): the last k-1 rows of [state ; x], in
+/// place (rows are written in increasing order and each reads a later one). Runs after every
+/// output row has read the old state.
+inline void carry_state(const float* x, std::int64_t t, std::int64_t c, std::int64_t k, std::int64_t c0,
+                        std::int64_t nc, float* state) {
+  const std::int64_t hist = k - 1;
+  for (std::int64_t r = 0; r < hist; ++r) {
+    const std::int64_t row = t + r - hist;  // relative to x
+    const float* src = (row >= 0 ? x + row * c : state + (row + hist) * c) + c0;
+    std::copy(src, src + nc, state + r * c + c0);
+  }
+}
+
 void CausalConv1dSiluImpl(const float* x, std::int64_t t, std::int64_t c, const float* w, std::int64_t k, float* state,
                           float* y) {
-  const std::int64_t hist = k - 1;
-  constexpr std::int64_t kBlock = 256;
-  const std::int64_t blocks = (c + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (t * c >= 8192)
-  for (std::int64_t bi = 0; bi < blocks; ++bi) {
-    const std::int64_t c0 = bi * kBlock;
-    const std::int64_t nc = std::min(kBlock, c - c0);
-    float wt[16 * kBlock];  // taps transposed [k, nc] (k <= 16 checked below)
-    std::vector<float> wt_big;
-    float* taps = wt;
-    if (k > 16) {
-      wt_big.resize(static_cast<std::size_t>(k * nc));
-      taps = wt_big.data();
-    }
-    for (std::int64_t ch = 0; ch < nc; ++ch) {
-      for (std::int64_t j = 0; j < k; ++j) taps[j * nc + ch] = w[(c0 + ch) * k + j];
-    }
-    const float* rows[16];
-    std::vector<const float*> rows_big;
-    const float** rp = rows;
-    if (k > 16) {
-      rows_big.resize(static_cast<std::size_t>(k));
-      rp = rows_big.data();
-    }
-    for (std::int64_t i = 0; i < t; ++i) {
-      for (std::int64_t j = 0; j < k; ++j) {
-        const std::int64_t row = i + j - hist;  // input row index relative to x
-        rp[j] = (row >= 0 ? x + row * c : state + (row + hist) * c) + c0;
+  const std::int64_t blocks = (c + kConvBlock - 1) / kConvBlock;
+#pragma omp parallel if (t * c >= 8192)
+  {
+    std::vector<float> taps(static_cast<std::size_t>(k * kConvBlock));  // the block's taps transposed [k, nc]
+    std::vector<const float*> rows(static_cast<std::size_t>(k));
+#pragma omp for schedule(static)
+    for (std::int64_t bi = 0; bi < blocks; ++bi) {
+      const std::int64_t c0 = bi * kConvBlock;
+      const std::int64_t nc = std::min(kConvBlock, c - c0);
+      for (std::int64_t ch = 0; ch < nc; ++ch) {
+        for (std::int64_t j = 0; j < k; ++j) taps[static_cast<std::size_t>(j * nc + ch)] = w[(c0 + ch) * k + j];
       }
-      conv_row_block(rp, taps, nc, k, nc, y + i * c + c0);
-    }
-    // New state: last hist rows of [state ; x], for this channel block.
-    for (std::int64_t r = 0; r < hist; ++r) {
-      const std::int64_t row = t + r - hist;  // relative to x
-      if (row >= 0) {
-        std::copy(x + row * c + c0, x + row * c + c0 + nc, state + r * c + c0);
-      } else {
-        // Shift the old state up: rows are processed in increasing r and row + hist > r.
-        std::copy(state + (row + hist) * c + c0, state + (row + hist) * c + c0 + nc, state + r * c + c0);
+      for (std::int64_t i = 0; i < t; ++i) {
+        tap_rows(x, state, c, k, i, c0, rows.data());
+        conv_row_block(rows.data(), taps.data(), nc, k, nc, y + i * c + c0);
       }
     }
   }
+  // Each channel block's state after all its rows (blocks are disjoint, so after the loop is the
+  // same as after each block).
+  carry_state(x, t, c, k, 0, c, state);
 }
 
 void GdnInputStageImpl(const GdnInputStage& s, std::int64_t t, const float* x, float* state, float* u, const float* b,
                        const float* a, float* beta, float* g) {
-  const std::int64_t c = s.channels, k = s.conv_k, hist = k - 1;
+  const std::int64_t c = s.channels, k = s.conv_k;
   // Taps transposed [k, c] (c * k floats: 96 KiB for the 0.8b layer), shared by all threads.
   thread_local std::vector<float> taps_buf;
   taps_buf.resize(static_cast<std::size_t>(k * c));
@@ -114,49 +116,34 @@ void GdnInputStageImpl(const GdnInputStage& s, std::int64_t t, const float* x, f
   for (std::int64_t ch = 0; ch < c; ++ch) {
     for (std::int64_t j = 0; j < k; ++j) taps[j * c + ch] = s.conv_w[ch * k + j];
   }
-#pragma omp parallel for schedule(static) if (t * c >= 8192)
-  for (std::int64_t i = 0; i < t; ++i) {
-    const float* rows_full[16];
-    std::vector<const float*> rows_big;
-    const float** rows = rows_full;
-    if (k > 16) {
-      rows_big.resize(static_cast<std::size_t>(k));
-      rows = rows_big.data();
-    }
-    float* ui = u + i * c;
-    for (std::int64_t c0 = 0; c0 < c; c0 += kConvBlock) {
-      const std::int64_t nc = std::min(kConvBlock, c - c0);
-      for (std::int64_t j = 0; j < k; ++j) {
-        const std::int64_t row = i + j - hist;  // input row index relative to x
-        rows[j] = (row >= 0 ? x + row * c : state + (row + hist) * c) + c0;
+#pragma omp parallel if (t * c >= 8192)
+  {
+    std::vector<const float*> rows(static_cast<std::size_t>(k));
+#pragma omp for schedule(static)
+    for (std::int64_t i = 0; i < t; ++i) {
+      float* ui = u + i * c;
+      for (std::int64_t c0 = 0; c0 < c; c0 += kConvBlock) {
+        tap_rows(x, state, c, k, i, c0, rows.data());
+        conv_row_block(rows.data(), taps + c0, c, k, std::min(kConvBlock, c - c0), ui + c0);
       }
-      conv_row_block(rows, taps + c0, c, k, nc, ui + c0);
-    }
-    // L2 norm of the q heads (then scaled by qscale) and k heads, as L2normRowsImpl.
-    for (std::int64_t h = 0; h < 2 * s.hk; ++h) {
-      float* xr = ui + h * s.dk;
-      const float scale = h < s.hk ? s.qscale : 1.0f;
-      const float inv = 1.0f / std::sqrt(cpu::sum_squares(xr, s.dk) + s.eps);
-      for (std::int64_t e = 0; e < s.dk; ++e) xr[e] = (xr[e] * inv) * scale;
-    }
-    // Gates of the row, as GdnGatesImpl.
-    const std::int64_t hv = s.hv;
-    cpu::sigmoid_times(b + i * hv, nullptr, beta + i * hv, hv);
-    for (std::int64_t h = 0; h < hv; ++h) {
-      const float xs = a[i * hv + h] + s.dt_bias[h];
-      const float sp = xs > 20.0f ? xs : std::log1p(std::exp(xs));
-      g[i * hv + h] = s.neg_a[h] * sp;
-    }
-  }
-  // New state: the last hist rows of [state ; x] (after every row has read the old state).
-  for (std::int64_t r = 0; r < hist; ++r) {
-    const std::int64_t row = t + r - hist;  // relative to x
-    if (row >= 0) {
-      std::copy(x + row * c, x + row * c + c, state + r * c);
-    } else {
-      std::copy(state + (row + hist) * c, state + (row + hist) * c + c, state + r * c);
+      // L2 norm of the q heads (then scaled by qscale) and k heads, as L2normRowsImpl.
+      for (std::int64_t h = 0; h < 2 * s.hk; ++h) {
+        float* xr = ui + h * s.dk;
+        const float scale = h < s.hk ? s.qscale : 1.0f;
+        const float inv = 1.0f / std::sqrt(cpu::sum_squares(xr, s.dk) + s.eps);
+        for (std::int64_t e = 0; e < s.dk; ++e) xr[e] = (xr[e] * inv) * scale;
+      }
+      // Gates of the row, as GdnGatesImpl.
+      const std::int64_t hv = s.hv;
+      cpu::sigmoid_times(b + i * hv, nullptr, beta + i * hv, hv);
+      for (std::int64_t h = 0; h < hv; ++h) {
+        const float xs = a[i * hv + h] + s.dt_bias[h];
+        const float sp = xs > 20.0f ? xs : std::log1p(std::exp(xs));
+        g[i * hv + h] = s.neg_a[h] * sp;
+      }
     }
   }
+  carry_state(x, t, c, k, 0, c, state);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -231,31 +231,19 @@ void execute(dnnl::matmul& prim, dt in_t, std::int64_t m, std::int64_t n, std::i
   b.stream.wait();
 }
 
-void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate) {
-  if (!w.valid() || m <= 0) throw InvalidArgument("linear: empty weight or m <= 0");
-  if (w.int8() != nullptr) {
-    int8_linear(x, m, *w.int8(), y, accumulate);
-    return;
-  }
+namespace {
+/// linear() for the weights with nothing to share between outputs: block-quantized weights
+/// (quant_linear quantizes x its own way per type), fp32 weights, and bf16 where the library has
+/// no bf16 matmul (x rounded to bf16 values through the fp32 matmul). int8 weights and oneDNN's
+/// bf16 matmul are linear_shared's own branches.
+void linear_unshared(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate) {
   if (w.quant() != nullptr) {
     quant_linear(x, m, *w.quant(), y, accumulate);
     return;
   }
   const std::int64_t n = w.n(), k = w.k();
   thread_local std::vector<float> wide, xr;
-  thread_local std::vector<std::uint16_t> xb;
   const bool bf16 = w.precision() == Precision::kBF16;
-  dnnl::matmul prim;
-  if (bf16 && !g_bf16_emulated.load(std::memory_order_relaxed)) prim = get_primitive(m, n, k, true, accumulate);
-  if (bf16 && prim) {  // oneDNN's bf16 matmul on the bf16 weight in place
-    std::uint16_t* buf = scratch(xb, static_cast<std::size_t>(m * k));
-    {  // the scope names the conversion only, not the matmul after it
-      CLEF_PROF_SCOPE(">linear.x_to_bf16");
-      parallel_blocks(m * k, [&](std::int64_t s, std::int64_t len) { f32_to_bf16_n(x + s, len, buf + s); });
-    }
-    execute(prim, dt::bf16, m, n, k, n, buf, w.operand(), y);
-    return;
-  }
   const float* xptr = x;
   if (bf16) {  // no bf16 matmul here: bf16 values through the fp32 matmul (file comment)
     CLEF_PROF_SCOPE(">linear.x_to_bf16");
@@ -265,7 +253,7 @@ void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool 
   }
   const void* fp32_operand = bf16 ? nullptr : w.operand() != nullptr ? w.operand() : w.resident_f32();
   if (fp32_operand != nullptr) {  // fp32 weight in place, or its resident fp32 copy
-    prim = get_primitive(m, n, k, false, accumulate);
+    dnnl::matmul prim = get_primitive(m, n, k, false, accumulate);
     execute(prim, dt::f32, m, n, k, n, xptr, fp32_operand, y);
     return;
   }
@@ -285,6 +273,14 @@ void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool 
     dnnl::matmul p = get_primitive(m, nr, k, false, accumulate, n);
     execute(p, dt::f32, m, nr, k, n, xptr, buf, y + j0);
   }
+}
+
+}  // namespace
+
+void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate) {
+  if (!w.valid() || m <= 0) throw InvalidArgument("linear: empty weight or m <= 0");
+  const LinearOut out{&w, y, accumulate};
+  linear_shared(x, m, std::span<const LinearOut>(&out, 1));
 }
 
 void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> outs) {
@@ -316,9 +312,9 @@ void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> ou
     }
     if (w.quant() == nullptr && w.precision() == Precision::kBF16 && !g_bf16_emulated.load(std::memory_order_relaxed)) {
       dnnl::matmul prim = get_primitive(m, w.n(), k, true, o.accumulate);
-      if (prim) {  // linear()'s oneDNN bf16 branch, x converted once
+      if (prim) {  // oneDNN's bf16 matmul on the bf16 weight in place, x converted once
         std::uint16_t* buf = scratch(xb, static_cast<std::size_t>(m * k));
-        if (!converted) {
+        if (!converted) {  // the scope names the conversion only, not the matmul after it
           CLEF_PROF_SCOPE(">linear.x_to_bf16");
           parallel_blocks(m * k, [&](std::int64_t s, std::int64_t len) { f32_to_bf16_n(x + s, len, buf + s); });
           converted = true;
@@ -327,7 +323,7 @@ void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> ou
         continue;
       }
     }
-    linear(x, m, w, o.y, o.accumulate);  // fp32 and block-quantized weights: nothing to share
+    linear_unshared(x, m, w, o.y, o.accumulate);
   }
 }
 
