@@ -28,6 +28,7 @@ GatedAttention::GatedAttention(const AttentionConfig& cfg, const AttentionWeight
 KvCache GatedAttention::new_cache() const {
   KvCache c;
   c.width = cfg_.dims.nkv * cfg_.dims.hd;
+  c.bf16 = bf16_core() && cfg_.dims.hd % 2 == 0;
   return c;
 }
 
@@ -81,7 +82,9 @@ void GatedAttention::forward(const float* x, std::int64_t n, const float* cos, c
   }
   {
     CLEF_PROF_SCOPE("attn.core");
-    if (precision_ == ops::Precision::kBF16) {
+    if (kv.bf16) {
+      ops::attention_bf16_kv(d, n, kv.length, q, kv.kw.data(), kv.vw.data(), o);
+    } else if (bf16_core()) {
       ops::attention_bf16(d, n, kv.length, q, kv.k.data(), kv.v.data(), o);
     } else {
       ops::attention(d, n, kv.length, q, kv.k.data(), kv.v.data(), o);

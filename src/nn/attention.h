@@ -49,15 +49,19 @@ class GatedAttention {
   KvCache new_cache() const;
 
   /// x [n, H] normalized input; cos/sin [n, rotary_dim/2] rotary tables of the n new tokens;
-  /// the n new tokens are appended to `kv`; h [n, H] residual, h += attention(x). In kBF16 the
-  /// attention core multiplies bf16-rounded q/k/v/probabilities (ops::attention_bf16).
+  /// the n new tokens are appended to `kv`; h [n, H] residual, h += attention(x). In kBF16 and kInt8
+  /// the attention core multiplies bf16-rounded q/k/v/probabilities (ops::attention_bf16_kv).
   /// `act` holds the intermediates; throws InvalidArgument when n exceeds act.rows.
   void forward(const float* x, std::int64_t n, const float* cos, const float* sin, KvCache& kv, float* h,
                AttentionActivations& act) const;
 
  private:
   AttentionConfig cfg_;
-  ops::Precision precision_ = ops::Precision::kF32;  ///< kBF16: core runs ops::attention_bf16
+  ops::Precision precision_ = ops::Precision::kF32;
+  /// The bf16 and int8 modes run the core on bf16 operands (ops::attention_bf16[_kv], docs/NUMERICS.md
+  /// "Precision modes"): vdpbf16ps where the level has it, the same rounded operands through the fp32
+  /// kernel elsewhere, so a mode gives the same numbers at every level; fp32 mode runs ops::attention.
+  bool bf16_core() const noexcept { return precision_ == ops::Precision::kBF16 || precision_ == ops::Precision::kInt8; }
   ops::GemmWeight q_, k_, v_, o_;
   std::vector<float> q_norm_, k_norm_;
 };

@@ -2,34 +2,59 @@
 
 #include <algorithm>
 
+#include "ops/ops.h"
+
 namespace clef::nn {
 
+namespace {
+
+/// Grows `buf` to `size` elements, the capacity at least doubling (amortized appends).
+template <class T>
+void grow(std::vector<T>& buf, std::size_t size) {
+  if (buf.capacity() < size) buf.reserve(std::max(size, 2 * buf.capacity()));
+  buf.resize(size);
+}
+
+}  // namespace
+
 void KvCache::append(const float* k_rows, const float* v_rows, std::int64_t n) {
-  const auto add = static_cast<std::size_t>(n * width);
-  const std::size_t need = k.size() + add;
-  if (k.capacity() < need) {
-    const std::size_t cap = std::max(need, 2 * k.capacity());
-    k.reserve(cap);
-    v.reserve(cap);
+  if (bf16) {
+    grow(kw, static_cast<std::size_t>((length + n) * (width / 2)));
+    grow(vw, static_cast<std::size_t>((length + n + 1) / 2 * width));
+    ops::kv_bf16_store(k_rows, v_rows, length, n, width, kw.data(), vw.data());
+  } else {
+    const auto add = static_cast<std::size_t>(n * width);
+    if (k.capacity() < k.size() + add) {
+      const std::size_t cap = std::max(k.size() + add, 2 * k.capacity());
+      k.reserve(cap);
+      v.reserve(cap);
+    }
+    k.insert(k.end(), k_rows, k_rows + add);
+    v.insert(v.end(), v_rows, v_rows + add);
   }
-  k.insert(k.end(), k_rows, k_rows + add);
-  v.insert(v.end(), v_rows, v_rows + add);
   length += n;
 }
 
 KvCache KvCache::clone(std::int64_t extra_rows) const {
   // Member by member: a new member of KvCache must be copied here too.
-  static_assert(sizeof(KvCache) == 2 * sizeof(std::int64_t) + 2 * sizeof(std::vector<float>));
+  static_assert(sizeof(KvCache) ==
+                3 * sizeof(std::int64_t) + 2 * sizeof(std::vector<float>) + 2 * sizeof(std::vector<std::uint32_t>));
   KvCache c;
   c.width = width;
   c.length = length;
-  if (width > 0) {
-    const std::size_t room = k.size() + static_cast<std::size_t>(extra_rows * width);
-    c.k.reserve(room);
-    c.v.reserve(room);
+  c.bf16 = bf16;
+  const std::int64_t rows = length + extra_rows;
+  if (bf16) {
+    c.kw.reserve(static_cast<std::size_t>(rows * (width / 2)));
+    c.vw.reserve(static_cast<std::size_t>((rows + 1) / 2 * width));
+    c.kw.assign(kw.begin(), kw.end());
+    c.vw.assign(vw.begin(), vw.end());
+  } else {
+    c.k.reserve(static_cast<std::size_t>(rows * width));
+    c.v.reserve(static_cast<std::size_t>(rows * width));
+    c.k.assign(k.begin(), k.end());
+    c.v.assign(v.begin(), v.end());
   }
-  c.k.assign(k.begin(), k.end());
-  c.v.assign(v.begin(), v.end());
   return c;
 }
 
@@ -47,7 +72,8 @@ ModelState ModelState::clone(std::int64_t extra_tokens) const {
 std::size_t ModelState::bytes() const noexcept {
   std::size_t b = 0;
   for (const LayerState& l : layers) {
-    b += (l.gdn.conv.size() + l.gdn.rec.size() + l.kv.k.size() + l.kv.v.size()) * sizeof(float);
+    b += (l.gdn.conv.size() + l.gdn.rec.size() + l.kv.k.size() + l.kv.v.size()) * sizeof(float) +
+         (l.kv.kw.size() + l.kv.vw.size()) * sizeof(std::uint32_t);
   }
   return b;
 }

@@ -139,10 +139,29 @@ void attention(const AttentionDims& d, std::int64_t t, std::int64_t tk, const fl
 /// attention() for the bf16 precision mode: q (pre-scaled by hd^-0.5), k, v and the softmax
 /// probabilities are rounded to bf16 and multiplied with vdpbf16ps, fp32 accumulation; the online
 /// softmax (max, exp, sums) stays fp32. About twice the fp32 throughput; error ~ bf16 rounding of
-/// the operands (tested against ref::attention). Falls back to attention() where AVX512-BF16 is
-/// not compiled in or hd is odd.
+/// the operands (tested against ref::attention). Without a bf16 dot product (or for an odd hd) the
+/// same bf16-rounded operands are multiplied by the fp32 kernel.
 void attention_bf16(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const float* kc,
                     const float* vc, float* o);
+
+/// The bf16 mode's KV cache (docs/NUMERICS.md "bf16 KV cache"): each key and value row is rounded
+/// to bf16 once, when it is appended (f32_to_bf16 of core/dtype.h: nearest even), and kept as
+/// 32-bit pair words in the layouts the vdpbf16ps products read:
+///   kp [rows, width / 2]          word (r, c) = bf16 k[r][2c] | bf16 k[r][2c + 1] << 16
+///   vp [ceil(rows / 2), width]    word (p, c) = bf16 v[2p][c] | bf16 v[2p + 1][c] << 16
+/// (keys pair along the head dim, values along the sequence); the high half of vp's last row of
+/// words is zero while `rows` is odd. width = nkv * hd with hd even.
+/// kv_bf16_store writes rows r0 .. r0 + n - 1 from k_rows, v_rows ([n, width] fp32) into kp, vp,
+/// which hold room for r0 + n rows; rows before r0 are kept (vp's word row r0 / 2 is completed
+/// when r0 is odd). Appending in any split gives the same words as one store.
+void kv_bf16_store(const float* k_rows, const float* v_rows, std::int64_t r0, std::int64_t n, std::int64_t width,
+                   std::uint32_t* kp, std::uint32_t* vp);
+
+/// attention_bf16() reading a cache stored by kv_bf16_store (tk rows, width = nkv * hd, hd even):
+/// the same result bit for bit as attention_bf16() on the fp32 rows, without rounding the whole
+/// cache again on every call.
+void attention_bf16_kv(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const std::uint32_t* kp,
+                       const std::uint32_t* vp, float* o);
 
 /// Scalar reference implementations (the test oracle): same signatures and contracts as above;
 /// ref::gated_delta_rule is the exact per-token recurrence of §4.5.

@@ -8,6 +8,7 @@
 //    "input_tokens": n, "logits": [...], "timings": {seconds per stage}, "option_counts": [options of each question,
 //    request order], "stats": {"hits", "misses", "bytes", "entries", "evictions", "budget"}}
 // or {"error": "<code>", "path": "<json path>"} for a refused request. Exit 2 on bad arguments.
+// With CLEF_PROFILE set, the op profile (docs/PERFORMANCE.md) goes to stderr after each request.
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -18,6 +19,7 @@
 #include "decision/record.h"
 #include "decision/request.h"
 #include "decision/request_error.h"
+#include "ops/profile.h"
 #include "runtime/engine.h"
 
 namespace {
@@ -86,6 +88,8 @@ int main(int argc, char** argv) {
       out["stats"] = {{"hits", s.hits},       {"misses", s.misses},       {"bytes", s.bytes},
                       {"entries", s.entries}, {"evictions", s.evictions}, {"budget", s.budget}};
       std::cout << out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n" << std::flush;
+      // With CLEF_PROFILE set, one op table per request (cold and warm requests apart).
+      if (clef::ops::prof::enabled()) clef::ops::prof::report();
     }
   } catch (const clef::Error& e) {
     std::cerr << "clef_cache_driver: error: " << e.what() << "\n";

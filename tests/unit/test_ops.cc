@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -556,6 +558,65 @@ TEST_P(OpsAtLevel, AttentionBf16VsReference) {
       }
     }
   }
+}
+
+TEST_P(OpsAtLevel, KvBf16StoreInAnySplitIsOneStore) {
+  // The bf16 KV cache layouts (ops.h): appends of odd and even sizes give the words of one store,
+  // every half is f32_to_bf16 of its element, and the unused half of an odd tail is zero.
+  Rng rng(21);
+  const std::int64_t w = 2 * 6, rows = 37;
+  const Vec k = rng.uniform(rows * w, -3.0f, 3.0f), v = rng.uniform(rows * w, -3.0f, 3.0f);
+  const auto words = [&](std::int64_t n) {
+    return std::pair{std::vector<std::uint32_t>(static_cast<std::size_t>(n * w / 2)),
+                     std::vector<std::uint32_t>(static_cast<std::size_t>((n + 1) / 2 * w))};
+  };
+  auto [k1, v1] = words(rows);
+  ops::kv_bf16_store(k.data(), v.data(), 0, rows, w, k1.data(), v1.data());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < w; ++c) {
+      const auto at = static_cast<std::size_t>(r * w + c);
+      const std::uint32_t kword = k1[static_cast<std::size_t>(r * w / 2 + c / 2)];
+      const std::uint32_t vword = v1[static_cast<std::size_t>(r / 2 * w + c)];
+      ASSERT_EQ(c % 2 == 0 ? kword & 0xFFFFu : kword >> 16, f32_to_bf16(k[at])) << r << "," << c;
+      ASSERT_EQ(r % 2 == 0 ? vword & 0xFFFFu : vword >> 16, f32_to_bf16(v[at])) << r << "," << c;
+    }
+  }
+  for (std::int64_t c = 0; c < w; ++c) ASSERT_EQ(v1[static_cast<std::size_t>(rows / 2 * w + c)] >> 16, 0u) << c;
+  auto [k2, v2] = words(rows);
+  std::int64_t r0 = 0;
+  for (const std::int64_t n : {1, 2, 5, 3, 8, 1, 17}) {
+    ops::kv_bf16_store(k.data() + r0 * w, v.data() + r0 * w, r0, n, w, k2.data(), v2.data());
+    r0 += n;
+  }
+  ASSERT_EQ(r0, rows);
+  EXPECT_EQ(k1, k2);
+  EXPECT_EQ(v1, v2);
+}
+
+TEST_P(OpsAtLevel, AttentionBf16KvIsAttentionBf16BitForBit) {
+  // The cached form reads the rows rounded at append time; the result must be the fp32-row
+  // form's bit for bit (which AttentionBf16VsReference checks against the oracle).
+  Rng rng(22);
+  for (const AttentionDims& d : {AttentionDims{8, 2, 256}, AttentionDims{4, 2, 64}, AttentionDims{3, 3, 40}}) {
+    for (const auto& [t, past] : {std::pair<std::int64_t, std::int64_t>{1, 0}, {7, 64}, {70, 5}, {129, 131}}) {
+      const std::int64_t tk = t + past, w = d.nkv * d.hd;
+      const Vec q = rng.uniform(t * d.nh * d.hd, -2.0f, 2.0f);
+      const Vec kc = rng.uniform(tk * w, -2.0f, 2.0f), vc = rng.uniform(tk * w);
+      std::vector<std::uint32_t> kp(static_cast<std::size_t>(tk * w / 2)),
+          vp(static_cast<std::size_t>((tk + 1) / 2 * w));
+      ops::kv_bf16_store(kc.data(), vc.data(), 0, past, w, kp.data(), vp.data());
+      ops::kv_bf16_store(kc.data() + past * w, vc.data() + past * w, past, t, w, kp.data(), vp.data());
+      Vec want(q.size()), got(q.size());
+      ops::attention_bf16(d, t, tk, q.data(), kc.data(), vc.data(), want.data());
+      ops::attention_bf16_kv(d, t, tk, q.data(), kp.data(), vp.data(), got.data());
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(want[i]), std::bit_cast<std::uint32_t>(got[i]))
+            << "nh,nkv,hd,T,Tk=" << dims({d.nh, d.nkv, d.hd, t, tk}) << " at " << i;
+      }
+    }
+  }
+  const AttentionDims odd{2, 1, 17};
+  EXPECT_THROW(ops::attention_bf16_kv(odd, 1, 1, nullptr, nullptr, nullptr, nullptr), InvalidArgument);
 }
 
 TEST_P(OpsAtLevel, AttentionIsCausalByIndex) {

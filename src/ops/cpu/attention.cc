@@ -20,6 +20,7 @@
 #include "hwy/highway.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -27,6 +28,7 @@
 
 #include "core/error.h"
 #include "core/dtype.h"
+#include "ops/convert.h"
 #include "ops/cpu/microgemm-inl.h"
 #include "ops/cpu/vmath-inl.h"
 #include "ops/isa.h"
@@ -194,12 +196,10 @@ void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
 }
 
 #if defined(CLEF_HAVE_BF16_DOT)
+/// The vdpbf16ps attention over a cache in the kv_bf16_store layouts (hd even): K words [tk, ldk / 2]
+/// pair along the head dim, V words [ceil(tk / 2), ldk] pair along the keys.
 CLEF_BF16_ATTR void attention_bf16_dot(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
-                                       const float* kc, const float* vc, float* o, bool causal) {
-  if (d.hd % 2 != 0) {  // pairs along hd: odd head dims take the fp32 path
-    attention_impl(d, t, tk, q, kc, vc, o, causal);
-    return;
-  }
+                                       const std::uint32_t* kbp, const std::uint32_t* vpp, float* o, bool causal) {
   const std::int64_t hd = d.hd, hd2 = hd / 2, group = d.nh / d.nkv;
   const std::int64_t ldq = d.nh * hd, ldk = d.nkv * hd, ldk2 = ldk / 2;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -207,28 +207,10 @@ CLEF_BF16_ATTR void attention_bf16_dot(const AttentionDims& d, std::int64_t t, s
   const std::int64_t qblocks = (t + qblock - 1) / qblock;
   const std::int64_t items = d.nkv * qblocks;
   const std::int64_t offset = tk - t;
-  const std::int64_t npair = (tk + 1) / 2;
   const std::int64_t maxcol = group * qblock;
-  // The cache in bf16: K rows as stored (pairs along hd), V as pair words along the key index,
-  // per kv head: vpk[(j * npair + pp) * hd + e] = (V[2pp, j, e], V[2pp + 1, j, e]).
-  thread_local std::vector<std::uint32_t> kb, vpk;
   thread_local std::vector<float> zeros;
-  kb.resize(static_cast<std::size_t>(tk * ldk2));
-  vpk.resize(static_cast<std::size_t>(d.nkv * npair * hd));
-  zeros.assign(static_cast<std::size_t>(std::max(hd, maxcol)), 0.0f);
-  std::uint32_t* kbp = kb.data();
-  std::uint32_t* vpp = vpk.data();
+  zeros.assign(static_cast<std::size_t>(maxcol), 0.0f);
   const float* zf = zeros.data();
-#pragma omp parallel for schedule(static)
-  for (std::int64_t r = 0; r < tk; ++r) cpu::to_bf16_n(kc + r * ldk, ldk, kbp + r * ldk2);
-#pragma omp parallel for schedule(static)
-  for (std::int64_t pp = 0; pp < npair; ++pp) {
-    for (std::int64_t j = 0; j < d.nkv; ++j) {
-      const float* lo = vc + 2 * pp * ldk + j * hd;
-      const float* hi = 2 * pp + 1 < tk ? lo + ldk : zf;
-      cpu::pack_pairs(lo, hi, hd, vpp + (j * npair + pp) * hd);
-    }
-  }
 #pragma omp parallel
   {
     thread_local AttnScratch sc;
@@ -283,8 +265,8 @@ CLEF_BF16_ATTR void attention_bf16_dot(const AttentionDims& d, std::int64_t t, s
             for (std::int64_t c = 0; c < ncol; ++c) oe[c] *= corr[c];
           }
         }
-        // p0 is a multiple of kKBlock (even), so its pairs start at word p0 / 2.
-        cpu::bf16_gemm_at(hd, ncol, npp, vpp + (j * npair + p0 / 2) * hd, hd, Pp, ncol, Ot, ncol, p0 > 0);
+        // p0 is a multiple of kKBlock (even), so its pairs start at word row p0 / 2.
+        cpu::bf16_gemm_at(hd, ncol, npp, vpp + (p0 / 2) * ldk + j * hd, ldk, Pp, ncol, Ot, ncol, p0 > 0);
       }
       write_output(Ot, l, corr, ncol, group, nq, hd, o + i0 * ldq + j * group * hd, ldq);
     }
@@ -313,6 +295,35 @@ void attention_bf16_emulated(const AttentionDims& d, std::int64_t t, std::int64_
   attention_impl(d, t, tk, q, kp, vp, o, causal, true);
 }
 
+/// The emulated bf16 attention over a kv_bf16_store cache: its rows widened back to fp32 (exact,
+/// so the same values attention_bf16_emulated rounds to), then the fp32 kernel as above.
+void attention_bf16_emulated_kv(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
+                                const std::uint32_t* kp, const std::uint32_t* vp, float* o, bool causal) {
+  const std::int64_t w = d.nkv * d.hd, w2 = w / 2;
+  thread_local std::vector<float> kr, vr;
+  kr.resize(static_cast<std::size_t>(tk * w));
+  vr.resize(static_cast<std::size_t>(tk * w));
+  float* kf = kr.data();
+  float* vf = vr.data();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < tk; ++r) {
+    const std::uint32_t* kw = kp + r * w2;
+    float* kd = kf + r * w;
+    for (std::int64_t c = 0; c < w2; ++c) {
+      kd[2 * c] = std::bit_cast<float>(kw[c] << 16);
+      kd[2 * c + 1] = std::bit_cast<float>(kw[c] & 0xFFFF0000u);
+    }
+    const std::uint32_t* vw = vp + (r / 2) * w;
+    float* vd = vf + r * w;
+    if (r % 2 == 0) {
+      for (std::int64_t c = 0; c < w; ++c) vd[c] = std::bit_cast<float>(vw[c] << 16);
+    } else {
+      for (std::int64_t c = 0; c < w; ++c) vd[c] = std::bit_cast<float>(vw[c] & 0xFFFF0000u);
+    }
+  }
+  attention_impl(d, t, tk, q, kf, vf, o, causal, true);
+}
+
 }  // namespace
 
 void AttentionImpl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const float* kc,
@@ -320,13 +331,36 @@ void AttentionImpl(const AttentionDims& d, std::int64_t t, std::int64_t tk, cons
   attention_impl(d, t, tk, q, kc, vc, o, causal);
 }
 
+void AttentionBf16KvImpl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q,
+                         const std::uint32_t* kp, const std::uint32_t* vp, float* o, bool causal) {
+#if defined(CLEF_HAVE_BF16_DOT)
+  attention_bf16_dot(d, t, tk, q, kp, vp, o, causal);
+#else
+  attention_bf16_emulated_kv(d, t, tk, q, kp, vp, o, causal);
+#endif
+}
+
 void AttentionBf16Impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const float* kc,
                        const float* vc, float* o, bool causal) {
 #if defined(CLEF_HAVE_BF16_DOT)
-  attention_bf16_dot(d, t, tk, q, kc, vc, o, causal);
-#else
-  attention_bf16_emulated(d, t, tk, q, kc, vc, o, causal);
+  if (d.hd % 2 == 0) {  // pairs along hd: an odd head dim takes the emulated path
+    // The rows in the kv_bf16_store layouts, in even row blocks (a V word holds two rows).
+    const std::int64_t w = d.nkv * d.hd;
+    thread_local std::vector<std::uint32_t> kb, vb;
+    kb.resize(static_cast<std::size_t>(tk * w / 2));
+    vb.resize(static_cast<std::size_t>((tk + 1) / 2 * w));
+    std::uint32_t* kbp = kb.data();
+    std::uint32_t* vbp = vb.data();
+    constexpr std::int64_t kRows = 64;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t r0 = 0; r0 < tk; r0 += kRows) {
+      kv_bf16_store(kc + r0 * w, vc + r0 * w, r0, std::min(kRows, tk - r0), w, kbp, vbp);
+    }
+    attention_bf16_dot(d, t, tk, q, kbp, vbp, o, causal);
+    return;
+  }
 #endif
+  attention_bf16_emulated(d, t, tk, q, kc, vc, o, causal);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -337,6 +371,7 @@ HWY_AFTER_NAMESPACE();
 namespace clef::ops {
 HWY_EXPORT(AttentionImpl);
 HWY_EXPORT(AttentionBf16Impl);
+HWY_EXPORT(AttentionBf16KvImpl);
 
 namespace {
 void check_shapes(const char* what, const AttentionDims& d, std::int64_t t, std::int64_t tk) {
@@ -357,6 +392,35 @@ void attention_bf16(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
                     const float* vc, float* o) {
   check_shapes("attention_bf16", d, t, tk);
   if (t > 0) CLEF_DISPATCH(AttentionBf16Impl)(d, t, tk, q, kc, vc, o, true);
+}
+
+void attention_bf16_kv(const AttentionDims& d, std::int64_t t, std::int64_t tk, const float* q, const std::uint32_t* kp,
+                       const std::uint32_t* vp, float* o) {
+  check_shapes("attention_bf16_kv", d, t, tk);
+  if (d.hd % 2 != 0) throw InvalidArgument("attention_bf16_kv: odd head dim " + std::to_string(d.hd));
+  if (t > 0) CLEF_DISPATCH(AttentionBf16KvImpl)(d, t, tk, q, kp, vp, o, true);
+}
+
+void kv_bf16_store(const float* k_rows, const float* v_rows, std::int64_t r0, std::int64_t n, std::int64_t width,
+                   std::uint32_t* kp, std::uint32_t* vp) {
+  if (width % 2 != 0) throw InvalidArgument("kv_bf16_store: odd row width " + std::to_string(width));
+  thread_local std::vector<std::uint16_t> row;
+  row.resize(static_cast<std::size_t>(width));
+  std::uint16_t* b = row.data();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t r = r0 + i;
+    f32_to_bf16_n(k_rows + i * width, width, b);
+    std::uint32_t* kw = kp + r * (width / 2);
+    for (std::int64_t c = 0; c < width / 2; ++c)
+      kw[c] = static_cast<std::uint32_t>(b[2 * c]) | static_cast<std::uint32_t>(b[2 * c + 1]) << 16;
+    f32_to_bf16_n(v_rows + i * width, width, b);
+    std::uint32_t* vw = vp + (r / 2) * width;
+    if (r % 2 == 0) {
+      for (std::int64_t c = 0; c < width; ++c) vw[c] = b[c];
+    } else {
+      for (std::int64_t c = 0; c < width; ++c) vw[c] = (vw[c] & 0xFFFFu) | static_cast<std::uint32_t>(b[c]) << 16;
+    }
+  }
 }
 
 void attention_full(const AttentionDims& d, std::int64_t t, const float* q, const float* k, const float* v, float* o) {
