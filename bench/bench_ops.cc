@@ -7,7 +7,7 @@
 // Prints tables; not a timed test.
 //
 //   clef_bench_ops [--threads N] [--m 1024] [--qm 512] [--reps 5] [--quick] [--peak-only] [--quant-only]
-//                  [--attn-only]
+//                  [--attn-only] [--gdn-only]
 #include <cblas.h>
 #include <omp.h>
 
@@ -139,10 +139,38 @@ void bench_attention(bool quick, int reps, double pf, double pb) {
 
 }  // namespace
 
+/// The chunked gated delta rule of one 0.8b layer over t tokens, fp32 and bf16 (ops::gated_delta_rule,
+/// ops::gated_delta_rule_bf16), against the level's fp32 / bf16 peaks (GFLOP/s).
+void bench_delta_rule(std::int64_t t, int reps, double pf, double pb) {
+  const clef::ops::GdnDims d{16, 16, 128, 128};
+  const std::int64_t st = d.hk * d.dk;
+  std::vector<float> q = randv(static_cast<std::size_t>(t * st), 3), k = randv(q.size(), 4);
+  clef::ops::l2norm_rows(q.data(), t * d.hk, d.dk, d.dk, 1e-6f, 1.0f / std::sqrt(128.0f));
+  clef::ops::l2norm_rows(k.data(), t * d.hk, d.dk, d.dk, 1e-6f, 1.0f);
+  const std::vector<float> v = randv(static_cast<std::size_t>(t * d.hv * d.dv), 5);
+  std::vector<float> g(static_cast<std::size_t>(t * d.hv), -0.1f), beta(g.size(), 0.5f);
+  std::vector<float> s(static_cast<std::size_t>(d.hv * d.dk * d.dv)), o(v.size());
+  const double flop = 47.2e6 / 18.0 * static_cast<double>(t);  // docs/MODEL.md §9, per layer
+  for (const bool bf16 : {false, true}) {
+    const double sec = best_seconds(reps, [&] {
+      std::fill(s.begin(), s.end(), 0.0f);
+      (bf16 ? clef::ops::gated_delta_rule_bf16 : clef::ops::gated_delta_rule)(d, t, q.data(), k.data(), st, v.data(),
+                                                                              d.hv * d.dv, g.data(), beta.data(),
+                                                                              s.data(), o.data());
+    });
+    const double peak = bf16 ? pb : pf;
+    std::printf(
+        "gated_delta_rule %s (0.8b layer, T=%lld): %.2f ms, %.0f tokens/s/layer, ~%.1f GFLOP/s (%.0f%% of the "
+        "%s peak)\n",
+        bf16 ? "bf16" : "fp32", static_cast<long long>(t), sec * 1e3, static_cast<double>(t) / sec, flop / sec / 1e9,
+        peak > 0 ? 100.0 * flop / sec / 1e9 / peak : 0.0, bf16 ? "bf16" : "fp32");
+  }
+}
+
 int main(int argc, char** argv) {
   int threads = 0, reps = 5;
   std::int64_t m = 1024, qm = 512;
-  bool quick = false, peak_only = false, quant_only = false, attn_only = false;
+  bool quick = false, peak_only = false, quant_only = false, attn_only = false, gdn_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     if (f == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
@@ -152,6 +180,7 @@ int main(int argc, char** argv) {
     else if (f == "--peak-only") peak_only = true;
     else if (f == "--quant-only") quant_only = true;
     else if (f == "--attn-only") attn_only = true;
+    else if (f == "--gdn-only") gdn_only = true;
     else if (f == "--qm" && i + 1 < argc) qm = std::atoll(argv[++i]);
   }
   threads = clef::ops::set_num_threads(threads);
@@ -185,6 +214,10 @@ int main(int argc, char** argv) {
   if (peak_only) return 0;
   if (attn_only) {
     bench_attention(quick, reps, pf, pb);
+    return 0;
+  }
+  if (gdn_only) {
+    bench_delta_rule(quick ? 256 : m, reps, pf, pb);
     return 0;
   }
 
@@ -274,25 +307,7 @@ int main(int argc, char** argv) {
     std::printf("gdn input stage (0.8b layer, T=%lld): three ops %.3f ms, fused %.3f ms (%.1f GB/s of x + u)\n",
                 static_cast<long long>(t), split * 1e3, fused * 1e3, bytes / fused / 1e9);
   }
-  // Chunked gated delta rule, 0.8b dims, one layer.
-  {
-    const clef::ops::GdnDims d{16, 16, 128, 128};
-    const std::int64_t t = quick ? 256 : m, st = d.hk * d.dk;
-    std::vector<float> q = randv(static_cast<std::size_t>(t * st), 3), k = randv(q.size(), 4);
-    clef::ops::l2norm_rows(q.data(), t * d.hk, d.dk, d.dk, 1e-6f, 1.0f / std::sqrt(128.0f));
-    clef::ops::l2norm_rows(k.data(), t * d.hk, d.dk, d.dk, 1e-6f, 1.0f);
-    const std::vector<float> v = randv(static_cast<std::size_t>(t * d.hv * d.dv), 5);
-    std::vector<float> g(static_cast<std::size_t>(t * d.hv), -0.1f), beta(g.size(), 0.5f);
-    std::vector<float> s(static_cast<std::size_t>(d.hv * d.dk * d.dv)), o(v.size());
-    const double sec = best_seconds(reps, [&] {
-      std::fill(s.begin(), s.end(), 0.0f);
-      clef::ops::gated_delta_rule(d, t, q.data(), k.data(), st, v.data(), d.hv * d.dv, g.data(), beta.data(), s.data(),
-                                  o.data());
-    });
-    const double flop = 47.2e6 / 18.0 * static_cast<double>(t);  // docs/MODEL.md §9, per layer
-    std::printf("gated_delta_rule (0.8b layer, T=%lld): %.2f ms, %.0f tokens/s/layer, ~%.1f GFLOP/s\n",
-                static_cast<long long>(t), sec * 1e3, static_cast<double>(t) / sec, flop / sec / 1e9);
-  }
+  bench_delta_rule(quick ? 256 : m, reps, pf, pb);
   bench_attention(quick, reps, pf, pb);
   return 0;
 }

@@ -84,7 +84,8 @@ GatedDeltaNet::GatedDeltaNet(const GdnConfig& cfg, const GdnWeights& w, ops::Pre
       conv_w_(small_f32(w.conv1d, name + ".conv1d")),  // [C, 1, K] == [C, K]
       dt_bias_(small_f32(w.dt_bias, name + ".dt_bias")),
       neg_a_(neg_exp_a(w.a_log, name + ".A_log")),
-      norm_w_(small_f32(w.norm, name + ".norm")) {
+      norm_w_(small_f32(w.norm, name + ".norm")),
+      bf16_delta_(p == ops::Precision::kBF16) {
   if (static_cast<std::int64_t>(conv_w_.size()) != cfg.conv_dim() * cfg.conv_k || qkv_.n() != cfg.conv_dim() ||
       out_.k() != cfg.value_dim() || static_cast<std::int64_t>(dt_bias_.size()) != cfg.dims.hv ||
       static_cast<std::int64_t>(neg_a_.size()) != cfg.dims.hv) {
@@ -168,7 +169,11 @@ void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float*
   }
   {
     CLEF_PROF_SCOPE("gdn.delta_rule");
-    ops::gated_delta_rule(d, n, u, u + kd, cd, u + 2 * kd, cd, g, beta, st.rec.data(), o);
+    if (bf16_delta_) {
+      ops::gated_delta_rule_bf16(d, n, u, u + kd, cd, u + 2 * kd, cd, g, beta, st.rec.data(), o);
+    } else {
+      ops::gated_delta_rule(d, n, u, u + kd, cd, u + 2 * kd, cd, g, beta, st.rec.data(), o);
+    }
   }
   {
     CLEF_PROF_SCOPE("gdn.gated_norm");

@@ -118,6 +118,16 @@ void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, 
 void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k, std::int64_t qk_stride,
                       const float* v, std::int64_t v_stride, const float* g, const float* beta, float* state, float* o);
 
+/// gated_delta_rule() for the bf16 mode (docs/NUMERICS.md "Precision modes"): the same chunked
+/// form, with the operands of its matrix products (K, Q, the state S as read, (I + A)^-1, the
+/// decay-scaled K and Q, X, V', P) rounded to bf16 and multiplied with fp32 sums (vdpbf16ps on
+/// avx512bf16, the fp32 kernels on the rounded values elsewhere); the decay masks, the inverse
+/// itself and the state S stay fp32 (S is updated in fp32, only its reads are rounded).
+/// Same shapes and contract as gated_delta_rule; error ~ bf16 rounding of the operands.
+void gated_delta_rule_bf16(const GdnDims& d, std::int64_t t, const float* q, const float* k, std::int64_t qk_stride,
+                           const float* v, std::int64_t v_stride, const float* g, const float* beta, float* state,
+                           float* o);
+
 /// M-RoPE tables (§7.2): pos [3, t] (temporal, height, width streams; equal for text);
 /// cos, sin [t, rotary_dim/2] of the fp32 angle pos * inv_freq, evaluated in double, rounded.
 void rope_tables(const RopeDims& r, const std::int32_t* pos, std::int64_t t, float* cos, float* sin);

@@ -425,6 +425,44 @@ TEST_P(OpsAtLevel, GatedDeltaRuleChunkedVsRecurrent) {
   }
 }
 
+TEST_P(OpsAtLevel, GatedDeltaRuleBf16VsRecurrent) {
+  // The bf16 mode's delta rule against the fp32 recurrence. Every product operand carries one bf16
+  // rounding (relative 2^-9); a product sums dk (or C) such terms into fp32, and V' feeds both the
+  // output and the next chunk's state, so an element's error is a few times 2^-9 of the magnitudes
+  // summed (|o| and |S| ~ 1 here): 1.5e-2 absolute + 1e-2 relative; measured max 3.1e-3 (the state after
+  // 65 tokens, every level).
+  // A wrong word layout or a dropped half moves elements by O(1).
+  Rng rng(18);
+  const GdnCase cases[] = {
+      {{2, 4, 32, 32}, 1}, {{2, 4, 32, 32}, 65}, {{1, 1, 17, 5}, 150}, {{2, 2, 16, 48}, 130}, {{1, 2, 128, 128}, 129},
+  };
+  for (const GdnCase& c : cases) {
+    const GdnDims& d = c.d;
+    const std::int64_t t = c.t, qk_stride = d.hk * d.dk;
+    Vec q, k, v, g, beta, s0;
+    gdn_inputs(rng, d, t, qk_stride, q, k, v, g, beta, s0);
+    Vec sw = s0, sg = s0;
+    Vec want(static_cast<std::size_t>(t * d.hv * d.dv)), got(want.size());
+    ops::ref::gated_delta_rule(d, t, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv, g.data(), beta.data(),
+                               sw.data(), want.data());
+    ops::gated_delta_rule_bf16(d, t, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv, g.data(), beta.data(),
+                               sg.data(), got.data());
+    const std::string sh = "Hk,Hv,dk,dv,T=" + dims({d.hk, d.hv, d.dk, d.dv, t});
+    EXPECT_TRUE(close("gated_delta_rule_bf16(o)", sh, want, got, {1.5e-2, 1e-2}));
+    EXPECT_TRUE(close("gated_delta_rule_bf16(state)", sh, sw, sg, {1.5e-2, 1e-2}));
+    if (t >= 3) {  // split calls carry the state
+      const std::int64_t t1 = t / 3;
+      Vec s2 = s0, split(want.size());
+      ops::gated_delta_rule_bf16(d, t1, q.data(), k.data(), qk_stride, v.data(), d.hv * d.dv, g.data(), beta.data(),
+                                 s2.data(), split.data());
+      ops::gated_delta_rule_bf16(d, t - t1, q.data() + t1 * qk_stride, k.data() + t1 * qk_stride, qk_stride,
+                                 v.data() + t1 * d.hv * d.dv, d.hv * d.dv, g.data() + t1 * d.hv,
+                                 beta.data() + t1 * d.hv, s2.data(), split.data() + t1 * d.hv * d.dv);
+      EXPECT_TRUE(close("gated_delta_rule_bf16(split)", sh, want, split, {1.5e-2, 1e-2}));
+    }
+  }
+}
+
 TEST_P(OpsAtLevel, GatedDeltaRuleGroupedHeadMapping) {
   // Value head h must read k-head h / (Hv/Hk) (grouped, pitfall 9): with Hk = 2, Hv = 4, zeroing
   // k-head 1 must leave v-heads 0,1 untouched and change only v-heads 2,3.

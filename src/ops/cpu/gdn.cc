@@ -41,6 +41,19 @@ constexpr std::int64_t kRowBlock = 12;  // rows per triangular block (two 6-row 
 struct ChunkScratch {
   std::vector<float> kt, ktd, kb, qs, x, vp, a, p, tinv;
   std::vector<float> beta, g_cum, eg, tmp;
+  // bf16 mode: the operands rounded to bf16 (emulated levels: kr, qr, ktr, sr as floats) or as
+  // pair words (avx512bf16: the rest), sized for the largest.
+  std::vector<float> kr, qr, ktr, sr;
+  std::vector<std::uint32_t> w_ktp, w_k, w_sp, w_kb, w_qs, w_t, w_x, w_p, w_vp, w_ktd;
+  void ensure_bf16(std::int64_t dk, std::int64_t dv) {
+    auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
+    for (auto* b : {&kr, &qr, &ktr}) b->resize(sz(kChunk * dk));
+    sr.resize(sz(dk * dv));
+    for (auto* b : {&w_ktp, &w_k, &w_kb, &w_qs, &w_ktd}) b->resize(sz(kChunk * dk / 2 + kChunk));
+    w_sp.resize(sz(dk * dv / 2 + dv));
+    for (auto* b : {&w_t, &w_p}) b->resize(sz(kChunk * kChunk / 2));
+    for (auto* b : {&w_x, &w_vp}) b->resize(sz(kChunk / 2 * dv));
+  }
   void ensure(std::int64_t dk, std::int64_t dv) {
     auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
     kt.resize(sz(dk * kChunk));
@@ -64,7 +77,10 @@ inline void scale_copy(std::int64_t n, float s, const float* __restrict x, float
   for (std::int64_t i = 0; i < n; ++i) y[i] = s * x[i];
 }
 
-/// One chunk of C <= kChunk tokens for value head h (k-head kh).
+/// One chunk of C <= kChunk tokens for value head h (k-head kh). kRound: the bf16 mode on levels
+/// without a bf16 dot product: every product's operands are rounded to bf16 values first (the
+/// state S, K, Q only in copies), then multiplied by the fp32 kernels, as run_chunk_bf16 does.
+template <bool kRound>
 void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h, std::int64_t kh, const float* q,
                const float* k, std::int64_t qk_stride, const float* v, std::int64_t v_stride, const float* g,
                const float* beta, float* S, float* o, ChunkScratch& s) {
@@ -91,11 +107,26 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
   cpu::transpose(C, dk, K, qk_stride, Kt, C);
   float* A = s.a.data();
   float* P = s.p.data();
+  const float* Ka = K;  // the operands of A and P
+  const float* Qa = Q;
+  const float* Kta = Kt;
+  std::int64_t lda = qk_stride;
+  if constexpr (kRound) {
+    for (std::int64_t i = 0; i < C; ++i) {
+      cpu::round_to_bf16(K + i * qk_stride, dk, s.kr.data() + i * dk);
+      cpu::round_to_bf16(Q + i * qk_stride, dk, s.qr.data() + i * dk);
+    }
+    cpu::round_to_bf16(Kt, dk * C, s.ktr.data());
+    Ka = s.kr.data();
+    Qa = s.qr.data();
+    Kta = s.ktr.data();
+    lda = dk;
+  }
   for (std::int64_t i0 = 0; i0 < C; i0 += kRowBlock) {
     const std::int64_t rows = std::min(kRowBlock, C - i0);
     const std::int64_t cols = i0 + rows;
-    cpu::small_gemm(rows, cols, dk, K + i0 * qk_stride, qk_stride, Kt, C, A + i0 * C, C);
-    cpu::small_gemm(rows, cols, dk, Q + i0 * qk_stride, qk_stride, Kt, C, P + i0 * C, C);
+    cpu::small_gemm(rows, cols, dk, Ka + i0 * lda, lda, Kta, C, A + i0 * C, C);
+    cpu::small_gemm(rows, cols, dk, Qa + i0 * lda, lda, Kta, C, P + i0 * C, C);
   }
   // Decay mask: A_ij = β_i A_ij Γ_ij (j < i), P_ij = P_ij Γ_ij (j <= i), P_ij = 0 above.
   for (std::int64_t i = 0; i < C; ++i) {
@@ -126,7 +157,17 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
     scale_copy(dv, B[i], V + i * v_stride, X + i * dv);
     scale_copy(dk, B[i] * eG[i], K + i * qk_stride, Kb + i * dk);
   }
-  cpu::small_gemm(C, dv, dk, Kb, dk, S, dv, X, dv, -1.0f, true);
+  const float* Sa = S;  // S as a product operand
+  if constexpr (kRound) {
+    cpu::round_to_bf16(Kb, C * dk, Kb);
+    cpu::round_to_bf16(S, dk * dv, s.sr.data());
+    Sa = s.sr.data();
+  }
+  cpu::small_gemm(C, dv, dk, Kb, dk, Sa, dv, X, dv, -1.0f, true);
+  if constexpr (kRound) {
+    cpu::round_to_bf16(X, C * dv, X);
+    cpu::round_to_bf16(T, C * C, T);
+  }
   float* Vp = s.vp.data();
   for (std::int64_t i0 = 0; i0 < C; i0 += kRowBlock) {
     const std::int64_t rows = std::min(kRowBlock, C - i0);
@@ -136,7 +177,12 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
   // O = (e^G Q) S + P V', written straight into o.
   float* Qs = s.qs.data();
   for (std::int64_t i = 0; i < C; ++i) scale_copy(dk, eG[i], Q + i * qk_stride, Qs + i * dk);
-  cpu::small_gemm(C, dv, dk, Qs, dk, S, dv, O, ldo);
+  if constexpr (kRound) {
+    cpu::round_to_bf16(Qs, C * dk, Qs);
+    cpu::round_to_bf16(P, C * C, P);
+    cpu::round_to_bf16(Vp, C * dv, Vp);
+  }
+  cpu::small_gemm(C, dv, dk, Qs, dk, Sa, dv, O, ldo);
   for (std::int64_t i0 = 0; i0 < C; i0 += kRowBlock) {
     const std::int64_t rows = std::min(kRowBlock, C - i0);
     cpu::small_gemm(rows, dv, i0 + rows, P + i0 * C, C, Vp, dv, O + i0 * ldo, ldo, 1.0f, true);
@@ -152,11 +198,148 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
     float* dst = Ktd + e * C;
     for (std::int64_t i = 0; i < C; ++i) dst[i] = src[i] * tmp[i];
   }
+  if constexpr (kRound) cpu::round_to_bf16(Ktd, dk * C, Ktd);
   const float egl = eG[C - 1];
   const std::int64_t sn = dk * dv;
   for (std::int64_t e = 0; e < sn; ++e) S[e] *= egl;
   cpu::small_gemm(dk, dv, C, Ktd, C, Vp, dv, S, dv, 1.0f, true);
 }
+
+#if defined(CLEF_HAVE_BF16_DOT)
+/// Rows of `src` ([rows, n], rows lds floats apart) as bf16 pair words along the row: dst [rows,
+/// ldw] words, word (r, p) = bf16 src[r][2p] | bf16 src[r][2p + 1] << 16, a missing odd element 0.
+CLEF_BF16_ATTR inline void row_pairs(const float* src, std::int64_t rows, std::int64_t n, std::int64_t lds,
+                                     std::uint32_t* dst, std::int64_t ldw) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    cpu::to_bf16_n(src + r * lds, n, dst + r * ldw);
+    if (n % 2 != 0) dst[r * ldw + n / 2] &= 0xFFFFu;
+  }
+}
+
+/// Pairs of rows of `src` ([rows, n], lds apart) as words: dst [ceil(rows / 2), n] (ldd words
+/// apart), word (p, c) = bf16 src[2p][c] | bf16 src[2p + 1][c] << 16, a missing odd row 0.
+CLEF_BF16_ATTR inline void col_pairs(const float* src, std::int64_t rows, std::int64_t n, std::int64_t lds,
+                                     const float* zeros, std::uint32_t* dst, std::int64_t ldd) {
+  for (std::int64_t p = 0; 2 * p < rows; ++p) {
+    const float* lo = src + 2 * p * lds;
+    cpu::pack_pairs(lo, 2 * p + 1 < rows ? lo + lds : zeros, n, dst + p * ldd);
+  }
+}
+
+/// run_chunk<true> on vdpbf16ps: the same bf16-rounded operands as pair words, fp32 sums; the
+/// decay masks, (I + A)^-1 and the state S itself stay fp32.
+CLEF_BF16_ATTR void run_chunk_bf16(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h, std::int64_t kh,
+                                   const float* q, const float* k, std::int64_t qk_stride, const float* v,
+                                   std::int64_t v_stride, const float* g, const float* beta, float* S, float* o,
+                                   ChunkScratch& s, const float* zeros) {
+  const std::int64_t dk = d.dk, dv = d.dv, dk2 = dk / 2, Cw = (C + 1) / 2;
+  const std::int64_t ldo = d.hv * dv;
+  const float* Q = q + c0 * qk_stride + kh * dk;
+  const float* K = k + c0 * qk_stride + kh * dk;
+  const float* V = v + c0 * v_stride + h * dv;
+  float* O = o + c0 * ldo + h * dv;
+  float* G = s.g_cum.data();
+  float* eG = s.eg.data();
+  float* B = s.beta.data();
+  float* tmp = s.tmp.data();
+  float run = 0.0f;
+  for (std::int64_t i = 0; i < C; ++i) {
+    run += g[(c0 + i) * d.hv + h];
+    G[i] = run;
+    B[i] = beta[(c0 + i) * d.hv + h];
+  }
+  cpu::exp_n(G, eG, C);
+
+  // A = K Kᵀ, P = Q Kᵀ: K and Q rows as pair words along dk ([C, dk/2]) times Kᵀ as pair words
+  // ([dk/2, C]: the transpose of K's words, 32-bit moves within L1).
+  std::uint32_t* ktp = s.w_ktp.data();
+  std::uint32_t* kw = s.w_k.data();
+  std::uint32_t* qw = s.w_qs.data();  // reused for e^G Q below, after P
+  row_pairs(K, C, dk, qk_stride, kw, dk2);
+  row_pairs(Q, C, dk, qk_stride, qw, dk2);
+  for (std::int64_t j = 0; j < C; ++j) {
+    for (std::int64_t p = 0; p < dk2; ++p) ktp[p * C + j] = kw[j * dk2 + p];
+  }
+  float* A = s.a.data();
+  float* P = s.p.data();
+  for (std::int64_t i0 = 0; i0 < C; i0 += kRowBlock) {
+    const std::int64_t rows = std::min(kRowBlock, C - i0);
+    const std::int64_t cols = i0 + rows;
+    cpu::bf16_gemm(rows, cols, dk2, kw + i0 * dk2, dk2, ktp, C, A + i0 * C, C, false);
+    cpu::bf16_gemm(rows, cols, dk2, qw + i0 * dk2, dk2, ktp, C, P + i0 * C, C, false);
+  }
+  for (std::int64_t i = 0; i < C; ++i) {
+    const float gi = G[i];
+    for (std::int64_t j = 0; j <= i; ++j) tmp[j] = gi - G[j];
+    cpu::exp_n(tmp, tmp, i + 1);
+    float* ai = A + i * C;
+    float* pi = P + i * C;
+    const float bi = B[i];
+    for (std::int64_t j = 0; j < i; ++j) ai[j] = bi * ai[j] * tmp[j];
+    for (std::int64_t j = 0; j <= i; ++j) pi[j] *= tmp[j];
+    for (std::int64_t j = i + 1; j < C; ++j) pi[j] = 0.0f;
+  }
+  float* T = s.tinv.data();
+  for (std::int64_t i = 0; i < C; ++i) {
+    float* ti = T + i * C;
+    for (std::int64_t c = 0; c < C; ++c) ti[c] = 0.0f;
+    ti[i] = 1.0f;
+    const float* ai = A + i * C;
+    for (std::int64_t j = 0; j < i; ++j) cpu::axpy(j + 1, -ai[j], T + j * C, ti);
+  }
+
+  // X = β V - (β e^G K) S (the product's A operand negated: exact), V' = Tinv X.
+  float* X = s.x.data();
+  float* Kb = s.kb.data();
+  for (std::int64_t i = 0; i < C; ++i) {
+    scale_copy(dv, B[i], V + i * v_stride, X + i * dv);
+    scale_copy(dk, -(B[i] * eG[i]), K + i * qk_stride, Kb + i * dk);
+  }
+  std::uint32_t* sp = s.w_sp.data();
+  col_pairs(S, dk, dv, dv, zeros, sp, dv);
+  std::uint32_t* kbw = s.w_kb.data();
+  row_pairs(Kb, C, dk, dk, kbw, dk2);
+  cpu::bf16_gemm(C, dv, dk2, kbw, dk2, sp, dv, X, dv, true);
+  std::uint32_t* tw = s.w_t.data();
+  std::uint32_t* xp = s.w_x.data();
+  row_pairs(T, C, C, C, tw, Cw);
+  col_pairs(X, C, dv, dv, zeros, xp, dv);
+  float* Vp = s.vp.data();
+  for (std::int64_t i0 = 0; i0 < C; i0 += kRowBlock) {
+    const std::int64_t rows = std::min(kRowBlock, C - i0);
+    cpu::bf16_gemm(rows, dv, (i0 + rows + 1) / 2, tw + i0 * Cw, Cw, xp, dv, Vp + i0 * dv, dv, false);
+  }
+
+  // O = (e^G Q) S + P V'.
+  float* Qs = s.qs.data();
+  for (std::int64_t i = 0; i < C; ++i) scale_copy(dk, eG[i], Q + i * qk_stride, Qs + i * dk);
+  std::uint32_t* qsw = s.w_qs.data();
+  row_pairs(Qs, C, dk, dk, qsw, dk2);
+  cpu::bf16_gemm(C, dv, dk2, qsw, dk2, sp, dv, O, ldo, false);
+  std::uint32_t* pw = s.w_p.data();
+  std::uint32_t* vpp = s.w_vp.data();
+  row_pairs(P, C, C, C, pw, Cw);
+  col_pairs(Vp, C, dv, dv, zeros, vpp, dv);
+  for (std::int64_t i0 = 0; i0 < C; i0 += kRowBlock) {
+    const std::int64_t rows = std::min(kRowBlock, C - i0);
+    cpu::bf16_gemm(rows, dv, (i0 + rows + 1) / 2, pw + i0 * Cw, Cw, vpp, dv, O + i0 * ldo, ldo, true);
+  }
+
+  // S <- e^{G_last} S + (K ⊙ e^{G_last - G})ᵀ V': the decayed K rows as pair words along the
+  // chunk ([ceil(C/2), dk]), the transposed operand of bf16_gemm_at.
+  const float gl = G[C - 1];
+  for (std::int64_t i = 0; i < C; ++i) tmp[i] = gl - G[i];
+  cpu::exp_n(tmp, tmp, C);
+  float* Kd = s.ktd.data();
+  for (std::int64_t i = 0; i < C; ++i) scale_copy(dk, tmp[i], K + i * qk_stride, Kd + i * dk);
+  std::uint32_t* kdw = s.w_ktd.data();
+  col_pairs(Kd, C, dk, dk, zeros, kdw, dk);
+  const float egl = eG[C - 1];
+  const std::int64_t sn = dk * dv;
+  for (std::int64_t e = 0; e < sn; ++e) S[e] *= egl;
+  cpu::bf16_gemm_at(dk, dv, Cw, kdw, dk, vpp, dv, S, dv, true);
+}
+#endif  // CLEF_HAVE_BF16_DOT
 
 }  // namespace
 
@@ -173,7 +356,37 @@ void GatedDeltaRuleImpl(const GdnDims& d, std::int64_t t, const float* q, const 
       float* S = state + h * d.dk * d.dv;
       for (std::int64_t c0 = 0; c0 < t; c0 += kChunk) {
         const std::int64_t C = std::min(kChunk, t - c0);
-        run_chunk(d, c0, C, h, h / r, q, k, qk_stride, v, v_stride, g, beta, S, o, scratch);
+        run_chunk<false>(d, c0, C, h, h / r, q, k, qk_stride, v, v_stride, g, beta, S, o, scratch);
+      }
+    }
+  }
+}
+
+void GatedDeltaRuleBf16Impl(const GdnDims& d, std::int64_t t, const float* q, const float* k, std::int64_t qk_stride,
+                            const float* v, std::int64_t v_stride, const float* g, const float* beta, float* state,
+                            float* o) {
+  const std::int64_t r = d.hv / d.hk;
+#pragma omp parallel
+  {
+    thread_local ChunkScratch scratch;
+    scratch.ensure(d.dk, d.dv);
+    scratch.ensure_bf16(d.dk, d.dv);
+#if defined(CLEF_HAVE_BF16_DOT)
+    thread_local std::vector<float> zeros;
+    zeros.assign(static_cast<std::size_t>(std::max({d.dk, d.dv, kChunk})), 0.0f);
+#endif
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t h = 0; h < d.hv; ++h) {
+      float* S = state + h * d.dk * d.dv;
+      for (std::int64_t c0 = 0; c0 < t; c0 += kChunk) {
+        const std::int64_t C = std::min(kChunk, t - c0);
+#if defined(CLEF_HAVE_BF16_DOT)
+        if (d.dk % 2 == 0) {
+          run_chunk_bf16(d, c0, C, h, h / r, q, k, qk_stride, v, v_stride, g, beta, S, o, scratch, zeros.data());
+          continue;
+        }
+#endif
+        run_chunk<true>(d, c0, C, h, h / r, q, k, qk_stride, v, v_stride, g, beta, S, o, scratch);
       }
     }
   }
@@ -186,6 +399,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace clef::ops {
 HWY_EXPORT(GatedDeltaRuleImpl);
+HWY_EXPORT(GatedDeltaRuleBf16Impl);
 
 void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k, std::int64_t qk_stride,
                       const float* v, std::int64_t v_stride, const float* g, const float* beta, float* state,
@@ -195,6 +409,16 @@ void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const fl
   }
   if (t <= 0) return;
   CLEF_DISPATCH(GatedDeltaRuleImpl)(d, t, q, k, qk_stride, v, v_stride, g, beta, state, o);
+}
+
+void gated_delta_rule_bf16(const GdnDims& d, std::int64_t t, const float* q, const float* k, std::int64_t qk_stride,
+                           const float* v, std::int64_t v_stride, const float* g, const float* beta, float* state,
+                           float* o) {
+  if (d.hk <= 0 || d.hv <= 0 || d.dk <= 0 || d.dv <= 0 || d.hv % d.hk != 0) {
+    throw InvalidArgument("gated_delta_rule_bf16: bad dims Hk=" + std::to_string(d.hk) + " Hv=" + std::to_string(d.hv));
+  }
+  if (t <= 0) return;
+  CLEF_DISPATCH(GatedDeltaRuleBf16Impl)(d, t, q, k, qk_stride, v, v_stride, g, beta, state, o);
 }
 }  // namespace clef::ops
 #endif  // HWY_ONCE
