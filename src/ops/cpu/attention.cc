@@ -77,6 +77,16 @@ struct AttnScratch {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+/// Queries per work item: at most kCols / group (kMaxQBlock), the t queries split into blocks of
+/// near-equal size (129 queries of group 4: 5 x 26, not 4 x 32 + 1), so that no item streams the
+/// whole cache for a few columns. Each column's arithmetic does not depend on its block, so the
+/// split changes no bit.
+std::int64_t query_block(std::int64_t t, std::int64_t group) {
+  const std::int64_t most = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, kMaxQBlock));
+  const std::int64_t blocks = (t + most - 1) / most;
+  return (t + blocks - 1) / blocks;
+}
+
 /// Online-softmax step for one key block: St [nk, ncol] holds scaled scores; key row p (sequence
 /// index p0 + p) is visible to column c when p0 + p <= first_pos + c % nq. Updates m and l, writes
 /// corr = e^{m_old - m_new} and turns St into the masked probabilities (exact zeros where masked).
@@ -136,7 +146,7 @@ void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
   const std::int64_t hd = d.hd, group = d.nh / d.nkv;
   const std::int64_t ldq = d.nh * hd, ldk = d.nkv * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const std::int64_t qblock = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, kMaxQBlock));
+  const std::int64_t qblock = query_block(t, group);
   const std::int64_t qblocks = (t + qblock - 1) / qblock;
   const std::int64_t items = d.nkv * qblocks;
   const std::int64_t offset = tk - t;  // sequence index of query 0
@@ -203,7 +213,7 @@ CLEF_BF16_ATTR void attention_bf16_dot(const AttentionDims& d, std::int64_t t, s
   const std::int64_t hd = d.hd, hd2 = hd / 2, group = d.nh / d.nkv;
   const std::int64_t ldq = d.nh * hd, ldk = d.nkv * hd, ldk2 = ldk / 2;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const std::int64_t qblock = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, kMaxQBlock));
+  const std::int64_t qblock = query_block(t, group);
   const std::int64_t qblocks = (t + qblock - 1) / qblock;
   const std::int64_t items = d.nkv * qblocks;
   const std::int64_t offset = tk - t;
