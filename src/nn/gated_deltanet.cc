@@ -85,7 +85,7 @@ GatedDeltaNet::GatedDeltaNet(const GdnConfig& cfg, const GdnWeights& w, ops::Pre
       dt_bias_(small_f32(w.dt_bias, name + ".dt_bias")),
       neg_a_(neg_exp_a(w.a_log, name + ".A_log")),
       norm_w_(small_f32(w.norm, name + ".norm")),
-      bf16_delta_(p == ops::Precision::kBF16) {
+      bf16_delta_(p == ops::Precision::kBF16 || p == ops::Precision::kInt8) {
   if (static_cast<std::int64_t>(conv_w_.size()) != cfg.conv_dim() * cfg.conv_k || qkv_.n() != cfg.conv_dim() ||
       out_.k() != cfg.value_dim() || static_cast<std::int64_t>(dt_bias_.size()) != cfg.dims.hv ||
       static_cast<std::int64_t>(neg_a_.size()) != cfg.dims.hv) {

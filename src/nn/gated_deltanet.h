@@ -88,7 +88,7 @@ class GatedDeltaNet {
   ops::GemmWeight qkv_, z_, b_, a_, out_;
   std::vector<float> conv_w_;                    ///< [conv_dim, K]
   std::vector<float> dt_bias_, neg_a_, norm_w_;  ///< neg_a_: A = -exp(A_log), [Hv]
-  bool bf16_delta_ = false;  ///< bf16 mode: ops::gated_delta_rule_bf16 (docs/NUMERICS.md "Precision modes")
+  bool bf16_delta_ = false;  ///< bf16 and int8 mode: ops::gated_delta_rule_bf16 (docs/NUMERICS.md "Precision modes")
 };
 
 }  // namespace clef::nn
