@@ -216,13 +216,13 @@ class Int8BoundMissed(AssertionError):
 INT8_CASES = [
     pytest.param("0.8b", id="0.8b", marks=[pytest.mark.slow, pytest.mark.xfail(
         strict=True, raises=Int8BoundMissed,
-        reason="the int8 goal is not met on this random-weight folder: on these 21 requests max |dp| 0.0267 "
-               "(request 3) > 0.02, 4 argmax flips outside ties; on the golden's 23 requests 0.0354 (request 13; "
+        reason="the int8 goal is not met on this random-weight folder: on these 21 requests max |dp| 0.0343 "
+               "(request 3) > 0.02, 3 argmax flips outside ties; on the golden's 23 requests 0.0343 (request 3; "
                "docs/NUMERICS.md, int8 drift)")]),
     pytest.param("0.8b-shapes", id="0.8b-shapes", marks=[pytest.mark.shapes08b, pytest.mark.xfail(
         strict=True, raises=Int8BoundMissed,
-        reason="the int8 goal is not met on the 0.8b-shapes folder: max |dp| 0.0065 (request 13) is within 0.02, "
-               "but 3 argmax flips outside ties on its 24 requests")]),
+        reason="the int8 goal is not met on the 0.8b-shapes folder: max |dp| 0.0074 (request 13) is within 0.02, "
+               "but 4 argmax flips outside ties on its 24 requests")]),
 ]
 
 
