@@ -9,8 +9,8 @@ namespace clef::nn {
 namespace {
 
 /// Grows `buf` to `size` elements, the capacity at least doubling (amortized appends).
-template <class T>
-void grow(std::vector<T>& buf, std::size_t size) {
+template <class V>
+void grow(V& buf, std::size_t size) {
   if (buf.capacity() < size) buf.reserve(std::max(size, 2 * buf.capacity()));
   buf.resize(size);
 }
@@ -38,7 +38,7 @@ void KvCache::append(const float* k_rows, const float* v_rows, std::int64_t n) {
 KvCache KvCache::clone(std::int64_t extra_rows) const {
   // Member by member: a new member of KvCache must be copied here too.
   static_assert(sizeof(KvCache) ==
-                3 * sizeof(std::int64_t) + 2 * sizeof(std::vector<float>) + 2 * sizeof(std::vector<std::uint32_t>));
+                3 * sizeof(std::int64_t) + 2 * sizeof(Rows<float>) + 2 * sizeof(Rows<std::uint32_t>));
   KvCache c;
   c.width = width;
   c.length = length;

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/huge_pages.h"
+
 namespace clef::nn {
 
 /// Gated DeltaNet layer state.
@@ -21,10 +23,14 @@ struct KvCache {
   /// bf16 mode: rows are rounded to bf16 once, when appended, and kept in kw/vw only (layouts of
   /// ops::kv_bf16_store, docs/NUMERICS.md "bf16 KV cache"); k and v stay empty. Otherwise fp32 rows.
   bool bf16 = false;
-  std::vector<float> k;           ///< [length, nkv, head_dim] (rotated keys), fp32 mode
-  std::vector<float> v;           ///< [length, nkv, head_dim], fp32 mode
-  std::vector<std::uint32_t> kw;  ///< [length, width / 2] bf16 key pair words, bf16 mode
-  std::vector<std::uint32_t> vw;  ///< [ceil(length / 2), width] bf16 value pair words, bf16 mode
+  /// Buffers on 2 MiB pages where large (core/huge_pages.h): a restore copies them whole and
+  /// attention streams them.
+  template <class T>
+  using Rows = std::vector<T, HugePageAllocator<T>>;
+  Rows<float> k;           ///< [length, nkv, head_dim] (rotated keys), fp32 mode
+  Rows<float> v;           ///< [length, nkv, head_dim], fp32 mode
+  Rows<std::uint32_t> kw;  ///< [length, width / 2] bf16 key pair words, bf16 mode
+  Rows<std::uint32_t> vw;  ///< [ceil(length / 2), width] bf16 value pair words, bf16 mode
 
   /// Appends n rows of k and v ([n, width] each). Storage grows geometrically.
   void append(const float* k_rows, const float* v_rows, std::int64_t n);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/huge_pages.h"
+#include "nn/state.h"
 #include "decision/joint_head.h"
 #include "ops/parallel.h"
 #include "runtime/engine.h"
@@ -43,6 +46,39 @@ StateCache::EntryPtr entry_of(std::size_t kib, float tag) {
 }
 
 std::size_t bytes_of(std::size_t kib) { return entry_of(kib, 0)->bytes(); }
+
+TEST(KvCache, Bf16RowsOnHugePages) {
+  // bf16 mode keeps only the pair words (ops::kv_bf16_store layouts), appended in any split; buffers
+  // of 2 MiB and more sit on 2 MiB boundaries (core/huge_pages.h); clone copies the words and
+  // reserves the extra rows; ModelState::bytes counts 4 bytes per word.
+  nn::KvCache c;
+  c.width = 512;
+  c.bf16 = true;
+  const std::int64_t rows = 3001;  // odd: the last value word holds one row
+  const std::vector<float> k(static_cast<std::size_t>(rows * c.width), 0.5f),
+      v(static_cast<std::size_t>(rows * c.width), -0.25f);
+  c.append(k.data(), v.data(), 1001);
+  c.append(k.data() + 1001 * c.width, v.data() + 1001 * c.width, rows - 1001);
+  EXPECT_EQ(c.length, rows);
+  EXPECT_TRUE(c.k.empty());
+  ASSERT_EQ(c.kw.size(), static_cast<std::size_t>(rows * c.width / 2));
+  ASSERT_EQ(c.vw.size(), static_cast<std::size_t>((rows + 1) / 2 * c.width));
+  EXPECT_EQ(c.kw[0], 0x3F003F00u);                // bf16(0.5) twice
+  EXPECT_EQ(c.vw[0], 0xBE80BE80u);                // bf16(-0.25), rows 0 and 1
+  EXPECT_EQ(c.vw[c.vw.size() - 1], 0x0000BE80u);  // row 3000 alone
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(c.kw.data()) % kHugePageBytes, 0u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(c.vw.data()) % kHugePageBytes, 0u);
+  const nn::KvCache d = c.clone(10);
+  EXPECT_TRUE(d.bf16);
+  EXPECT_EQ(d.length, rows);
+  EXPECT_TRUE(d.kw == c.kw);
+  EXPECT_TRUE(d.vw == c.vw);
+  EXPECT_GE(d.kw.capacity(), static_cast<std::size_t>((rows + 10) * c.width / 2));
+  nn::ModelState st;
+  st.layers.resize(1);
+  st.layers[0].kv = d;
+  EXPECT_EQ(st.bytes(), (c.kw.size() + c.vw.size()) * sizeof(std::uint32_t));
+}
 
 TEST(StateCacheEntry, BytesCountTheStateAndTheHeadKeysValues) {
   StateCacheEntry e;
