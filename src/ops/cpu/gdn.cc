@@ -77,6 +77,42 @@ inline void scale_copy(std::int64_t n, float s, const float* __restrict x, float
   for (std::int64_t i = 0; i < n; ++i) y[i] = s * x[i];
 }
 
+/// The chunk's gates for value head h: G = cumsum(g) over tokens [c0, c0 + C), eG = e^G, B = β.
+inline void chunk_gates(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h, const float* g,
+                        const float* beta, float* G, float* eG, float* B) {
+  float run = 0.0f;
+  for (std::int64_t i = 0; i < C; ++i) {
+    run += g[(c0 + i) * d.hv + h];
+    G[i] = run;
+    B[i] = beta[(c0 + i) * d.hv + h];
+  }
+  cpu::exp_n(G, eG, C);
+}
+
+/// Decay masks on A = K Kᵀ and P = Q Kᵀ ([C, C], row stride C): A_ij = β_i A_ij Γ_ij (j < i),
+/// P_ij = P_ij Γ_ij (j <= i), P_ij = 0 above; then T = (I + A)^-1 row by row:
+/// T_i = e_i - Σ_{j<i} A_ij T_j (T_j is zero beyond column j). tmp holds C floats.
+inline void mask_and_invert(std::int64_t C, const float* G, const float* B, float* tmp, float* A, float* P, float* T) {
+  for (std::int64_t i = 0; i < C; ++i) {
+    const float gi = G[i];
+    for (std::int64_t j = 0; j <= i; ++j) tmp[j] = gi - G[j];
+    cpu::exp_n(tmp, tmp, i + 1);
+    float* ai = A + i * C;
+    float* pi = P + i * C;
+    const float bi = B[i];
+    for (std::int64_t j = 0; j < i; ++j) ai[j] = bi * ai[j] * tmp[j];
+    for (std::int64_t j = 0; j <= i; ++j) pi[j] *= tmp[j];
+    for (std::int64_t j = i + 1; j < C; ++j) pi[j] = 0.0f;
+  }
+  for (std::int64_t i = 0; i < C; ++i) {
+    float* ti = T + i * C;
+    for (std::int64_t c = 0; c < C; ++c) ti[c] = 0.0f;
+    ti[i] = 1.0f;
+    const float* ai = A + i * C;
+    for (std::int64_t j = 0; j < i; ++j) cpu::axpy(j + 1, -ai[j], T + j * C, ti);
+  }
+}
+
 /// One chunk of C <= kChunk tokens for value head h (k-head kh). kRound: the bf16 mode on levels
 /// without a bf16 dot product: every product's operands are rounded to bf16 values first (the
 /// state S, K, Q only in copies), then multiplied by the fp32 kernels, as run_chunk_bf16 does.
@@ -94,13 +130,7 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
   float* eG = s.eg.data();
   float* B = s.beta.data();
   float* tmp = s.tmp.data();
-  float run = 0.0f;
-  for (std::int64_t i = 0; i < C; ++i) {
-    run += g[(c0 + i) * d.hv + h];
-    G[i] = run;
-    B[i] = beta[(c0 + i) * d.hv + h];
-  }
-  cpu::exp_n(G, eG, C);
+  chunk_gates(d, c0, C, h, g, beta, G, eG, B);
 
   // Kt [dk, C]; A = K Kᵀ, P = Q Kᵀ on and below the diagonal blocks.
   float* Kt = s.kt.data();
@@ -128,27 +158,8 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
     cpu::small_gemm(rows, cols, dk, Ka + i0 * lda, lda, Kta, C, A + i0 * C, C);
     cpu::small_gemm(rows, cols, dk, Qa + i0 * lda, lda, Kta, C, P + i0 * C, C);
   }
-  // Decay mask: A_ij = β_i A_ij Γ_ij (j < i), P_ij = P_ij Γ_ij (j <= i), P_ij = 0 above.
-  for (std::int64_t i = 0; i < C; ++i) {
-    const float gi = G[i];
-    for (std::int64_t j = 0; j <= i; ++j) tmp[j] = gi - G[j];
-    cpu::exp_n(tmp, tmp, i + 1);
-    float* ai = A + i * C;
-    float* pi = P + i * C;
-    const float bi = B[i];
-    for (std::int64_t j = 0; j < i; ++j) ai[j] = bi * ai[j] * tmp[j];
-    for (std::int64_t j = 0; j <= i; ++j) pi[j] *= tmp[j];
-    for (std::int64_t j = i + 1; j < C; ++j) pi[j] = 0.0f;
-  }
-  // Tinv = (I + A)^-1 row by row: T_i = e_i - Σ_{j<i} A_ij T_j (T_j is zero beyond column j).
   float* T = s.tinv.data();
-  for (std::int64_t i = 0; i < C; ++i) {
-    float* ti = T + i * C;
-    for (std::int64_t c = 0; c < C; ++c) ti[c] = 0.0f;
-    ti[i] = 1.0f;
-    const float* ai = A + i * C;
-    for (std::int64_t j = 0; j < i; ++j) cpu::axpy(j + 1, -ai[j], T + j * C, ti);
-  }
+  mask_and_invert(C, G, B, tmp, A, P, T);
 
   // X = β V - (β e^G K) S;  V' = Tinv X (lower triangular blocks).
   float* X = s.x.data();
@@ -242,13 +253,7 @@ CLEF_BF16_ATTR void run_chunk_bf16(const GdnDims& d, std::int64_t c0, std::int64
   float* eG = s.eg.data();
   float* B = s.beta.data();
   float* tmp = s.tmp.data();
-  float run = 0.0f;
-  for (std::int64_t i = 0; i < C; ++i) {
-    run += g[(c0 + i) * d.hv + h];
-    G[i] = run;
-    B[i] = beta[(c0 + i) * d.hv + h];
-  }
-  cpu::exp_n(G, eG, C);
+  chunk_gates(d, c0, C, h, g, beta, G, eG, B);
 
   // A = K Kᵀ, P = Q Kᵀ: K and Q rows as pair words along dk ([C, dk/2]) times Kᵀ as pair words
   // ([dk/2, C]: the transpose of K's words, 32-bit moves within L1).
@@ -268,25 +273,8 @@ CLEF_BF16_ATTR void run_chunk_bf16(const GdnDims& d, std::int64_t c0, std::int64
     cpu::bf16_gemm(rows, cols, dk2, kw + i0 * dk2, dk2, ktp, C, A + i0 * C, C, false);
     cpu::bf16_gemm(rows, cols, dk2, qw + i0 * dk2, dk2, ktp, C, P + i0 * C, C, false);
   }
-  for (std::int64_t i = 0; i < C; ++i) {
-    const float gi = G[i];
-    for (std::int64_t j = 0; j <= i; ++j) tmp[j] = gi - G[j];
-    cpu::exp_n(tmp, tmp, i + 1);
-    float* ai = A + i * C;
-    float* pi = P + i * C;
-    const float bi = B[i];
-    for (std::int64_t j = 0; j < i; ++j) ai[j] = bi * ai[j] * tmp[j];
-    for (std::int64_t j = 0; j <= i; ++j) pi[j] *= tmp[j];
-    for (std::int64_t j = i + 1; j < C; ++j) pi[j] = 0.0f;
-  }
   float* T = s.tinv.data();
-  for (std::int64_t i = 0; i < C; ++i) {
-    float* ti = T + i * C;
-    for (std::int64_t c = 0; c < C; ++c) ti[c] = 0.0f;
-    ti[i] = 1.0f;
-    const float* ai = A + i * C;
-    for (std::int64_t j = 0; j < i; ++j) cpu::axpy(j + 1, -ai[j], T + j * C, ti);
-  }
+  mask_and_invert(C, G, B, tmp, A, P, T);
 
   // X = β V - (β e^G K) S (the product's A operand negated: exact), V' = Tinv X.
   float* X = s.x.data();
