@@ -167,7 +167,11 @@ def test_bf16_mode_drift_is_small(cpp_tiny_dir, dump_bin, tmp_path):
         return float(((a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))).min())
 
     ours, theirs = min_cos(got, want), min_cos(ref16, want)
-    assert ours >= 0.995, f"bf16 mode: lowest per-position cosine {ours:.6f}"
+    print(f"bf16 mode lowest per-position cosine vs fp32: ours {ours:.6f}, transformers bf16 {theirs:.6f}")
+    # The floor is a regression tripwire under the real bound (transformers' own bf16, next line): with
+    # the delta rule's products on bf16 operands (docs/NUMERICS.md "Precision modes") the lowest
+    # position here moved from 0.9985 to 0.9925; transformers' bf16 gives 0.9757.
+    assert ours >= 0.99, f"bf16 mode: lowest per-position cosine {ours:.6f} (transformers bf16 {theirs:.6f})"
     assert ours >= theirs, f"bf16 mode drifts more than transformers bf16 ({ours:.6f} < {theirs:.6f})"
 
 

@@ -12,7 +12,8 @@ both with Hk = 2 != Hv = 4 (so the V heads are stored in llama.cpp's tiled order
   * inspect reports the GGUF, the tokenizer source and the head beside it;
   * bad files (truncated, mis-shaped / missing / unused tensor, wrong architecture, no head beside,
     two GGUFs in a folder) are refused with a named error and the model-load exit code (3), never a crash.
-Q8_0: answers equal the folder's in `--precision int8` (and the file takes that path by itself).
+Q8_0: answers equal the folder's in `--precision int8` (without it, the file's Q8_0 weights still run on
+the int8 kernels, the other ops in fp32).
 """
 
 from __future__ import annotations
@@ -344,9 +345,9 @@ def test_q8_0_gguf_answers_exactly_as_the_folder_in_int8(folder, gguf_root, tmp_
     want = decide_all(folder, tmp_path, "--precision", "int8")
     got = decide_all(g, tmp_path, "--precision", "int8")
     assert got == want
-    # The file chooses its path: Q8_0 weights run on the int8 kernels without --precision int8 (the
-    # other ops are fp32 in both modes).
-    assert decide_all(g, tmp_path) == got
+    # Without --precision int8 the Q8_0 weights still run on the int8 kernels, but attention and the
+    # delta rule follow the default fp32 mode, while int8 mode runs them on bf16 operands
+    # (docs/NUMERICS.md "int8 mode"): the answers differ by that rounding only.
     assert hidden(g, tmp_path / "g", "int8") == hidden(folder, tmp_path / "f", "int8")
 
 
