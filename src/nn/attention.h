@@ -60,7 +60,8 @@ class GatedAttention {
   ops::Precision precision_ = ops::Precision::kF32;
   /// The bf16 and int8 modes run the core on bf16 operands (ops::attention_bf16[_kv], docs/NUMERICS.md
   /// "Precision modes"): vdpbf16ps where the level has it, the same rounded operands through the fp32
-  /// kernel elsewhere, so a mode gives the same numbers at every level; fp32 mode runs ops::attention.
+  /// kernel elsewhere (same operands, another summation order: results differ slightly between levels);
+  /// fp32 mode runs ops::attention.
   bool bf16_core() const noexcept { return precision_ == ops::Precision::kBF16 || precision_ == ops::Precision::kInt8; }
   ops::GemmWeight q_, k_, v_, o_;
   std::vector<float> q_norm_, k_norm_;

@@ -226,8 +226,10 @@ INT8_CASES = [
 ]
 
 
-@pytest.mark.skipif(bool(os.environ.get("CLEF_ISA")), reason="int8 kernels are bit-identical at every level "
-                    "(tests/unit/test_int8_gemm.cc), so the corpus drift is measured once, at the native level")
+@pytest.mark.skipif(bool(os.environ.get("CLEF_ISA")), reason="int8 GEMM kernels are bit-identical at every level "
+                    "(tests/unit/test_int8_gemm.cc) and its attention / delta rule differ between levels only "
+                    "in summation order (per-level tests in tests/unit/test_ops.cc), so the corpus drift is "
+                    "measured once, at the native level")
 @pytest.mark.parametrize("which", INT8_CASES)
 def test_int8_head_probabilities_on_corpus(dump_bin, which, request, corpus_fp32_by_folder, tmp_path):  # noqa: F811
     """--precision int8 (Q8_0 weights made at load, dynamic per-block activations) against fp32 on the
