@@ -89,9 +89,42 @@ inline void chunk_gates(const GdnDims& d, std::int64_t c0, std::int64_t C, std::
   cpu::exp_n(G, eG, C);
 }
 
+/// T = (I + A)^-1 of the unit lower-triangular I + A (A [C, C], row stride C, only j < i read) into
+/// T [C, kChunk] (row stride kChunk; columns >= C zero), row by row T_i = e_i - Σ_{j<i} A_ij T_j.
+/// Row i is built in registers, four vectors of columns at a time; T_j is zero beyond column j,
+/// so a column block starting at c0 takes j = c0 .. i-1 only. Per element the same operations in
+/// the same order as the plain form (a product, then a sum, j ascending): the skipped and the
+/// zero-column terms add ±0 to +0, which changes no bit.
+inline void invert_unit_lower(std::int64_t C, const float* A, float* T) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const auto N = static_cast<std::int64_t>(hn::Lanes(df));
+  const std::int64_t W = 4 * N;  // columns per register block
+  const V zero = hn::Zero(df);
+  for (std::int64_t i = 0; i < C; ++i) {
+    float* ti = T + i * kChunk;
+    const float* ai = A + i * C;
+    std::int64_t c0 = 0;
+    for (; c0 <= i && c0 < kChunk; c0 += W) {
+      V acc[4] = {zero, zero, zero, zero};
+      for (std::int64_t j = c0; j < i; ++j) {
+        const V s = hn::Set(df, -ai[j]);
+        const float* tj = T + j * kChunk + c0;
+        for (int v = 0; v < 4; ++v) acc[v] = hn::Add(acc[v], hn::Mul(s, hn::LoadU(df, tj + v * N)));
+      }
+      for (int v = 0; v < 4; ++v) hn::StoreU(acc[v], df, ti + c0 + v * N);
+    }
+    ti[i] += 1.0f;  // e_i: the diagonal entry had only +0 added
+    for (; c0 < kChunk; c0 += W) {
+      for (int v = 0; v < 4; ++v) hn::StoreU(zero, df, ti + c0 + v * N);
+    }
+  }
+}
+
 /// Decay masks on A = K Kᵀ and P = Q Kᵀ ([C, C], row stride C): A_ij = β_i A_ij Γ_ij (j < i),
-/// P_ij = P_ij Γ_ij (j <= i), P_ij = 0 above; then T = (I + A)^-1 row by row:
-/// T_i = e_i - Σ_{j<i} A_ij T_j (T_j is zero beyond column j). tmp holds C floats.
+/// P_ij = P_ij Γ_ij (j <= i), P_ij = 0 above; then T = (I + A)^-1 ([C, kChunk], invert_unit_lower).
+/// tmp holds C floats.
 inline void mask_and_invert(std::int64_t C, const float* G, const float* B, float* tmp, float* A, float* P, float* T) {
   for (std::int64_t i = 0; i < C; ++i) {
     const float gi = G[i];
@@ -104,13 +137,7 @@ inline void mask_and_invert(std::int64_t C, const float* G, const float* B, floa
     for (std::int64_t j = 0; j <= i; ++j) pi[j] *= tmp[j];
     for (std::int64_t j = i + 1; j < C; ++j) pi[j] = 0.0f;
   }
-  for (std::int64_t i = 0; i < C; ++i) {
-    float* ti = T + i * C;
-    for (std::int64_t c = 0; c < C; ++c) ti[c] = 0.0f;
-    ti[i] = 1.0f;
-    const float* ai = A + i * C;
-    for (std::int64_t j = 0; j < i; ++j) cpu::axpy(j + 1, -ai[j], T + j * C, ti);
-  }
+  invert_unit_lower(C, A, T);
 }
 
 /// One chunk of C <= kChunk tokens for value head h (k-head kh). kRound: the bf16 mode on levels
@@ -177,12 +204,12 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
   cpu::small_gemm(C, dv, dk, Kb, dk, Sa, dv, X, dv, -1.0f, true);
   if constexpr (kRound) {
     cpu::round_to_bf16(X, C * dv, X);
-    cpu::round_to_bf16(T, C * C, T);
+    cpu::round_to_bf16(T, C * kChunk, T);
   }
   float* Vp = s.vp.data();
   for (std::int64_t i0 = 0; i0 < C; i0 += kRowBlock) {
     const std::int64_t rows = std::min(kRowBlock, C - i0);
-    cpu::small_gemm(rows, dv, i0 + rows, T + i0 * C, C, X, dv, Vp + i0 * dv, dv);
+    cpu::small_gemm(rows, dv, i0 + rows, T + i0 * kChunk, kChunk, X, dv, Vp + i0 * dv, dv);
   }
 
   // O = (e^G Q) S + P V', written straight into o.
@@ -290,7 +317,7 @@ CLEF_BF16_ATTR void run_chunk_bf16(const GdnDims& d, std::int64_t c0, std::int64
   cpu::bf16_gemm(C, dv, dk2, kbw, dk2, sp, dv, X, dv, true);
   std::uint32_t* tw = s.w_t.data();
   std::uint32_t* xp = s.w_x.data();
-  row_pairs(T, C, C, C, tw, Cw);
+  row_pairs(T, C, C, kChunk, tw, Cw);
   col_pairs(X, C, dv, dv, zeros, xp, dv);
   float* Vp = s.vp.data();
   for (std::int64_t i0 = 0; i0 < C; i0 += kRowBlock) {
