@@ -320,7 +320,9 @@ namespace {
 #ifdef CLEF_INT8_X86
 /// AVX2 version of ref::quantize_activation_block for full blocks: same operations per element
 /// (|x| max, d = amax / 127, id = 1 / d, cvtps (round to nearest even, as nearbyint), clamp).
-__attribute__((target("avx2,fma"))) float quantize_block_avx2(const float* x, std::int8_t* q32) {
+/// Also writes the block's |q| (aq32) and Σ q (*sum), as the scalar loop of quantize_activations does.
+__attribute__((target("avx2,fma"))) float quantize_block_avx2(const float* x, std::int8_t* q32, std::uint8_t* aq32,
+                                                              std::int32_t* sum) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 v[4];
   __m256 amax = _mm256_setzero_ps();
@@ -332,7 +334,16 @@ __attribute__((target("avx2,fma"))) float quantize_block_avx2(const float* x, st
   __m256 fin = _mm256_setzero_ps();
   for (int i = 0; i < 4; ++i)
     fin = _mm256_or_ps(fin, _mm256_cmp_ps(_mm256_andnot_ps(sign, v[i]), _mm256_set1_ps(INFINITY), _CMP_NLT_UQ));
-  if (_mm256_movemask_ps(fin) != 0) return ref::quantize_activation_block(x, kInt8Block, q32);
+  if (_mm256_movemask_ps(fin) != 0) {
+    const float d = ref::quantize_activation_block(x, kInt8Block, q32);
+    std::int32_t s = 0;
+    for (std::int64_t i = 0; i < kInt8Block; ++i) {
+      s += q32[i];
+      aq32[i] = static_cast<std::uint8_t>(q32[i] < 0 ? -q32[i] : q32[i]);
+    }
+    *sum = s;
+    return d;
+  }
   __m128 hi = _mm256_extractf128_ps(amax, 1);
   __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), hi);
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
@@ -355,6 +366,14 @@ __attribute__((target("avx2,fma"))) float quantize_block_avx2(const float* x, st
   __m256i b = _mm256_packs_epi16(p01, p23);
   b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(q32), b);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(aq32), _mm256_abs_epi8(b));  // |q| <= 127: no overflow
+  // Σ q: byte pairs (1 * q) to int16, int16 pairs to int32, then the eight int32 lanes.
+  const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), b);
+  const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+  __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+  *sum = _mm_cvtsi128_si32(t);
   return d;
 }
 #endif
@@ -381,21 +400,21 @@ void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Int8Ac
       const std::int64_t c0 = b * kInt8Block;
       const std::int64_t cnt = std::min(kInt8Block, k - c0);
       std::int8_t* q = out.q.data() + static_cast<std::size_t>((r * nb + b) * kInt8Block);
+      std::uint8_t* aq = out.absq.data() + static_cast<std::size_t>((r * nb + b) * kInt8Block);
       float d;
+      std::int32_t s = 0;
 #ifdef CLEF_INT8_X86
       if (simd && cnt == kInt8Block) {
-        d = quantize_block_avx2(x + r * k + c0, q);
+        d = quantize_block_avx2(x + r * k + c0, q, aq, &s);
       } else
 #endif
       {
         (void)simd;
         d = ref::quantize_activation_block(x + r * k + c0, cnt, q);
-      }
-      std::int32_t s = 0;
-      std::uint8_t* aq = out.absq.data() + static_cast<std::size_t>((r * nb + b) * kInt8Block);
-      for (std::int64_t i = 0; i < kInt8Block; ++i) {
-        s += q[i];
-        aq[i] = static_cast<std::uint8_t>(q[i] < 0 ? -q[i] : q[i]);
+        for (std::int64_t i = 0; i < kInt8Block; ++i) {
+          s += q[i];
+          aq[i] = static_cast<std::uint8_t>(q[i] < 0 ? -q[i] : q[i]);
+        }
       }
       out.d[static_cast<std::size_t>(r * nb + b)] = d;
       out.sum128[static_cast<std::size_t>(r * nb + b)] = 128 * s;
