@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "nn/linear.h"
+#include "ops/int8_gemm.h"
 #include "ops/profile.h"
 
 namespace clef::nn {
@@ -174,6 +175,18 @@ void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float*
     } else {
       ops::gated_delta_rule(d, n, u, u + kd, cd, u + 2 * kd, cd, g, beta, st.rec.data(), o);
     }
+  }
+  const ops::Int8Weight* out8 = out_.int8();
+  if (out8 != nullptr && d.dv % ops::kInt8Block == 0 && !(tiled(cfg_) && !out_grouped_)) {
+    // int8 mode: the gated norm quantizes each head row for out_proj as it writes it.
+    thread_local ops::Int8Activations q;
+    {
+      CLEF_PROF_SCOPE("gdn.gated_norm+quantize");
+      ops::gated_rms_norm_quantize(o, z, n, d.hv, d.dv, norm_w_.data(), cfg_.eps, o, q);
+    }
+    CLEF_PROF_SCOPE("gdn.out_proj");
+    ops::int8_linear_quantized(q, *out8, h, /*accumulate=*/true);  // h += out_proj(...), as ops::linear
+    return;
   }
   {
     CLEF_PROF_SCOPE("gdn.gated_norm");

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "nn/linear.h"
+#include "ops/int8_gemm.h"
 #include "ops/ops.h"
 #include "ops/profile.h"
 
@@ -30,6 +31,16 @@ void SwiGluMlp::forward(const float* x, std::int64_t n, float* h, MlpActivations
     CLEF_PROF_SCOPE("mlp.gate_up");
     const ops::LinearOut outs[] = {{&gate_, g}, {&up_, u}};
     ops::linear_shared(x, n, outs);
+  }
+  if (const ops::Int8Weight* w8 = down_.int8()) {  // int8 mode: SwiGLU quantizes its rows for down_proj
+    thread_local ops::Int8Activations q;
+    {
+      CLEF_PROF_SCOPE("mlp.silu_mul+quantize");
+      ops::silu_mul_quantize(g, u, n, inter_, g, q);
+    }
+    CLEF_PROF_SCOPE("mlp.down");
+    ops::int8_linear_quantized(q, *w8, h, /*accumulate=*/true);  // h += down(...), as ops::linear
+    return;
   }
   {
     CLEF_PROF_SCOPE("mlp.silu_mul");

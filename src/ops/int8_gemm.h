@@ -112,11 +112,23 @@ struct Int8Activations {
   std::vector<std::uint8_t> absq;
   std::vector<float> d;
   std::vector<std::int32_t> sum128;
+  bool simd = false;  ///< full blocks take the AVX2 quantizer (prepare_activations sets it)
 };
 
 /// Quantizes x [m, k] (fp32, contiguous) per row and block of 32 (file comment). Runs on the
 /// engine's threads; same bits at every level.
 void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Int8Activations& out);
+
+/// The two halves of quantize_activations, for a producer that quantizes the rows it has just
+/// written while they are in cache (ops::silu_mul_quantize, ops::gated_rms_norm_quantize):
+/// prepare_activations sizes `out` for x [m, k] (serial, before the producer's parallel loop);
+/// quantize_activation_span quantizes `count` floats of row `row` starting at its block `block0`
+/// (x at that block's first element; count a multiple of 32 unless the span ends the row) with
+/// the bits quantize_activations gives them. Spans of different rows or blocks may run on
+/// different threads.
+void prepare_activations(std::int64_t m, std::int64_t k, Int8Activations& out);
+void quantize_activation_span(const float* x, std::int64_t count, std::int64_t row, std::int64_t block0,
+                              Int8Activations& out);
 
 /// y [m, n] = x [m, k] · Wᵀ in the Q8_0 scheme with the active kernel (y += ... when
 /// `accumulate`: y + the block sum, one fp32 add). x and y contiguous fp32, not aliasing.

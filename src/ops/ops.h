@@ -62,6 +62,20 @@ void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int6
 /// SwiGLU (§5): out = silu(gate) * up over n elements (out may alias gate or up).
 void silu_mul(const float* gate, const float* up, std::int64_t n, float* out);
 
+struct Int8Activations;  // ops/int8_gemm.h
+
+/// silu_mul over m rows of k (out may alias gate or up), each row then quantized into q for the
+/// int8 GEMMs while it is in cache: q holds what quantize_activations(out, m, k, q) would (same
+/// bits; docs/NUMERICS.md "int8 mode"). Throws InvalidArgument when m or k is not positive.
+void silu_mul_quantize(const float* gate, const float* up, std::int64_t m, std::int64_t k, float* out,
+                       Int8Activations& q);
+
+/// gated_rms_norm over tokens · heads head rows of n, then q = quantize_activations(y, tokens,
+/// heads · n): each head row is whole blocks of 32 of its token's row, quantized as soon as it is
+/// written (same bits). Throws InvalidArgument unless n is a positive multiple of 32.
+void gated_rms_norm_quantize(const float* o, const float* z, std::int64_t tokens, std::int64_t heads, std::int64_t n,
+                             const float* w, float eps, float* y, Int8Activations& q);
+
 /// Residual add: h += x over n elements.
 void add_inplace(float* h, const float* x, std::int64_t n);
 

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "ops/convert.h"
 #include "ops/gemm.h"
+#include "ops/int8_gemm.h"
 #include "isa_levels.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
@@ -291,6 +292,50 @@ TEST_P(OpsAtLevel, CausalConv1dWithState) {
       }
     }
   }
+}
+
+// The int8 producers (SwiGLU and the GDN gated norm quantizing the rows they write) against the
+// op followed by quantize_activations at the same level: equal floats and equal int8 blocks
+// (values, |q|, scales, sums), including a row that ends in a partial block and threaded sizes.
+TEST_P(OpsAtLevel, QuantizingProducersAreTheOpThenQuantizeBitForBit) {
+  Rng rng(31);
+  auto same_blocks = [](const std::string& what, const ops::Int8Activations& a, const ops::Int8Activations& b) {
+    const auto nb = static_cast<std::size_t>(a.m * a.blocks);
+    EXPECT_EQ(a.m, b.m) << what;
+    EXPECT_EQ(a.blocks, b.blocks) << what;
+    EXPECT_EQ(0, std::memcmp(a.q.data(), b.q.data(), nb * 32)) << what << ": q";
+    EXPECT_EQ(0, std::memcmp(a.absq.data(), b.absq.data(), nb * 32)) << what << ": |q|";
+    EXPECT_EQ(0, std::memcmp(a.d.data(), b.d.data(), nb * sizeof(float))) << what << ": scales";
+    EXPECT_EQ(0, std::memcmp(a.sum128.data(), b.sum128.data(), nb * sizeof(std::int32_t))) << what << ": sums";
+  };
+  for (const auto& [m, k] : {std::pair<std::int64_t, std::int64_t>{1, 32}, {5, 50}, {40, 3584}}) {
+    const Vec g = rng.uniform(m * k, -6.0f, 6.0f), u = rng.uniform(m * k, -3.0f, 3.0f);
+    Vec want(g.size()), got = g;
+    ops::silu_mul(g.data(), u.data(), m * k, want.data());
+    ops::Int8Activations qw, qg;
+    ops::quantize_activations(want.data(), m, k, qw);
+    ops::silu_mul_quantize(got.data(), u.data(), m, k, got.data(), qg);  // in place, as the MLP runs it
+    const std::string sh = "M,K=" + dims({m, k});
+    EXPECT_TRUE(close("silu_mul_quantize(out)", sh, want, got, {0, 0}));
+    same_blocks("silu_mul_quantize " + sh, qw, qg);
+  }
+  for (const auto& [t, heads, n] :
+       {std::tuple<std::int64_t, std::int64_t, std::int64_t>{1, 1, 32}, {5, 3, 64}, {40, 16, 128}}) {
+    const Vec o = rng.uniform(t * heads * n, -2.0f, 2.0f), z = rng.uniform(o.size(), -4.0f, 4.0f);
+    const Vec w = rng.uniform(n, 0.5f, 1.5f);
+    Vec want(o.size()), got = o;
+    ops::gated_rms_norm(o.data(), z.data(), t * heads, n, w.data(), 1e-6f, want.data());
+    ops::Int8Activations qw, qg;
+    ops::quantize_activations(want.data(), t, heads * n, qw);
+    ops::gated_rms_norm_quantize(got.data(), z.data(), t, heads, n, w.data(), 1e-6f, got.data(), qg);
+    const std::string sh = "T,heads,N=" + dims({t, heads, n});
+    EXPECT_TRUE(close("gated_rms_norm_quantize(y)", sh, want, got, {0, 0}));
+    same_blocks("gated_rms_norm_quantize " + sh, qw, qg);
+  }
+  ops::Int8Activations q;
+  Vec o(48, 1.0f);
+  EXPECT_THROW(ops::gated_rms_norm_quantize(o.data(), o.data(), 1, 1, 48, o.data(), 1e-6f, o.data(), q),
+               InvalidArgument);  // a head row of 48 is not whole blocks
 }
 
 TEST_P(OpsAtLevel, GdnInputStageIsTheThreeOpsBitForBit) {

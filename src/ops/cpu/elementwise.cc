@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "ops/cpu/vmath-inl.h"
 #include "ops/convert.h"
+#include "ops/int8_gemm.h"
 #include "ops/isa.h"
 #include "ops/ops.h"
 #include "ops/rope_freq.h"
@@ -36,15 +37,27 @@ void RmsNormOffsetImpl(const float* x, std::int64_t rows, std::int64_t n, const 
   }
 }
 
+/// One head row of gated_rms_norm.
+inline void gated_rms_norm_row(const float* orow, const float* zrow, std::int64_t n, const float* w, float eps,
+                               float* yr) {
+  const float inv = 1.0f / std::sqrt(cpu::sum_squares(orow, n) / static_cast<float>(n) + eps);
+  for (std::int64_t j = 0; j < n; ++j) yr[j] = w[j] * (orow[j] * inv);
+  cpu::silu_times(zrow, yr, yr, n);  // y = silu(z) * y
+}
+
 void GatedRmsNormImpl(const float* o, const float* z, std::int64_t rows, std::int64_t n, const float* w, float eps,
                       float* y) {
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) gated_rms_norm_row(o + r * n, z + r * n, n, w, eps, y + r * n);
+}
+
+void GatedRmsNormQuantizeImpl(const float* o, const float* z, std::int64_t tokens, std::int64_t heads, std::int64_t n,
+                              const float* w, float eps, float* y, Int8Activations* q) {
+  const std::int64_t rows = tokens * heads, blocks_per_head = n / kInt8Block;
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* orow = o + r * n;
-    float* yr = y + r * n;
-    const float inv = 1.0f / std::sqrt(cpu::sum_squares(orow, n) / static_cast<float>(n) + eps);
-    for (std::int64_t j = 0; j < n; ++j) yr[j] = w[j] * (orow[j] * inv);
-    cpu::silu_times(z + r * n, yr, yr, n);  // y = silu(z) * y
+    gated_rms_norm_row(o + r * n, z + r * n, n, w, eps, y + r * n);
+    quantize_activation_span(y + r * n, n, r / heads, (r % heads) * blocks_per_head, *q);
   }
 }
 
@@ -55,6 +68,15 @@ void SiluMulImpl(const float* gate, const float* up, std::int64_t n, float* out)
   for (std::int64_t b = 0; b < blocks; ++b) {
     const std::int64_t s = b * kBlock, e = std::min(n, s + kBlock);
     cpu::silu_times(gate + s, up + s, out + s, e - s);
+  }
+}
+
+void SiluMulQuantizeImpl(const float* gate, const float* up, std::int64_t m, std::int64_t k, float* out,
+                         Int8Activations* q) {
+#pragma omp parallel for schedule(static) if (m * k >= kParallelMin)
+  for (std::int64_t r = 0; r < m; ++r) {
+    cpu::silu_times(gate + r * k, up + r * k, out + r * k, k);
+    quantize_activation_span(out + r * k, k, r, 0, *q);
   }
 }
 
@@ -126,6 +148,8 @@ constexpr std::int64_t kParallelMin = 1 << 15;
 HWY_EXPORT(RmsNormOffsetImpl);
 HWY_EXPORT(GatedRmsNormImpl);
 HWY_EXPORT(SiluMulImpl);
+HWY_EXPORT(SiluMulQuantizeImpl);
+HWY_EXPORT(GatedRmsNormQuantizeImpl);
 HWY_EXPORT(AddInplaceImpl);
 HWY_EXPORT(SigmoidMulImpl);
 HWY_EXPORT(L2normRowsImpl);
@@ -177,6 +201,23 @@ void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int6
 
 void silu_mul(const float* gate, const float* up, std::int64_t n, float* out) {
   CLEF_DISPATCH(SiluMulImpl)(gate, up, n, out);
+}
+
+void silu_mul_quantize(const float* gate, const float* up, std::int64_t m, std::int64_t k, float* out,
+                       Int8Activations& q) {
+  if (m <= 0 || k <= 0) throw InvalidArgument("silu_mul_quantize: m, k must be positive");
+  prepare_activations(m, k, q);
+  CLEF_DISPATCH(SiluMulQuantizeImpl)(gate, up, m, k, out, &q);
+}
+
+void gated_rms_norm_quantize(const float* o, const float* z, std::int64_t tokens, std::int64_t heads, std::int64_t n,
+                             const float* w, float eps, float* y, Int8Activations& q) {
+  if (tokens <= 0 || heads <= 0 || n <= 0 || n % kInt8Block != 0) {
+    throw InvalidArgument("gated_rms_norm_quantize: head rows of " + std::to_string(n) +
+                          " (must be a positive multiple of 32), tokens " + std::to_string(tokens));
+  }
+  prepare_activations(tokens, heads * n, q);
+  CLEF_DISPATCH(GatedRmsNormQuantizeImpl)(o, z, tokens, heads, n, w, eps, y, &q);
 }
 
 void add_inplace(float* h, const float* x, std::int64_t n) { CLEF_DISPATCH(AddInplaceImpl)(h, x, n); }

@@ -380,7 +380,7 @@ __attribute__((target("avx2,fma"))) float quantize_block_avx2(const float* x, st
 
 }  // namespace
 
-void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Int8Activations& out) {
+void prepare_activations(std::int64_t m, std::int64_t k, Int8Activations& out) {
   const std::int64_t nb = (k + kInt8Block - 1) / kInt8Block;
   out.m = m;
   out.blocks = nb;
@@ -390,36 +390,45 @@ void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Int8Ac
   if (out.d.size() < need) out.d.resize(need);
   if (out.sum128.size() < need) out.sum128.resize(need);
 #ifdef CLEF_INT8_X86
-  const bool simd = active_int8_kernel() != Int8Kernel::kScalar;
+  out.simd = active_int8_kernel() != Int8Kernel::kScalar;  // once per call: the choice reads CPUID
 #else
-  const bool simd = false;
+  out.simd = false;
 #endif
-#pragma omp parallel for schedule(static) if (m * k > (1 << 15))
-  for (std::int64_t r = 0; r < m; ++r) {
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const std::int64_t c0 = b * kInt8Block;
-      const std::int64_t cnt = std::min(kInt8Block, k - c0);
-      std::int8_t* q = out.q.data() + static_cast<std::size_t>((r * nb + b) * kInt8Block);
-      std::uint8_t* aq = out.absq.data() + static_cast<std::size_t>((r * nb + b) * kInt8Block);
-      float d;
-      std::int32_t s = 0;
+}
+
+void quantize_activation_span(const float* x, std::int64_t count, std::int64_t row, std::int64_t block0,
+                              Int8Activations& out) {
+  const bool simd = out.simd;
+  const std::int64_t nb = out.blocks;
+  for (std::int64_t c0 = 0, b = block0; c0 < count; c0 += kInt8Block, ++b) {
+    const std::int64_t cnt = std::min(kInt8Block, count - c0);
+    const auto at = static_cast<std::size_t>(row * nb + b);
+    std::int8_t* q = out.q.data() + at * kInt8Block;
+    std::uint8_t* aq = out.absq.data() + at * kInt8Block;
+    float d;
+    std::int32_t s = 0;
 #ifdef CLEF_INT8_X86
-      if (simd && cnt == kInt8Block) {
-        d = quantize_block_avx2(x + r * k + c0, q, aq, &s);
-      } else
+    if (simd && cnt == kInt8Block) {
+      d = quantize_block_avx2(x + c0, q, aq, &s);
+    } else
 #endif
-      {
-        (void)simd;
-        d = ref::quantize_activation_block(x + r * k + c0, cnt, q);
-        for (std::int64_t i = 0; i < kInt8Block; ++i) {
-          s += q[i];
-          aq[i] = static_cast<std::uint8_t>(q[i] < 0 ? -q[i] : q[i]);
-        }
+    {
+      (void)simd;
+      d = ref::quantize_activation_block(x + c0, cnt, q);
+      for (std::int64_t i = 0; i < kInt8Block; ++i) {
+        s += q[i];
+        aq[i] = static_cast<std::uint8_t>(q[i] < 0 ? -q[i] : q[i]);
       }
-      out.d[static_cast<std::size_t>(r * nb + b)] = d;
-      out.sum128[static_cast<std::size_t>(r * nb + b)] = 128 * s;
     }
+    out.d[at] = d;
+    out.sum128[at] = 128 * s;
   }
+}
+
+void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Int8Activations& out) {
+  prepare_activations(m, k, out);
+#pragma omp parallel for schedule(static) if (m * k > (1 << 15))
+  for (std::int64_t r = 0; r < m; ++r) quantize_activation_span(x + r * k, k, r, 0, out);
 }
 
 // ---------------------------------------------------------------------------------------------
