@@ -321,7 +321,7 @@ TEST_P(OpsAtLevel, QuantizingProducersAreTheOpThenQuantizeBitForBit) {
   }
   for (const auto& [t, heads, n] :
        {std::tuple<std::int64_t, std::int64_t, std::int64_t>{1, 1, 32}, {5, 3, 64}, {40, 16, 128}}) {
-    const Vec o = rng.uniform(t * heads * n, -2.0f, 2.0f), z = rng.uniform(o.size(), -4.0f, 4.0f);
+    const Vec o = rng.uniform(t * heads * n, -2.0f, 2.0f), z = rng.uniform(t * heads * n, -4.0f, 4.0f);
     const Vec w = rng.uniform(n, 0.5f, 1.5f);
     Vec want(o.size()), got = o;
     ops::gated_rms_norm(o.data(), z.data(), t * heads, n, w.data(), 1e-6f, want.data());
