@@ -13,6 +13,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -149,7 +150,8 @@ bool cpuid_bit(unsigned leaf, unsigned subleaf, int reg, int bit) {
 }
 #endif
 
-bool cpu_has(Int8Kernel k) {
+/// What the CPU runs, asked once per kernel (CPUID traps to the hypervisor in a VM: not per call).
+bool probe_cpu(Int8Kernel k) {
 #ifdef CLEF_INT8_X86
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_bit(1, 0, 2, 29);
   switch (k) {
@@ -164,6 +166,12 @@ bool cpu_has(Int8Kernel k) {
 #else
   return k == Int8Kernel::kScalar;
 #endif
+}
+
+bool cpu_has(Int8Kernel k) {
+  static const std::array<bool, 4> has = {probe_cpu(Int8Kernel::kScalar), probe_cpu(Int8Kernel::kAvx2),
+                                          probe_cpu(Int8Kernel::kAvxVnni), probe_cpu(Int8Kernel::kAvx512Vnni)};
+  return has[static_cast<std::size_t>(k)];
 }
 
 Int8Kernel kernel_for_level(IsaLevel level) {
@@ -317,10 +325,20 @@ double measure_int8_peak_gops(Int8Kernel k, int threads, int repeats, std::int64
 
 namespace {
 
+/// A quantized block's |q| into aq32; returns Σ q (the plain form of the AVX2 quantizer's tail).
+std::int32_t block_abs_and_sum(const std::int8_t* q32, std::uint8_t* aq32) {
+  std::int32_t s = 0;
+  for (std::int64_t i = 0; i < kInt8Block; ++i) {
+    s += q32[i];
+    aq32[i] = static_cast<std::uint8_t>(q32[i] < 0 ? -q32[i] : q32[i]);
+  }
+  return s;
+}
+
 #ifdef CLEF_INT8_X86
 /// AVX2 version of ref::quantize_activation_block for full blocks: same operations per element
 /// (|x| max, d = amax / 127, id = 1 / d, cvtps (round to nearest even, as nearbyint), clamp).
-/// Also writes the block's |q| (aq32) and Σ q (*sum), as the scalar loop of quantize_activations does.
+/// Also writes the block's |q| (aq32) and Σ q (*sum), as block_abs_and_sum does.
 __attribute__((target("avx2,fma"))) float quantize_block_avx2(const float* x, std::int8_t* q32, std::uint8_t* aq32,
                                                               std::int32_t* sum) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -336,12 +354,7 @@ __attribute__((target("avx2,fma"))) float quantize_block_avx2(const float* x, st
     fin = _mm256_or_ps(fin, _mm256_cmp_ps(_mm256_andnot_ps(sign, v[i]), _mm256_set1_ps(INFINITY), _CMP_NLT_UQ));
   if (_mm256_movemask_ps(fin) != 0) {
     const float d = ref::quantize_activation_block(x, kInt8Block, q32);
-    std::int32_t s = 0;
-    for (std::int64_t i = 0; i < kInt8Block; ++i) {
-      s += q32[i];
-      aq32[i] = static_cast<std::uint8_t>(q32[i] < 0 ? -q32[i] : q32[i]);
-    }
-    *sum = s;
+    *sum = block_abs_and_sum(q32, aq32);
     return d;
   }
   __m128 hi = _mm256_extractf128_ps(amax, 1);
@@ -390,7 +403,7 @@ void prepare_activations(std::int64_t m, std::int64_t k, Int8Activations& out) {
   if (out.d.size() < need) out.d.resize(need);
   if (out.sum128.size() < need) out.sum128.resize(need);
 #ifdef CLEF_INT8_X86
-  out.simd = active_int8_kernel() != Int8Kernel::kScalar;  // once per call: the choice reads CPUID
+  out.simd = active_int8_kernel() != Int8Kernel::kScalar;  // once per call, not per row
 #else
   out.simd = false;
 #endif
@@ -415,10 +428,7 @@ void quantize_activation_span(const float* x, std::int64_t count, std::int64_t r
     {
       (void)simd;
       d = ref::quantize_activation_block(x + c0, cnt, q);
-      for (std::int64_t i = 0; i < kInt8Block; ++i) {
-        s += q[i];
-        aq[i] = static_cast<std::uint8_t>(q[i] < 0 ? -q[i] : q[i]);
-      }
+      s = block_abs_and_sum(q, aq);
     }
     out.d[at] = d;
     out.sum128[at] = 128 * s;
