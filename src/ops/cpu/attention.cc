@@ -42,19 +42,48 @@ namespace HWY_NAMESPACE {
 namespace cpu = ::clef::ops::cpu::HWY_NAMESPACE;
 namespace {
 
+/// Side of the square tiles the query / output transposes move through (16 x 16 floats: both the
+/// rows read and the rows written stay in L1; one query column at a time would touch hd lines of
+/// a 128 KiB Qt per query).
+constexpr std::int64_t kTile = 16;
+
+/// Qt [hd, ncol] (leading dim ncol) of one work item: column hh * nq + i = query row i of head hh of
+/// the group (q points at query row 0 of the group's first head, row stride ldq), times `scale`.
+inline void load_queries(const float* q, std::int64_t ldq, std::int64_t group, std::int64_t nq, std::int64_t hd,
+                         float scale, float* Qt, std::int64_t ncol) {
+  for (std::int64_t hh = 0; hh < group; ++hh) {
+    for (std::int64_t ib = 0; ib < nq; ib += kTile) {
+      const std::int64_t iend = std::min(nq, ib + kTile);
+      for (std::int64_t eb = 0; eb < hd; eb += kTile) {
+        const std::int64_t eend = std::min(hd, eb + kTile);
+        for (std::int64_t i = ib; i < iend; ++i) {
+          const float* qi = q + i * ldq + hh * hd;
+          float* col = Qt + hh * nq + i;
+          for (std::int64_t e = eb; e < eend; ++e) col[e * ncol] = qi[e] * scale;
+        }
+      }
+    }
+  }
+}
+
 /// Final step of one work item of the blocked attention: o rows (query i of head hh of the group,
 /// stride ldq, head hd columns) = Oᵀ column (hh * nq + i) / l (the softmax denominator). `corr` is
-/// scratch of ncol floats.
+/// scratch of ncol floats. Tiled like load_queries.
 inline void write_output(const float* Ot, const float* l, float* corr, std::int64_t ncol, std::int64_t group,
                          std::int64_t nq, std::int64_t hd, float* o, std::int64_t ldq) {
   for (std::int64_t c = 0; c < ncol; ++c) corr[c] = 1.0f / l[c];
   for (std::int64_t hh = 0; hh < group; ++hh) {
-    float* oh = o + hh * hd;
-    for (std::int64_t i = 0; i < nq; ++i) {
-      float* oi = oh + i * ldq;
-      const std::int64_t c = hh * nq + i;
-      const float inv = corr[c];
-      for (std::int64_t e = 0; e < hd; ++e) oi[e] = Ot[e * ncol + c] * inv;
+    for (std::int64_t ib = 0; ib < nq; ib += kTile) {
+      const std::int64_t iend = std::min(nq, ib + kTile);
+      for (std::int64_t eb = 0; eb < hd; eb += kTile) {
+        const std::int64_t eend = std::min(hd, eb + kTile);
+        for (std::int64_t i = ib; i < iend; ++i) {
+          float* oi = o + hh * hd + i * ldq;
+          const std::int64_t c = hh * nq + i;
+          const float inv = corr[c];
+          for (std::int64_t e = eb; e < eend; ++e) oi[e] = Ot[e * ncol + c] * inv;
+        }
+      }
     }
   }
 }
@@ -95,39 +124,29 @@ std::int64_t query_block(std::int64_t t, std::int64_t group, std::int64_t nkv) {
 /// Online-softmax step for one key block: St [nk, ncol] holds scaled scores; key row p (sequence
 /// index p0 + p) is visible to column c when p0 + p <= first_pos + c % nq. Updates m and l, writes
 /// corr = e^{m_old - m_new} and turns St into the masked probabilities (exact zeros where masked).
-/// Vectorized over columns. Block 0 is always processed first and every query sees key 0, so m is
-/// finite after it (no -inf - -inf).
+/// Two passes over St: the column maxima, then e^{s - m} row by row with l summed as each row is
+/// written (l is scaled by corr first, then adds the rows in order p = 0, 1, ...). Block 0 is
+/// always processed first and every query sees key 0, so m is finite after it (no -inf - -inf).
 void softmax_block(float* St, std::int64_t nk, std::int64_t ncol, std::int64_t nq, std::int64_t p0,
                    std::int64_t first_pos, float* m, float* l, float* corr) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  const cpu::DF df;
+  const std::int64_t N = cpu::lanes();
   const std::int64_t group = ncol / nq;
   const bool diagonal = p0 + nk - 1 > first_pos;  // some rows are hidden from some columns
-  if (diagonal) {
-    for (std::int64_t p = 0; p < nk; ++p) {
-      const std::int64_t hidden = std::min(nq, p0 + p - first_pos);  // columns i < hidden
-      for (std::int64_t hh = 0; hh < group && hidden > 0; ++hh) {
-        float* sp = St + p * ncol + hh * nq;
-        for (std::int64_t i = 0; i < hidden; ++i) sp[i] = kNegInf;
-      }
+  // Columns i < hidden(p) of each head are hidden from key row p.
+  auto hidden = [&](std::int64_t p) { return diagonal ? std::min(nq, p0 + p - first_pos) : std::int64_t{0}; };
+  for (std::int64_t p = 0; p < nk; ++p) {
+    const std::int64_t h = hidden(p);
+    for (std::int64_t hh = 0; hh < group && h > 0; ++hh) {
+      float* sp = St + p * ncol + hh * nq;
+      for (std::int64_t i = 0; i < h; ++i) sp[i] = kNegInf;
     }
   }
   for (std::int64_t c = 0; c < ncol; ++c) corr[c] = m[c];  // corr = m_new for now
   for (std::int64_t p = 0; p < nk; ++p) {
     const float* sp = St + p * ncol;
     for (std::int64_t c = 0; c < ncol; ++c) corr[c] = std::max(corr[c], sp[c]);
-  }
-  for (std::int64_t p = 0; p < nk; ++p) {
-    float* sp = St + p * ncol;
-    for (std::int64_t c = 0; c < ncol; ++c) sp[c] -= corr[c];
-    cpu::exp_n(sp, sp, ncol);
-  }
-  if (diagonal) {
-    for (std::int64_t p = 0; p < nk; ++p) {
-      const std::int64_t hidden = std::min(nq, p0 + p - first_pos);
-      for (std::int64_t hh = 0; hh < group && hidden > 0; ++hh) {
-        float* sp = St + p * ncol + hh * nq;
-        for (std::int64_t i = 0; i < hidden; ++i) sp[i] = 0.0f;
-      }
-    }
   }
   for (std::int64_t c = 0; c < ncol; ++c) {
     const float mn = corr[c];
@@ -137,7 +156,31 @@ void softmax_block(float* St, std::int64_t nk, std::int64_t ncol, std::int64_t n
     corr[c] = cr;
   }
   for (std::int64_t p = 0; p < nk; ++p) {
-    const float* sp = St + p * ncol;
+    float* sp = St + p * ncol;
+    const std::int64_t h = hidden(p);
+    if (h == 0) {  // e^{s - m} and l += the row, one pass
+      std::int64_t c = 0;
+      for (; c + N <= ncol; c += N) {
+        const auto e = cpu::Exp(df, hn::Sub(hn::LoadU(df, sp + c), hn::LoadU(df, m + c)));
+        hn::StoreU(e, df, sp + c);
+        hn::StoreU(hn::Add(hn::LoadU(df, l + c), e), df, l + c);
+      }
+      if (c < ncol) {
+        const auto k = hn::FirstN(df, static_cast<std::size_t>(ncol - c));
+        const auto e = cpu::Exp(df, hn::Sub(hn::MaskedLoad(k, df, sp + c), hn::MaskedLoad(k, df, m + c)));
+        hn::BlendedStore(e, k, df, sp + c);
+        hn::BlendedStore(hn::Add(hn::MaskedLoad(k, df, l + c), e), k, df, l + c);
+      }
+      continue;
+    }
+    // A row with hidden entries: e^{-inf - m} comes out as 0 or the least subnormal, so the
+    // hidden entries are zeroed before the row joins l.
+    for (std::int64_t c = 0; c < ncol; ++c) sp[c] -= m[c];
+    cpu::exp_n(sp, sp, ncol);
+    for (std::int64_t hh = 0; hh < group; ++hh) {
+      float* sh = sp + hh * nq;
+      for (std::int64_t i = 0; i < h; ++i) sh[i] = 0.0f;
+    }
     for (std::int64_t c = 0; c < ncol; ++c) l[c] += sp[c];
   }
 }
@@ -174,13 +217,7 @@ void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
       float* l = sc.l.data();
       float* corr = sc.corr.data();
       // Qt [hd, ncol], column hh * nq + i = query i of head j * group + hh, scaled.
-      for (std::int64_t hh = 0; hh < group; ++hh) {
-        const float* qh = q + i0 * ldq + (j * group + hh) * hd;
-        for (std::int64_t i = 0; i < nq; ++i) {
-          const float* qi = qh + i * ldq;
-          for (std::int64_t e = 0; e < hd; ++e) Qt[e * ncol + hh * nq + i] = qi[e] * scale;
-        }
-      }
+      load_queries(q + i0 * ldq + j * group * hd, ldq, group, nq, hd, scale, Qt, ncol);
       if (round_bf16) cpu::round_to_bf16(Qt, hd * ncol, Qt);
       for (std::int64_t c = 0; c < ncol; ++c) {
         m[c] = kNegInf;
@@ -198,11 +235,7 @@ void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
         if (p0 == 0) {
           cpu::small_gemm_at(hd, ncol, nk, Vb, ldk, St, ncol, Ot, ncol);
         } else {
-          for (std::int64_t e = 0; e < hd; ++e) {
-            float* oe = Ot + e * ncol;
-            for (std::int64_t c = 0; c < ncol; ++c) oe[c] *= corr[c];
-          }
-          cpu::small_gemm_at(hd, ncol, nk, Vb, ldk, St, ncol, Ot, ncol, 1.0f, true);
+          cpu::small_gemm_at_rescaled(hd, ncol, nk, Vb, ldk, St, ncol, Ot, ncol, corr);
         }
       }
       write_output(Ot, l, corr, ncol, group, nq, hd, o + i0 * ldq + j * group * hd, ldq);
@@ -247,18 +280,11 @@ CLEF_BF16_ATTR void attention_bf16_dot(const AttentionDims& d, std::int64_t t, s
       float* m = sc.m.data();
       float* l = sc.l.data();
       float* corr = sc.corr.data();
-      // Qp [hd/2, ncol]: pair words of the scaled queries, column hh * nq + i.
-      for (std::int64_t hh = 0; hh < group; ++hh) {
-        const float* qh = q + i0 * ldq + (j * group + hh) * hd;
-        for (std::int64_t i = 0; i < nq; ++i) {
-          const float* qi = qh + i * ldq;
-          const std::int64_t c = hh * nq + i;
-          for (std::int64_t p = 0; p < hd2; ++p) {
-            Qp[p * ncol + c] = static_cast<std::uint32_t>(f32_to_bf16(qi[2 * p] * scale)) |
-                               (static_cast<std::uint32_t>(f32_to_bf16(qi[2 * p + 1] * scale)) << 16);
-          }
-        }
-      }
+      // Qp [hd/2, ncol]: pair words of the scaled queries (rows 2p and 2p + 1 of Qt), column hh * nq + i.
+      float* Qt = sc.qt.data();
+      load_queries(q + i0 * ldq + j * group * hd, ldq, group, nq, hd, scale, Qt, ncol);
+      for (std::int64_t p = 0; p < hd2; ++p)
+        cpu::pack_pairs(Qt + 2 * p * ncol, Qt + (2 * p + 1) * ncol, ncol, Qp + p * ncol);
       for (std::int64_t c = 0; c < ncol; ++c) {
         m[c] = kNegInf;
         l[c] = 0.0f;
@@ -274,14 +300,10 @@ CLEF_BF16_ATTR void attention_bf16_dot(const AttentionDims& d, std::int64_t t, s
           const float* lo = St + 2 * p * ncol;
           cpu::pack_pairs(lo, 2 * p + 1 < nk ? lo + ncol : zf, ncol, Pp + p * ncol);
         }
-        if (p0 > 0) {
-          for (std::int64_t e = 0; e < hd; ++e) {
-            float* oe = Ot + e * ncol;
-            for (std::int64_t c = 0; c < ncol; ++c) oe[c] *= corr[c];
-          }
-        }
         // p0 is a multiple of kKBlock (even), so its pairs start at word row p0 / 2.
-        cpu::bf16_gemm_at(hd, ncol, npp, vpp + (p0 / 2) * ldk + j * hd, ldk, Pp, ncol, Ot, ncol, p0 > 0);
+        const std::uint32_t* Vp = vpp + (p0 / 2) * ldk + j * hd;
+        if (p0 == 0) cpu::bf16_gemm_at(hd, ncol, npp, Vp, ldk, Pp, ncol, Ot, ncol, false);
+        else cpu::bf16_gemm_at_rescaled(hd, ncol, npp, Vp, ldk, Pp, ncol, Ot, ncol, corr);
       }
       write_output(Ot, l, corr, ncol, group, nq, hd, o + i0 * ldq + j * group * hd, ldq);
     }

@@ -46,7 +46,7 @@ constexpr int kPanelVectors = HWY_MAX_BYTES >= 64 ? 4 : 2;
 /// step, whatever the tile shape (the panel width does not change a result bit).
 template <int MR, int NV, bool TA>
 HWY_INLINE void micro_tile(std::int64_t k, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                           std::int64_t ldc, std::int64_t ncols, float alpha, bool accumulate) {
+                           std::int64_t ldc, std::int64_t ncols, float alpha, bool accumulate, const float* cscale) {
   const DF d;
   const std::int64_t N = lanes();
   const std::int64_t last = ncols - (NV - 1) * N;  // lanes of the last vector, 1..N
@@ -80,8 +80,17 @@ HWY_INLINE void micro_tile(std::int64_t k, const float* a, std::int64_t lda, con
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       const auto mv = v + 1 < NV ? all : ml;
-      VF x = hn::Mul(acc[r][v], al);
-      if (accumulate) x = hn::Add(x, hn::MaskedLoad(mv, d, cr + v * N));
+      VF x;
+      if (cscale != nullptr) {
+        // acc * alpha + round(C * cscale): written as one MulAdd so that the compiler's FMA
+        // contraction cannot fuse the C * cscale product instead (with alpha = 1 these are the bits
+        // of rescaling C in its own pass and then adding the product).
+        const VF old = hn::Mul(hn::MaskedLoad(mv, d, cr + v * N), hn::MaskedLoad(mv, d, cscale + v * N));
+        x = hn::MulAdd(acc[r][v], al, old);
+      } else {
+        x = hn::Mul(acc[r][v], al);
+        if (accumulate) x = hn::Add(x, hn::MaskedLoad(mv, d, cr + v * N));
+      }
       hn::BlendedStore(x, mv, d, cr + v * N);
     }
   }
@@ -91,20 +100,20 @@ HWY_INLINE void micro_tile(std::int64_t k, const float* a, std::int64_t lda, con
 /// m % 6 remaining rows.
 template <int NV, bool TA>
 HWY_INLINE void micro_panel(std::int64_t m, std::int64_t k, const float* a, std::int64_t lda, const float* b,
-                            std::int64_t ldb, float* c, std::int64_t ldc, std::int64_t nc, float alpha,
-                            bool accumulate) {
+                            std::int64_t ldb, float* c, std::int64_t ldc, std::int64_t nc, float alpha, bool accumulate,
+                            const float* cscale) {
   const std::int64_t rstep = TA ? 1 : lda;  // row offset r of A: TA ? a + r : a + r * lda
   std::int64_t i = 0;
   for (; i + 6 <= m; i += 6)
-    micro_tile<6, NV, TA>(k, a + i * rstep, lda, b, ldb, c + i * ldc, ldc, nc, alpha, accumulate);
+    micro_tile<6, NV, TA>(k, a + i * rstep, lda, b, ldb, c + i * ldc, ldc, nc, alpha, accumulate, cscale);
   const float* ai = a + i * rstep;
   float* ci = c + i * ldc;
   switch (m - i) {
-    case 5: micro_tile<5, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate); break;
-    case 4: micro_tile<4, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate); break;
-    case 3: micro_tile<3, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate); break;
-    case 2: micro_tile<2, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate); break;
-    case 1: micro_tile<1, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate); break;
+    case 5: micro_tile<5, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate, cscale); break;
+    case 4: micro_tile<4, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate, cscale); break;
+    case 3: micro_tile<3, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate, cscale); break;
+    case 2: micro_tile<2, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate, cscale); break;
+    case 1: micro_tile<1, NV, TA>(k, ai, lda, b, ldb, ci, ldc, nc, alpha, accumulate, cscale); break;
     default: break;
   }
 }
@@ -114,7 +123,7 @@ HWY_INLINE void micro_panel(std::int64_t m, std::int64_t k, const float* a, std:
 template <bool TA>
 HWY_INLINE void small_gemm_impl(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
                                 const float* b, std::int64_t ldb, float* c, std::int64_t ldc, float alpha,
-                                bool accumulate) {
+                                bool accumulate, const float* cscale) {
 #if HWY_TARGET == HWY_SCALAR
   // The baseline level: plain loops. (GCC 12 unrolls the 1-lane register tile below for this
   // target with a load of the next k row ahead of the loop test, reading 8 bytes past A when k is
@@ -124,28 +133,29 @@ HWY_INLINE void small_gemm_impl(std::int64_t m, std::int64_t n, std::int64_t k, 
     for (std::int64_t j = 0; j < n; ++j) {
       float acc = 0.0f;
       for (std::int64_t p = 0; p < k; ++p) acc += (TA ? a[p * lda + i] : a[i * lda + p]) * b[p * ldb + j];
-      cr[j] = accumulate ? cr[j] + alpha * acc : alpha * acc;
+      cr[j] = accumulate ? alpha * acc + (cscale != nullptr ? cr[j] * cscale[j] : cr[j]) : alpha * acc;
     }
   }
   return;
 #else
   const std::int64_t N = lanes();
   const std::int64_t panel = kPanelVectors * N;
+  auto cs = [cscale](std::int64_t j) { return cscale == nullptr ? nullptr : cscale + j; };
   for (std::int64_t j = 0; j < n; j += panel) {
     const std::int64_t nc = n - j < panel ? n - j : panel;
     const std::int64_t nv = (nc + N - 1) / N;
     if constexpr (kPanelVectors == 4) {
       if (nv == 4) {
-        micro_panel<4, TA>(m, k, a, lda, b + j, ldb, c + j, ldc, nc, alpha, accumulate);
+        micro_panel<4, TA>(m, k, a, lda, b + j, ldb, c + j, ldc, nc, alpha, accumulate, cs(j));
         continue;
       }
       if (nv == 3) {
-        micro_panel<3, TA>(m, k, a, lda, b + j, ldb, c + j, ldc, nc, alpha, accumulate);
+        micro_panel<3, TA>(m, k, a, lda, b + j, ldb, c + j, ldc, nc, alpha, accumulate, cs(j));
         continue;
       }
     }
-    if (nv == 2) micro_panel<2, TA>(m, k, a, lda, b + j, ldb, c + j, ldc, nc, alpha, accumulate);
-    else micro_panel<1, TA>(m, k, a, lda, b + j, ldb, c + j, ldc, nc, alpha, accumulate);
+    if (nv == 2) micro_panel<2, TA>(m, k, a, lda, b + j, ldb, c + j, ldc, nc, alpha, accumulate, cs(j));
+    else micro_panel<1, TA>(m, k, a, lda, b + j, ldb, c + j, ldc, nc, alpha, accumulate, cs(j));
   }
 #endif
 }
@@ -154,14 +164,24 @@ HWY_INLINE void small_gemm_impl(std::int64_t m, std::int64_t n, std::int64_t k, 
 HWY_INLINE void small_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
                            const float* b, std::int64_t ldb, float* c, std::int64_t ldc, float alpha = 1.0f,
                            bool accumulate = false) {
-  small_gemm_impl<false>(m, n, k, a, lda, b, ldb, c, ldc, alpha, accumulate);
+  small_gemm_impl<false>(m, n, k, a, lda, b, ldb, c, ldc, alpha, accumulate, nullptr);
 }
 
 /// C = (accumulate ? C : 0) + alpha * Aᵀ · B with A stored [k, m] (leading dim lda >= m).
 HWY_INLINE void small_gemm_at(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
                               const float* b, std::int64_t ldb, float* c, std::int64_t ldc, float alpha = 1.0f,
                               bool accumulate = false) {
-  small_gemm_impl<true>(m, n, k, a, lda, b, ldb, c, ldc, alpha, accumulate);
+  small_gemm_impl<true>(m, n, k, a, lda, b, ldb, c, ldc, alpha, accumulate, nullptr);
+}
+
+/// C[r, c] = (Aᵀ · B)[r, c] + C[r, c] * cscale[c], A stored [k, m]: the product added to C rescaled
+/// per column in the same pass (the online softmax's correction of the attention output), so C
+/// is read and written once. The rescaled C is rounded before the add: the bits are those of
+/// scaling C in a separate pass and then calling small_gemm_at with accumulate.
+HWY_INLINE void small_gemm_at_rescaled(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
+                                       const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
+                                       const float* cscale) {
+  small_gemm_impl<true>(m, n, k, a, lda, b, ldb, c, ldc, 1.0f, true, cscale);
 }
 
 /// y[0..n) += s * x[0..n) (vectorizable axpy).
@@ -193,8 +213,8 @@ inline __mmask16 tail_mask16(std::int64_t n) { return static_cast<__mmask16>((1u
 /// condition is what made GCC spill the accumulators to the stack).
 template <int MR, int NV, bool TA>
 CLEF_BF16_ATTR inline void bf16_tile(std::int64_t kp, const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b,
-                                     std::int64_t ldb, float* c, std::int64_t ldc, std::int64_t ncols,
-                                     bool accumulate) {
+                                     std::int64_t ldb, float* c, std::int64_t ldc, std::int64_t ncols, bool accumulate,
+                                     const float* cscale) {
   __mmask16 mk[NV];
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
@@ -228,7 +248,15 @@ CLEF_BF16_ATTR inline void bf16_tile(std::int64_t kp, const std::uint32_t* a, st
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       __m512 x = acc[r][v];
-      if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], cr + 16 * v));
+      if (accumulate) {
+        __m512 old = _mm512_maskz_loadu_ps(mk[v], cr + 16 * v);
+        // The explicit-rounding forms are builtins the compiler does not contract into an FMA, so
+        // C * cscale is rounded before the add (the bits of a separate rescaling pass).
+        if (cscale != nullptr)
+          old = _mm512_mul_round_ps(old, _mm512_maskz_loadu_ps(mk[v], cscale + 16 * v),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        x = _mm512_add_ps(x, old);
+      }
       _mm512_mask_storeu_ps(cr + 16 * v, mk[v], x);
     }
   }
@@ -239,18 +267,19 @@ CLEF_BF16_ATTR inline void bf16_tile(std::int64_t kp, const std::uint32_t* a, st
 template <int NV, bool TA>
 CLEF_BF16_ATTR inline void bf16_panel(std::int64_t m, std::int64_t kp, const std::uint32_t* a, std::int64_t lda,
                                       const std::uint32_t* b, std::int64_t ldb, float* c, std::int64_t ldc,
-                                      std::int64_t nc, bool accumulate) {
+                                      std::int64_t nc, bool accumulate, const float* cscale) {
   const std::int64_t rstep = TA ? 1 : lda;
   std::int64_t i = 0;
-  for (; i + 6 <= m; i += 6) bf16_tile<6, NV, TA>(kp, a + i * rstep, lda, b, ldb, c + i * ldc, ldc, nc, accumulate);
+  for (; i + 6 <= m; i += 6)
+    bf16_tile<6, NV, TA>(kp, a + i * rstep, lda, b, ldb, c + i * ldc, ldc, nc, accumulate, cscale);
   const std::uint32_t* ai = a + i * rstep;
   float* ci = c + i * ldc;
   switch (m - i) {
-    case 5: bf16_tile<5, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate); break;
-    case 4: bf16_tile<4, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate); break;
-    case 3: bf16_tile<3, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate); break;
-    case 2: bf16_tile<2, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate); break;
-    case 1: bf16_tile<1, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate); break;
+    case 5: bf16_tile<5, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate, cscale); break;
+    case 4: bf16_tile<4, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate, cscale); break;
+    case 3: bf16_tile<3, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate, cscale); break;
+    case 2: bf16_tile<2, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate, cscale); break;
+    case 1: bf16_tile<1, NV, TA>(kp, ai, lda, b, ldb, ci, ldc, nc, accumulate, cscale); break;
     default: break;
   }
 }
@@ -260,14 +289,15 @@ CLEF_BF16_ATTR inline void bf16_panel(std::int64_t m, std::int64_t kp, const std
 template <bool TA>
 CLEF_BF16_ATTR inline void bf16_gemm_impl(std::int64_t m, std::int64_t n, std::int64_t kp, const std::uint32_t* a,
                                           std::int64_t lda, const std::uint32_t* b, std::int64_t ldb, float* c,
-                                          std::int64_t ldc, bool accumulate) {
+                                          std::int64_t ldc, bool accumulate, const float* cscale) {
   for (std::int64_t j = 0; j < n; j += 64) {
     const std::int64_t nc = n - j < 64 ? n - j : 64;
+    const float* cs = cscale == nullptr ? nullptr : cscale + j;
     switch ((nc + 15) / 16) {
-      case 4: bf16_panel<4, TA>(m, kp, a, lda, b + j, ldb, c + j, ldc, nc, accumulate); break;
-      case 3: bf16_panel<3, TA>(m, kp, a, lda, b + j, ldb, c + j, ldc, nc, accumulate); break;
-      case 2: bf16_panel<2, TA>(m, kp, a, lda, b + j, ldb, c + j, ldc, nc, accumulate); break;
-      default: bf16_panel<1, TA>(m, kp, a, lda, b + j, ldb, c + j, ldc, nc, accumulate); break;
+      case 4: bf16_panel<4, TA>(m, kp, a, lda, b + j, ldb, c + j, ldc, nc, accumulate, cs); break;
+      case 3: bf16_panel<3, TA>(m, kp, a, lda, b + j, ldb, c + j, ldc, nc, accumulate, cs); break;
+      case 2: bf16_panel<2, TA>(m, kp, a, lda, b + j, ldb, c + j, ldc, nc, accumulate, cs); break;
+      default: bf16_panel<1, TA>(m, kp, a, lda, b + j, ldb, c + j, ldc, nc, accumulate, cs); break;
     }
   }
 }
@@ -275,13 +305,21 @@ CLEF_BF16_ATTR inline void bf16_gemm_impl(std::int64_t m, std::int64_t n, std::i
 CLEF_BF16_ATTR inline void bf16_gemm(std::int64_t m, std::int64_t n, std::int64_t kp, const std::uint32_t* a,
                                      std::int64_t lda, const std::uint32_t* b, std::int64_t ldb, float* c,
                                      std::int64_t ldc, bool accumulate) {
-  bf16_gemm_impl<false>(m, n, kp, a, lda, b, ldb, c, ldc, accumulate);
+  bf16_gemm_impl<false>(m, n, kp, a, lda, b, ldb, c, ldc, accumulate, nullptr);
 }
 
 CLEF_BF16_ATTR inline void bf16_gemm_at(std::int64_t m, std::int64_t n, std::int64_t kp, const std::uint32_t* a,
                                         std::int64_t lda, const std::uint32_t* b, std::int64_t ldb, float* c,
                                         std::int64_t ldc, bool accumulate) {
-  bf16_gemm_impl<true>(m, n, kp, a, lda, b, ldb, c, ldc, accumulate);
+  bf16_gemm_impl<true>(m, n, kp, a, lda, b, ldb, c, ldc, accumulate, nullptr);
+}
+
+/// bf16_gemm_at adding into C rescaled per column: C[r, c] = C[r, c] * cscale[c] + product (the
+/// rescaled C rounded before the add, as a separate scaling pass would).
+CLEF_BF16_ATTR inline void bf16_gemm_at_rescaled(std::int64_t m, std::int64_t n, std::int64_t kp,
+                                                 const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b,
+                                                 std::int64_t ldb, float* c, std::int64_t ldc, const float* cscale) {
+  bf16_gemm_impl<true>(m, n, kp, a, lda, b, ldb, c, ldc, true, cscale);
 }
 
 /// bf16 bits (round to nearest even, like core/dtype.h f32_to_bf16 for finite values) of 16 floats.
