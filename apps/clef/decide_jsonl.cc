@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/json_reader.h"
 #include "decision/request_error.h"
+#include "line_reader.h"
 
 namespace clef::cli {
 namespace {
@@ -31,67 +32,6 @@ struct FileCloser {
   }
 };
 using File = std::unique_ptr<std::FILE, FileCloser>;
-
-/// Reads '\n'-terminated lines from a stream, never holding more than kMaxLineBytes of one line.
-/// Reads with read(2) on the stream's descriptor (the stream itself is never read through stdio),
-/// so a line that arrives on a pipe is handed over at once, not when 64 KiB have piled up.
-class LineReader {
- public:
-  explicit LineReader(std::FILE* f) : f_(f) {}
-
-  /// Next line without its '\n' into `line`; false at the end of the input. `too_long` is set
-  /// (and `line` emptied) for a line over the cap, whose rest is skipped.
-  bool next(std::string& line, bool& too_long) {
-    line.clear();
-    too_long = false;
-    bool any = false;
-    for (;;) {
-      if (pos_ == len_) {
-        ssize_t got = 0;
-        do {
-          got = ::read(::fileno(f_), buf_, sizeof buf_);
-        } while (got < 0 && errno == EINTR);
-        if (got < 0) throw IoError("cannot read the request lines: " + errno_message(errno));
-        len_ = static_cast<std::size_t>(got);
-        pos_ = 0;
-        if (len_ == 0) {
-          terminated_ = false;
-          return any;
-        }
-      }
-      any = true;
-      const char* start = buf_ + pos_;
-      const void* nl = std::memchr(start, '\n', len_ - pos_);
-      const std::size_t take = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - start) : len_ - pos_;
-      bytes_ += take + (nl ? 1 : 0);
-      if (!too_long) {
-        if (line.size() + take > kMaxLineBytes) {
-          too_long = true;
-          line.clear();
-          line.shrink_to_fit();
-        } else {
-          line.append(start, take);
-        }
-      }
-      pos_ += take + (nl ? 1 : 0);
-      if (nl) {
-        terminated_ = true;
-        return true;
-      }
-    }
-  }
-
-  std::uint64_t bytes_read() const noexcept { return bytes_; }
-  /// Whether the line last returned ended with '\n' (false for a last line without one).
-  bool terminated() const noexcept { return terminated_; }
-
- private:
-  std::FILE* f_;
-  char buf_[1 << 16];
-  std::size_t pos_ = 0, len_ = 0;
-  std::uint64_t bytes_ = 0;
-  bool terminated_ = false;
-};
 
 /// Complete lines of an existing output file (cutting a partial last line off) and how many of
 /// them are error objects.
@@ -109,7 +49,7 @@ bool is_answer_line(std::string_view line) {
 /// Anything else (a user's notes, blank lines, stray stderr text) is refused, never overwritten.
 ExistingOutput prepare_resume(std::FILE* f, const std::string& path) {
   ExistingOutput out;
-  LineReader reader(f);
+  LineReader reader(f, kMaxLineBytes);
   std::string line;
   bool too_long = false;
   std::uint64_t complete_bytes = 0;
@@ -141,7 +81,7 @@ ExistingOutput prepare_resume(std::FILE* f, const std::string& path) {
 std::int64_t count_lines(const std::string& path) {
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) return -1;
-  LineReader reader(f.get());
+  LineReader reader(f.get(), kMaxLineBytes);
   std::string line;
   bool too_long = false;
   std::int64_t n = 0;
@@ -247,7 +187,7 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
                  static_cast<long long>(existing.lines), printable(options.output).c_str());
   }
 
-  LineReader reader(in.get());
+  LineReader reader(in.get(), kMaxLineBytes);
   const bool tty = ::isatty(STDERR_FILENO) == 1;
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };

@@ -26,6 +26,7 @@
 #include "ops/isa.h"
 #include "runtime/engine.h"
 #include "inspect_report.h"
+#include "line_reader.h"
 
 namespace clef::cli {
 
@@ -39,9 +40,14 @@ constexpr const char* kMcpFooter =
     "response out; a refused request is a tool error carrying its code and JSON path) and model_info (what\n"
     "clef inspect --json reports, plus precision and CPU kernel level). One engine serves the whole session\n"
     "(its state cache reuses a shared prefix + state across calls). Logs go to stderr; stdout carries only\n"
-    "protocol messages. Client configuration: README.md \"Agents (MCP)\".\n"
+    "protocol messages. A message (one line) longer than --max-message bytes (default 64 MiB) is skipped\n"
+    "without being stored and answered with error -32600 (id null); the session goes on. Client\n"
+    "configuration: README.md \"Agents (MCP)\".\n"
     "Exit codes: 0 end of input; 2 invalid argument; 3 model malformed or missing; 4 unsupported option;\n"
     "5 I/O error.";
+
+/// Default --max-message: 64 MiB, as clef serve's --max-body and a clef decide --jsonl line.
+constexpr std::int64_t kDefaultMaxMessage = std::int64_t{64} << 20;
 
 constexpr const char* kVersions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
 
@@ -325,6 +331,7 @@ struct Session {
 struct McpFlags {
   EngineFlags flags;
   std::int64_t state_cache_mb = EngineOptions::kDefaultStateCacheMb;
+  std::int64_t max_message = kDefaultMaxMessage;
   CLI::Option* model_opt = nullptr;
 };
 
@@ -362,8 +369,21 @@ int run_mcp(McpFlags& f) {
       throw IoError("cannot write to standard output (the client went away)");
     }
   };
+  // Messages are read with a cap (--max-message): a longer line is skipped up to its newline
+  // without being stored and answered with -32600; the session goes on.
+  LineReader reader(stdin, static_cast<std::size_t>(f.max_message));
   std::string line;
-  while (std::getline(std::cin, line)) {
+  bool too_long = false;
+  while (reader.next(line, too_long, "standard input")) {
+    if (too_long) {
+      send({{"jsonrpc", "2.0"},
+            {"id", nullptr},
+            {"error",
+             {{"code", -32600},
+              {"message", "invalid request: the message is larger than " + std::to_string(f.max_message) +
+                              " bytes (the --max-message limit); it was discarded"}}}});
+      continue;
+    }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     if (max_nesting(line) > kMaxMessageDepth) {
@@ -412,6 +432,12 @@ Command add_mcp_command(CLI::App& parent) {
   app->add_option("--state-cache-mb", f->state_cache_mb,
                   "Memory budget of the exact state cache in MiB (0: off): calls sharing a prefix + state reuse it")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
+      ->capture_default_str();
+  app->add_option(
+         "--max-message", f->max_message,
+         "Largest message in bytes (one line of stdin, without its newline); a longer one is skipped to its newline "
+         "without being stored and answered with a -32600 error (id null); the session goes on")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 34))
       ->capture_default_str();
   return {app, "clef mcp --help", [f] { return run_mcp(*f); }};
 }

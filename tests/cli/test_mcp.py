@@ -131,3 +131,21 @@ def test_mcp_deeply_nested_arguments_are_refused_not_a_crash(cpp_tiny):
     assert out[2]["id"] == 3 and out[2]["result"]["isError"] is True
     assert "nesting_too_deep" in out[2]["result"]["content"][0]["text"]
     assert out[3] == {"jsonrpc": "2.0", "id": 4, "result": {}}
+
+
+def test_mcp_message_over_max_message_is_refused_and_the_session_goes_on(cpp_tiny):
+    """A line over --max-message (here 4096 bytes; a 100 kB line, longer than one 64 KiB read) is
+    skipped up to its newline without being stored and answered -32600 with id null, naming the
+    limit and the option; the next request is still answered. (Without the cap the line was read
+    whole, however long, and answered as a ping.)"""
+    big = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {"pad": "x" * 100_000}})
+    stdin = "\n".join([big, json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"})]) + "\n"
+    r = subprocess.run([clef_bin(), "mcp", "-m", str(cpp_tiny), "--max-message", "4096"], input=stdin,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(out) == 2, r.stdout[:2000]
+    err = out[0]["error"]
+    assert out[0]["id"] is None and err["code"] == -32600, out[0]
+    assert "4096 bytes" in err["message"] and "--max-message" in err["message"], err
+    assert out[1] == {"jsonrpc": "2.0", "id": 3, "result": {}}
