@@ -74,9 +74,11 @@ std::string gguf_layout(const GgufFile& g) {
     return "clef";
   }
   if (arch == "clip") {
-    throw Unsupported(g.label() +
-                      ": general.architecture is \"clip\": this is a vision projector (mmproj) file, not a model; "
-                      "give the model GGUF with --model and this file with --mmproj");
+    // The wrong file (a projector given as the model), not an unsupported model: exit code 3, as
+    // for --model naming a file that is not a .gguf.
+    throw ModelLoadError(g.label() +
+                         ": general.architecture is \"clip\": this is a vision projector (mmproj) file, not a model; "
+                         "give the model GGUF with --model and this file with --mmproj");
   }
   throw Unsupported(g.label() + ": general.architecture is \"" + printable(arch) + "\"; " + kLayoutsRead);
 }

@@ -33,7 +33,8 @@ struct GgufModelInfo {
 /// architecture (qwen35moe: mixture of experts), "clef" without clef.decision.type = "clef", and
 /// "qwen35" with head metadata (qwen35.decision.* or clef.* keys) or head tensors (decision.*,
 /// dec.*, clef.*, token_types.*), e.g. a third-party layout that is not documented anywhere. A
-/// projector file (architecture "clip") is refused saying to give it with --mmproj.
+/// projector file (architecture "clip") is refused as the wrong file (ModelLoadError) saying to
+/// give it with --mmproj.
 std::string gguf_layout(const GgufFile& g);
 
 /// The text configuration of a qwen35 or clef GGUF (gguf_layout must accept it), as the flat (text-only,

@@ -211,8 +211,9 @@ def test_mmproj_with_a_release_folder_is_an_error(folder, files, tmp_path):
 
 
 def test_projector_given_as_the_model_is_refused(files):
+    """The wrong file, not an unsupported one: the model-file exit code, as the model given as --mmproj."""
     r = run("inspect", files["bf16"])
-    assert r.returncode == UNSUPPORTED_EXIT, r.stderr.decode()
+    assert r.returncode == MODEL_LOAD_EXIT, r.stderr.decode()
     assert "projector" in r.stderr.decode() and "--mmproj" in r.stderr.decode(), r.stderr.decode()
 
 
@@ -274,7 +275,8 @@ def _set(key, value, vt=None):
 BAD = {
     "projector type": (_set("clip.projector_type", "qwen2vl_merger"), UNSUPPORTED_EXIT,
                        'projector type "qwen2vl_merger"'),
-    "architecture": (None, UNSUPPORTED_EXIT, 'general.architecture is "qwen35"'),
+    # the model GGUF given as the projector: the wrong file (model-file exit code), the message says so
+    "architecture": (None, MODEL_LOAD_EXIT, 'general.architecture is "qwen35"'),
     "missing tensor": (_drop("v.blk.1.ffn_up.weight"), MODEL_LOAD_EXIT, "missing tensor v.blk.1.ffn_up.weight"),
     "second patch slice": (_drop("v.patch_embd.weight.1"), MODEL_LOAD_EXIT, "missing tensor v.patch_embd.weight.1"),
     "mis-shaped tensor": (_reshape_mm2, MODEL_LOAD_EXIT, "tensor mm.2.weight has shape [63, 128], expected [64, 128]"),

@@ -72,8 +72,10 @@ MmprojInfo mmproj_info(const GgufFile& g, std::int64_t text_hidden_size) {
   MmprojInfo info;
   const std::string& arch = g.get_string("general.architecture");
   if (arch != "clip") {
-    throw Unsupported(g.label() + ": general.architecture is \"" + printable(arch) +
-                      "\"; a projector (mmproj) file has \"clip\" (is this the model GGUF? pass it with --model)");
+    // Not a projector at all (most likely the model GGUF given twice): the wrong file, not an
+    // unsupported one, so the model-file exit code (3), as for a --mmproj that is a folder.
+    throw ModelLoadError(g.label() + ": general.architecture is \"" + printable(arch) +
+                         "\"; a projector (mmproj) file has \"clip\" (is this the model GGUF? pass it with --model)");
   }
   if (const GgufValue* t = g.find_value("general.type"); t != nullptr) {
     if (t->type != GgufValueType::kString || std::get<std::string>(t->scalar) != "mmproj") {

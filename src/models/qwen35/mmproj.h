@@ -47,8 +47,9 @@ struct MmprojInfo {
 /// in_channels = the channel dim of v.patch_embd.weight, num_position_embeddings = the rows of
 /// v.position_embd.weight (a square; clip.vision.image_size, the converter's side x patch_size, is
 /// not read), rope_theta 10000 (not stored; Qwen3.5's vision rotary base). Throws ModelLoadError
-/// naming the file and the key or tensor; Unsupported for another projector type, architecture or
-/// deepstack layers.
+/// naming the file and the key or tensor, and for a file that is not a projector (architecture
+/// other than "clip", e.g. the model GGUF); Unsupported for another projector type or deepstack
+/// layers.
 MmprojInfo mmproj_info(const GgufFile& g, std::int64_t text_hidden_size);
 
 /// Binds the projector's tensors (store `s` made by WeightStore::open_gguf on the file) to the
