@@ -59,8 +59,10 @@ WeightStore WeightStore::open_gguf(const std::string& path, const std::string& l
       case GgmlType::kQ6_K: dt = DType::kQ6_K; break;
       default:
         throw Unsupported(label + ": tensor " + printable(t.name) + " has ggml type " + ggml_type_name(t.type) +
-                          "; clef reads GGUF tensors in F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, "
-                          "Q4_K, Q5_K and Q6_K only");
+                          "; clef reads GGUF tensors in F32, F16 and BF16 anywhere; Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+                          "Q4_K, Q5_K and Q6_K in the backbone's 2-D weights (linear layers, token_embd, output), "
+                          "the joint head and a projector; Q2_K and Q3_K only where a tensor is dequantized at load "
+                          "(the joint head, token_embd, output, a projector), not in backbone linear layers");
     }
     TensorInfo& info = s.gguf_infos_.emplace_back();
     info.name = t.name;

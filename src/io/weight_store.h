@@ -60,7 +60,9 @@ class WeightStore {
   /// Opens one GGUF file (llama.cpp's format, io/gguf.h): its tensors under their GGUF names with
   /// PyTorch-order shapes (ggml ne reversed), zero-copy over the mapping. Tensors must be F32,
   /// F16, BF16 or one of the block types of core/quant_blocks.h (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-  /// Q2_K .. Q6_K); any other ggml type is refused naming the tensor and type (Unsupported).
+  /// Q2_K .. Q6_K); any other ggml type is refused naming the tensor and type and saying which
+  /// types are read where (Unsupported; Q2_K / Q3_K are accepted here, but nn::linear_weight refuses
+  /// them in a backbone linear layer).
   /// The metadata stays readable through gguf().
   static WeightStore open_gguf(const std::string& path, const std::string& label);
 

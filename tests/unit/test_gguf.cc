@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/weight_store.h"
 #include "test_util.h"
 
 namespace clef {
@@ -255,6 +256,27 @@ TEST(Gguf, HeaderOnlyFileWithoutTensorsIsValid) {
   const GgufHeader h = parse_gguf_header(f, "m.gguf");
   EXPECT_TRUE(h.tensors.empty());
   EXPECT_EQ(h.metadata.size(), 1u);
+}
+
+TEST(Gguf, UnreadTensorTypeSaysWhichTypesAreReadWhere) {
+  // IQ4_NL (ggml type 20, 32 elements in 18 bytes): a valid GGUF type that no reader of clef takes.
+  const auto f = make_file(
+      {{"blk.0.ffn_up.weight", {32}, 20, 0}}, 0, [](Writer&) {}, 32, 32);
+  test::TempDir dir;
+  const std::string path = dir.str() + "/m.gguf";
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(f.data()), static_cast<std::streamsize>(f.size()));
+  std::string e;
+  try {
+    (void)WeightStore::open_gguf(path, "m.gguf");
+  } catch (const Unsupported& u) {
+    e = u.what();
+  }
+  EXPECT_EQ(e.rfind("m.gguf: tensor blk.0.ffn_up.weight has ggml type IQ4_NL; ", 0), 0u) << e;
+  // Q2_K and Q3_K are named apart from the types the backbone's linear layers run.
+  EXPECT_NE(e.find("Q4_K, Q5_K and Q6_K in the backbone's 2-D weights"), std::string::npos) << e;
+  EXPECT_NE(e.find("Q2_K and Q3_K only where a tensor is dequantized at load"), std::string::npos) << e;
+  EXPECT_NE(e.find("not in backbone linear layers"), std::string::npos) << e;
 }
 
 }  // namespace
