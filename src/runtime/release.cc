@@ -49,11 +49,50 @@ std::vector<std::string> loaded_files(const std::string& dir) {
   return out;
 }
 
+/// What a model path may be, for messages about a path that is none of these.
+constexpr const char* kModelKinds = "a Clef release folder, a .gguf file, or a folder holding one .gguf";
+
+/// What is at `path`, in words ("no such file or directory", "a FIFO (named pipe)", ...), from
+/// stat(2) alone: nothing is opened, so a FIFO without a writer never blocks.
+std::string what_is_at(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  switch (st.type()) {
+    case fs::file_type::not_found:
+      return path_exists(path) ? "a symbolic link to nothing" : "no such file or directory";
+    case fs::file_type::directory: return "a directory";
+    case fs::file_type::regular: return "a regular file";
+    case fs::file_type::fifo: return "a FIFO (named pipe)";
+    case fs::file_type::socket: return "a socket";
+    case fs::file_type::character: return "a character device";
+    case fs::file_type::block: return "a block device";
+    default: break;
+  }
+  return ec ? "cannot be examined (" + ec.message() + ")" : "neither a file nor a directory";
+}
+
 bool ends_with_gguf(const std::string& name) {
   if (name.size() < 5) return false;
   std::string tail = name.substr(name.size() - 5);
   for (auto& c : tail) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return tail == ".gguf";
+}
+
+/// Refuses the directory `dir` (which holds no model .gguf: find_gguf_model) when it holds no
+/// config.json and no safetensors weights either, so it is no model at all, saying what it is; a
+/// directory named like a GGUF file (x.gguf/) is said to be a directory, not the file.
+void not_a_model_folder(const std::string& dir) {
+  const fs::path d(dir);
+  if (path_exists((d / "config.json").string()) || path_exists((d / "model.safetensors").string()) ||
+      path_exists((d / "model.safetensors.index.json").string())) {
+    return;
+  }
+  std::string name = dir;
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  const std::string what =
+      ends_with_gguf(name) ? "a directory, not a .gguf file" : "a directory but not a model folder";
+  throw ModelLoadError(printable(dir) + ": " + what + ": it holds no config.json and no .gguf file (expected " +
+                       kModelKinds + ")");
 }
 
 /// A projector file's name (mmproj*.gguf, any case), as llama.cpp's converter and the hub name them.
@@ -242,9 +281,7 @@ std::optional<std::string> find_gguf_model(const std::string& path) {
   if (path.empty()) return std::nullopt;
   if (fs::is_regular_file(path, ec)) {
     if (ends_with_gguf(path)) return path;
-    throw ModelLoadError(printable(path) +
-                         ": not a folder or a .gguf file (--model takes a Clef release folder, a "
-                         ".gguf file, or a folder holding one .gguf)");
+    throw ModelLoadError(printable(path) + ": not a folder or a .gguf file (--model takes " + kModelKinds + ")");
   }
   if (!fs::is_directory(path, ec)) return std::nullopt;
   std::vector<std::string> ggufs;
@@ -382,7 +419,12 @@ ReleaseFolder open_release(const std::string& dir, const OpenReleaseOptions& opt
   std::error_code ec;
   if (dir.empty()) throw InvalidArgument("empty model folder path");
   if (const std::optional<std::string> gguf = find_gguf_model(dir)) return open_gguf_release(*gguf, options);
-  if (!fs::is_directory(dir, ec)) throw ModelLoadError(printable(dir) + ": not a directory");
+  if (!fs::is_directory(dir, ec)) {
+    const std::string what = what_is_at(dir);
+    throw ModelLoadError(printable(dir) + ": " + what + (path_exists(dir) ? ", not a model" : "") + " (expected " +
+                         kModelKinds + ")");
+  }
+  not_a_model_folder(dir);
   if (!options.mmproj.empty()) {
     throw InvalidArgument("--mmproj " + printable(options.mmproj) + " applies to a GGUF model; " + printable(dir) +
                           " is a release folder, whose vision tower is in its own weights (model.visual.*)");

@@ -76,7 +76,9 @@ struct ReleaseFolder {
 /// Opens and validates a release folder: configs, tokenizer files, weights (mmapped, zero-copy),
 /// strict tensor binding of the backbone and the head. A folder without joint_head.* is refused
 /// as a bare backbone. Throws ModelLoadError / Unsupported / IoError with a one-line message
-/// naming the file and the problem.
+/// naming the file and the problem; a path that is no model at all (missing, a FIFO, a device, a
+/// directory with no config.json, safetensors or .gguf, e.g. one named x.gguf) is refused saying
+/// what it is and what a model path may be, found by stat(2) without opening it.
 /// `dir` may also name a GGUF model (find_gguf_model): the backbone, its configuration and (when
 /// no tokenizer.json is beside it) the tokenizer come from the GGUF (model_config_from_gguf,
 /// qwen35::bind_gguf_model_weights). Layout "qwen35" (gguf_layout): joint_head.safetensors +

@@ -4,6 +4,7 @@ against transformers (the independent reference), and one clear error line per b
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import struct
@@ -212,7 +213,24 @@ def test_usage_errors_exit_2(tmp_path):
     assert run_clef("inspect", "--chunk", "0", str(tmp_path)).returncode == 2
     assert run_clef("frobnicate").returncode == 2
     r = run_clef("inspect", str(tmp_path / "nope"))
-    assert r.returncode == 3 and "not a directory" in r.stderr
+    assert r.returncode == 3 and "nope: no such file or directory (expected a Clef release folder" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "gguf_named_dir", "empty_dir"])
+def test_a_path_that_is_no_model_says_what_it_is(tmp_path, kind):
+    """A FIFO (never opened: without a writer that would block) and a directory with no model in it
+    (one named x.gguf included) are refused saying what the path is and what a model path may be."""
+    path = tmp_path / {"fifo": "pipe", "gguf_named_dir": "x.gguf", "empty_dir": "empty"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    r = subprocess.run([clef_bin(), "inspect", str(path)], capture_output=True, text=True, timeout=60)
+    line = _one_error_line(r)
+    want = {"fifo": "pipe: a FIFO (named pipe), not a model",
+            "gguf_named_dir": "x.gguf: a directory, not a .gguf file: it holds no config.json and no .gguf file",
+            "empty_dir": "empty: a directory but not a model folder: it holds no config.json and no .gguf file"}[kind]
+    assert want in line and "(expected a Clef release folder, a .gguf file, or a folder holding one .gguf)" in line
 
 
 # --- regressions found by attacking `clef inspect` as a new user would (each was a crash, hang or silent accept) ---
