@@ -12,6 +12,8 @@ both with Hk = 2 != Hv = 4 (so the V heads are stored in llama.cpp's tiled order
   * inspect reports the GGUF, the tokenizer source and the head beside it;
   * bad files (truncated, mis-shaped / missing / unused tensor, wrong architecture, no head beside,
     two GGUFs in a folder) are refused with a named error and the model-load exit code (3), never a crash.
+tools/reference/make_gguf.py itself: it copies random_weights.json beside the GGUF (a random folder's GGUF
+is reported as random weights), and a bad --model / --out is one error line, exit 2.
 Q8_0: answers equal the folder's in `--precision int8` (without it, the file's Q8_0 weights still run on
 the int8 kernels, the other ops in fp32).
 """
@@ -23,6 +25,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -417,3 +420,38 @@ def test_serve_answers_from_a_q8_0_gguf_in_int8_as_decide_does(cpp_tiny, gguf_ro
     """`clef serve --model FILE.gguf --precision int8`: the HTTP answers are the bytes `clef decide`
     prints for the same GGUF and flags (the folder's int8 answers, per the test above)."""
     serve_matches_decide(cached_gguf(cpp_tiny, "q8_0", gguf_root), tmp_path, 4, "--precision", "int8")
+
+
+MAKE_GGUF = REPO_ROOT / "tools" / "reference" / "make_gguf.py"
+
+
+def test_make_gguf_copies_random_weights_beside_the_gguf(cpp_tiny, tmp_path):
+    """make_gguf.py writes the folder's random_weights.json beside the GGUF (clef reads it there), so a
+    single-file (clef layout) GGUF of a random folder is reported as random weights under the folder's name."""
+    out = tmp_path / "m" / "tiny.gguf"
+    out.parent.mkdir()
+    r = subprocess.run([sys.executable, str(MAKE_GGUF), "--model", str(cpp_tiny), "--out", str(out), "--type", "f32",
+                        "--layout", "clef"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert (out.parent / "random_weights.json").read_bytes() == (cpp_tiny / "random_weights.json").read_bytes()
+    j = json.loads(run("inspect", "--json", out).stdout)
+    assert j["random_weights"] is True and j["model"] == json.loads(run("inspect", "--json", cpp_tiny).stdout)["model"]
+
+
+@pytest.mark.parametrize("case", ["missing", "no_config", "out_folder"])
+def test_make_gguf_bad_paths_are_one_line_exit_2(tmp_path, case):
+    """A --model that is not a release folder (or an --out in a missing folder): one error line naming it,
+    exit 2, no traceback (it was a FileNotFoundError traceback)."""
+    model = tmp_path / ("nonexistent" if case == "missing" else "folder")
+    if case != "missing":
+        model.mkdir()
+    if case == "out_folder":
+        (model / "config.json").write_text("{}")
+    out = tmp_path / ("nowhere/x.gguf" if case == "out_folder" else "x.gguf")
+    r = subprocess.run([sys.executable, str(MAKE_GGUF), "--model", str(model), "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("make_gguf.py: error: ") and "Traceback" not in r.stderr, r.stderr
+    assert str(out if case == "out_folder" else model) in lines[0]
+    assert not out.exists()

@@ -47,6 +47,9 @@ gguf-py/gguf/constants.py and tensor_mapping.py, collected in docs/GGUF.md; no c
     dropped    model.visual.* (llama.cpp writes the vision tower to a separate mmproj file), mtp.* (as
                --no-mtp), lm_head.weight when tied
 
+The folder's random_weights.json (when it has one) is copied beside the GGUF, where clef reads it, so the
+answers name a random-weight model as such. A --model that is not a release folder is one error line, exit 2.
+
 For tests, ``convert(..., mutate=f)`` lets f(tensors, metadata) edit the {name: (array, ggml type)} and
 {key: (value, GGUFValueType)} dicts before writing.
 """
@@ -59,6 +62,7 @@ import ctypes.util
 import json
 import math
 import pathlib
+import shutil
 import sys
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -530,7 +534,18 @@ def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
     if mutate is not None:
         mutate(tensors, md)
 
-    return write_gguf(out, arch, md, tensors)
+    types = write_gguf(out, arch, md, tensors)
+    copy_random_weights(model_dir, out)
+    return types
+
+
+def copy_random_weights(model_dir: pathlib.Path, out: pathlib.Path) -> None:
+    """The folder's random_weights.json beside the GGUF, where clef looks for it (as beside a folder's
+    weights): answers from a random-weight GGUF then say so, as the folder's do. Nothing when the
+    folder has none."""
+    src, dst = model_dir / "random_weights.json", out.parent / "random_weights.json"
+    if src.is_file() and not (dst.exists() and dst.samefile(src)):
+        shutil.copyfile(src, dst)
 
 
 def main() -> int:
@@ -542,6 +557,18 @@ def main() -> int:
     ap.add_argument("--layout", default="qwen35", choices=LAYOUTS,
                     help="qwen35: backbone only, head files beside it; clef: the head inside (default qwen35)")
     args = ap.parse_args()
+    # Bad paths are one line and exit 2 (as argparse's usage errors), not a traceback.
+    problem = None
+    if not args.model.is_dir():
+        problem = f"--model {args.model}: " + ("not a directory" if args.model.exists() else "no such directory")
+    elif not (args.model / "config.json").is_file():
+        problem = f"--model {args.model}: no config.json in it"
+    elif not args.out.parent.is_dir():
+        problem = f"--out {args.out}: the folder {args.out.parent} does not exist"
+    if problem:
+        print(f"make_gguf.py: error: {problem} (--model takes a Clef release folder, --out a GGUF file to write)",
+              file=sys.stderr)
+        return 2
     types = convert(args.model, args.out, args.outtype, layout=args.layout)
     print(f"wrote {args.out} ({len(types)} tensors)")
     return 0
