@@ -44,7 +44,8 @@ std::optional<SplitPattern> split_override_from_flag(const std::string& value) {
 }
 
 const char* const kModelHelp =
-    "Release folder, FILE.gguf (llama.cpp's Qwen3.5 GGUF; joint_head.safetensors + joint_head_config.json beside it), "
+    "Release folder, FILE.gguf (llama.cpp's Clef GGUF, one file with the head inside; or its Qwen3.5 GGUF with "
+    "joint_head.safetensors + joint_head_config.json beside it), "
     "a folder holding one .gguf, or a Hugging Face name read from the shared cache: ORG/REPO (release folder), "
     "ORG/REPO:QUANT or ORG/REPO/FILE.gguf (GGUF repository); docs/MODELS.md (default: the embedded tiny "
     "random-weight model)";

@@ -54,11 +54,11 @@ Command add_inspect_command(CLI::App& app) {
       app.add_subcommand("inspect",
                          "Validate a Clef release folder and print its architecture, layer pattern, parameter counts, "
                          "dtypes, head and tokenizer summary, and memory needs.");
-  f->dir_pos =
-      inspect->add_option("DIR", f->dir,
-                          "Release folder, FILE.gguf (joint head files beside it), a folder holding one .gguf, or a "
-                          "hub name in the shared Hugging Face cache (ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf; "
-                          "docs/MODELS.md) (default: the embedded tiny random-weight model)");
+  f->dir_pos = inspect->add_option(
+      "DIR", f->dir,
+      "Release folder, FILE.gguf (the head inside, or its files beside it), a folder holding one .gguf, or a "
+      "hub name in the shared Hugging Face cache (ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf; "
+      "docs/MODELS.md) (default: the embedded tiny random-weight model)");
   f->dir_opt = inspect->add_option(
       "--model,-m", f->dir,
       "Same as DIR; also a hub name read from the shared cache (ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf)");
