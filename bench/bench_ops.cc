@@ -9,6 +9,7 @@
 //   clef_bench_ops [--threads N] [--m 1024] [--qm 512] [--reps 5] [--quick] [--peak-only] [--quant-only]
 //                  [--attn-only] [--gdn-only]
 #include <cblas.h>
+#include <CLI/CLI.hpp>
 #include <omp.h>
 
 #include <algorithm>
@@ -180,18 +181,21 @@ int main(int argc, char** argv) {
   int threads = 0, reps = 5;
   std::int64_t m = 1024, qm = 512;
   bool quick = false, peak_only = false, quant_only = false, attn_only = false, gdn_only = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    if (f == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else if (f == "--m" && i + 1 < argc) m = std::atoll(argv[++i]);
-    else if (f == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (f == "--quick") quick = true;
-    else if (f == "--peak-only") peak_only = true;
-    else if (f == "--quant-only") quant_only = true;
-    else if (f == "--attn-only") attn_only = true;
-    else if (f == "--gdn-only") gdn_only = true;
-    else if (f == "--qm" && i + 1 < argc) qm = std::atoll(argv[++i]);
-  }
+  CLI::App app{
+      "Op micro-benchmarks: the measured peaks of the kernel level (CLEF_ISA forces one), the GEMM "
+      "libraries on the model's linear-layer shapes, the gated delta rule and attention kernels, the "
+      "block-quantized GEMMs. Prints tables; not a timed test.",
+      "clef_bench_ops"};
+  app.add_option("--threads", threads, "threads (0: the machine's CPUs)")->check(CLI::NonNegativeNumber);
+  app.add_option("--m", m, "GEMM rows (tokens) of the GEMM table")->check(CLI::PositiveNumber);
+  app.add_option("--qm", qm, "rows of the block-quantized GEMM table")->check(CLI::PositiveNumber);
+  app.add_option("--reps", reps, "timed repetitions per cell (best of)")->check(CLI::PositiveNumber);
+  app.add_flag("--quick", quick, "fewer shapes");
+  app.add_flag("--peak-only", peak_only, "only the measured peaks");
+  app.add_flag("--quant-only", quant_only, "only the block-quantized GEMMs");
+  app.add_flag("--attn-only", attn_only, "only the attention kernel");
+  app.add_flag("--gdn-only", gdn_only, "only the gated delta rule");
+  CLI11_PARSE(app, argc, argv);
   threads = clef::ops::set_num_threads(threads);
   openblas_set_num_threads(threads);
   std::printf("threads %d, kernels %s, GEMM backend %s\n\n", threads, clef::ops::isa_description().c_str(),
