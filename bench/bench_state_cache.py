@@ -15,6 +15,11 @@ Not a test. Runs tests/drivers/cache_driver.cc (one Engine, many requests) on a 
   4. the cold request again (warm): its logits and body must be bit-identical to the cold ones;
   5. with --verify-off, the first warm request again on an engine without cache (bit-identical).
 
+With ``--serve CLEF``, the same state is also asked end to end through ``CLEF serve`` (HTTP on a
+loopback port, the latency a client sees: request bytes in, response out): the cold request, then
+``--rounds`` warm requests of 1 new question, then the cold request again, whose response body must
+be the same bytes as the cold one.
+
 for each precision of ``--precision`` (default bf16 then f32, one after the other in one run, so
 their ratios share the machine's state). Prints each request's latency (Decision timings), then a
 markdown table: cold latency, warm medians, speed-ups cold / warm (goals: >= 50x for one
@@ -28,13 +33,16 @@ check fails.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import pathlib
 import random
+import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -192,6 +200,52 @@ def run_precision(a, model: pathlib.Path, precision: str, reqs, labels):
     }
 
 
+def run_serve(a, model: pathlib.Path, precision: str, reqs, labels):
+    """`reqs` (cold, warm 1q rounds, re-ask) through `clef serve` on a loopback port, timed at the client;
+    returns the summary. The server gets the driver's engine settings (threads, chunk, budget, cache)."""
+    cmd = [a.serve, "serve", "--model", str(model), "--port", "0", "-q", "--threads", str(a.threads),
+           "--precision", {"f32": "fp32"}.get(precision, precision), "--chunk", str(a.chunk),
+           "--max-tokens", str(a.state_tokens + 16384), "--state-cache-mb", str(a.state_cache_mb),
+           "--timeout", "3600"]
+    print("$ " + " ".join(cmd), flush=True)
+    logdir = tempfile.TemporaryDirectory(prefix="bench_state_cache_")
+    log = pathlib.Path(logdir.name) / "serve.log"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    try:
+        port = None
+        while port is None:
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
+            if m:
+                port = int(m.group(1))
+            elif proc.poll() is not None:
+                raise SystemExit(f"clef serve exited: {log.read_text(errors='replace')}")
+            else:
+                time.sleep(0.05)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
+        seconds, bodies = [], []
+        for i, r in enumerate(reqs):
+            body = json.dumps(r).encode()
+            t = time.perf_counter()
+            conn.request("POST", "/v1/systemone", body=body, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            out = resp.read()
+            seconds.append(time.perf_counter() - t)
+            if resp.status != 200:
+                raise SystemExit(f"clef serve answered request {i} with {resp.status}: {out[:300]!r}")
+            bodies.append(out)
+            print(f"{precision:4s} {i:2d} {labels[i]:8s} serve  {len(body):7d} request bytes  total "
+                  f"{seconds[-1]:8.3f} s", flush=True)
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        logdir.cleanup()
+    warm = [t for t, l in zip(seconds, labels) if l == "warm 1q"]
+    return {"precision": precision, "cold_s": seconds[0], "warm_1q_median_s": statistics.median(warm),
+            "warm_1q_best_s": min(warm), "speedup_1q": seconds[0] / statistics.median(warm),
+            "reask_same_body": bodies[-1] == bodies[0]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="/tmp/clef-0.8b", help="release folder (made with --preset 0.8b if missing)")
@@ -206,6 +260,9 @@ def main() -> int:
     ap.add_argument("--verify-off", action="store_true",
                     help="also answer the first warm request on an engine with the cache off (one more cold "
                          "run per precision) and check its logits and body are the same bits")
+    ap.add_argument("--serve", metavar="CLEF",
+                    help="also time the cold, warm 1-question and re-asked requests through CLEF serve (the clef "
+                         "binary, e.g. build/release/bin/clef)")
     ap.add_argument("--json", help="write the raw driver lines and the summaries here")
     ap.add_argument("--corpus", default=str(CORPUS), help="corpus.jsonl whose questions the 'corpus 10q' rounds ask")
     a = ap.parse_args()
@@ -240,6 +297,9 @@ def main() -> int:
     cpu = cpu_model()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     summaries = [run_precision(a, model, p, reqs, labels) for p in precisions]
+    serve_reqs = [r for r, l in zip(reqs, labels) if l in ("cold", "warm 1q", "re-ask")]
+    serve_labels = [l for l in labels if l in ("cold", "warm 1q", "re-ask")]
+    served = [run_serve(a, model, p, serve_reqs, serve_labels) for p in precisions] if a.serve else []
 
     print(f"\nCPU: {cpu}; {a.threads} threads, chunk {a.chunk}; started {started}, load1 at the end "
           f"{os.getloadavg()[0]:.1f}; model {model}")
@@ -262,9 +322,18 @@ def main() -> int:
               f"(corpus {s['warm_10q_corpus_prefill_share']:.0%}); best warm 1q {s['warm_1q_best_s']:.3f} s; "
               f"cache {s['cache_bytes'] / 2**20:.1f} MiB in {s['cache_entries']} entries; load1 {s['load1']:.1f}; "
               f"wall {s['wall_s']:.0f} s")
+    if served:
+        print("\nThrough clef serve (HTTP, timed at the client):\n")
+        print("| precision | cold, 1 question | warm, 1 new question (median; best) | speed-up | re-ask == cold body |")
+        print("|---|---|---|---|---|")
+        for s in served:
+            print(f"| {s['precision']} | {s['cold_s']:.1f} s | {s['warm_1q_median_s']:.3f} s; {s['warm_1q_best_s']:.3f} s "
+                  f"| **{s['speedup_1q']:.1f}x** | {'yes' if s['reask_same_body'] else '**NO**'} |")
     if a.json:
-        pathlib.Path(a.json).write_text(json.dumps({"cpu": cpu, "started": started, "summaries": summaries}, indent=1))
+        pathlib.Path(a.json).write_text(json.dumps({"cpu": cpu, "started": started, "summaries": summaries,
+                                                    "serve": served}, indent=1))
     ok = all(s["reask_bit_identical"] and s["cache_off_bit_identical"] in (None, True) for s in summaries)
+    ok = ok and all(s["reask_same_body"] for s in served)
     return 0 if ok else 1
 
 
