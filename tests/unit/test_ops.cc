@@ -643,6 +643,24 @@ TEST_P(OpsAtLevel, AttentionBf16VsReference) {
   }
 }
 
+TEST_P(OpsAtLevel, AttentionBf16RoundsScaledQueriesAsF32ToBf16) {
+  // The bf16 path rounds q x hd^-0.5 by f32_to_bf16 at every level, subnormals included: a scaled
+  // query just below the smallest normal (0x007FC000) rounds up to it (0x00800000), where
+  // vcvtneps2bf16 would flush it to zero. With keys of +-1e38 the scores are then +-4.7, not 0, so the
+  // answer is the reference's on the rounded query (0x01000000 scales exactly to 0x00800000).
+  const AttentionDims d{1, 1, 4};
+  const Vec q(4, std::bit_cast<float>(0x00FFC000u)), q_rounded(4, std::bit_cast<float>(0x01000000u));
+  const Vec kc = {1e38f, 1e38f, 1e38f, 1e38f, -1e38f, -1e38f, -1e38f, -1e38f, 0, 0, 0, 0};
+  const Vec vc = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0};
+  Vec kr = kc;
+  for (float& x : kr) x = bf16_to_f32(f32_to_bf16(x));
+  Vec want(4), got(4);
+  ops::ref::attention(d, 1, 3, q_rounded.data(), kr.data(), vc.data(), want.data());
+  ops::attention_bf16(d, 1, 3, q.data(), kc.data(), vc.data(), got.data());
+  ASSERT_GT(want[0], 0.98f);  // the scores are +-4.7: not a uniform answer
+  EXPECT_TRUE(close("attention_bf16 (subnormal scaled queries)", "nh,nkv,hd,T,Tk=1,1,4,1,3", want, got, {1e-2, 1e-2}));
+}
+
 TEST_P(OpsAtLevel, KvBf16StoreInAnySplitIsOneStore) {
   // The bf16 KV cache layouts (ops.h): appends of odd and even sizes give the words of one store,
   // every half is f32_to_bf16 of its element, and the unused half of an odd tail is zero.

@@ -158,7 +158,7 @@ void softmax_block(float* St, std::int64_t nk, std::int64_t ncol, std::int64_t n
   for (std::int64_t p = 0; p < nk; ++p) {
     float* sp = St + p * ncol;
     const std::int64_t h = hidden(p);
-    if (h == 0) {  // e^{s - m} and l += the row, one pass
+    if (h <= 0) {  // e^{s - m} and l += the row, one pass
       std::int64_t c = 0;
       for (; c + N <= ncol; c += N) {
         const auto e = cpu::Exp(df, hn::Sub(hn::LoadU(df, sp + c), hn::LoadU(df, m + c)));
@@ -284,7 +284,7 @@ CLEF_BF16_ATTR void attention_bf16_dot(const AttentionDims& d, std::int64_t t, s
       float* Qt = sc.qt.data();
       load_queries(q + i0 * ldq + j * group * hd, ldq, group, nq, hd, scale, Qt, ncol);
       for (std::int64_t p = 0; p < hd2; ++p)
-        cpu::pack_pairs(Qt + 2 * p * ncol, Qt + (2 * p + 1) * ncol, ncol, Qp + p * ncol);
+        cpu::pack_pairs<true>(Qt + 2 * p * ncol, Qt + (2 * p + 1) * ncol, ncol, Qp + p * ncol);
       for (std::int64_t c = 0; c < ncol; ++c) {
         m[c] = kNegInf;
         l[c] = 0.0f;

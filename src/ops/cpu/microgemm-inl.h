@@ -322,21 +322,45 @@ CLEF_BF16_ATTR inline void bf16_gemm_at_rescaled(std::int64_t m, std::int64_t n,
   bf16_gemm_impl<true>(m, n, kp, a, lda, b, ldb, c, ldc, true, cscale);
 }
 
-/// bf16 bits (round to nearest even, like core/dtype.h f32_to_bf16 for finite values) of 16 floats.
+/// bf16 bits of 16 floats by `vcvtneps2bf16`: round to nearest even, as core/dtype.h f32_to_bf16 for
+/// normal values, zeros, infinities and NaN; a subnormal input becomes +-0 (f32_to_bf16 rounds it: those
+/// within half a bf16 ulp of the smallest normal become it). Where the consumer is `vdpbf16ps`, which
+/// reads bf16 subnormals as zero, only that band differs.
 CLEF_BF16_ATTR inline __m256i to_bf16_16(__m512 x) { return std::bit_cast<__m256i>(_mm512_cvtneps_pbh(x)); }
 
-/// Packs two rows into bf16 pair words: out[i] = bf16(lo[i]) | bf16(hi[i]) << 16, n elements.
+/// f32_to_bf16 (core/dtype.h) of 16 floats in integer arithmetic, subnormals included, as u32 lanes
+/// (upper half zero): (u + 0x7fff + lsb) >> 16, a NaN kept a quiet NaN.
+CLEF_BF16_ATTR inline __m512i bf16_bits_16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_or_epi32(rounded, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+}
+
+/// The bf16 bits of 16 floats as u32 lanes: bf16_bits_16 (f32_to_bf16 exactly) when kExact, else
+/// `vcvtneps2bf16` (to_bf16_16).
+template <bool kExact>
+CLEF_BF16_ATTR inline __m512i bf16_lanes(__m512 x) {
+  if constexpr (kExact) return bf16_bits_16(x);
+  else return _mm512_maskz_cvtepu16_epi32(kAll16, to_bf16_16(x));
+}
+
+/// Packs two rows into bf16 pair words: out[i] = bf16(lo[i]) | bf16(hi[i]) << 16, n elements; the
+/// rounding is f32_to_bf16's exactly when kExact (subnormals too), else `vcvtneps2bf16`'s (to_bf16_16).
+template <bool kExact = false>
 CLEF_BF16_ATTR inline void pack_pairs(const float* lo, const float* hi, std::int64_t n, std::uint32_t* out) {
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i l = _mm512_maskz_cvtepu16_epi32(kAll16, to_bf16_16(_mm512_loadu_ps(lo + i)));
-    const __m512i h = _mm512_maskz_cvtepu16_epi32(kAll16, to_bf16_16(_mm512_loadu_ps(hi + i)));
+    const __m512i l = bf16_lanes<kExact>(_mm512_loadu_ps(lo + i));
+    const __m512i h = bf16_lanes<kExact>(_mm512_loadu_ps(hi + i));
     _mm512_storeu_si512(out + i, _mm512_or_si512(l, _mm512_maskz_slli_epi32(kAll16, h, 16)));
   }
   if (i < n) {
     const __mmask16 k = tail_mask16(n - i);
-    const __m512i l = _mm512_maskz_cvtepu16_epi32(kAll16, to_bf16_16(_mm512_maskz_loadu_ps(k, lo + i)));
-    const __m512i h = _mm512_maskz_cvtepu16_epi32(kAll16, to_bf16_16(_mm512_maskz_loadu_ps(k, hi + i)));
+    const __m512i l = bf16_lanes<kExact>(_mm512_maskz_loadu_ps(k, lo + i));
+    const __m512i h = bf16_lanes<kExact>(_mm512_maskz_loadu_ps(k, hi + i));
     _mm512_mask_storeu_epi32(out + i, k, _mm512_or_si512(l, _mm512_maskz_slli_epi32(kAll16, h, 16)));
   }
 }
