@@ -591,9 +591,11 @@ TEST_P(OpsAtLevel, RopeTablesAndRotation) {
 }
 
 TEST_P(OpsAtLevel, AttentionBlockedVsReference) {
+  // hd 256 with 4 query heads per kv head is the 0.8b model's; 129 queries span several query blocks.
   Rng rng(11);
-  for (const AttentionDims& d : {AttentionDims{4, 2, 64}, AttentionDims{2, 1, 17}, AttentionDims{3, 3, 40}}) {
-    for (std::int64_t t : {1, 7, 33, 70}) {
+  for (const AttentionDims& d :
+       {AttentionDims{8, 2, 256}, AttentionDims{4, 2, 64}, AttentionDims{2, 1, 17}, AttentionDims{3, 3, 40}}) {
+    for (std::int64_t t : {1, 7, 33, 70, 129}) {
       for (std::int64_t past : {0, 5, 64}) {
         const std::int64_t tk = t + past;
         const Vec q = rng.uniform(t * d.nh * d.hd, -2.0f, 2.0f);
