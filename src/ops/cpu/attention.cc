@@ -47,23 +47,31 @@ namespace {
 /// a 128 KiB Qt per query).
 constexpr std::int64_t kTile = 16;
 
-/// Qt [hd, ncol] (leading dim ncol) of one work item: column hh * nq + i = query row i of head hh of
-/// the group (q points at query row 0 of the group's first head, row stride ldq), times `scale`.
-inline void load_queries(const float* q, std::int64_t ldq, std::int64_t group, std::int64_t nq, std::int64_t hd,
-                         float scale, float* Qt, std::int64_t ncol) {
+/// Calls fn(hh, i, e0, e1) for every query row i < nq of every head hh < group and every kTile-wide
+/// slice [e0, e1) of its hd elements, tile by tile (kTile rows x kTile elements), so that a transpose
+/// between [rows, hd] and [hd, columns] touches at most kTile lines on each side at a time.
+template <class Fn>
+inline void for_each_tile(std::int64_t group, std::int64_t nq, std::int64_t hd, const Fn& fn) {
   for (std::int64_t hh = 0; hh < group; ++hh) {
     for (std::int64_t ib = 0; ib < nq; ib += kTile) {
       const std::int64_t iend = std::min(nq, ib + kTile);
       for (std::int64_t eb = 0; eb < hd; eb += kTile) {
         const std::int64_t eend = std::min(hd, eb + kTile);
-        for (std::int64_t i = ib; i < iend; ++i) {
-          const float* qi = q + i * ldq + hh * hd;
-          float* col = Qt + hh * nq + i;
-          for (std::int64_t e = eb; e < eend; ++e) col[e * ncol] = qi[e] * scale;
-        }
+        for (std::int64_t i = ib; i < iend; ++i) fn(hh, i, eb, eend);
       }
     }
   }
+}
+
+/// Qt [hd, ncol] (leading dim ncol) of one work item: column hh * nq + i = query row i of head hh of
+/// the group (q points at query row 0 of the group's first head, row stride ldq), times `scale`.
+inline void load_queries(const float* q, std::int64_t ldq, std::int64_t group, std::int64_t nq, std::int64_t hd,
+                         float scale, float* Qt, std::int64_t ncol) {
+  for_each_tile(group, nq, hd, [&](std::int64_t hh, std::int64_t i, std::int64_t e0, std::int64_t e1) {
+    const float* qi = q + i * ldq + hh * hd;
+    float* col = Qt + hh * nq + i;
+    for (std::int64_t e = e0; e < e1; ++e) col[e * ncol] = qi[e] * scale;
+  });
 }
 
 /// Final step of one work item of the blocked attention: o rows (query i of head hh of the group,
@@ -72,20 +80,12 @@ inline void load_queries(const float* q, std::int64_t ldq, std::int64_t group, s
 inline void write_output(const float* Ot, const float* l, float* corr, std::int64_t ncol, std::int64_t group,
                          std::int64_t nq, std::int64_t hd, float* o, std::int64_t ldq) {
   for (std::int64_t c = 0; c < ncol; ++c) corr[c] = 1.0f / l[c];
-  for (std::int64_t hh = 0; hh < group; ++hh) {
-    for (std::int64_t ib = 0; ib < nq; ib += kTile) {
-      const std::int64_t iend = std::min(nq, ib + kTile);
-      for (std::int64_t eb = 0; eb < hd; eb += kTile) {
-        const std::int64_t eend = std::min(hd, eb + kTile);
-        for (std::int64_t i = ib; i < iend; ++i) {
-          float* oi = o + hh * hd + i * ldq;
-          const std::int64_t c = hh * nq + i;
-          const float inv = corr[c];
-          for (std::int64_t e = eb; e < eend; ++e) oi[e] = Ot[e * ncol + c] * inv;
-        }
-      }
-    }
-  }
+  for_each_tile(group, nq, hd, [&](std::int64_t hh, std::int64_t i, std::int64_t e0, std::int64_t e1) {
+    float* oi = o + hh * hd + i * ldq;
+    const std::int64_t c = hh * nq + i;
+    const float inv = corr[c];
+    for (std::int64_t e = e0; e < e1; ++e) oi[e] = Ot[e * ncol + c] * inv;
+  });
 }
 
 constexpr std::int64_t kKBlock = 64;
