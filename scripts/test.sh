@@ -18,8 +18,8 @@
 #                 comparisons; AVX2 also runs the 0.8b layer shapes end to end (the "0.8b-shapes" preset).
 #                 Every op against its scalar oracle at every level is the native ctest's job;
 #   asan build, ctest (asan+ubsan)
-#                 ASan + UBSan build of the unit-test binaries (-O0, kernels -O1, only the kernel levels
-#                 this CPU runs, every file compiled alone), run;
+#                 ASan + UBSan build of the unit-test binaries (-O0; kernels -O1 but attention and the
+#                 delta rule -O0; only the kernel levels this CPU runs, every file compiled alone), run;
 #   fuzz build, fuzz TARGET
 #                 the libFuzzer targets (safetensors and GGUF headers, request, image), briefly (clang).
 # Stops at the first failing stage. A table of stage -> seconds is printed at the end, also when a

@@ -24,9 +24,9 @@
 #define CLEF_OPS_CPU_MICROGEMM_INL_H_
 #endif
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "hwy/highway.h"
 #include "ops/cpu/vmath-inl.h"
@@ -203,6 +203,17 @@ HWY_INLINE void transpose(std::int64_t rows, std::int64_t cols, const float* src
 
 constexpr __mmask16 kAll16 = 0xFFFF;
 
+/// The bits of one vector as another vector type of the same size (no instruction once optimized).
+/// Not std::bit_cast: GCC 12 with UBSan at -O0 (the sanitizer builds) instruments a bit_cast of
+/// vector types as a load from a bogus address and reports it misaligned.
+template <class To, class From>
+CLEF_BF16_ATTR inline To vec_bits(From x) {
+  static_assert(sizeof(To) == sizeof(From));
+  To r;
+  std::memcpy(&r, &x, sizeof r);
+  return r;
+}
+
 /// Mask of the first n (< 16) lanes.
 inline __mmask16 tail_mask16(std::int64_t n) { return static_cast<__mmask16>((1u << static_cast<unsigned>(n)) - 1u); }
 
@@ -231,13 +242,13 @@ CLEF_BF16_ATTR inline void bf16_tile(std::int64_t kp, const std::uint32_t* a, st
     __m512bh bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      bv[v] = std::bit_cast<__m512bh>(v + 1 < NV ? _mm512_loadu_si512(b + p * ldb + 16 * v)
+      bv[v] = vec_bits<__m512bh>(v + 1 < NV ? _mm512_loadu_si512(b + p * ldb + 16 * v)
                                                  : _mm512_maskz_loadu_epi32(mk[v], b + p * ldb + 16 * v));
     }
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const std::uint32_t w = TA ? a[p * lda + r] : a[r * lda + p];
-      const __m512bh av = std::bit_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(w)));
+      const __m512bh av = vec_bits<__m512bh>(_mm512_set1_epi32(static_cast<int>(w)));
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
@@ -326,7 +337,7 @@ CLEF_BF16_ATTR inline void bf16_gemm_at_rescaled(std::int64_t m, std::int64_t n,
 /// normal values, zeros, infinities and NaN; a subnormal input becomes +-0 (f32_to_bf16 rounds it: those
 /// within half a bf16 ulp of the smallest normal become it). Where the consumer is `vdpbf16ps`, which
 /// reads bf16 subnormals as zero, only that band differs.
-CLEF_BF16_ATTR inline __m256i to_bf16_16(__m512 x) { return std::bit_cast<__m256i>(_mm512_cvtneps_pbh(x)); }
+CLEF_BF16_ATTR inline __m256i to_bf16_16(__m512 x) { return vec_bits<__m256i>(_mm512_cvtneps_pbh(x)); }
 
 /// f32_to_bf16 (core/dtype.h) of 16 floats in integer arithmetic, subnormals included, as u32 lanes
 /// (upper half zero): (u + 0x7fff + lsb) >> 16, a NaN kept a quiet NaN.
