@@ -4,10 +4,11 @@
 // in the same run so the ratios are comparable on a noisy machine), and the chunked gated delta
 // rule and blocked attention kernels; then the block-quantized GGUF kernels (ops/quant_gemm.h:
 // Q4_K, Q5_K, Q6_K, Q4_0) against the int8 Q8_0 path at M = --qm rows and at M = 1 (decode).
-// Prints tables; not a timed test.
+// Prints tables; not a timed test. A bad CLEF_ISA or a shape too large for memory is an error
+// message and a non-zero exit (2 invalid argument, 4 unsupported level, 5 out of memory).
 //
-//   clef_bench_ops [--threads N] [--m 1024] [--qm 512] [--reps 5] [--quick] [--peak-only] [--quant-only]
-//                  [--attn-only] [--gdn-only]
+//   clef_bench_ops [--threads N] [--m 1024] [--qm 512] [--reps 5] [--quick]
+//                  [--peak-only | --quant-only | --attn-only | --gdn-only]
 #include <cblas.h>
 #include <CLI/CLI.hpp>
 #include <omp.h>
@@ -18,11 +19,14 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <iostream>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "ops/gemm.h"
 #include "ops/int8_gemm.h"
 #include "ops/isa.h"
@@ -177,7 +181,7 @@ void bench_delta_rule(std::int64_t t, int reps, double pf, double pb) {
   }
 }
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   int threads = 0, reps = 5;
   std::int64_t m = 1024, qm = 512;
   bool quick = false, peak_only = false, quant_only = false, attn_only = false, gdn_only = false;
@@ -186,16 +190,28 @@ int main(int argc, char** argv) {
       "libraries on the model's linear-layer shapes, the gated delta rule and attention kernels, the "
       "block-quantized GEMMs. Prints tables; not a timed test.",
       "clef_bench_ops"};
-  app.add_option("--threads", threads, "threads (0: the machine's CPUs)")->check(CLI::NonNegativeNumber);
-  app.add_option("--m", m, "GEMM rows (tokens) of the GEMM table")->check(CLI::PositiveNumber);
-  app.add_option("--qm", qm, "rows of the block-quantized GEMM table")->check(CLI::PositiveNumber);
-  app.add_option("--reps", reps, "timed repetitions per cell (best of)")->check(CLI::PositiveNumber);
-  app.add_flag("--quick", quick, "fewer shapes");
-  app.add_flag("--peak-only", peak_only, "only the measured peaks");
-  app.add_flag("--quant-only", quant_only, "only the block-quantized GEMMs");
-  app.add_flag("--attn-only", attn_only, "only the attention kernel");
-  app.add_flag("--gdn-only", gdn_only, "only the gated delta rule");
+  app.add_option("--threads", threads, "threads (0: the machine's CPUs; more than the CPUs run as many as the CPUs)")
+      ->check(CLI::Range(0, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--m", m, "rows (tokens) of the GEMM table, and T of the gated delta rule without --quick")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--qm", qm, "rows of the block-quantized GEMM table (a second table has 1 row)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--reps", reps, "timed repetitions per cell, best of (4x in the 1-row quantized table)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_flag("--quick", quick, "fewer shapes (every table)");
+  auto* peak_opt = app.add_flag("--peak-only", peak_only, "only the measured peaks");
+  auto* quant_opt = app.add_flag("--quant-only", quant_only, "only the block-quantized GEMMs (no peaks)");
+  auto* attn_opt = app.add_flag("--attn-only", attn_only, "only the peaks and the attention kernel");
+  auto* gdn_opt = app.add_flag("--gdn-only", gdn_only, "only the peaks and the gated delta rule");
+  peak_opt->excludes(quant_opt)->excludes(attn_opt)->excludes(gdn_opt);
+  quant_opt->excludes(attn_opt)->excludes(gdn_opt);
+  attn_opt->excludes(gdn_opt);
   CLI11_PARSE(app, argc, argv);
+  clef::ops::init_isa();  // a bad CLEF_ISA is reported before any work
   threads = clef::ops::set_num_threads(threads);
   openblas_set_num_threads(threads);
   std::printf("threads %d, kernels %s, GEMM backend %s\n\n", threads, clef::ops::isa_description().c_str(),
@@ -210,9 +226,11 @@ int main(int argc, char** argv) {
       {"0.8b mlp gate/up", 3584, 1024},
       {"0.8b mlp down", 1024, 3584},
   };
+  const std::vector<Shape> quant_run =
+      quick ? std::vector<Shape>(quant_shapes.begin(), quant_shapes.begin() + 2) : quant_shapes;
   if (quant_only) {
-    bench_quant(quant_shapes, qm, reps);
-    bench_quant(quant_shapes, 1, reps * 4);
+    bench_quant(quant_run, qm, reps);
+    bench_quant(quant_run, 1, reps * 4);
     return 0;
   }
 
@@ -284,8 +302,8 @@ int main(int argc, char** argv) {
               tot_flop / tot_f32 / 1e9, tot_flop / tot_b16 / 1e9, tot_flop / tot_blas / 1e9, tot_flop / tot_i8 / 1e9,
               std::min(tot_f32, tot_blas) / tot_b16, std::min(tot_f32, tot_blas) / tot_i8);
 
-  bench_quant(quick ? std::vector<Shape>(quant_shapes.begin(), quant_shapes.begin() + 2) : quant_shapes, qm, reps);
-  bench_quant(quick ? std::vector<Shape>(quant_shapes.begin(), quant_shapes.begin() + 2) : quant_shapes, 1, reps * 4);
+  bench_quant(quant_run, qm, reps);
+  bench_quant(quant_run, 1, reps * 4);
 
   // GDN input stage, 0.8b dims: conv + SiLU, q/k L2 norm, gates as three ops and fused.
   {
@@ -323,4 +341,10 @@ int main(int argc, char** argv) {
   bench_delta_rule(quick ? 256 : m, reps, pf, pb);
   bench_attention(quick, reps, pf, pb);
   return 0;
+} catch (const clef::Error& e) {  // CLEF_ISA unknown or above the CPU's level
+  std::cerr << "clef_bench_ops: error: " << e.what() << "\n";
+  return clef::exit_code_for(e.kind());
+} catch (const std::bad_alloc&) {
+  std::cerr << "clef_bench_ops: error: out of memory (lower --m or --qm)\n";
+  return clef::exit_code_for(clef::ErrorKind::kIo);
 }

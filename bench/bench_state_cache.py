@@ -18,7 +18,9 @@ Not a test. Runs tests/drivers/cache_driver.cc (one Engine, many requests) on a 
 With ``--serve CLEF``, the same state is also asked end to end through ``CLEF serve`` (HTTP on a
 loopback port, the latency a client sees: request bytes in, response out): the cold request, then
 ``--rounds`` warm requests of 1 new question, then the cold request again, whose response body must
-be the same bytes as the cold one.
+be the same bytes as the cold one. Around each request the server's GET /metrics stage sums are
+read, so each latency splits into the engine's own time, the queue wait and what is outside both
+(HTTP, JSON parsing and writing, scheduling).
 
 for each precision of ``--precision`` (default bf16 then f32, one after the other in one run, so
 their ratios share the machine's state). Prints each request's latency (Decision timings), then a
@@ -141,9 +143,16 @@ def run_driver(a, model: pathlib.Path, precision: str, reqs, cache_mb: int, labe
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     out = []
     for i, r in enumerate(reqs):
-        proc.stdin.write(json.dumps(r) + "\n")
-        proc.stdin.flush()
-        line = json.loads(proc.stdout.readline())
+        try:
+            proc.stdin.write(json.dumps(r) + "\n")
+            proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the driver exited; reported below
+        raw = proc.stdout.readline()
+        if not raw:
+            raise SystemExit(f"{a.driver} exited (status {proc.wait()}) before answering request {i}; "
+                             "its error is above")
+        line = json.loads(raw)
         if "error" in line:
             raise SystemExit(f"request {i} refused: {line}")
         out.append(line)
@@ -200,6 +209,18 @@ def run_precision(a, model: pathlib.Path, precision: str, reqs, labels):
     }
 
 
+def stage_sums(conn: http.client.HTTPConnection) -> dict[str, float]:
+    """The server's per-stage seconds so far (the `clef_stage_seconds_sum` lines of GET /metrics); the
+    difference across one request is that request's queue wait, tokenize, prefill, head and engine total."""
+    conn.request("GET", "/metrics")
+    resp = conn.getresponse()
+    text = resp.read().decode()
+    if resp.status != 200:
+        raise SystemExit(f"clef serve answered GET /metrics with {resp.status}")
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r'^clef_stage_seconds_sum\{stage="(\w+)"\} (\S+)$', text, re.M)}
+
+
 def run_serve(a, model: pathlib.Path, precision: str, reqs, labels):
     """`reqs` (cold, warm 1q rounds, re-ask) through `clef serve` on a loopback port, timed at the client;
     returns the summary. The server gets the driver's engine settings (threads, chunk, budget, cache)."""
@@ -222,9 +243,10 @@ def run_serve(a, model: pathlib.Path, precision: str, reqs, labels):
             else:
                 time.sleep(0.05)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
-        seconds, bodies = [], []
+        seconds, bodies, stages = [], [], []
         for i, r in enumerate(reqs):
             body = json.dumps(r).encode()
+            before = stage_sums(conn)
             t = time.perf_counter()
             conn.request("POST", "/v1/systemone", body=body, headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
@@ -233,30 +255,116 @@ def run_serve(a, model: pathlib.Path, precision: str, reqs, labels):
             if resp.status != 200:
                 raise SystemExit(f"clef serve answered request {i} with {resp.status}: {out[:300]!r}")
             bodies.append(out)
+            after = stage_sums(conn)
+            stages.append({k: after[k] - before.get(k, 0.0) for k in after})
+            st = stages[-1]
             print(f"{precision:4s} {i:2d} {labels[i]:8s} serve  {len(body):7d} request bytes  total "
-                  f"{seconds[-1]:8.3f} s", flush=True)
+                  f"{seconds[-1]:8.3f} s (engine {st.get('total', 0):.3f}, queue {st.get('queue', 0):.3f}, "
+                  f"outside both {seconds[-1] - st.get('total', 0) - st.get('queue', 0):.3f})", flush=True)
         conn.close()
     finally:
         proc.terminate()
         proc.wait(timeout=60)
         logdir.cleanup()
     warm = [t for t, l in zip(seconds, labels) if l == "warm 1q"]
+    warm_stages = [st for st, l in zip(stages, labels) if l == "warm 1q"]
+
+    def warm_med(key):
+        return statistics.median(st.get(key, 0.0) for st in warm_stages)
     return {"precision": precision, "cold_s": seconds[0], "warm_1q_median_s": statistics.median(warm),
             "warm_1q_best_s": min(warm), "speedup_1q": seconds[0] / statistics.median(warm),
+            "warm_1q_engine_s": warm_med("total"), "warm_1q_queue_s": warm_med("queue"),
+            "warm_1q_outside_engine_s": statistics.median(
+                t - st.get("total", 0.0) - st.get("queue", 0.0) for t, st in zip(warm, warm_stages)),
             "reask_same_body": bodies[-1] == bodies[0]}
+
+
+MODEL_FILES = ("config.json", "tokenizer.json", "joint_head_config.json", "joint_head.safetensors")
+
+
+def model_missing(model: pathlib.Path) -> list[str]:
+    """The files of a release folder this benchmark needs that `model` lacks."""
+    missing = [f for f in MODEL_FILES if not (model / f).is_file()]
+    if not (model / "model.safetensors").is_file() and not (model / "model.safetensors.index.json").is_file():
+        missing.append("model.safetensors")
+    return missing
+
+
+def check_executable(ap: argparse.ArgumentParser, flag: str, path: str, hint: str) -> None:
+    if os.path.isdir(path):
+        ap.error(f"{flag} {path}: a folder, not a program")
+    if not os.path.isfile(path):
+        ap.error(f"{flag} {path}: no such file{hint}")
+    if not os.access(path, os.X_OK):
+        ap.error(f"{flag} {path}: not executable")
+
+
+def check_args(ap: argparse.ArgumentParser, a) -> list[dict]:
+    """Rejects bad arguments before any work (the runs take minutes); returns the corpus questions."""
+    if a.rounds < 1:
+        ap.error(f"--rounds must be at least 1, got {a.rounds}")
+    if a.threads < 0:
+        ap.error(f"--threads must be 0 (all CPUs) or more, got {a.threads}")
+    if a.serve and a.threads > (os.cpu_count() or 1):
+        ap.error(f"--threads {a.threads}: clef serve takes at most the CPU count, {os.cpu_count()}")
+    if not 1 <= a.chunk <= 1 << 20:
+        ap.error(f"--chunk must be in [1, 2^20], got {a.chunk}")
+    if not 36 < a.state_tokens <= (1 << 24) - 16384:
+        ap.error(f"--state-tokens must be in [37, 2^24 - 16384] (the prefix is 36 tokens), got {a.state_tokens}")
+    if not 1 <= a.state_cache_mb <= 1 << 30:
+        ap.error(f"--state-cache-mb must be in [1, 2^30] (the cache is what is measured), got {a.state_cache_mb}")
+    check_executable(ap, "--driver", a.driver, " (build the clef_cache_driver target, or pass --driver)")
+    if a.serve:
+        check_executable(ap, "--serve", a.serve, "")
+        try:
+            v = subprocess.run([a.serve, "--version"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as e:
+            ap.error(f"--serve {a.serve}: cannot run it: {e}")
+        if v.returncode != 0 or not v.stdout.startswith("clef "):
+            first = (v.stdout.splitlines() or [""])[0][:60]
+            ap.error(f"--serve {a.serve}: not the clef binary ('--version' printed {first!r}, status {v.returncode})")
+    if a.json:
+        parent = pathlib.Path(a.json).resolve().parent
+        if not parent.is_dir():
+            ap.error(f"--json {a.json}: folder {parent} does not exist")
+    try:
+        pool = corpus_questions(pathlib.Path(a.corpus))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+        ap.error(f"--corpus {a.corpus}: not a requests corpus ({type(e).__name__}: {e})")
+    if not pool:
+        ap.error(f"--corpus {a.corpus}: no questions")
+    model = pathlib.Path(a.model)
+    if model.exists() and not model.is_dir():
+        ap.error(f"--model {model}: not a folder")
+    if not model.exists() and not model.parent.is_dir():
+        ap.error(f"--model {model}: no such folder (nor its parent {model.parent}, so it is not generated there)")
+    if model.is_dir() and not (model / "config.json").exists() and any(model.iterdir()):
+        ap.error(f"--model {model}: not a model folder (no config.json) and not empty, so the preset is not "
+                 "generated into it")
+    if (model / "config.json").exists() and model_missing(model):
+        ap.error(f"--model {model}: incomplete model folder, missing {', '.join(model_missing(model))} (an "
+                 "interrupted generation? remove the folder and run again)")
+    return pool
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="/tmp/clef-0.8b", help="release folder (made with --preset 0.8b if missing)")
-    ap.add_argument("--driver", default=str(REPO / "build" / "release" / "bin" / "clef_cache_driver"))
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--precision", default="bf16,f32", help="comma-separated list of f32 / bf16, run in this order")
-    ap.add_argument("--chunk", type=int, default=512)
+    ap.add_argument("--model", default="/tmp/clef-0.8b",
+                    help="release folder; a missing (or empty) one is made with make_model.py --preset 0.8b "
+                         "--seed 2, which takes minutes (default: %(default)s)")
+    ap.add_argument("--driver", default=str(REPO / "build" / "release" / "bin" / "clef_cache_driver"),
+                    help="the clef_cache_driver binary (default: %(default)s)")
+    ap.add_argument("--threads", type=int, default=2, help="engine threads, 0: all CPUs (default: %(default)s)")
+    ap.add_argument("--precision", default="bf16,f32",
+                    help="comma-separated list of f32 / bf16, run in this order (default: %(default)s)")
+    ap.add_argument("--chunk", type=int, default=512, help="prefill chunk in tokens (default: %(default)s)")
     ap.add_argument("--state-tokens", type=int, default=16384,
-                    help="target prefix + state tokens (the part that is cached)")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--state-cache-mb", type=int, default=2048)
+                    help="target prefix + state tokens (the part that is cached; default: %(default)s)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="warm requests of each kind: 1 question, 10 questions, 10 corpus questions "
+                         "(default: %(default)s)")
+    ap.add_argument("--state-cache-mb", type=int, default=2048,
+                    help="state cache budget in MiB (default: %(default)s)")
     ap.add_argument("--verify-off", action="store_true",
                     help="also answer the first warm request on an engine with the cache off (one more cold "
                          "run per precision) and check its logits and body are the same bits")
@@ -268,15 +376,16 @@ def main() -> int:
     a = ap.parse_args()
     precisions = [p.strip() for p in a.precision.split(",") if p.strip()]
     if not precisions or any(p not in ("f32", "bf16") for p in precisions):
-        ap.error("--precision takes f32 and/or bf16, comma-separated")
+        ap.error(f"--precision takes f32 and/or bf16, comma-separated, got {a.precision!r}")
+    pool = check_args(ap, a)
 
     model = pathlib.Path(a.model)
     if not (model / "config.json").exists():
         print(f"making the 0.8b random-weight preset in {model} ...", flush=True)
-        subprocess.run([sys.executable, str(REPO / "tools" / "reference" / "make_model.py"), "--preset", "0.8b",
-                        "--out", str(model), "--seed", "2"], check=True)
+        if subprocess.run([sys.executable, str(REPO / "tools" / "reference" / "make_model.py"), "--preset", "0.8b",
+                           "--out", str(model), "--seed", "2"]).returncode != 0 or model_missing(model):
+            raise SystemExit(f"making the preset in {model} failed (its error is above)")
     state = fit_state(model, a.state_tokens - 36)  # the prefix is 36 tokens
-    pool = corpus_questions(pathlib.Path(a.corpus))
     reqs, labels = [request(state, 0, 1)], ["cold"]
     k = 1
     for _ in range(a.rounds):
@@ -324,11 +433,13 @@ def main() -> int:
               f"wall {s['wall_s']:.0f} s")
     if served:
         print("\nThrough clef serve (HTTP, timed at the client):\n")
-        print("| precision | cold, 1 question | warm, 1 new question (median; best) | speed-up | re-ask == cold body |")
-        print("|---|---|---|---|---|")
+        print("| precision | cold, 1 question | warm, 1 new question (median; best) | speed-up | of the warm median: "
+              "engine, queue, outside both (HTTP, JSON, scheduling; /metrics) | re-ask == cold body |")
+        print("|---|---|---|---|---|---|")
         for s in served:
             print(f"| {s['precision']} | {s['cold_s']:.1f} s | {s['warm_1q_median_s']:.3f} s; {s['warm_1q_best_s']:.3f} s "
-                  f"| **{s['speedup_1q']:.1f}x** | {'yes' if s['reask_same_body'] else '**NO**'} |")
+                  f"| **{s['speedup_1q']:.1f}x** | {s['warm_1q_engine_s']:.3f} s, {s['warm_1q_queue_s']:.3f} s, "
+                  f"{s['warm_1q_outside_engine_s']:.3f} s | {'yes' if s['reask_same_body'] else '**NO**'} |")
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps({"cpu": cpu, "started": started, "summaries": summaries,
                                                     "serve": served}, indent=1))
