@@ -243,7 +243,7 @@ CLEF_BF16_ATTR inline void bf16_tile(std::int64_t kp, const std::uint32_t* a, st
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       bv[v] = vec_bits<__m512bh>(v + 1 < NV ? _mm512_loadu_si512(b + p * ldb + 16 * v)
-                                                 : _mm512_maskz_loadu_epi32(mk[v], b + p * ldb + 16 * v));
+                                            : _mm512_maskz_loadu_epi32(mk[v], b + p * ldb + 16 * v));
     }
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
