@@ -1,7 +1,9 @@
 #include "nn/state.h"
 
 #include <algorithm>
+#include <string>
 
+#include "core/error.h"
 #include "ops/ops.h"
 
 namespace clef::nn {
@@ -56,6 +58,64 @@ KvCache KvCache::clone(std::int64_t extra_rows) const {
     c.v.assign(v.begin(), v.end());
   }
   return c;
+}
+
+void KvCache::reserve(std::int64_t rows) {
+  if (rows < 0) throw InvalidArgument("KV cache: cannot reserve " + std::to_string(rows) + " rows");
+  if (bf16) {
+    kw.reserve(static_cast<std::size_t>(rows * (width / 2)));
+    vw.reserve(static_cast<std::size_t>((rows + 1) / 2 * width));
+  } else {
+    k.reserve(static_cast<std::size_t>(rows * width));
+    v.reserve(static_cast<std::size_t>(rows * width));
+  }
+}
+
+bool KvCache::has_room(std::int64_t extra_rows) const noexcept {
+  const std::int64_t rows = length + extra_rows;
+  if (bf16) {
+    return kw.capacity() >= static_cast<std::size_t>(rows * (width / 2)) &&
+           vw.capacity() >= static_cast<std::size_t>((rows + 1) / 2 * width);
+  }
+  return k.capacity() >= static_cast<std::size_t>(rows * width) &&
+         v.capacity() >= static_cast<std::size_t>(rows * width);
+}
+
+void KvCache::truncate(std::int64_t rows) {
+  if (rows < 0 || rows > length) {
+    throw InvalidArgument("KV cache: cannot truncate " + std::to_string(length) + " rows to " + std::to_string(rows));
+  }
+  if (bf16) {
+    kw.resize(static_cast<std::size_t>(rows * (width / 2)));
+    vw.resize(static_cast<std::size_t>((rows + 1) / 2 * width));
+    if (rows % 2 == 1) {
+      for (auto it = vw.end() - width; it != vw.end(); ++it) *it &= 0xFFFFu;  // row `rows` is not held
+    }
+  } else {
+    k.resize(static_cast<std::size_t>(rows * width));
+    v.resize(static_cast<std::size_t>(rows * width));
+  }
+  length = rows;
+}
+
+std::size_t KvCache::capacity_bytes() const noexcept {
+  return (k.capacity() + v.capacity()) * sizeof(float) + (kw.capacity() + vw.capacity()) * sizeof(std::uint32_t);
+}
+
+void ModelState::reserve_kv(std::int64_t tokens) {
+  for (LayerState& l : layers) l.kv.reserve(tokens);
+}
+
+bool ModelState::kv_has_room(std::int64_t extra_tokens) const noexcept {
+  return std::all_of(layers.begin(), layers.end(), [&](const LayerState& l) { return l.kv.has_room(extra_tokens); });
+}
+
+std::size_t ModelState::capacity_bytes() const noexcept {
+  std::size_t b = 0;
+  for (const LayerState& l : layers) {
+    b += (l.gdn.conv.capacity() + l.gdn.rec.capacity()) * sizeof(float) + l.kv.capacity_bytes();
+  }
+  return b;
 }
 
 ModelState ModelState::clone(std::int64_t extra_tokens) const {

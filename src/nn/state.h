@@ -38,6 +38,23 @@ struct KvCache {
   /// A deep copy with capacity reserved for `extra_rows` more rows (>= 0), so that appending them
   /// does not reallocate (and copy the rows again).
   KvCache clone(std::int64_t extra_rows) const;
+
+  /// Reserves room for `rows` tokens in all (a no-op below the current capacity), so that
+  /// appending up to that many does not reallocate.
+  void reserve(std::int64_t rows);
+
+  /// Whether `extra_rows` (>= 0) more rows fit in the reserved capacity: appending them keeps
+  /// every buffer where it is.
+  bool has_room(std::int64_t extra_rows) const noexcept;
+
+  /// Drops the rows past the first `rows` (0 <= rows <= length; throws InvalidArgument otherwise),
+  /// keeping the capacity. The words of rows [0, rows) are left as they are, and in bf16 mode the
+  /// high half of the last value word row is zeroed when `rows` is odd (kv_bf16_store's layout), so
+  /// the cache is exactly what appending its first `rows` rows gives.
+  void truncate(std::int64_t rows);
+
+  /// Bytes reserved (capacity, not only the rows in use).
+  std::size_t capacity_bytes() const noexcept;
 };
 
 /// State of one decoder layer (only the member matching the layer type is used).
@@ -58,6 +75,15 @@ struct ModelState {
   /// A deep copy (as the copy constructor makes) whose KV caches have room for `extra_tokens` more
   /// tokens (>= 0), for a restored state that goes on with that many tokens.
   ModelState clone(std::int64_t extra_tokens) const;
+
+  /// Reserves room for `tokens` tokens in all in every KV cache (KvCache::reserve).
+  void reserve_kv(std::int64_t tokens);
+
+  /// Whether every KV cache has room for `extra_tokens` more tokens (KvCache::has_room).
+  bool kv_has_room(std::int64_t extra_tokens) const noexcept;
+
+  /// Bytes reserved by the caches: conv + recurrent states and the KV buffers' capacity.
+  std::size_t capacity_bytes() const noexcept;
 };
 
 }  // namespace clef::nn

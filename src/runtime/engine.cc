@@ -15,6 +15,12 @@
 namespace clef {
 namespace {
 
+/// Room a new state cache entry reserves past its prefix for later requests' own rows (so that
+/// StateLoan lends its KV buffers instead of copying them): twice the computing request's rows,
+/// and at least a quarter of the prefix's up to this many (10 typical questions; at most 1/8 more
+/// KV memory for long states, where a copy costs the most).
+constexpr std::int64_t kLoanRoomRows = 2048;
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -306,13 +312,13 @@ double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, Joint
       std::as_bytes(std::span<const char>(p.media.key.data(), p.media.key.size()));
   // The routing key covers the prefix + state whether or not this run splits or caches there.
   d.state_key = state_cache_key(routing_identity_, ids.first(static_cast<std::size_t>(p.rec.state_end())), image_bytes);
-  SequenceState state = backbone_->new_state();
   if (split > 0 && cache_) {
     // Rows [0, split) from the cache, or computed and published: the backbone state and the head's
     // keys/values of the prefix's memory rows (what JointHeadRecord computes for them itself).
     const auto compute = [&]() -> StateCache::EntryPtr {
       auto e = std::make_shared<StateCacheEntry>();
       e->state = backbone_->new_state();
+      e->state.reserve_kv(split + std::max(2 * (p.tokens() - split), std::min(split / 4, kLoanRoomRows)));
       e->rows = split;
       std::vector<float> memory;  // the prefix's projected memory rows [split, W]
       memory.reserve(static_cast<std::size_t>(split * head_->config().width));
@@ -335,12 +341,14 @@ double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, Joint
     d.state_cache = r.hit ? StateCacheUse::kHit : StateCacheUse::kMiss;
     d.reused_tokens = r.hit ? split : 0;
     const auto tr = std::chrono::steady_clock::now();
-    state = r.entry->state.clone(p.tokens() - split);
+    StateLoan loan(r.entry, p.tokens() - split);  // gives the entry's KV buffers back when it ends
     head.restore_prefix(r.entry->head);
     d.timings.state_restore = seconds_since(tr);
-  } else if (split > 0) {
-    prefill_range(p, 0, split, state, feed_head);
+    prefill_range(p, split, p.tokens(), loan.state(), feed_head);
+    return head_seconds;
   }
+  SequenceState state = backbone_->new_state();
+  if (split > 0) prefill_range(p, 0, split, state, feed_head);
   prefill_range(p, split, p.tokens(), state, feed_head);
   return head_seconds;
 }

@@ -1,5 +1,6 @@
 #include "runtime/state_cache.h"
 
+#include <string>
 #include <utility>
 
 #include "core/error.h"
@@ -18,7 +19,49 @@ void put_u64(std::vector<std::byte>& out, std::uint64_t v) {
 }  // namespace
 
 std::size_t StateCacheEntry::bytes() const noexcept {
-  return state.bytes() + (head ? head->bytes() : 0) + kEntryOverheadBytes;
+  return state.capacity_bytes() + (head ? head->bytes() : 0) + kEntryOverheadBytes;
+}
+
+StateLoan::StateLoan(std::shared_ptr<const StateCacheEntry> entry, std::int64_t extra_tokens)
+    : entry_(std::move(entry)) {
+  if (!entry_) throw InvalidArgument("state loan: no cache entry");
+  if (extra_tokens < 0) throw InvalidArgument("state loan: " + std::to_string(extra_tokens) + " extra tokens");
+  std::unique_lock<std::mutex> lock(entry_->loan_mu);
+  SequenceState& src = entry_->state;
+  if (!src.kv_has_room(extra_tokens)) {
+    state_ = src.clone(extra_tokens);  // under the lock: another loan may not hold the buffers now
+    return;
+  }
+  state_.layers.resize(src.layers.size());
+  for (std::size_t i = 0; i < src.layers.size(); ++i) {
+    nn::LayerState& from = src.layers[i];
+    nn::LayerState& to = state_.layers[i];
+    to.gdn = from.gdn;
+    to.kv.width = from.kv.width;
+    to.kv.length = from.kv.length;
+    to.kv.bf16 = from.kv.bf16;
+    to.kv.k.swap(from.kv.k);
+    to.kv.v.swap(from.kv.v);
+    to.kv.kw.swap(from.kv.kw);
+    to.kv.vw.swap(from.kv.vw);
+  }
+  state_.n_tokens = src.n_tokens;
+  state_.next_position = src.next_position;
+  lock_ = std::move(lock);
+}
+
+StateLoan::~StateLoan() {
+  if (!lock_.owns_lock()) return;
+  SequenceState& dst = entry_->state;
+  for (std::size_t i = 0; i < dst.layers.size(); ++i) {
+    nn::KvCache& from = state_.layers[i].kv;
+    nn::KvCache& to = dst.layers[i].kv;
+    from.truncate(to.length);  // only appended to: to.length <= from.length, so this cannot throw
+    to.k.swap(from.k);
+    to.v.swap(from.v);
+    to.kw.swap(from.kw);
+    to.vw.swap(from.vw);
+  }
 }
 
 std::string state_cache_key(std::string_view model_identity, std::span<const std::int32_t> ids,

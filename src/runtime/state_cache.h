@@ -2,12 +2,14 @@
 // (docs/PROTOCOL.md §3) and the backbone is causal, so everything the engine computes for the rows
 // [0, state_end) depends only on those tokens (and the model). The engine computes that part
 // once, publishes it here as an immutable entry keyed by a SHA-256 of the exact token ids (plus
-// image bytes and the model identity), and later requests with the same prefix + state copy it
-// back and run only their schema + suffix tokens.
+// image bytes and the model identity), and later requests with the same prefix + state go on
+// from it (StateLoan: the entry's KV buffers are lent, not copied) and run only their schema +
+// suffix tokens.
 //
 // The cache is an LRU bounded by a byte budget. Entries are immutable once published
 // (shared_ptr<const StateCacheEntry>: an evicted entry stays alive while a request still reads
-// it). Every member function is thread-safe; concurrent requests for the same key compute it
+// it); the one exception, a StateLoan, gives the buffers back with the same bits. Every member
+// function is thread-safe; concurrent requests for the same key compute it
 // once (the others wait on an in-flight marker and then read the published entry).
 #pragma once
 
@@ -37,13 +39,50 @@ namespace clef {
 /// global row lie after it), and needs nothing else of those rows, so a warm request reads them
 /// and never recomputes them.
 struct StateCacheEntry {
-  SequenceState state;                           ///< KV caches + GDN conv/recurrent states after `rows` tokens
+  /// KV caches + GDN conv/recurrent states after `rows` tokens. Mutable for one purpose only: a
+  /// StateLoan moves the KV buffers out for the length of one request, holding `loan_mu`, and gives
+  /// them back holding exactly the rows [0, rows) they held (and the same capacity).
+  mutable SequenceState state;
   std::shared_ptr<const HeadMemoryPrefix> head;  ///< the head's keys/values over rows [0, rows); may be null
   std::int64_t rows = 0;                         ///< tokens covered (== state.n_tokens)
+  mutable std::mutex loan_mu;                    ///< held while `state`'s KV buffers are lent or copied
 
-  /// Bytes this entry holds (state + the head's key/value rows + a fixed bookkeeping estimate):
-  /// what the budget counts.
+  /// Bytes this entry holds (state with its KV buffers' reserved capacity + the head's key/value
+  /// rows + a fixed bookkeeping estimate): what the budget counts.
   std::size_t bytes() const noexcept;
+};
+
+/// The working backbone state of one request that goes on from a cache entry (README "Exact state
+/// reuse": restoring without copying the cache). When every KV cache of the entry has
+/// room for the request's `extra_tokens` more rows (the engine reserves room when it computes an
+/// entry), the entry's KV buffers are *lent*: moved into state(), where the request appends its rows
+/// past the snapshot's length (attention reads one contiguous cache as before), and moved back by
+/// the destructor truncated to the snapshot (KvCache::truncate), so rows [0, entry.rows) are never
+/// written and the next request sees the same bits. Otherwise state() is a deep copy, as before.
+/// Either way the GDN conv and recurrent states (a few MiB, overwritten by the new tokens) and the
+/// counters are copied, and the result is the same state bit for bit.
+///
+/// The entry's `loan_mu` is held while its buffers are lent, so a second request on the same entry
+/// waits for the first to end (the engine runs one decision at a time; a cache shared by several
+/// threads would serialize requests on one entry). The state must only grow by appending, and by at
+/// most `extra_tokens` rows if the buffers are to stay where they are (more rows reallocate: still
+/// correct, the entry then holds the larger buffers).
+class StateLoan {
+ public:
+  /// Throws InvalidArgument if `entry` is null or `extra_tokens` < 0.
+  StateLoan(std::shared_ptr<const StateCacheEntry> entry, std::int64_t extra_tokens);
+  ~StateLoan();
+  StateLoan(const StateLoan&) = delete;
+  StateLoan& operator=(const StateLoan&) = delete;
+
+  SequenceState& state() noexcept { return state_; }
+  /// true: the entry's KV buffers are in state() until the destructor runs; false: state() is a copy.
+  bool lent() const noexcept { return lock_.owns_lock(); }
+
+ private:
+  std::shared_ptr<const StateCacheEntry> entry_;
+  std::unique_lock<std::mutex> lock_;
+  SequenceState state_;
 };
 
 /// Counters of one cache (monotonic except bytes / entries).

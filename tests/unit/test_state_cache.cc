@@ -98,6 +98,111 @@ TEST(StateCacheEntry, BytesCountTheStateAndTheHeadKeysValues) {
   EXPECT_EQ(e.bytes(), without_head + h->bytes());
 }
 
+/// A one-layer-of-each state: GDN conv/rec filled with `seed`-dependent values, and a KV cache
+/// (width 8, `bf16` or fp32) of `rows` appended rows with room for `room` more.
+void fill_state(nn::ModelState& st, bool bf16, std::int64_t rows, std::int64_t room, float seed) {
+  st.layers.resize(2);
+  st.layers[0].gdn.conv.assign(12, seed);
+  st.layers[0].gdn.rec.assign(32, -seed);
+  nn::KvCache& kv = st.layers[1].kv;
+  kv.width = 8;
+  kv.bf16 = bf16;
+  kv.reserve(rows + room);
+  std::vector<float> k(static_cast<std::size_t>(rows * kv.width)), v(k.size());
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    k[i] = seed + 0.37f * static_cast<float>(i);
+    v[i] = seed - 1.13f * static_cast<float>(i);
+  }
+  kv.append(k.data(), v.data(), rows);
+  st.n_tokens = rows;
+  st.next_position = rows + 3;
+}
+
+/// Appends `n` rows (distinct, non-zero values) to every KV cache of `st`, advancing its counters,
+/// and overwrites its GDN states, as a prefill would.
+void go_on(nn::ModelState& st, std::int64_t n) {
+  for (nn::LayerState& l : st.layers) {
+    for (float& x : l.gdn.conv) x += 1.0f;
+    for (float& x : l.gdn.rec) x *= 0.5f;
+    if (l.kv.width == 0) continue;
+    std::vector<float> k(static_cast<std::size_t>(n * l.kv.width), 3.5f), v(k.size(), -7.25f);
+    l.kv.append(k.data(), v.data(), n);
+  }
+  st.n_tokens += n;
+  st.next_position += n;
+}
+
+bool same_state(const nn::ModelState& a, const nn::ModelState& b) {
+  if (a.layers.size() != b.layers.size() || a.n_tokens != b.n_tokens || a.next_position != b.next_position) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.layers.size(); ++i) {
+    const nn::LayerState &x = a.layers[i], &y = b.layers[i];
+    if (x.gdn.conv != y.gdn.conv || x.gdn.rec != y.gdn.rec || x.kv.length != y.kv.length || x.kv.width != y.kv.width ||
+        x.kv.bf16 != y.kv.bf16 || !(x.kv.k == y.kv.k) || !(x.kv.v == y.kv.v) || !(x.kv.kw == y.kv.kw) ||
+        !(x.kv.vw == y.kv.vw)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(StateLoan, LendsTheKvBuffersAndGivesBackTheSnapshotBitForBit) {
+  // Both KV layouts, odd and even snapshot lengths (bf16: an odd one shares its last value word
+  // with the first new row), lent twice in a row: the request's state equals a deep copy that went on
+  // the same way, and the entry afterwards equals its snapshot, in the same buffers.
+  for (const bool bf16 : {true, false}) {
+    for (const std::int64_t rows : {5, 6}) {
+      SCOPED_TRACE(testing::Message() << (bf16 ? "bf16" : "fp32") << ", " << rows << " rows");
+      auto e = std::make_shared<StateCacheEntry>();
+      fill_state(e->state, bf16, rows, /*room=*/4, 0.75f);
+      e->rows = rows;
+      const nn::ModelState snapshot = e->state.clone(0);
+      const nn::KvCache& held = e->state.layers[1].kv;
+      const void* buffer = bf16 ? static_cast<const void*>(held.vw.data()) : static_cast<const void*>(held.v.data());
+      const std::size_t capacity = held.capacity_bytes(), entry_bytes = e->bytes();
+      const StateCacheEntry empty;
+      EXPECT_GT(e->state.capacity_bytes(), e->state.bytes());
+      EXPECT_EQ(entry_bytes, e->state.capacity_bytes() + empty.bytes());  // the budget counts the room
+      for (int round = 0; round < 2; ++round) {
+        nn::ModelState want = snapshot.clone(3);
+        go_on(want, 3);
+        {
+          StateLoan loan(e, 3);
+          EXPECT_TRUE(loan.lent());
+          const nn::KvCache& lent = loan.state().layers[1].kv;
+          EXPECT_EQ(bf16 ? static_cast<const void*>(lent.vw.data()) : static_cast<const void*>(lent.v.data()), buffer);
+          go_on(loan.state(), 3);
+          EXPECT_TRUE(same_state(loan.state(), want));
+          EXPECT_EQ(bf16 ? static_cast<const void*>(lent.vw.data()) : static_cast<const void*>(lent.v.data()), buffer);
+          EXPECT_EQ(e->state.layers[0].gdn.conv, snapshot.layers[0].gdn.conv);  // copied, not lent
+        }
+        EXPECT_TRUE(same_state(e->state, snapshot));
+        EXPECT_EQ(bf16 ? static_cast<const void*>(held.vw.data()) : static_cast<const void*>(held.v.data()), buffer);
+        EXPECT_EQ(held.capacity_bytes(), capacity);
+        EXPECT_EQ(e->bytes(), entry_bytes);
+      }
+      // More new rows than the room: a deep copy that goes on the same way; the entry is untouched.
+      nn::ModelState want = snapshot.clone(5);
+      go_on(want, 5);
+      {
+        StateLoan loan(e, 5);
+        EXPECT_FALSE(loan.lent());
+        go_on(loan.state(), 5);
+        EXPECT_TRUE(same_state(loan.state(), want));
+        EXPECT_TRUE(same_state(e->state, snapshot));
+      }
+      EXPECT_TRUE(same_state(e->state, snapshot));
+    }
+  }
+  EXPECT_THROW(StateLoan(nullptr, 1), InvalidArgument);
+  EXPECT_THROW(StateLoan(std::make_shared<StateCacheEntry>(), -1), InvalidArgument);
+  nn::KvCache c;
+  c.width = 4;
+  EXPECT_THROW(c.truncate(1), InvalidArgument);  // past its length
+  EXPECT_THROW(c.reserve(-1), InvalidArgument);
+}
+
 TEST(StateCacheKey, DeterministicAndSensitiveToEveryInput) {
   const std::vector<std::int32_t> ids = {1, 2, 3, 248044};
   const std::string k = state_cache_key("model-a", ids);
@@ -402,6 +507,40 @@ TEST_F(EngineStateCacheTest, HitMissAndOffGiveBitIdenticalLogits) {
 // Decision::state_key: the balancer's routing key covers the model and the prefix +
 // state only, never the questions, and no replica-local setting (path, mtime, threads, chunk,
 // cache budget, padded readout).
+TEST_F(EngineStateCacheTest, LentAndCopiedRestoresGiveTheColdLogitsInBothPrecisions) {
+  // Warm requests on states of odd and even length, in fp32 and bf16 (bf16 pair words), each
+  // asked twice (the second sees the buffers the first gave back), and one whose questions add more
+  // rows than the entry reserved (the copying restore): all bit-identical to a cache-off engine.
+  std::string long_question = "Is a refund due";
+  for (int i = 0; i < 60; ++i) long_question += ", and is order A-" + std::to_string(55000 + i) + " affected";
+  long_question += "?";
+  for (const ops::Precision precision : {ops::Precision::kF32, ops::Precision::kBF16}) {
+    EngineOptions o = options(64);
+    o.backbone.precision = precision;
+    Engine on(*model_, o);
+    o.state_cache_mb = 0;
+    Engine off(*model_, o);
+    bool parity_seen[2] = {false, false};
+    for (const std::string state : {"Order A-55120 was charged twice.", "Order A-55120 was charged twice!!",
+                                    "Two charges on order A-55120, one refund.", "Charged twice."}) {
+      SCOPED_TRACE(state);
+      const Decision cold = on.decide(request(state, "Is a refund due?"));
+      ASSERT_EQ(cold.state_cache, StateCacheUse::kMiss);
+      for (const std::string& q :
+           {std::string("Should a human look at it?"), std::string("Is a refund due?"), long_question}) {
+        const Decision warm = on.decide(request(state, q));
+        ASSERT_EQ(warm.state_cache, StateCacheUse::kHit);
+        parity_seen[warm.reused_tokens % 2] = true;
+        if (q == long_question) {
+          EXPECT_GT(warm.input_tokens - warm.reused_tokens, 2 * 256);
+        }
+        EXPECT_TRUE(same_bits(warm.logits, off.decide(request(state, q)).logits)) << q.substr(0, 40);
+      }
+    }
+    EXPECT_TRUE(parity_seen[0] && parity_seen[1]) << "states of odd and even token counts";
+  }
+}
+
 TEST_F(EngineStateCacheTest, StateKeyCoversTheStateAndNotTheReplica) {
   Engine on(*model_, options(64));
   const std::string s1 = "Order A-55120 was charged twice.";
