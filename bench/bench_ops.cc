@@ -120,10 +120,10 @@ void bench_attention(bool quick, int reps, double pf, double pb) {
   };
   const std::vector<Case> cases =
       quick ? std::vector<Case>{{256, 256}, {128, 1024}}
-            : std::vector<Case>{{1024, 1024}, {512, 4096}, {512, 16384}, {128, 16384}, {72, 16384}};
+            : std::vector<Case>{{1024, 1024}, {512, 4096}, {512, 16384}, {256, 16384}, {131, 16384}, {72, 16384}};
   std::printf(
       "attention, 0.8b layer (nh 8, nkv 2, hd 256), causal, best of %d (GFLOP/s; %% of the level's peak; "
-      "bf16 over a stored bf16 KV cache; 128 and 72 queries over 16k keys: warm requests)\n",
+      "bf16 over a stored bf16 KV cache; 256, 131 and 72 queries over 16k keys: warm requests)\n",
       reps);
   std::printf("%-8s %-8s | %18s %18s\n", "queries", "keys", "fp32", "bf16");
   for (const Case& c : cases) {

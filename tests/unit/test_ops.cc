@@ -610,6 +610,29 @@ TEST_P(OpsAtLevel, AttentionBlockedVsReference) {
   }
 }
 
+/// A warm request's shape, scaled down: 80 queries of 8 heads per kv head (640 columns) over 720 keys
+/// (>= 8 keys per query), one work item per kv head (the widest items of ops/cpu/attention.cc).
+constexpr AttentionDims kWarmDims{16, 2, 32};
+constexpr std::int64_t kWarmT = 80, kWarmTk = 720;
+
+TEST_P(OpsAtLevel, AttentionWarmShapeVsReference) {
+  Rng rng(12);
+  const AttentionDims d = kWarmDims;
+  const Vec q = rng.uniform(kWarmT * d.nh * d.hd, -2.0f, 2.0f);
+  const Vec kc = rng.uniform(kWarmTk * d.nkv * d.hd, -2.0f, 2.0f), vc = rng.uniform(kc.size(), -2.0f, 2.0f);
+  Vec want(q.size()), got(q.size());
+  ops::ref::attention(d, kWarmT, kWarmTk, q.data(), kc.data(), vc.data(), want.data());
+  ops::attention(d, kWarmT, kWarmTk, q.data(), kc.data(), vc.data(), got.data());
+  EXPECT_TRUE(close("attention", "warm shape", want, got, {2e-6, 2e-5}));
+  // bf16 (q, k rounded as the kernel does; v and the probabilities at the bf16 tolerance below).
+  Vec qr = q, kr = kc;
+  for (float& x : qr) x = bf16_to_f32(f32_to_bf16(x));
+  for (float& x : kr) x = bf16_to_f32(f32_to_bf16(x));
+  ops::ref::attention(d, kWarmT, kWarmTk, qr.data(), kr.data(), vc.data(), want.data());
+  ops::attention_bf16(d, kWarmT, kWarmTk, qr.data(), kr.data(), vc.data(), got.data());
+  EXPECT_TRUE(close("attention_bf16", "warm shape", want, got, {1.5e-2, 1e-2}));
+}
+
 TEST(Ops, ThreadCountIsCappedAtTheMachine) {
   // An oversized --threads must not oversubscribe the spinning OpenMP pool.
   const int before = ops::num_threads();

@@ -89,9 +89,11 @@ inline void write_output(const float* Ot, const float* l, float* corr, std::int6
 }
 
 constexpr std::int64_t kKBlock = 64;
-constexpr std::int64_t kCols = 128;       // target query columns per item (group x nq)
-constexpr std::int64_t kMaxQBlock = 128;  // query cap per item (binds only for group 1: the vision tower)
-constexpr std::int64_t kWideCols = 512;   // widest item (columns): a short t over a long cache
+constexpr std::int64_t kCols = 128;           // target query columns per item (group x nq)
+constexpr std::int64_t kMaxQBlock = 128;      // query cap per item (binds only for group 1: the vision tower)
+constexpr std::int64_t kWideCols = 512;       // widest item (columns) over any cache
+constexpr std::int64_t kLongWideCols = 1024;  // widest item over a cache of >= kLongCache x t keys
+constexpr std::int64_t kLongCache = 8;        // keys per query from which an item's causal waste is <= 1/16
 
 struct AttnScratch {
   std::vector<float> qt, st, ot, m, l, corr;
@@ -108,14 +110,18 @@ struct AttnScratch {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-/// Queries per work item. A few queries over a long cache (a warm request: t * group <= kWideCols)
-/// make one item per kv head, so each layer reads the cache once instead of once per query block,
-/// when the kv heads alone keep every thread busy. Otherwise at most kCols / group (kMaxQBlock), the
+/// Queries per work item. A few queries over a long cache (a warm request: t * group <= kWideCols,
+/// or <= kLongWideCols when tk >= kLongCache * t, so that computing every query block up to its
+/// last query wastes at most t / (2 tk) of the work) make one item per kv head, so each layer reads
+/// the cache once instead of once per query block, when the kv heads alone keep every thread busy
+/// (131 queries of group 4 over 16k keys: 5 reads of the cache -> 1, fp32 62-67% -> 79-84% of the
+/// peak on a Zen 4, docs/PERFORMANCE.md). Otherwise at most kCols / group (kMaxQBlock), the
 /// t queries split into blocks of near-equal size (129 queries of group 4: 5 x 26, not 4 x 32 + 1),
 /// so that no item streams the whole cache for a few columns. Each column's arithmetic does not
 /// depend on its block, so the choice changes no bit (and may depend on the thread count).
-std::int64_t query_block(std::int64_t t, std::int64_t group, std::int64_t nkv) {
-  if (t * group <= kWideCols && nkv >= ::clef::ops::num_threads()) return std::max<std::int64_t>(1, t);
+std::int64_t query_block(std::int64_t t, std::int64_t tk, std::int64_t group, std::int64_t nkv) {
+  const std::int64_t widest = tk >= kLongCache * t ? kLongWideCols : kWideCols;
+  if (t * group <= widest && nkv >= ::clef::ops::num_threads()) return std::max<std::int64_t>(1, t);
   const std::int64_t most = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, kMaxQBlock));
   const std::int64_t blocks = (t + most - 1) / most;
   return (t + blocks - 1) / blocks;
@@ -194,7 +200,7 @@ void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
   const std::int64_t hd = d.hd, group = d.nh / d.nkv;
   const std::int64_t ldq = d.nh * hd, ldk = d.nkv * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const std::int64_t qblock = query_block(t, group, d.nkv);
+  const std::int64_t qblock = query_block(t, tk, group, d.nkv);
   const std::int64_t qblocks = (t + qblock - 1) / qblock;
   const std::int64_t items = d.nkv * qblocks;
   const std::int64_t offset = tk - t;  // sequence index of query 0
@@ -251,7 +257,7 @@ CLEF_BF16_ATTR void attention_bf16_dot(const AttentionDims& d, std::int64_t t, s
   const std::int64_t hd = d.hd, hd2 = hd / 2, group = d.nh / d.nkv;
   const std::int64_t ldq = d.nh * hd, ldk = d.nkv * hd, ldk2 = ldk / 2;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const std::int64_t qblock = query_block(t, group, d.nkv);
+  const std::int64_t qblock = query_block(t, tk, group, d.nkv);
   const std::int64_t qblocks = (t + qblock - 1) / qblock;
   const std::int64_t items = d.nkv * qblocks;
   const std::int64_t offset = tk - t;
