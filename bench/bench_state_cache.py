@@ -259,7 +259,8 @@ def run_serve(a, model: pathlib.Path, precision: str, reqs, labels):
             stages.append({k: after[k] - before.get(k, 0.0) for k in after})
             st = stages[-1]
             print(f"{precision:4s} {i:2d} {labels[i]:8s} serve  {len(body):7d} request bytes  total "
-                  f"{seconds[-1]:8.3f} s (engine {st.get('total', 0):.3f}, queue {st.get('queue', 0):.3f}, "
+                  f"{seconds[-1]:8.3f} s (engine {st.get('total', 0):.3f} = prefill {st.get('prefill', 0):.3f} + head "
+                  f"{st.get('head', 0):.3f} + ..., queue {st.get('queue', 0):.3f}, "
                   f"outside both {seconds[-1] - st.get('total', 0) - st.get('queue', 0):.3f})", flush=True)
         conn.close()
     finally:

@@ -611,7 +611,8 @@ TEST_P(OpsAtLevel, AttentionBlockedVsReference) {
 }
 
 /// A warm request's shape, scaled down: 80 queries of 8 heads per kv head (640 columns) over 720 keys
-/// (>= 8 keys per query), one work item per kv head (the widest items of ops/cpu/attention.cc).
+/// (>= 8 keys per query): one work item per kv head at the 512-bit levels (the widest items of
+/// ops/cpu/attention.cc), query blocks at the others.
 constexpr AttentionDims kWarmDims{16, 2, 32};
 constexpr std::int64_t kWarmT = 80, kWarmTk = 720;
 

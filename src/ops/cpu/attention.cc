@@ -92,7 +92,7 @@ constexpr std::int64_t kKBlock = 64;
 constexpr std::int64_t kCols = 128;           // target query columns per item (group x nq)
 constexpr std::int64_t kMaxQBlock = 128;      // query cap per item (binds only for group 1: the vision tower)
 constexpr std::int64_t kWideCols = 512;       // widest item (columns) over any cache
-constexpr std::int64_t kLongWideCols = 1024;  // widest item over a cache of >= kLongCache x t keys
+constexpr std::int64_t kLongWideCols = 1024;  // widest item over a cache of >= kLongCache x t keys (512-bit levels)
 constexpr std::int64_t kLongCache = 8;        // keys per query from which an item's causal waste is <= 1/16
 
 struct AttnScratch {
@@ -114,13 +114,15 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 /// or <= kLongWideCols when tk >= kLongCache * t, so that computing every query block up to its
 /// last query wastes at most t / (2 tk) of the work) make one item per kv head, so each layer reads
 /// the cache once instead of once per query block, when the kv heads alone keep every thread busy
-/// (131 queries of group 4 over 16k keys: 5 reads of the cache -> 1, fp32 62-67% -> 79-84% of the
-/// peak on a Zen 4, docs/PERFORMANCE.md). Otherwise at most kCols / group (kMaxQBlock), the
+/// (131 queries of group 4 over 16k keys: 5 reads of the cache -> 1, fp32 72-74% -> 84-85% of the
+/// peak on a Zen 4, docs/PERFORMANCE.md). The wider items only pay with 512-bit vectors: at AVX2 the
+/// 1,024-column item's output tile (1 MiB) ran 10% slower than blocks, so narrower levels keep
+/// kWideCols. Otherwise at most kCols / group (kMaxQBlock), the
 /// t queries split into blocks of near-equal size (129 queries of group 4: 5 x 26, not 4 x 32 + 1),
 /// so that no item streams the whole cache for a few columns. Each column's arithmetic does not
 /// depend on its block, so the choice changes no bit (and may depend on the thread count).
 std::int64_t query_block(std::int64_t t, std::int64_t tk, std::int64_t group, std::int64_t nkv) {
-  const std::int64_t widest = tk >= kLongCache * t ? kLongWideCols : kWideCols;
+  const std::int64_t widest = tk >= kLongCache * t && cpu::lanes() >= 16 ? kLongWideCols : kWideCols;
   if (t * group <= widest && nkv >= ::clef::ops::num_threads()) return std::max<std::int64_t>(1, t);
   const std::int64_t most = std::max<std::int64_t>(1, std::min<std::int64_t>(kCols / group, kMaxQBlock));
   const std::int64_t blocks = (t + most - 1) / most;
