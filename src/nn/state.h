@@ -23,8 +23,8 @@ struct KvCache {
   /// bf16 mode: rows are rounded to bf16 once, when appended, and kept in kw/vw only (layouts of
   /// ops::kv_bf16_store, docs/NUMERICS.md "bf16 KV cache"); k and v stay empty. Otherwise fp32 rows.
   bool bf16 = false;
-  /// Buffers on 2 MiB pages where large (core/huge_pages.h): a restore copies them whole and
-  /// attention streams them.
+  /// Buffers on 2 MiB pages where large (core/huge_pages.h): attention streams them, and a copy
+  /// (a fork, or a restore without room) writes them whole.
   template <class T>
   using Rows = std::vector<T, HugePageAllocator<T>>;
   Rows<float> k;           ///< [length, nkv, head_dim] (rotated keys), fp32 mode

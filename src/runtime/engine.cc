@@ -17,8 +17,8 @@ namespace {
 
 /// Room a new state cache entry reserves past its prefix for later requests' own rows (so that
 /// StateLoan lends its KV buffers instead of copying them): twice the computing request's rows,
-/// and at least a quarter of the prefix's up to this many (10 typical questions; at most 1/8 more
-/// KV memory for long states, where a copy costs the most).
+/// and at least a quarter of the prefix's up to this many (10 typical questions), never past the
+/// record budget (no request can use more). For a 16k-token state the floor is 1/8 more KV memory.
 constexpr std::int64_t kLoanRoomRows = 2048;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -318,7 +318,8 @@ double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, Joint
     const auto compute = [&]() -> StateCache::EntryPtr {
       auto e = std::make_shared<StateCacheEntry>();
       e->state = backbone_->new_state();
-      e->state.reserve_kv(split + std::max(2 * (p.tokens() - split), std::min(split / 4, kLoanRoomRows)));
+      const std::int64_t room = std::max(2 * (p.tokens() - split), std::min(split / 4, kLoanRoomRows));
+      e->state.reserve_kv(std::max(p.tokens(), std::min(split + room, options_.record.max_length)));
       e->rows = split;
       std::vector<float> memory;  // the prefix's projected memory rows [split, W]
       memory.reserve(static_cast<std::size_t>(split * head_->config().width));
@@ -342,6 +343,7 @@ double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, Joint
     d.reused_tokens = r.hit ? split : 0;
     const auto tr = std::chrono::steady_clock::now();
     StateLoan loan(r.entry, p.tokens() - split);  // gives the entry's KV buffers back when it ends
+    d.state_lent = loan.lent();
     head.restore_prefix(r.entry->head);
     d.timings.state_restore = seconds_since(tr);
     prefill_range(p, split, p.tokens(), loan.state(), feed_head);

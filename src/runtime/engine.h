@@ -40,8 +40,9 @@ struct EngineOptions {
   std::vector<std::string> aliases;
   bool accept_any_model = false;
   /// Byte budget of the state cache in MiB; 0 disables it. Entries count the backbone
-  /// state and the head's cached keys/values. The default holds one maximum-length
-  /// (16,384-token) state of the flash preset (~1.8 GiB) or two of 0.8b (~0.9 GiB each).
+  /// state (with the KV room reserved for later rows) and the head's cached keys/values. The
+  /// default holds one maximum-length (16,384-token) state of the flash preset (~1.8 GiB) or two
+  /// of 0.8b (~0.9 GiB each).
   /// Ignored (cache off) with backbone.padded_readout, whose 64-position call grid runs over the
   /// whole record.
   static constexpr std::int64_t kDefaultStateCacheMb = 2048;
@@ -77,8 +78,10 @@ const char* state_cache_use_name(StateCacheUse u) noexcept;
 /// Wall-clock seconds per stage of one decision.
 struct DecisionTimings {
   double tokenize = 0, prefill = 0, head = 0, total = 0;
-  double state_restore = 0;  ///< copying a cached (or just computed) prefix state in; part of total
-  double vision = 0;         ///< image decoding, preprocessing and the vision tower; part of total
+  /// Taking a cached (or just computed) prefix state: lending its KV buffers (or copying them when
+  /// the request has more new rows than the entry's room) and copying its GDN states; part of total
+  double state_restore = 0;
+  double vision = 0;  ///< image decoding, preprocessing and the vision tower; part of total
 };
 
 /// One decision's outcome.
@@ -89,6 +92,7 @@ struct Decision {
   DecisionTimings timings;
   StateCacheUse state_cache = StateCacheUse::kOff;
   std::int64_t reused_tokens = 0;  ///< prefix + state tokens restored instead of computed (a hit)
+  bool state_lent = false;         ///< the cache entry's KV buffers were lent to this decision, not copied (StateLoan)
   /// The state key (for balancers, docs/DEPLOYMENT.md): lower-case hex SHA-256 of (the routing
   /// identity, the prefix + state token ids, the images' data URLs), see Engine::routing_identity
   /// and docs/DEPLOYMENT.md. Equal for requests about the same state of the same model on every

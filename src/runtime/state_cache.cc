@@ -32,11 +32,13 @@ StateLoan::StateLoan(std::shared_ptr<const StateCacheEntry> entry, std::int64_t 
     state_ = src.clone(extra_tokens);  // under the lock: another loan may not hold the buffers now
     return;
   }
+  // Everything that can throw (the GDN copies) first: once a buffer is swapped out, nothing may
+  // throw before the loan owns the lock, or state_'s destructor would free the entry's buffers.
   state_.layers.resize(src.layers.size());
+  for (std::size_t i = 0; i < src.layers.size(); ++i) state_.layers[i].gdn = src.layers[i].gdn;
   for (std::size_t i = 0; i < src.layers.size(); ++i) {
     nn::LayerState& from = src.layers[i];
     nn::LayerState& to = state_.layers[i];
-    to.gdn = from.gdn;
     to.kv.width = from.kv.width;
     to.kv.length = from.kv.length;
     to.kv.bf16 = from.kv.bf16;
@@ -56,7 +58,10 @@ StateLoan::~StateLoan() {
   for (std::size_t i = 0; i < dst.layers.size(); ++i) {
     nn::KvCache& from = state_.layers[i].kv;
     nn::KvCache& to = dst.layers[i].kv;
-    from.truncate(to.length);  // only appended to: to.length <= from.length, so this cannot throw
+    // The request only appended (to.length <= from.length), so this cannot throw; a state()
+    // shortened or replaced by its user breaks the contract and ends the process (noexcept)
+    // rather than give the entry back wrong.
+    from.truncate(to.length);
     to.k.swap(from.k);
     to.v.swap(from.v);
     to.kw.swap(from.kw);

@@ -64,9 +64,11 @@ struct StateCacheEntry {
 ///
 /// The entry's `loan_mu` is held while its buffers are lent, so a second request on the same entry
 /// waits for the first to end (the engine runs one decision at a time; a cache shared by several
-/// threads would serialize requests on one entry). The state must only grow by appending, and by at
-/// most `extra_tokens` rows if the buffers are to stay where they are (more rows reallocate: still
-/// correct, the entry then holds the larger buffers).
+/// threads would serialize requests on one entry). The state must only grow by appending (shortening
+/// or replacing state() makes the destructor terminate the process), and by at most `extra_tokens`
+/// rows if the buffers are to stay where they are (more rows reallocate: still correct, the entry then
+/// holds the larger buffers, which its budget entry does not count). The constructor gives the entry
+/// back untouched if it throws (std::bad_alloc copying the GDN states).
 class StateLoan {
  public:
   /// Throws InvalidArgument if `entry` is null or `extra_tokens` < 0.
