@@ -17,8 +17,10 @@ namespace {
 
 /// Room a new state cache entry reserves past its prefix for later requests' own rows (so that
 /// StateLoan lends its KV buffers instead of copying them): twice the computing request's rows,
-/// and at least a quarter of the prefix's up to this many (10 typical questions), never past the
-/// record budget (no request can use more). For a 16k-token state the floor is 1/8 more KV memory.
+/// and at least a quarter of the prefix's up to this many (10 typical questions); never more rows
+/// than the prefix (what lending saves is a copy of the prefix's rows, so a short state asked a long
+/// question is copied instead of reserving room many times its size) nor past the record budget.
+/// For a 16k-token state the room is 1/8 more KV memory.
 constexpr std::int64_t kLoanRoomRows = 2048;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -318,8 +320,8 @@ double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, Joint
     const auto compute = [&]() -> StateCache::EntryPtr {
       auto e = std::make_shared<StateCacheEntry>();
       e->state = backbone_->new_state();
-      const std::int64_t room = std::max(2 * (p.tokens() - split), std::min(split / 4, kLoanRoomRows));
-      e->state.reserve_kv(std::max(p.tokens(), std::min(split + room, options_.record.max_length)));
+      const std::int64_t room = std::min(std::max(2 * (p.tokens() - split), std::min(split / 4, kLoanRoomRows)), split);
+      e->state.reserve_kv(std::min(split + room, std::max(split, options_.record.max_length)));
       e->rows = split;
       std::vector<float> memory;  // the prefix's projected memory rows [split, W]
       memory.reserve(static_cast<std::size_t>(split * head_->config().width));

@@ -521,9 +521,13 @@ TEST_F(EngineStateCacheTest, LentAndCopiedRestoresGiveTheColdLogitsInBothPrecisi
     o.state_cache_mb = 0;
     Engine off(*model_, o);
     bool parity_seen[2] = {false, false};
-    for (const std::string state : {"Order A-55120 was charged twice.", "Order A-55120 was charged twice!!",
-                                    "Two charges on order A-55120, one refund.", "Charged twice."}) {
-      SCOPED_TRACE(state);
+    // States longer than the questions' rows (an entry never reserves more rows than its state has).
+    std::string history;
+    for (int i = 0; i < 8; ++i) history += "Ticket " + std::to_string(900 + i) + ": the customer wrote again. ";
+    for (const char* tail : {"Order A-55120 was charged twice.", "Order A-55120 was charged twice!!",
+                             "Two charges on order A-55120, one refund.", "Charged twice."}) {
+      const std::string state = history + tail;
+      SCOPED_TRACE(tail);
       const Decision cold = on.decide(request(state, "Is a refund due?"));
       ASSERT_EQ(cold.state_cache, StateCacheUse::kMiss);
       EXPECT_TRUE(cold.state_lent);  // the entry it just computed, with room for twice its rows
