@@ -622,7 +622,8 @@ TEST_P(OpsAtLevel, AttentionWarmShapeVsReference) {
   Rng rng(12);
   const AttentionDims d = kWarmDims;
   const Vec q = rng.uniform(kWarmT * d.nh * d.hd, -2.0f, 2.0f);
-  const Vec kc = rng.uniform(kWarmTk * d.nkv * d.hd, -2.0f, 2.0f), vc = rng.uniform(kc.size(), -2.0f, 2.0f);
+  const Vec kc = rng.uniform(kWarmTk * d.nkv * d.hd, -2.0f, 2.0f),
+            vc = rng.uniform(kWarmTk * d.nkv * d.hd, -2.0f, 2.0f);
   Vec want(q.size()), got(q.size());
   ops::ref::attention(d, kWarmT, kWarmTk, q.data(), kc.data(), vc.data(), want.data());
   ops::attention(d, kWarmT, kWarmTk, q.data(), kc.data(), vc.data(), got.data());
