@@ -21,8 +21,8 @@ void grow(V& buf, std::size_t size) {
 
 void KvCache::append(const float* k_rows, const float* v_rows, std::int64_t n) {
   if (bf16) {
-    grow(kw, static_cast<std::size_t>((length + n) * (width / 2)));
-    grow(vw, static_cast<std::size_t>((length + n + 1) / 2 * width));
+    grow(kw, key_elems(length + n));
+    grow(vw, value_elems(length + n));
     ops::kv_bf16_store(k_rows, v_rows, length, n, width, kw.data(), vw.data());
   } else {
     const auto add = static_cast<std::size_t>(n * width);
@@ -45,40 +45,44 @@ KvCache KvCache::clone(std::int64_t extra_rows) const {
   c.width = width;
   c.length = length;
   c.bf16 = bf16;
-  const std::int64_t rows = length + extra_rows;
-  if (bf16) {
-    c.kw.reserve(static_cast<std::size_t>(rows * (width / 2)));
-    c.vw.reserve(static_cast<std::size_t>((rows + 1) / 2 * width));
-    c.kw.assign(kw.begin(), kw.end());
-    c.vw.assign(vw.begin(), vw.end());
-  } else {
-    c.k.reserve(static_cast<std::size_t>(rows * width));
-    c.v.reserve(static_cast<std::size_t>(rows * width));
-    c.k.assign(k.begin(), k.end());
-    c.v.assign(v.begin(), v.end());
-  }
+  c.reserve(length + extra_rows);
+  c.k.assign(k.begin(), k.end());
+  c.v.assign(v.begin(), v.end());
+  c.kw.assign(kw.begin(), kw.end());
+  c.vw.assign(vw.begin(), vw.end());
   return c;
+}
+
+std::size_t KvCache::key_elems(std::int64_t rows) const noexcept {
+  return static_cast<std::size_t>(bf16 ? rows * (width / 2) : rows * width);
+}
+
+std::size_t KvCache::value_elems(std::int64_t rows) const noexcept {
+  return static_cast<std::size_t>(bf16 ? (rows + 1) / 2 * width : rows * width);
 }
 
 void KvCache::reserve(std::int64_t rows) {
   if (rows < 0) throw InvalidArgument("KV cache: cannot reserve " + std::to_string(rows) + " rows");
   if (bf16) {
-    kw.reserve(static_cast<std::size_t>(rows * (width / 2)));
-    vw.reserve(static_cast<std::size_t>((rows + 1) / 2 * width));
+    kw.reserve(key_elems(rows));
+    vw.reserve(value_elems(rows));
   } else {
-    k.reserve(static_cast<std::size_t>(rows * width));
-    v.reserve(static_cast<std::size_t>(rows * width));
+    k.reserve(key_elems(rows));
+    v.reserve(value_elems(rows));
   }
 }
 
 bool KvCache::has_room(std::int64_t extra_rows) const noexcept {
   const std::int64_t rows = length + extra_rows;
-  if (bf16) {
-    return kw.capacity() >= static_cast<std::size_t>(rows * (width / 2)) &&
-           vw.capacity() >= static_cast<std::size_t>((rows + 1) / 2 * width);
-  }
-  return k.capacity() >= static_cast<std::size_t>(rows * width) &&
-         v.capacity() >= static_cast<std::size_t>(rows * width);
+  return bf16 ? kw.capacity() >= key_elems(rows) && vw.capacity() >= value_elems(rows)
+              : k.capacity() >= key_elems(rows) && v.capacity() >= value_elems(rows);
+}
+
+void KvCache::swap_buffers(KvCache& other) noexcept {
+  k.swap(other.k);
+  v.swap(other.v);
+  kw.swap(other.kw);
+  vw.swap(other.vw);
 }
 
 void KvCache::truncate(std::int64_t rows) {
@@ -86,14 +90,14 @@ void KvCache::truncate(std::int64_t rows) {
     throw InvalidArgument("KV cache: cannot truncate " + std::to_string(length) + " rows to " + std::to_string(rows));
   }
   if (bf16) {
-    kw.resize(static_cast<std::size_t>(rows * (width / 2)));
-    vw.resize(static_cast<std::size_t>((rows + 1) / 2 * width));
+    kw.resize(key_elems(rows));
+    vw.resize(value_elems(rows));
     if (rows % 2 == 1) {
       for (auto it = vw.end() - width; it != vw.end(); ++it) *it &= 0xFFFFu;  // row `rows` is not held
     }
   } else {
-    k.resize(static_cast<std::size_t>(rows * width));
-    v.resize(static_cast<std::size_t>(rows * width));
+    k.resize(key_elems(rows));
+    v.resize(value_elems(rows));
   }
   length = rows;
 }

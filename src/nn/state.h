@@ -55,6 +55,15 @@ struct KvCache {
 
   /// Bytes reserved (capacity, not only the rows in use).
   std::size_t capacity_bytes() const noexcept;
+
+  /// Swaps the row buffers (k, v, kw, vw) with `other`'s, not the counters or the layout flags.
+  void swap_buffers(KvCache& other) noexcept;
+
+  /// Elements of the key (k or kw) and value (v or vw) buffers that `rows` rows take in this
+  /// cache's mode: fp32 rows x width floats each; bf16 rows x width / 2 key words and
+  /// ceil(rows / 2) x width value words (ops::kv_bf16_store).
+  std::size_t key_elems(std::int64_t rows) const noexcept;
+  std::size_t value_elems(std::int64_t rows) const noexcept;
 };
 
 /// State of one decoder layer (only the member matching the layer type is used).

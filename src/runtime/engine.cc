@@ -321,7 +321,7 @@ double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, Joint
       auto e = std::make_shared<StateCacheEntry>();
       e->state = backbone_->new_state();
       const std::int64_t room = std::min(std::max(2 * (p.tokens() - split), std::min(split / 4, kLoanRoomRows)), split);
-      e->state.reserve_kv(std::min(split + room, std::max(split, options_.record.max_length)));
+      e->state.reserve_kv(std::min(split + room, options_.record.max_length));  // below the rows: no-op
       e->rows = split;
       std::vector<float> memory;  // the prefix's projected memory rows [split, W]
       memory.reserve(static_cast<std::size_t>(split * head_->config().width));

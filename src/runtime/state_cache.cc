@@ -42,10 +42,7 @@ StateLoan::StateLoan(std::shared_ptr<const StateCacheEntry> entry, std::int64_t 
     to.kv.width = from.kv.width;
     to.kv.length = from.kv.length;
     to.kv.bf16 = from.kv.bf16;
-    to.kv.k.swap(from.kv.k);
-    to.kv.v.swap(from.kv.v);
-    to.kv.kw.swap(from.kv.kw);
-    to.kv.vw.swap(from.kv.vw);
+    to.kv.swap_buffers(from.kv);
   }
   state_.n_tokens = src.n_tokens;
   state_.next_position = src.next_position;
@@ -62,10 +59,7 @@ StateLoan::~StateLoan() {
     // shortened or replaced by its user breaks the contract and ends the process (noexcept)
     // rather than give the entry back wrong.
     from.truncate(to.length);
-    to.k.swap(from.k);
-    to.v.swap(from.v);
-    to.kw.swap(from.kw);
-    to.vw.swap(from.vw);
+    to.swap_buffers(from);
   }
 }
 
