@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Backbone prefill benchmark (the CPU backbone's speed target): clef.cpp vs transformers on one release folder.
 
 Prints a markdown table: for each T and mode, prefill tokens/s (best of --runs processes, each

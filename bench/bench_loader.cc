@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Micro-benchmarks of the loader's hot spots: safetensors header parsing of a real-shaped
 // header, and bf16/f16 -> f32 weight conversion (the scalar reference path).
 #include <benchmark/benchmark.h>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/quant_blocks.h"
 #include "io/safetensors.h"
 
 namespace {

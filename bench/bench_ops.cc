@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Op micro-benchmarks (kernel speed vs the machine's peak): the measured peak of the kernel level
 // in use (fp32 FMA and bf16 vdpbf16ps kernels, ops/peak.h; CLEF_ISA forces a level), the GEMM
 // libraries on the 0.8b / flash linear-layer shapes (oneDNN fp32, oneDNN bf16, OpenBLAS sgemm; all

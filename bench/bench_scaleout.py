@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Scale-out benchmark: requests/s and p50/p99 latency through HAProxy
 (deploy/haproxy/haproxy.cfg, Debian's haproxy 2.6) in front of 1, 2 and 3 `clef serve` replicas,
 with the state-cache hit rate and how the states spread over the replicas. Not a test.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """`clef serve` throughput benchmark: requests/s and latency percentiles for the corpus
 (tests/data/requests/corpus.jsonl) with 1, 4, 16 and 64 concurrent clients, then GET /health alone
 (the HTTP layer without the engine); with --baseline-bin, a second binary (main's cpp-httplib
@@ -11,7 +12,7 @@ identical to the request sent alone, and prints a markdown table: clients, reque
 requests/s, input tokens/s, p50 / p90 / p99 / max latency in ms, 503s.
 
   python3 bench/bench_serve.py                                   # tiny random model
-  python3 bench/bench_serve.py --baseline-bin /work/main/build/release/bin/clef --threads 2
+  python3 bench/bench_serve.py --baseline-bin BASELINE_TREE/build/release/bin/clef --threads 2
   python3 bench/bench_serve.py --model /tmp/clef-0.8b --threads 2 --requests 48
   python3 bench/bench_serve.py --skip-heavy                       # drop the 64-question, 255-option
                                                                   # and 3k-word requests

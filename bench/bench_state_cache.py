@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Benchmark of exact state reuse: one long state asked once cold, then new questions warm.
 
 Not a test. Runs tests/drivers/cache_driver.cc (one Engine, many requests) on a release folder

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clef_bench_tokenizer: single-thread encode throughput of clef's tokenizer and of the PyPI
 // `tokenizers` (HF Rust core) on the same >= 50 MB mixed corpus, measured in one run, plus the
 // cold load time of tokenizer.json; prints a table and the ratio (goal: >= 1.5x HF).

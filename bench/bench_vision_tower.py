@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Vision tower benchmark: clef.cpp's VisionTower vs transformers' Qwen3_5VisionModel
 on one release folder, per image, for square images whose patch grid comes from the processor's
 smart_resize rule (docs/MODEL.md §6.1: factor 32, min_pixels 256^2, max_pixels 4096^2).

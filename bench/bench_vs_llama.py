@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Backbone prefill, clef.cpp vs llama.cpp in one run, per CPU level (the one-binary CPU dispatch check).
 
 For each T, each level and each round, runs clef.cpp's `clef_backbone_dump` (CLEF_ISA=<level>, fp32

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Warning and sanitizer flags shared by every clef target.
 add_library(clef_warnings INTERFACE)
 target_compile_options(clef_warnings INTERFACE

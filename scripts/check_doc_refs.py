@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Checks that every section a source or doc file cites in docs/ exists.
 
 A citation is `docs/NAME.md` followed by section references

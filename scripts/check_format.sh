@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Checks that the C++ sources (src/, apps/, tests/, bench/) follow .clang-format with clang-format-14
 # (setup.sh --dev installs it). Prints each file that differs and exits 1; `--fix` rewrites them.
 # Needs a git checkout (the files are git's tracked ones). scripts/test.sh runs it before any build.
+# Also checks that every source file carries the license line (scripts/check_spdx.py; LICENSE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+spdx_rc=0
+if [[ ${1:-} == --fix ]]; then python3 scripts/check_spdx.py --fix; else python3 scripts/check_spdx.py || spdx_rc=1; fi
 if ! command -v clang-format-14 >/dev/null; then
   echo "check_format: clang-format-14 not found (bash scripts/setup.sh --dev installs it)" >&2
   exit 2
@@ -33,3 +37,4 @@ if ((${#bad[@]})); then
   echo "check_format: ${#bad[@]} file(s); fix with: bash scripts/check_format.sh --fix" >&2
   exit 1
 fi
+exit "$spdx_rc"

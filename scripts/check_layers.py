@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Checks that no engine layer includes a higher one.
 
 The layers are the folders of src/, in the order of CLEF_LAYERS in src/CMakeLists.txt (lowest

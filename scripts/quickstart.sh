@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # README command 1: install what the main job needs, build the `clef` binary (Release), and run the
 # main job on the embedded default model (a tiny random-weight Clef model that `clef` writes itself;
 # nothing is downloaded): describe the model, then decide examples/request.json (shipped in the
@@ -19,3 +20,6 @@ echo "== clef inspect (the embedded default model)"
 echo
 echo "== clef decide examples/request.json"
 "$clef" decide --timings examples/request.json
+echo
+echo "quickstart: the binary is $clef; to put clef on PATH with its man page and bash completion:"
+echo "quickstart:   sudo cmake --install build/release   (or a Debian package: docs/DEPLOYMENT.md \"Installing\")"

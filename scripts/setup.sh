@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs what clef.cpp needs on a Debian 12 (bookworm) machine, in two tiers:
 #
 #   bash scripts/setup.sh         main tier: the C++ toolchain and the libraries that building and
@@ -9,6 +10,11 @@
 #                                 python3-venv) and the Python
 #                                 reference toolkit (tools/reference/requirements.txt, from PyPI)
 #                                 in a virtual environment, .venv/ at the repository root.
+#   bash scripts/setup.sh --arm64 adds (to either tier) what cross-building for ARM64 (aarch64) and
+#                                 testing under emulation needs: the arm64 architecture in dpkg
+#                                 (multiarch), Debian's GCC 12 cross compiler, qemu-user-static, and the
+#                                 arm64 (`:arm64`) -dev libraries of the arm64 preset (docs/ARM64.md).
+#                                 OpenBLAS replaces oneDNN there, so no arm64 oneDNN/OpenCL is installed.
 #
 # The virtual environment is made with `$PYTHON -m venv` (default PYTHON: the python3 on PATH,
 # e.g. Debian's /usr/bin/python3 or a pyenv one); pip only ever installs into it, never into the
@@ -17,14 +23,20 @@
 # Idempotent and fast on a second run: only missing Debian packages are installed (apt-get update
 # runs only then), and pip runs only when requirements.txt or the base interpreter changed since
 # the last successful install (a stamp file in the venv records both).
+#
+# Each step prints one line with an estimate before it starts and one with its time after; apt's and
+# pip's own output goes to logs in $CLEF_SETUP_LOGS (default build/setup-logs/), kept after the run
+# (the last 40 lines are shown when a step fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tier=main
+arm64=0
 for arg in "$@"; do
   case "$arg" in
     --dev|--full) tier=dev ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --arm64) arm64=1 ;;
+    -h|--help) sed -n '3,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup: unknown argument: $arg (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -37,6 +49,7 @@ MAIN_PACKAGES=(
   libopenblas-dev libhwy-dev
   libpng-dev libjpeg62-turbo-dev libwebp-dev
   libcurl4-openssl-dev                             # clef pull (HTTP client; docs/MODELS.md)
+  file                                             # cpack's Debian package: dpkg-shlibdeps' input (docs/DEPLOYMENT.md)
 )
 # Full tier: unit tests, benchmarks, the fuzz preset (clang-14), the Python reference toolkit,
 # and HAProxy for the scale-out tests and benchmark (tests/server/test_scaleout.py; deploy/haproxy/).
@@ -47,10 +60,36 @@ DEV_PACKAGES=(
   ccache   # compiler cache: every preset compiles through it when installed (CMakeLists.txt, CLEF_CCACHE)
   python3 python3-venv ca-certificates
   haproxy
+  git   # tests/hub: `git check-ref-format` is the reference for --revision names
+)
+
+# --arm64: the cross toolchain and emulator (host packages), and the arm64 builds of the libraries
+# the arm64 preset links (tests included: GoogleTest/GoogleMock). nlohmann-json3-dev and
+# libcli11-dev are architecture-independent: the main tier's copies serve the cross build.
+ARM64_HOST_PACKAGES=(
+  crossbuild-essential-arm64   # aarch64-linux-gnu-g++-12 and the arm64 C library
+  qemu-user-static             # qemu-aarch64-static runs the arm64 tests (cmake/toolchains/aarch64-linux-gnu.cmake)
+  ccache
+)
+ARM64_TARGET_PACKAGES=(
+  libhwy-dev libopenblas-openmp-dev   # kernels; GEMM (OpenBLAS on the OpenMP runtime clef's loops use)
+  libssl-dev libboost1.74-dev zlib1g-dev libbrotli-dev libcurl4-openssl-dev
+  libpng-dev libjpeg62-turbo-dev libwebp-dev
+  libgtest-dev libgmock-dev
 )
 
 packages=("${MAIN_PACKAGES[@]}")
 [[ $tier == dev ]] && packages+=("${DEV_PACKAGES[@]}")
+((arm64)) && packages+=("${ARM64_HOST_PACKAGES[@]}")
+
+SUDO=()
+as_root() {
+  if [[ $(id -u) -ne 0 && ${#SUDO[@]} -eq 0 ]]; then
+    command -v sudo >/dev/null || { echo "setup: not root and no sudo; run as root: $*" >&2; exit 1; }
+    SUDO=(sudo)
+  fi
+  "${SUDO[@]}" "$@"
+}
 
 installed=$(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${packages[@]}" 2>/dev/null \
   | awk '$2 == "installed" {print $1}' || true)
@@ -58,22 +97,45 @@ missing=()
 for p in "${packages[@]}"; do
   grep -qxF "$p" <<<"$installed" || missing+=("$p")
 done
-if ((${#missing[@]})); then
-  echo "setup: installing Debian packages ($tier tier): ${missing[*]}"
-  SUDO=()
-  if [[ $(id -u) -ne 0 ]]; then
-    command -v sudo >/dev/null || { echo "setup: not root and no sudo; install as root: apt-get install ${missing[*]}" >&2; exit 1; }
-    SUDO=(sudo)
+logs=${CLEF_SETUP_LOGS:-$PWD/build/setup-logs}
+mkdir -p "$logs"
+# step LOG COMMAND...: runs COMMAND with its output in $logs/LOG; on failure shows the log's tail.
+step() {
+  local log=$logs/$1 t0=$SECONDS
+  shift
+  if ! "$@" >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "setup: failed after $((SECONDS - t0)) s (full log: $log)" >&2
+    exit 1
   fi
-  # apt's per-package chatter goes to a log, shown only if it fails.
-  log=$(mktemp /tmp/clef-setup-apt.XXXXXX.log)
-  { "${SUDO[@]}" apt-get update -qq &&
-    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-  } >"$log" 2>&1 || { tail -n 40 "$log" >&2; echo "setup: apt-get failed (full log: $log)" >&2; exit 1; }
-  rm -f "$log"
-  echo "setup: Debian packages installed"
+  echo "setup:   done in $((SECONDS - t0)) s (log: $log)"
+}
+
+if ((arm64)); then
+  # Foreign-architecture packages are queried by their qualified names (NAME:arm64).
+  for p in "${ARM64_TARGET_PACKAGES[@]}"; do
+    [[ $(dpkg-query -W -f='${db:Status-Status}' "$p:arm64" 2>/dev/null || true) == installed ]] || missing+=("$p:arm64")
+  done
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    echo "setup: adding the arm64 architecture to dpkg (multiarch)"
+    as_root dpkg --add-architecture arm64
+  fi
+fi
+if ((${#missing[@]})); then
+  echo "setup: refreshing Debian's package lists (apt-get update, about 10-30 s) ..."
+  step apt-update.log as_root apt-get update
+  # How many packages the install brings in with their dependencies, and how much it downloads:
+  # apt's own dry run. About 2 s per package to download and unpack (a fresh Debian 12 on a busy
+  # 2-core machine: the main tier's 94 packages in 203 s).
+  plan=$(LC_ALL=C apt-get install -s --no-install-recommends "${missing[@]}" 2>/dev/null || true)
+  n=$(grep -c '^Inst ' <<<"$plan" || true)
+  minutes=$(( (2 * n + 59) / 60 ))
+  echo "setup: installing ${#missing[@]} Debian packages ($tier tier$( ((arm64)) && echo ' + arm64'); $n with their dependencies, about $minutes min): ${missing[*]} ..."
+  # --no-remove: an arm64 library may upgrade its amd64 twin in lockstep (multiarch versions must
+  # match) but never removes one.
+  step apt-install.log as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --no-remove "${missing[@]}"
 else
-  echo "setup: Debian packages present ($tier tier)"
+  echo "setup: Debian packages present ($tier tier$( ((arm64)) && echo ' + arm64'))"
 fi
 
 [[ $tier == dev ]] || exit 0
@@ -99,12 +161,12 @@ if [[ $venv_id != "$base_id" ]]; then
     echo "setup: $venv exists and is not a Python venv; refusing to clear it (set CLEF_VENV)" >&2; exit 1
   fi
   # Missing, broken, or made by another interpreter: made (again) from scratch.
-  echo "setup: creating a Python venv with ${base_id% *} ($venv)"
-  "$base" -m venv --clear "$venv"
+  echo "setup: creating a Python venv with ${base_id% *} ($venv, a few seconds) ..."
+  step venv.log "$base" -m venv --clear "$venv"
 fi
 rm -f "$stamp"
-echo "setup: installing Python requirements into the venv ($req)"
+echo "setup: installing the Python toolkit into the venv ($req: PyTorch, transformers, ...; ~5 GB, about 5-10 min) ..."
 # pip keeps its download cache (~/.cache/pip), so a re-made venv does not download torch again.
-PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/python" -m pip install --progress-bar off -r "$req"
+PIP_DISABLE_PIP_VERSION_CHECK=1 step pip-install.log "$venv/bin/python" -m pip install --progress-bar off -r "$req"
 printf '%s\n' "$want_stamp" >"$stamp"
 echo "setup: Python venv ready ($venv/bin/python)"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # README command 2 (and what CI runs): the whole test suite, as timed stages (docs/TESTING.md says
 # what each stage proves and what it costs):
 #   setup         scripts/setup.sh --dev: test libraries, clang, clang-format, ccache, the Python reference

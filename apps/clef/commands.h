@@ -1,7 +1,8 @@
+// SPDX-License-Identifier: MIT
 // The subcommands of `clef`, one file each (apps/clef/*_command.cc). Each add_*_command registers
 // its CLI11 subcommand and flags on the program's parser and returns what main() runs once the
 // command line has been parsed with that subcommand chosen. Errors are thrown (clef::Error) and
-// turned into one stderr line and an exit code by main(); README.md "Exit codes".
+// turned into one stderr line and an exit code by main(); docs/CLI.md "Exit codes".
 #pragma once
 
 #include <functional>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `clef decide`: answer one SystemOne request (a file, a pipe or standard input) and print the
 // response, or a file of requests (--jsonl, decide_jsonl.h), one answer line per request line.
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/paths.h"
 #include "decide_jsonl.h"
 #include "engine_flags.h"
 #include "output.h"
@@ -66,6 +68,8 @@ int run_decide(DecideFlags& f) {
       resolve_model_arg(f.engine.model_dir, f.model->count() > 0, f.engine.revision, f.engine.pull, &is_default);
   const bool batch = f.jsonl_opt->count() > 0;
   const std::string body = batch ? std::string() : read_request(f.request_path);
+  // A batch stops on SIGINT/SIGTERM with a resume hint and 128 + the signal; blocked before the engine's threads exist.
+  if (batch) watch_jsonl_interrupts();
   EngineOptions eo = engine_options(f.engine);
   // One request cannot hit its own entry; building one would only copy the state (memory x2).
   eo.state_cache_mb = batch || f.cache_opt->count() > 0 ? f.state_cache_mb : 0;
@@ -77,7 +81,7 @@ int run_decide(DecideFlags& f) {
     const JsonlRunSummary sum = run_decide_jsonl(*engine, f.jsonl);
     return sum.refused > 0 ? 1 : 0;
   }
-  const Decision d = engine->decide(body);
+  const Decision d = engine->decide(body, Dialect::kDecisions);  // either contract, by the body's shape
   write_stdout(d.body + "\n");
   if (f.timings) {
     std::fprintf(stderr,
@@ -98,8 +102,9 @@ Command add_decide_command(CLI::App& app) {
   auto f = std::make_shared<DecideFlags>();
   auto* decide = app.add_subcommand(
       "decide",
-      "Answer one SystemOne request (JSON file or - for stdin) and print the SystemOne response, or a "
-      "file of requests (--jsonl), one answer line per request line.");
+      "Answer one request (JSON file or - for stdin) and print the response, or a file of requests (--jsonl), one "
+      "answer line per request line. A request is a SystemOne body, or OpenAI's Decisions body (no state; input, or "
+      "questions as an array), answered in its own contract (docs/PROTOCOL.md section 7).");
   auto* request_opt = decide->add_option("REQUEST", f->request_path, "Request JSON file, or - for standard input")
                           ->capture_default_str();
   f->jsonl_opt = decide->add_option(
@@ -110,7 +115,8 @@ Command add_decide_command(CLI::App& app) {
   decide
       ->add_option("--out,-o", f->jsonl.output,
                    "With --jsonl: answer file (default stdout). An existing file is resumed: its complete lines "
-                   "are kept and the matching input lines skipped")
+                   "are kept and the matching input lines skipped (SIGINT/SIGTERM stop a run with exit 130/143 and "
+                   "say how far it got)")
       ->needs(f->jsonl_opt);
   decide->add_flag("--restart", f->jsonl.restart, "With --jsonl --out: start over instead of resuming")
       ->needs(f->jsonl_opt);

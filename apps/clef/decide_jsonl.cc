@@ -1,22 +1,29 @@
+// SPDX-License-Identifier: MIT
 #include "decide_jsonl.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <thread>
 
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/paths.h"
 #include "decision/request_error.h"
 #include "line_reader.h"
 
@@ -106,7 +113,56 @@ std::string format_duration(double s) {
   return buf;
 }
 
+/// What the interrupt watcher (watch_jsonl_interrupts) reports. `write` is held while an answer
+/// line is written and counted, so the count it reads is the file's.
+struct InterruptState {
+  std::timed_mutex write;
+  std::atomic<bool> running{false};     ///< run_decide_jsonl has opened its input and output
+  std::atomic<bool> resumable{false};   ///< the answers go to an --out file
+  std::atomic<std::int64_t> done{0};    ///< complete output lines (resumed ones included)
+  std::atomic<std::int64_t> total{-1};  ///< input lines; -1 when unknown (a pipe)
+};
+
+/// One for the process, never destroyed (the watcher may read it while the process exits).
+InterruptState& interrupt_state() {
+  static auto* state = new InterruptState;
+  return *state;
+}
+
+std::string interrupt_message(const InterruptState& st) {
+  if (!st.running.load()) return "clef: interrupted before the first request was read\n";
+  const std::int64_t done = st.done.load(), total = st.total.load();
+  std::string s = "clef: interrupted after " + std::to_string(done);
+  if (total >= 0) s += " of " + std::to_string(total);
+  s += (total >= 0 ? total : done) == 1 ? " request" : " requests";
+  s += st.resumable.load() ? "; rerun the same command to resume\n"
+                           : " (answers on standard output; with --out FILE a rerun resumes instead)\n";
+  return s;
+}
+
 }  // namespace
+
+void watch_jsonl_interrupts() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set] {
+    int sig = 0;
+    while (sigwait(&set, &sig) != 0) {
+    }
+    InterruptState& st = interrupt_state();
+    // Wait for an answer being written; a write stuck on a full pipe does not hold the exit.
+    const bool locked = st.write.try_lock_for(std::chrono::seconds(2));
+    (void)locked;  // the process ends below either way
+    std::string line = interrupt_message(st);
+    if (::isatty(STDERR_FILENO) == 1) line = "\r\x1b[K" + line;  // over the live progress line
+    const ssize_t written = ::write(STDERR_FILENO, line.data(), line.size());
+    (void)written;
+    std::_Exit(128 + sig);  // 130 on SIGINT, 143 on SIGTERM (the shell's convention)
+  }).detach();
+}
 
 JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options) {
   const bool from_stdin = options.input == "-";
@@ -178,6 +234,12 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
     }
   }
 
+  InterruptState& interrupted = interrupt_state();
+  interrupted.done = existing.lines;
+  interrupted.total = input_lines;
+  interrupted.resumable = to_file;
+  interrupted.running = true;
+
   JsonlRunSummary sum;
   sum.resumed = existing.lines;
   sum.refused = existing.errors;
@@ -212,7 +274,9 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
 
   // Answers on the same terminal as the live progress line: clear that line first.
   const bool clear_before_write = tty && options.progress && !to_file && ::isatty(STDOUT_FILENO) == 1;
+  // Writes the answer of input line sum.lines; an interrupt waits for it (watch_jsonl_interrupts).
   auto write_line = [&](const std::string& text) {
+    const std::lock_guard<std::timed_mutex> lock(interrupted.write);
     if (clear_before_write) std::fputs("\r\x1b[K", stderr);
     errno = 0;
     if (std::fwrite(text.data(), 1, text.size(), out.get()) != text.size() || std::fputc('\n', out.get()) == EOF ||
@@ -221,6 +285,7 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
                     (to_file ? printable(options.output) : std::string("standard output")) +
                     (errno ? std::string(": ") + std::strerror(errno) : std::string()));
     }
+    interrupted.done = sum.lines;
   };
 
   std::string line;
@@ -237,7 +302,7 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
       ++sum.refused;
     } else {
       try {
-        const Decision d = engine.decide(line);
+        const Decision d = engine.decide(line, Dialect::kDecisions);  // either contract, by the line's shape
         write_line(d.body);
         ++sum.answered;
         sum.tokens += d.input_tokens;

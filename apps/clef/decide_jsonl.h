@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `clef decide --jsonl IN [--out OUT]`: a file of SystemOne requests, one per line, answered in
 // order with one output line per input line (the response body, or an error object), a progress
 // line on stderr, and resumption of an interrupted run.
@@ -41,5 +42,15 @@ struct JsonlRunSummary {
 /// input), IoError (a failed write); an engine fault (not a RequestError) is rethrown after the
 /// lines before it were written, so a rerun resumes at the failing line.
 JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options);
+
+/// Makes SIGINT and SIGTERM end a --jsonl run with exit status 130 and one line on stderr:
+///   clef: interrupted after N of M requests; rerun the same command to resume
+/// (N: output lines complete, resumed ones included; M: the input's lines, left out when the input
+/// is a pipe; without --out the line says that only --out makes a run resumable). The signals are
+/// blocked in the calling thread, so call this before the engine (and its threads) exists; a
+/// thread then waits for them. A signal never lands inside an answer's write (it waits up to 2 s
+/// for the write in progress), and the next run resumes after line N (run_decide_jsonl above).
+/// docs/CLI.md "Exit codes".
+void watch_jsonl_interrupts();
 
 }  // namespace clef::cli

@@ -1,9 +1,11 @@
+// SPDX-License-Identifier: MIT
 #include "engine_flags.h"
 
 #include <algorithm>
 #include <iostream>
 #include <thread>
 
+#include "core/paths.h"
 #include "hub/cache.h"
 #include "hub/pull.h"
 #include "runtime/make_model.h"
@@ -109,6 +111,13 @@ CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f, bool with_pull) {
                  "PIL images: alpha composited on white, no EXIF, Pillow 13 bicubic); docs/VISION.md")
       ->check(CLI::IsMember({"torchvision", "pil"}))
       ->capture_default_str();
+  app.add_option("--max-image-pixels", f.max_image_pixels,
+                 "Images: the most pixels one image may have after the processor's resize (256 per vision patch; "
+                 "the vision tower's cost). A larger image is refused (image_over_pixel_limit), never resized "
+                 "differently from the reference. The default is the 448x448 cap the clef-vision-0.8b student "
+                 "was trained with; 0 = no bound but the processor's max_pixels (docs/COMPATIBILITY.md)")
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40))
+      ->capture_default_str();
   add_split_regex_flag(app, f.split_regex);
   return model;
 }
@@ -129,6 +138,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   eo.vision_grid = f.vision_grid;
   eo.images = !f.no_images;
   eo.image_backend = f.image_backend == "pil" ? ImageBackend::kPil : ImageBackend::kTorchvision;
+  eo.max_image_pixels = f.max_image_pixels;
   eo.tokenizer.split_override = split_override_from_flag(f.split_regex);
   return eo;
 }

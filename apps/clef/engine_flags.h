@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Engine flags shared by the subcommands that run a model (`clef decide`, `clef serve`): one place
 // for their names, checks, help and mapping onto EngineOptions; and the embedded-default-model
 // helpers every command that opens a folder uses.
@@ -10,7 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/error.h"
-#include "core/json_reader.h"
+#include "core/paths.h"
 #include "runtime/engine.h"
 
 namespace clef::cli {
@@ -33,7 +34,9 @@ struct EngineFlags {
   int vision_grid = 0;                        ///< 0 = smart resize; 8 or 14 = the seed's fixed grids
   bool no_images = false;                     ///< refuse requests with images
   std::string image_backend = "torchvision";  ///< torchvision | pil (docs/VISION.md)
-  std::string split_regex = "file";           ///< file | qwen35 | qwen2 (docs/TOKENIZER.md "Which split regex")
+  /// Pixels per image after the processor's resize (EngineOptions::max_image_pixels); 0 = no bound
+  std::uint64_t max_image_pixels = EngineOptions::kDefaultMaxImagePixels;
+  std::string split_regex = "file";  ///< file | qwen35 | qwen2 (docs/TOKENIZER.md "Which split regex")
 };
 
 /// Adds --model/-m, --mmproj, --revision, --pull (when `with_pull`), --precision, --threads, --chunk, --max-tokens,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `clef hidden`: the backbone's final-norm hidden states for token ids, as .npy files (debugging and
 // parity work; runtime/backbone_dump.h computes and writes them).
 #include "hidden_command.h"

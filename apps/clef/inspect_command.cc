@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `clef inspect`: validate a release folder (or GGUF model) and print what it holds, its parameter
 // counts and memory needs (inspect_report.h), as text or --json.
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The text and JSON reports of `clef inspect` (and the MCP tool model_info): the release's
 // configuration, the parameter counts and memory estimates of runtime/inspect.h's ModelSummary,
 // and this machine's kernel level and GEMM library.
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/json_reader.h"
+#include "core/paths.h"
 #include "io/gguf.h"
 #include "ops/gemm.h"
 #include "ops/isa.h"

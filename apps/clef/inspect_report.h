@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The reports of `clef inspect` (text and --json) over a loaded release and its ModelSummary
 // (runtime/inspect.h); the MCP tool model_info returns the JSON one.
 #pragma once

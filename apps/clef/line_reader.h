@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Bounded line reading for the commands that take one message per line (`clef decide --jsonl`,
 // `clef mcp`): a line is never held beyond a cap, so a peer that sends an endless line without a
 // newline cannot make the process allocate without bound.

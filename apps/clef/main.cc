@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The `clef` command-line program: one CLI11 parser with a subcommand per command (commands.h; one
 // file each). Errors are translated to one line on stderr and a documented exit code here, and
 // nowhere else.
@@ -11,7 +12,7 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "core/json_reader.h"
+#include "core/paths.h"
 #include "core/version.h"
 #include "engine_flags.h"
 #include "ops/gemm.h"
@@ -25,8 +26,15 @@ constexpr const char* kExitCodes =
     "($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub); clef pull fetches them (docs/MODELS.md).\n"
     "Exit codes: 0 success; 1 decide --jsonl finished but refused at least one line (see its error lines);\n"
     "2 invalid argument, usage or a refused request; 3 model folder or file malformed, missing or\n"
-    "inconsistent; 4 valid but unsupported model option; 5 I/O error; 70 internal error (a bug).\n"
+    "inconsistent; 4 valid but unsupported model option; 5 I/O error; 70 internal error (a bug);\n"
+    "130/143 decide --jsonl stopped by SIGINT/SIGTERM (with --out, rerun the same command to resume; serve: a\n"
+    "second signal).\n"
+#if defined(__aarch64__)
+    "Environment: CLEF_ISA=baseline|neon|neon-dotprod|neon-i8mm|sve256|sve2-128|native forces the CPU kernel\n"
+    "level (docs/ARM64.md; default, and\n"
+#else
     "Environment: CLEF_ISA=baseline|avx2|avx512|avx512bf16|native forces the CPU kernel level (default, and\n"
+#endif
     "when empty: the best this CPU has; clef --version prints it; a bad value is exit 2, a level this CPU\n"
     "lacks exit 4, for every command); OMP_WAIT_POLICY / GOMP_SPINCOUNT override clef's default OpenMP wait\n"
     "(bounded spinning, GOMP_SPINCOUNT=10000; CLEF_OMP_REEXEC=0|false|off|no keeps libgomp's own default).";

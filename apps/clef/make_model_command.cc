@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `clef make-model`: write the random-weight tiny release folder (runtime/make_model.h).
 #include <charconv>
 #include <cstdint>
@@ -7,7 +8,7 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "core/json_reader.h"
+#include "core/paths.h"
 #include "runtime/make_model.h"
 
 namespace clef::cli {

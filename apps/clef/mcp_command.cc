@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `clef mcp`: the Model Context Protocol over stdio, written here on nlohmann_json (no SDK).
 // Transport: one JSON-RPC 2.0 message per line on stdin / stdout (MCP "stdio" transport); logs go
 // to stderr. Methods: initialize, ping, tools/list, tools/call (decide, model_info); notifications
@@ -19,7 +20,9 @@
 
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/paths.h"
 #include "core/version.h"
+#include "decide_tool.h"
 #include "decision/request_error.h"
 #include "engine_flags.h"
 #include "ops/gemm.h"
@@ -37,88 +40,36 @@ using Json = nlohmann::ordered_json;
 constexpr const char* kMcpFooter =
     "Speaks MCP (JSON-RPC 2.0, one message per line) on stdin/stdout, as agent clients start local servers;\n"
     "protocol versions 2024-11-05 to 2025-11-25. Tools: decide (a SystemOne request in, the SystemOne\n"
-    "response out; a refused request is a tool error carrying its code and JSON path) and model_info (what\n"
+    "response out; OpenAI's Decisions body is accepted too and answered in its contract, by its shape:\n"
+    "docs/PROTOCOL.md section 7; a refused request is a tool error carrying its code and JSON path) and model_info "
+    "(what\n"
     "clef inspect --json reports, plus precision and CPU kernel level). One engine serves the whole session\n"
     "(its state cache reuses a shared prefix + state across calls). Logs go to stderr; stdout carries only\n"
     "protocol messages. A message (one line) longer than --max-message bytes (default 64 MiB) is skipped\n"
-    "without being stored and answered with error -32600 (id null); the session goes on. Client\n"
-    "configuration: README.md \"Agents (MCP)\".\n"
+    "without being stored and answered with error -32600 (id null); the session goes on. A batch of more\n"
+    "than --max-batch messages (default 128), an empty batch or a message with a repeated key (escaped or\n"
+    "not) is answered with one -32600 error (id null); bytes after the JSON (a NUL included) are a -32700\n"
+    "parse error. Client configuration: README.md \"Agents (MCP)\".\n"
     "Exit codes: 0 end of input; 2 invalid argument; 3 model malformed or missing; 4 unsupported option;\n"
     "5 I/O error.";
 
 /// Default --max-message: 64 MiB, as clef serve's --max-body and a clef decide --jsonl line.
 constexpr std::int64_t kDefaultMaxMessage = std::int64_t{64} << 20;
 
-constexpr const char* kVersions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
+/// Default --max-batch: the most messages one JSON-RPC batch may hold. Each message of a batch is
+/// answered (an empty object gets an ~80-byte error), so the cap bounds the answer line and the
+/// parsed batch; agent clients send one message at a time (batches were dropped from MCP in
+/// 2025-06-18).
+constexpr std::int64_t kDefaultMaxBatch = 128;
 
-/// The decide tool's input schema: a SystemOne request (docs/PROTOCOL.md §1; validation rules in
-/// src/decision/request.h).
-Json decide_schema(const RequestLimits& lim) {
-  const Json instructions = {{"type", "string"}, {"description", "What the question asks, in words"}};
-  Json noul = {{"type", "object"},
-               {"description", "A yes/no/unsure question: answers yes, no, unsure with probabilities"},
-               {"properties",
-                {{"type", {{"const", "noul"}}},
-                 {"instructions", instructions},
-                 {"criteria",
-                  {{"type", {"object", "null"}}, {"description", "Optional guidance (ignored by the model)"}}}}},
-               {"required", {"type", "instructions"}}};
-  Json choice = {{"type", "object"},
-                 {"description", "Pick one option: criteria maps each option name to its description"},
-                 {"properties",
-                  {{"type", {{"const", "choice"}}},
-                   {"instructions", instructions},
-                   {"criteria",
-                    {{"type", "object"},
-                     {"minProperties", lim.min_choice_options},
-                     {"maxProperties", lim.max_choice_options},
-                     {"additionalProperties", {{"type", "string"}}},
-                     {"description", "Option name -> what the option means"}}}}},
-                 {"required", {"type", "instructions", "criteria"}}};
-  Json score = {{"type", "object"},
-                {"description", "A graded scale: criteria lists the levels from lowest to highest"},
-                {"properties",
-                 {{"type", {{"const", "score"}}},
-                  {"instructions", instructions},
-                  {"criteria",
-                   {{"type", "array"},
-                    {"minItems", lim.min_score_levels},
-                    {"maxItems", lim.max_score_levels},
-                    {"items", {{"type", "string"}}},
-                    {"description", "Level descriptions, lowest first"}}}}},
-                {"required", {"type", "instructions", "criteria"}}};
-  return {
-      {"type", "object"},
-      {"description", "A SystemOne decision request"},
-      {"properties",
-       {{"model", {{"type", "string"}, {"description", "Model name to echo (optional; any name is accepted)"}}},
-        {"state",
-         {{"description",
-           "What the decision is about: any JSON value (object, array, string, number), rendered into the prompt"}}},
-        {"questions",
-         {{"type", "object"},
-          {"minProperties", lim.min_questions},
-          {"maxProperties", lim.max_questions},
-          {"description", "Question id -> question; answered in this order"},
-          {"additionalProperties", {{"oneOf", {noul, choice, score}}}}}},
-        {"images",
-         {{"type", "array"},
-          {"maxItems", 4},
-          {"items", {{"type", "string"}, {"description", "data:image/png|jpeg|webp;base64,... URL"}}},
-          {"description", "Images (only with a model that has a vision tower)"}}}}},
-      {"required", {"state", "questions"}}};
-}
+constexpr const char* kVersions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
 
 Json tools_list(const RequestLimits& lim) {
   Json tools = Json::array();
   tools.push_back({{"name", "decide"},
                    {"title", "Decide (SystemOne)"},
-                   {"description",
-                    "Answer typed questions about a state with the loaded Clef decision model in one forward pass. "
-                    "The arguments are a SystemOne request; the result is the SystemOne response: per question the "
-                    "chosen answer, a probability for every option, and a confidence. A refused request is a tool "
-                    "error whose JSON carries error.code and error.path (the JSON path of the offending field)."},
-                   {"inputSchema", decide_schema(lim)}});
+                   {"description", decide_tool_description()},
+                   {"inputSchema", decide_tool_schema(lim)}});
   tools.push_back(
       {{"name", "model_info"},
        {"title", "Model information"},
@@ -138,31 +89,9 @@ std::size_t skip_ws(std::string_view t, std::size_t i) {
   return i;
 }
 
-/// Deepest nesting of arrays and objects in the JSON text `t` (strings skipped), counted without
-/// recursion. Messages nested deeper than kMaxMessageDepth are refused before they are parsed:
-/// copying or serializing such a value recurses once per level.
+/// Deepest nesting of arrays and objects a message may have: copying or serializing a value
+/// recurses once per level, so deeper messages are refused while they are parsed.
 constexpr std::size_t kMaxMessageDepth = 1024;
-std::size_t max_nesting(std::string_view t) {
-  std::size_t depth = 0, deepest = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < t.size(); ++i) {
-    const char c = t[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == '}' || c == ']') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
 
 /// Index just past the JSON value starting at `i`.
 std::size_t skip_value(std::string_view t, std::size_t i) {
@@ -194,8 +123,16 @@ std::size_t skip_value(std::string_view t, std::size_t i) {
   return i;
 }
 
-/// The raw text of member `key` of the JSON object `t` (the last one when repeated, as the parser
-/// keeps); "" when absent. Keys are compared as written (escaped keys do not match).
+/// The key a JSON string literal `lit` (quotes included) stands for: escapes decoded, so
+/// "\u0061rguments" is "arguments". The text was already parsed, so the literal is valid.
+std::string decoded_key(std::string_view lit) {
+  if (lit.find('\\') == std::string_view::npos) return std::string(lit.substr(1, lit.size() - 2));
+  return Json::parse(lit).get<std::string>();
+}
+
+/// The raw text of member `key` of the JSON object `t`; "" when absent. Keys are compared decoded
+/// (escapes included), as the parser compares them, and a message with a repeated key was refused
+/// before (parse_json_message), so this is the very member the parsed message holds.
 std::string_view raw_member(std::string_view t, std::string_view key) {
   std::string_view found;
   std::size_t i = skip_ws(t, 0);
@@ -203,12 +140,12 @@ std::string_view raw_member(std::string_view t, std::string_view key) {
   i = skip_ws(t, i + 1);
   while (i < t.size() && t[i] == '"') {
     const std::size_t kend = skip_value(t, i);
-    const std::string_view k = t.substr(i + 1, kend - i - 2);
+    const std::string_view k = t.substr(i, kend - i);
     i = skip_ws(t, kend);
     if (i >= t.size() || t[i] != ':') break;
     i = skip_ws(t, i + 1);
     const std::size_t vend = skip_value(t, i);
-    if (k == key) found = t.substr(i, vend - i);
+    if (decoded_key(k) == key) found = t.substr(i, vend - i);
     i = skip_ws(t, vend);
     if (i < t.size() && t[i] == ',') i = skip_ws(t, i + 1);
   }
@@ -255,7 +192,7 @@ struct Session {
       const std::string body =
           raw_args.empty() ? args.dump(-1, ' ', false, Json::error_handler_t::strict) : std::string(raw_args);
       try {
-        const Decision d = engine->decide(body);
+        const Decision d = engine->decide(body, Dialect::kDecisions);  // either contract, by the shape
         Json structured = Json::parse(d.body);
         return text_result(d.body, std::move(structured), false);
       } catch (const RequestError& e) {
@@ -311,8 +248,9 @@ struct Session {
                  {"capabilities", {{"tools", {{"listChanged", false}}}}},
                  {"serverInfo", {{"name", "clef"}, {"title", "clef.cpp decision models"}, {"version", clef::kVersion}}},
                  {"instructions",
-                  "Use decide to ask typed questions (noul: yes/no/unsure, choice: one of named options, score: a "
-                  "graded scale) about a JSON state; model_info describes the loaded model. Model: " +
+                  "Use decide to ask typed questions about a JSON state (noul: the probability that a statement is "
+                  "true; choice: which one of named options applies; score: the expected level on a graded scale); "
+                  "model_info describes the loaded model. Model: " +
                       engine->model_name()}});
     }
     if (method == "ping") return ok(Json::object());
@@ -332,6 +270,7 @@ struct McpFlags {
   EngineFlags flags;
   std::int64_t state_cache_mb = EngineOptions::kDefaultStateCacheMb;
   std::int64_t max_message = kDefaultMaxMessage;
+  std::int64_t max_batch = kDefaultMaxBatch;
   CLI::Option* model_opt = nullptr;
 };
 
@@ -386,24 +325,38 @@ int run_mcp(McpFlags& f) {
     }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    if (max_nesting(line) > kMaxMessageDepth) {
-      send({{"jsonrpc", "2.0"},
-            {"id", nullptr},
-            {"error",
-             {{"code", -32600},
-              {"message", "invalid request: nested deeper than " + std::to_string(kMaxMessageDepth) + " levels"}}}});
+    // One parse of the whole line: repeated keys (escaped or not), a NUL byte, trailing bytes and a
+    // batch longer than --max-batch are refused here, before anything is answered or built.
+    JsonTextLimits limits;
+    limits.max_depth = kMaxMessageDepth;
+    limits.duplicates = DuplicateKeys::kReject;
+    limits.max_root_items = static_cast<std::size_t>(f.max_batch);
+    JsonMessage parsed = parse_json_message(line, limits);
+    if (parsed.fault != JsonTextFault::kNone) {
+      std::string message;
+      switch (parsed.fault) {
+        case JsonTextFault::kTooDeep:
+          message = "invalid request: nested deeper than " + std::to_string(kMaxMessageDepth) + " levels";
+          break;
+        case JsonTextFault::kDuplicateKey: message = "invalid request: " + parsed.error; break;
+        case JsonTextFault::kTooManyItems:
+          message = "invalid request: a batch of more than " + std::to_string(f.max_batch) +
+                    " messages (the --max-batch limit); none was run";
+          break;
+        default: message = "parse error: " + parsed.error; break;
+      }
+      const int code = parsed.fault == JsonTextFault::kSyntax ? -32700 : -32600;
+      send({{"jsonrpc", "2.0"}, {"id", nullptr}, {"error", {{"code", code}, {"message", message}}}});
       continue;
     }
-    Json msg;
-    try {
-      msg = Json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      send({{"jsonrpc", "2.0"},
-            {"id", nullptr},
-            {"error", {{"code", -32700}, {"message", std::string("parse error: ") + e.what()}}}});
-      continue;
-    }
+    const Json& msg = parsed.value;
     if (msg.is_array()) {  // a batch (protocol 2025-03-26)
+      if (msg.empty()) {   // JSON-RPC 2.0: an empty batch is answered with one Invalid Request error
+        send({{"jsonrpc", "2.0"},
+              {"id", nullptr},
+              {"error", {{"code", -32600}, {"message", "invalid request: an empty batch"}}}});
+        continue;
+      }
       Json answers = Json::array();
       const std::vector<std::string_view> raws = raw_items(line);
       for (std::size_t i = 0; i < msg.size(); ++i) {
@@ -438,6 +391,11 @@ Command add_mcp_command(CLI::App& parent) {
          "Largest message in bytes (one line of stdin, without its newline); a longer one is skipped to its newline "
          "without being stored and answered with a -32600 error (id null); the session goes on")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 34))
+      ->capture_default_str();
+  app->add_option("--max-batch", f->max_batch,
+                  "Most messages in one JSON-RPC batch (a JSON array line); a longer batch is refused whole with "
+                  "one -32600 error (id null), counted while it is parsed, so it is never built")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
       ->capture_default_str();
   return {app, "clef mcp --help", [f] { return run_mcp(*f); }};
 }

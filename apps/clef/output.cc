@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "output.h"
 
 #include <cerrno>
@@ -8,7 +9,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/json_reader.h"
+#include "core/paths.h"
 
 namespace clef::cli {
 

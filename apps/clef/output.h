@@ -1,5 +1,6 @@
+// SPDX-License-Identifier: MIT
 // Standard output of the commands that print an answer: a failed write (disk full, closed pipe) is
-// an I/O error naming the file and the system's reason (exit 5, README "Exit codes"), so an answer
+// an I/O error naming the file and the system's reason (exit 5, docs/CLI.md "Exit codes"), so an answer
 // that did not reach its reader never exits 0.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `clef pull`: flags, then hub::pull_model (src/hub/pull.h); docs/MODELS.md "clef pull".
 #include "commands.h"
 
@@ -8,7 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/error.h"
-#include "core/json_reader.h"
+#include "core/paths.h"
 #include "engine_flags.h"
 #include "hub/cache.h"
 #include "hub/pull.h"
@@ -24,11 +25,17 @@ constexpr const char* kPullFooter =
     "($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub), where clef -m NAME, huggingface_hub,\n"
     "transformers and llama.cpp find them. A kill or a dropped connection is resumed by running the same\n"
     "command again; each file is verified (sha256) before it appears under its name.\n"
+    "Bounds: a file's transfer stops at its declared size (more is refused and deleted); the file list\n"
+    "keeps only files a model may need, at most 100,000 entries, 1,000 pages and 16 MiB per page; a listed\n"
+    "name with a control character, a backslash, a leading '/' or a '..' component is refused; --revision\n"
+    "is a 40-hex commit or a branch or tag name by git's rules; a server's Retry-After is waited for up to\n"
+    "60 s (a longer one stops the pull); --timeout bounds the whole pull, --stall-timeout each transfer.\n"
     "Environment: HF_ENDPOINT (hub URL), HF_TOKEN (else the token file $HF_HOME/token that `hf auth login`\n"
     "writes), HF_HUB_OFFLINE=1 (no network: succeed only when everything is cached). See docs/MODELS.md.\n"
     "Prints the model's local path on stdout. Exit codes: 0 done; 2 bad name, 401/403 (set a token), 404\n"
-    "(repository, revision or quant not found), offline with files missing; 3 a file does not match its\n"
-    "published hash (discarded); 5 network or disk error (verified files are kept; rerun to resume).";
+    "(repository, revision or quant not found), bad --revision, offline with files missing; 3 a file does\n"
+    "not match its published hash or size (discarded); 5 network or disk error, --timeout, a bad listing\n"
+    "(verified files are kept; rerun to resume).";
 
 struct PullFlags {
   std::string name_text;
@@ -83,6 +90,15 @@ Command add_pull_command(CLI::App& parent) {
   app->add_option("--retries", po.retries,
                   "Attempts per file after a dropped connection or a server error (each resumes)")
       ->check(CLI::Range(0, 100))
+      ->capture_default_str();
+  app->add_option("--timeout", po.timeout_s,
+                  "Seconds the whole pull may take, retries and waits included (0: no limit); then it stops with "
+                  "exit 5, keeping verified files and partial ones to resume")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  app->add_option("--stall-timeout", po.stall_s,
+                  "A transfer slower than 1 KiB/s for this many seconds is cut (then retried and resumed)")
+      ->check(CLI::Range(1, 3600))
       ->capture_default_str();
   return {app, "clef pull --help", [f] { return run_pull(*f); }};
 }

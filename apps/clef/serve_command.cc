@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `clef serve`: parses the flags, loads the engine and hands it to server::serve().
 #include "commands.h"
 
@@ -21,13 +22,16 @@ namespace clef::cli {
 namespace {
 
 constexpr const char* kServeFooter =
-    "Routes: POST /v1/systemone, /v1/decisions (SystemOne); POST /ai/run/@cf/cloudflare/{model} and\n"
+    "Routes: POST /v1/systemone (SystemOne), /v1/decisions (OpenAI's Decisions contract; a body with `state` is\n"
+    "answered as SystemOne); POST /ai/run/@cf/cloudflare/{model} and\n"
     "/client/v4/accounts/{id}/ai/run/@cf/cloudflare/{model} (Cloudflare envelope); POST /api/alpha/decisions\n"
     "(OpenRouter); GET /v1/models, /health (liveness), /ready (readiness: 503 while the queue is full),\n"
     "/metrics (Prometheus). Overload (queue full, queued past --timeout, --body-budget spent): 503 with\n"
     "Retry-After. A decision answer carries X-Clef-State-Key (its state's cache key) and X-Clef-Route-Key (the\n"
     "routing key a balancer hashes; docs/DEPLOYMENT.md).\n"
-    "See README.md \"clef serve\".\n"
+    "Authentication: --api-key or CLEF_API_KEY (an empty one is refused); the start-up line says \"auth on\" or\n"
+    "\"auth off\" and the bound address, and a non-loopback --host without a key prints a warning.\n"
+    "See docs/CLI.md \"clef serve\".\n"
     "Exit codes: 0 stopped by SIGINT/SIGTERM after finishing the requests in flight; 2 invalid argument or\n"
     "usage; 3 model folder malformed, missing or inconsistent; 4 unsupported model option; 5 I/O error\n"
     "(e.g. the address cannot be bound); 70 internal error; 130 a second signal during shutdown.";
@@ -42,11 +46,38 @@ struct ServeFlags {
   std::int64_t body_budget_mb = 256;
   std::int64_t state_cache_mb = EngineOptions::kDefaultStateCacheMb;
   CLI::Option* model_opt = nullptr;
+  CLI::Option* api_key_opt = nullptr;
 };
+
+/// Refuses an API key that would not protect anything: empty (a flag or variable that expanded to
+/// nothing would otherwise turn authentication off without a word), or with whitespace at its ends
+/// or control characters (no client can send it in a header, so every request would get 401).
+/// `what` names where the key came from.
+void check_api_key(const std::string& key, const std::string& what) {
+  if (key.empty()) {
+    throw InvalidArgument(what +
+                          " is empty: give a key, or leave out both --api-key and CLEF_API_KEY to run "
+                          "without authentication");
+  }
+  const auto bad = [](unsigned char c) { return c < 0x20 || c == 0x7f; };
+  const auto space = [](char c) { return c == ' ' || c == '\t'; };
+  if (space(key.front()) || space(key.back()) || std::any_of(key.begin(), key.end(), bad)) {
+    throw InvalidArgument(what +
+                          " has whitespace at an end or a control character: no client could send it in an "
+                          "Authorization header");
+  }
+}
 
 int run_serve(ServeFlags& f) {
   auto& so = f.so;
   auto& flags = f.flags;
+  // CLI11 fills --api-key from CLEF_API_KEY only when the variable is non-empty: an empty value
+  // here came from the flag, and a set variable that left the option unset is empty.
+  if (f.api_key_opt->count() > 0) {
+    check_api_key(so.api_key, so.api_key.empty() ? "--api-key" : "the API key (--api-key or CLEF_API_KEY)");
+  } else if (std::getenv("CLEF_API_KEY") != nullptr) {
+    check_api_key("", "CLEF_API_KEY");
+  }
   so.queue = static_cast<std::size_t>(f.queue);
   so.max_body_bytes = static_cast<std::size_t>(f.max_body);
   so.max_connections = static_cast<std::size_t>(f.max_connections);
@@ -71,8 +102,8 @@ int run_serve(ServeFlags& f) {
 
 Command add_serve_command(CLI::App& parent) {
   auto f = std::make_shared<ServeFlags>();
-  auto* app =
-      parent.add_subcommand("serve", "Serve a Clef model over HTTP (Jev/SystemOne, Cloudflare and OpenRouter routes).");
+  auto* app = parent.add_subcommand(
+      "serve", "Serve a Clef model over HTTP (Jev/SystemOne, OpenAI Decisions, Cloudflare and OpenRouter routes).");
   server::ServeOptions& so = f->so;
   app->footer(kServeFooter);
   app->allow_extras(false);
@@ -94,10 +125,11 @@ Command add_serve_command(CLI::App& parent) {
                   "Largest request body in bytes, after Content-Encoding decoding (more: 413)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 34))
       ->capture_default_str();
-  app->add_option("--api-key", so.api_key,
-                  "Require \"Authorization: Bearer KEY\" on every route but /health and /ready (default: "
-                  "$CLEF_API_KEY; none: open)")
-      ->envname("CLEF_API_KEY");
+  f->api_key_opt = app->add_option("--api-key", so.api_key,
+                                   "Require \"Authorization: Bearer KEY\" on every route but /health and /ready "
+                                   "(default: $CLEF_API_KEY; an empty key is an error; neither given: no "
+                                   "authentication, and a warning when --host is not loopback)")
+                       ->envname("CLEF_API_KEY");
   app->add_option("--alias", so.aliases,
                   "Another model name requests may use (repeatable); with --strict-model, the only other names "
                   "accepted besides the folder's name and jev-latest");
@@ -131,7 +163,7 @@ Command add_serve_command(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--state-cache-mb", f->state_cache_mb,
                   "Memory budget of the exact state cache in MiB (0: off): requests that share a prefix + images + "
-                  "state reuse its computation, bit-identically (README \"Exact state reuse\")")
+                  "state reuse its computation, bit-identically (docs/ARCHITECTURE.md \"Exact state reuse\")")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
       ->capture_default_str();
 

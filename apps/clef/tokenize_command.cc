@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `clef tokenize`: print the token ids (and pieces) of a text, or decode ids, with the tokenizer of a
 // release folder or GGUF model (docs/TOKENIZER.md).
 #include <charconv>

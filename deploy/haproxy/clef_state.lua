@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- clef_state.lua: an HAProxy 2.6 action, `http-request lua.clef_route`, for state affinity in front
 -- of several `clef serve` replicas (docs/DEPLOYMENT.md). It sets the variable txn.clef_text to the
 -- raw JSON text of the request body's top-level "state" and "images" members; haproxy.cfg hashes

@@ -1,10 +1,7 @@
+// SPDX-License-Identifier: MIT
 #include "core/dtype.h"
 
 #include <array>
-#include <string>
-
-#include "core/error.h"
-#include "core/quant_blocks.h"
 
 namespace clef {
 namespace {
@@ -12,19 +9,21 @@ namespace {
 struct DTypeInfo {
   DType type;
   std::string_view name;
-  std::size_t size;
+  std::size_t size;           ///< bytes per element; 0 for a block type
+  std::uint64_t block_elems;  ///< block types: elements per block (ggml's block structs), else 0
+  std::uint64_t block_bytes;  ///< block types: bytes per block, else 0
 };
 
 constexpr std::array<DTypeInfo, 25> kInfo{{
-    {DType::kBool, "BOOL", 1}, {DType::kU8, "U8", 1},          {DType::kI8, "I8", 1},
-    {DType::kI16, "I16", 2},   {DType::kU16, "U16", 2},        {DType::kF16, "F16", 2},
-    {DType::kBF16, "BF16", 2}, {DType::kI32, "I32", 4},        {DType::kU32, "U32", 4},
-    {DType::kF32, "F32", 4},   {DType::kF64, "F64", 8},        {DType::kI64, "I64", 8},
-    {DType::kU64, "U64", 8},   {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
-    {DType::kQ8_0, "Q8_0", 0}, {DType::kQ4_0, "Q4_0", 0},      {DType::kQ4_1, "Q4_1", 0},
-    {DType::kQ5_0, "Q5_0", 0}, {DType::kQ5_1, "Q5_1", 0},      {DType::kQ2_K, "Q2_K", 0},
-    {DType::kQ3_K, "Q3_K", 0}, {DType::kQ4_K, "Q4_K", 0},      {DType::kQ5_K, "Q5_K", 0},
-    {DType::kQ6_K, "Q6_K", 0},
+    {DType::kBool, "BOOL", 1, 0, 0},     {DType::kU8, "U8", 1, 0, 0},          {DType::kI8, "I8", 1, 0, 0},
+    {DType::kI16, "I16", 2, 0, 0},       {DType::kU16, "U16", 2, 0, 0},        {DType::kF16, "F16", 2, 0, 0},
+    {DType::kBF16, "BF16", 2, 0, 0},     {DType::kI32, "I32", 4, 0, 0},        {DType::kU32, "U32", 4, 0, 0},
+    {DType::kF32, "F32", 4, 0, 0},       {DType::kF64, "F64", 8, 0, 0},        {DType::kI64, "I64", 8, 0, 0},
+    {DType::kU64, "U64", 8, 0, 0},       {DType::kF8E4M3, "F8_E4M3", 1, 0, 0}, {DType::kF8E5M2, "F8_E5M2", 1, 0, 0},
+    {DType::kQ8_0, "Q8_0", 0, 32, 34},   {DType::kQ4_0, "Q4_0", 0, 32, 18},    {DType::kQ4_1, "Q4_1", 0, 32, 20},
+    {DType::kQ5_0, "Q5_0", 0, 32, 22},   {DType::kQ5_1, "Q5_1", 0, 32, 24},    {DType::kQ2_K, "Q2_K", 0, 256, 84},
+    {DType::kQ3_K, "Q3_K", 0, 256, 110}, {DType::kQ4_K, "Q4_K", 0, 256, 144},  {DType::kQ5_K, "Q5_K", 0, 256, 176},
+    {DType::kQ6_K, "Q6_K", 0, 256, 210},
 }};
 
 const DTypeInfo& info(DType t) noexcept { return kInfo[static_cast<std::size_t>(t)]; }
@@ -35,19 +34,17 @@ std::size_t dtype_size(DType t) noexcept { return info(t).size; }
 std::string_view dtype_name(DType t) noexcept { return info(t).name; }
 
 bool dtype_block(DType t, std::uint64_t& elems, std::uint64_t& bytes) noexcept {
-  std::int64_t be = 0, bb = 0;
-  if (!quant_block_layout(t, be, bb)) return false;
-  elems = static_cast<std::uint64_t>(be);
-  bytes = static_cast<std::uint64_t>(bb);
+  const DTypeInfo& i = info(t);
+  if (i.block_elems == 0) return false;
+  elems = i.block_elems;
+  bytes = i.block_bytes;
   return true;
 }
 
 std::uint64_t dtype_bytes(DType t, std::uint64_t numel) noexcept {
-  std::int64_t be = 0, bb = 0;
-  if (quant_block_layout(t, be, bb)) {
-    return numel / static_cast<std::uint64_t>(be) * static_cast<std::uint64_t>(bb);
-  }
-  return numel * info(t).size;
+  const DTypeInfo& i = info(t);
+  if (i.block_elems != 0) return numel / i.block_elems * i.block_bytes;
+  return numel * i.size;
 }
 
 std::optional<DType> dtype_from_name(std::string_view name) noexcept {
@@ -105,33 +102,6 @@ std::uint16_t f32_to_f16(float f) noexcept {
   std::uint32_t r = abs - 0x38000000u;  // rebias exponent 127 -> 15
   r += 0xfffu + ((r >> 13) & 1u);
   return static_cast<std::uint16_t>(sign | (r >> 13));
-}
-
-void convert_to_f32(DType src_type, const std::byte* src, std::size_t n, float* dst) {
-  switch (src_type) {
-    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
-    case DType::kBF16:
-    case DType::kF16: {
-      const bool bf16 = src_type == DType::kBF16;
-      for (std::size_t i = 0; i < n; ++i) {
-        std::uint16_t b;
-        std::memcpy(&b, src + 2 * i, 2);
-        dst[i] = bf16 ? bf16_to_f32(b) : f16_to_f32(b);
-      }
-      return;
-    }
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kQ5_0:
-    case DType::kQ5_1:
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-    case DType::kQ6_K: dequantize_blocks(src_type, src, n, dst); return;
-    default: throw Unsupported("cannot convert dtype " + std::string(dtype_name(src_type)) + " to F32");
-  }
 }
 
 }  // namespace clef

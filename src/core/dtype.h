@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Element types of tensors as named by the safetensors format, and scalar conversions.
 #pragma once
 
@@ -30,8 +31,9 @@ enum class DType : std::uint8_t {
   /// ggml's Q8_0 block type (GGUF only, never a safetensors dtype): blocks of 32 elements along a
   /// row, each 2 bytes of IEEE fp16 scale d then 32 int8 q; element = d * q. 34 bytes per block.
   kQ8_0,
-  /// The other ggml block types a GGUF file may hold (core/quant_blocks.h: layouts and the
-  /// dequantization to fp32). Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K are also read by the
+  /// The other ggml block types a GGUF file may hold (block sizes: dtype_block; layouts and the
+  /// dequantization to fp32: core/quant_blocks.h, docs/GGUF.md "Block types"). Q4_0, Q4_1, Q5_0,
+  /// Q5_1, Q4_K, Q5_K and Q6_K are also read by the
   /// block-quantized linear layers (ops/quant_gemm.h); Q2_K and Q3_K only through convert_to_f32.
   kQ4_0,
   kQ4_1,
@@ -46,8 +48,9 @@ enum class DType : std::uint8_t {
 
 /// Size of one element in bytes; 0 for a block type (kQ8_0, kQ4_K, ...: use dtype_bytes).
 std::size_t dtype_size(DType t) noexcept;
-/// Block types: elements and bytes per block (kQ8_0 32 and 34, ...; core/quant_blocks.h's
-/// quant_block_layout); false (outputs untouched) for other dtypes.
+/// Block types: elements and bytes per block (ggml's block structs, docs/GGUF.md "Block types"):
+/// Q4_0 32/18, Q4_1 32/20, Q5_0 32/22, Q5_1 32/24, Q8_0 32/34, Q2_K 256/84, Q3_K 256/110,
+/// Q4_K 256/144, Q5_K 256/176, Q6_K 256/210; false (outputs untouched) for other dtypes.
 bool dtype_block(DType t, std::uint64_t& elems, std::uint64_t& bytes) noexcept;
 /// Bytes of `numel` elements (a block type: whole blocks; numel must be a multiple of the block).
 std::uint64_t dtype_bytes(DType t, std::uint64_t numel) noexcept;
@@ -84,11 +87,5 @@ inline std::uint16_t f32_to_bf16(float f) noexcept {
 float f16_to_f32(std::uint16_t h) noexcept;
 /// float -> IEEE binary16 bits, round to nearest even, overflow to inf.
 std::uint16_t f32_to_f16(float f) noexcept;
-
-/// Converts `n` elements of type `src_type` (F32, BF16 or F16, little-endian, any alignment; or
-/// whole blocks of a block type starting at a block boundary, n a multiple of its block size:
-/// dequantize_blocks of core/quant_blocks.h) at `src` to float. Throws Unsupported for any other
-/// dtype.
-void convert_to_f32(DType src_type, const std::byte* src, std::size_t n, float* dst);
 
 }  // namespace clef

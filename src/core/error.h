@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Typed errors of clef.cpp. Errors are thrown inside the engine and translated once at each
 // boundary (CLI exit code, HTTP status). User input never aborts the process.
 #pragma once

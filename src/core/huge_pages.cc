@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/huge_pages.h"
 
 #include <sys/mman.h>

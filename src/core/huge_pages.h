@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Allocator for large, long-lived buffers that are streamed or copied whole (the KV cache): blocks
 // of at least 2 MiB are 2 MiB-aligned and advised as transparent huge pages (madvise
 // MADV_HUGEPAGE; Linux, THP mode "madvise" or "always"), so filling a restored state faults in

@@ -1,51 +1,59 @@
+// SPDX-License-Identifier: MIT
 #include "core/json_reader.h"
 
 #include <cerrno>
 #include <cmath>
 #include <fstream>
 #include <limits>
-#include <filesystem>
 #include <sstream>
 #include <vector>
 
 #include "core/error.h"
+#include "core/paths.h"
 
 namespace clef {
 
 namespace {
 
-/// Builds a nlohmann DOM from SAX events on an explicit stack (no recursion).
+/// Builds a nlohmann DOM (json or ordered_json) from SAX events on an explicit stack (no recursion).
+template <class Json>
 class DomBuilder {
  public:
-  using json = nlohmann::json;
+  using json = Json;
   explicit DomBuilder(const JsonTextLimits& limits) : limits_(limits) {}
 
   bool null() { return put(json(nullptr)); }
   bool boolean(bool v) { return put(json(v)); }
-  bool number_integer(json::number_integer_t v) { return put(json(v)); }
-  bool number_unsigned(json::number_unsigned_t v) { return put(json(v)); }
-  bool number_float(json::number_float_t v, const json::string_t&) { return put(json(v)); }
-  bool string(json::string_t& v) { return put(json(std::move(v))); }
-  bool binary(json::binary_t&) { return fail("binary values are not JSON"); }
+  bool number_integer(typename json::number_integer_t v) { return put(json(v)); }
+  bool number_unsigned(typename json::number_unsigned_t v) { return put(json(v)); }
+  bool number_float(typename json::number_float_t v, const typename json::string_t&) { return put(json(v)); }
+  bool string(typename json::string_t& v) { return put(json(std::move(v))); }
+  bool binary(typename json::binary_t&) { return fail(JsonTextFault::kSyntax, "binary values are not JSON"); }
   bool start_object(std::size_t) { return open(json::object()); }
   bool start_array(std::size_t) { return open(json::array()); }
   bool end_object() { return close(); }
   bool end_array() { return close(); }
-  bool key(json::string_t& k) {
+  bool key(typename json::string_t& k) {
     if (limits_.duplicates == DuplicateKeys::kReject && stack_.back()->contains(k)) {
-      return fail("key \"" + printable(k) + "\" appears twice in one object");
+      return fail(JsonTextFault::kDuplicateKey, "key \"" + printable(k) + "\" appears twice in one object");
     }
     keys_.back() = std::move(k);
     return true;
   }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) { return fail(ex.what()); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
+    return fail(JsonTextFault::kSyntax, json_library_message(ex));
+  }
 
   json take() { return std::move(root_); }
   const std::string& error() const { return error_; }
+  JsonTextFault fault() const { return fault_; }
 
  private:
-  bool fail(const std::string& m) {
-    if (error_.empty()) error_ = m;
+  bool fail(JsonTextFault f, const std::string& m) {
+    if (error_.empty()) {
+      error_ = m;
+      fault_ = f;
+    }
     return false;
   }
   json* insert(json v) {
@@ -62,14 +70,24 @@ class DomBuilder {
     slot = std::move(v);
     return &slot;
   }
+  /// False (and the fault recorded) when one more item would pass max_root_items.
+  bool room_for_item() {
+    if (stack_.size() == 1 && stack_.back()->is_array() && stack_.back()->size() >= limits_.max_root_items) {
+      return fail(JsonTextFault::kTooManyItems,
+                  "an array of more than " + std::to_string(limits_.max_root_items) + " items");
+    }
+    return true;
+  }
   bool put(json v) {
+    if (!room_for_item()) return false;
     insert(std::move(v));
     return true;
   }
   bool open(json v) {
     if (stack_.size() + 1 > limits_.max_depth) {
-      return fail("nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
+      return fail(JsonTextFault::kTooDeep, "nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
     }
+    if (!room_for_item()) return false;
     stack_.push_back(insert(std::move(v)));
     keys_.emplace_back();
     return true;
@@ -85,41 +103,56 @@ class DomBuilder {
   std::vector<json*> stack_;  // open containers; a child is closed before its parent grows again
   std::vector<std::string> keys_;
   std::string error_;
+  JsonTextFault fault_ = JsonTextFault::kNone;
 };
-
 }  // namespace
+
+std::string json_library_message(const nlohmann::detail::exception& e) {
+  std::string_view w = e.what();
+  if (!w.empty() && w.front() == '[') {
+    if (const auto end = w.find("] "); end != std::string_view::npos) w.remove_prefix(end + 2);
+  }
+  return std::string(w);
+}
 
 nlohmann::json parse_json_text(std::string_view text, const std::string& label, const JsonTextLimits& limits) {
   if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
     throw ModelLoadError(label + ": malformed JSON: NUL byte at offset " + std::to_string(nul));
   }
-  DomBuilder b(limits);
+  DomBuilder<nlohmann::json> b(limits);
   bool ok = false;
   try {
     ok = nlohmann::json::sax_parse(text.begin(), text.end(), &b, nlohmann::json::input_format_t::json, true);
   } catch (const nlohmann::json::exception& e) {
-    throw ModelLoadError(label + ": malformed JSON: " + e.what());
+    throw ModelLoadError(label + ": malformed JSON: " + json_library_message(e));
   }
   if (!ok) throw ModelLoadError(label + ": malformed JSON: " + (b.error().empty() ? "parse error" : b.error()));
   return b.take();
 }
 
-bool path_exists(const std::string& path) noexcept {
-  std::error_code ec;
-  const auto st = std::filesystem::symlink_status(path, ec);
-  return !ec && st.type() != std::filesystem::file_type::not_found;
-}
-
-void require_regular_file(const std::string& path, const std::string& label) {
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  if (st.type() == std::filesystem::file_type::not_found && !path_exists(path)) {
-    throw ModelLoadError(label + ": missing (" + path + ")");
+JsonMessage parse_json_message(std::string_view text, const JsonTextLimits& limits) {
+  JsonMessage m;
+  if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
+    m.fault = JsonTextFault::kSyntax;
+    m.error = "NUL byte at offset " + std::to_string(nul);
+    return m;
   }
-  if (ec) throw ModelLoadError(label + ": cannot stat " + path + ": " + ec.message());
-  if (st.type() != std::filesystem::file_type::regular) {
-    throw ModelLoadError(label + ": not a regular file (" + path + ")");
+  DomBuilder<nlohmann::ordered_json> b(limits);
+  bool ok = false;
+  try {
+    ok = nlohmann::ordered_json::sax_parse(text.begin(), text.end(), &b, nlohmann::json::input_format_t::json, true);
+  } catch (const nlohmann::json::exception& e) {
+    m.fault = JsonTextFault::kSyntax;
+    m.error = json_library_message(e);
+    return m;
   }
+  if (!ok) {
+    m.fault = b.fault() == JsonTextFault::kNone ? JsonTextFault::kSyntax : b.fault();
+    m.error = b.error().empty() ? "parse error" : b.error();
+    return m;
+  }
+  m.value = b.take();
+  return m;
 }
 
 nlohmann::json read_json_file(const std::string& path, const std::string& label, const JsonTextLimits& limits) {
@@ -130,30 +163,6 @@ nlohmann::json read_json_file(const std::string& path, const std::string& label,
   ss << in.rdbuf();
   if (in.bad()) throw IoError(label + ": read error on " + path);
   return parse_json_text(ss.str(), label, limits);
-}
-
-std::string printable(std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(s.size());
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    bool ok = len > 0 && i + len <= s.size();
-    for (std::size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 2;
-    if (ok && len == 1 && (c < 0x20 || c == 0x7f)) ok = false;
-    if (ok) {
-      out.append(s.substr(i, len));
-      i += len;
-    } else {
-      out += "\\x";
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-      ++i;
-    }
-  }
-  return out;
 }
 
 std::string describe_json(const nlohmann::json& v) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Typed, path-aware reading of JSON objects (nlohmann::json underneath). Every error names the
 // file and the JSON path of the offending value, e.g.
 //   "config.json: text_config.hidden_size: expected a positive integer, got \"64\"".
@@ -25,7 +26,32 @@ enum class DuplicateKeys : std::uint8_t {
 struct JsonTextLimits {
   std::size_t max_depth = 128;  ///< nested arrays/objects (the top-level container is depth 1)
   DuplicateKeys duplicates = DuplicateKeys::kLastWins;
+  /// Items of a top-level array: parsing stops at the first one past the limit, so a longer array
+  /// is refused without being built (no limit by default).
+  std::size_t max_root_items = SIZE_MAX;
 };
+
+/// Why parse_json_message refused a text.
+enum class JsonTextFault : std::uint8_t {
+  kNone,          ///< parsed
+  kSyntax,        ///< not one JSON text: syntax, invalid UTF-8, a NUL byte, trailing data
+  kTooDeep,       ///< nested deeper than max_depth
+  kDuplicateKey,  ///< a key repeated in one object (kReject; keys compared decoded, escapes included)
+  kTooManyItems,  ///< a top-level array longer than max_root_items
+};
+
+/// What parse_json_message read: the value, or the fault and a one-line reason.
+struct JsonMessage {
+  nlohmann::ordered_json value;  ///< null unless fault is kNone
+  JsonTextFault fault = JsonTextFault::kNone;
+  std::string error;  ///< e.g. "key \"arguments\" appears twice in one object"
+};
+
+/// Parses one complete protocol message (a JSON-RPC line) like parse_json_text (no recursion; NUL
+/// bytes and trailing data refused) into an insertion-ordered DOM, without throwing: a refused
+/// text says why, so the caller can answer each kind with its own protocol error. Never throws for
+/// any input except std::bad_alloc.
+JsonMessage parse_json_message(std::string_view text, const JsonTextLimits& limits);
 
 /// Parses a complete JSON text without recursion (nlohmann's SAX parser building the DOM on an
 /// explicit stack), so hostile nesting cannot overflow the stack. Throws ModelLoadError
@@ -33,20 +59,9 @@ struct JsonTextLimits {
 /// than `limits.max_depth` or (kReject) a repeated key, naming the key.
 nlohmann::json parse_json_text(std::string_view text, const std::string& label, const JsonTextLimits& limits = {});
 
-/// Checks that `path` names a regular file (following symlinks), without opening it, so a FIFO or
-/// device never blocks. Throws ModelLoadError "<label>: not a regular file (...)" or
-/// "<label>: missing" / "<label>: cannot stat: <reason>" (symlink loops included).
-void require_regular_file(const std::string& path, const std::string& label);
-
-/// True when something (file, directory, dangling or looping symlink) exists at `path`; never throws.
-bool path_exists(const std::string& path) noexcept;
-
 /// Parses a whole JSON file with parse_json_text. Throws ModelLoadError when it is not a regular
-/// file or does not parse, IoError when it cannot be read.
+/// file (require_regular_file, core/paths.h) or does not parse, IoError when it cannot be read.
 nlohmann::json read_json_file(const std::string& path, const std::string& label, const JsonTextLimits& limits = {});
-
-/// `s` with control characters, DEL and invalid UTF-8 bytes shown as \xNN, for one-line messages.
-std::string printable(std::string_view s);
 
 /// Reads fields of one JSON object. Errors are ModelLoadError with "<file>: <path>.<key>: ...".
 /// Records the keys it was asked for, so callers may reject unknown keys.
@@ -98,5 +113,10 @@ class JsonObjectReader {
 
 /// Short human description of a JSON value for error messages (type and truncated text).
 std::string describe_json(const nlohmann::json& v);
+
+/// The message of one of nlohmann's exceptions (a parse error: "parse error at line L, column C: ...") without
+/// its "[json.exception.parse_error.101] " prefix, which names the library's exception type rather than anything
+/// about the user's text. Used wherever such a message reaches a user.
+std::string json_library_message(const nlohmann::detail::exception& e);
 
 }  // namespace clef

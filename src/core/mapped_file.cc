@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/mapped_file.h"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Read-only memory mapping of a whole file (RAII, move-only).
 #pragma once
 

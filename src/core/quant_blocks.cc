@@ -1,11 +1,13 @@
+// SPDX-License-Identifier: MIT
 #include "core/quant_blocks.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "core/error.h"
 
-// Built with -ffp-contract=off (src/CMakeLists.txt): `a * b - c` must round the product before the
+// Built with -ffp-contract=off (src/core/CMakeLists.txt): `a * b - c` must round the product before the
 // subtraction, as numpy does, on every ISA the file may be compiled for.
 
 namespace clef {
@@ -164,55 +166,9 @@ void q6_k(const std::byte* b, float* y) {
 
 }  // namespace
 
-bool quant_block_layout(DType t, std::int64_t& block_elems, std::int64_t& block_bytes) noexcept {
-  switch (t) {
-    case DType::kQ4_0:
-      block_elems = 32;
-      block_bytes = 18;
-      return true;
-    case DType::kQ4_1:
-      block_elems = 32;
-      block_bytes = 20;
-      return true;
-    case DType::kQ5_0:
-      block_elems = 32;
-      block_bytes = 22;
-      return true;
-    case DType::kQ5_1:
-      block_elems = 32;
-      block_bytes = 24;
-      return true;
-    case DType::kQ8_0:
-      block_elems = 32;
-      block_bytes = 34;
-      return true;
-    case DType::kQ2_K:
-      block_elems = 256;
-      block_bytes = 84;
-      return true;
-    case DType::kQ3_K:
-      block_elems = 256;
-      block_bytes = 110;
-      return true;
-    case DType::kQ4_K:
-      block_elems = 256;
-      block_bytes = 144;
-      return true;
-    case DType::kQ5_K:
-      block_elems = 256;
-      block_bytes = 176;
-      return true;
-    case DType::kQ6_K:
-      block_elems = 256;
-      block_bytes = 210;
-      return true;
-    default: return false;
-  }
-}
-
 void dequantize_blocks(DType t, const std::byte* src, std::size_t n, float* dst) {
-  std::int64_t be = 0, bb = 0;
-  if (!quant_block_layout(t, be, bb)) {
+  std::uint64_t be = 0, bb = 0;
+  if (!dtype_block(t, be, bb)) {
     throw Unsupported("dequantize_blocks: " + std::string(dtype_name(t)) + " is not a block-quantized type");
   }
   const auto elems = static_cast<std::size_t>(be), bytes = static_cast<std::size_t>(bb);
@@ -234,9 +190,132 @@ void dequantize_blocks(DType t, const std::byte* src, std::size_t n, float* dst)
       case DType::kQ4_K: q45_k(b, y, false); break;
       case DType::kQ5_K: q45_k(b, y, true); break;
       case DType::kQ6_K: q6_k(b, y); break;
-      default: break;  // quant_block_layout refused it above
+      default: break;  // dtype_block refused it above
     }
   }
+}
+
+void convert_to_f32(DType src_type, const std::byte* src, std::size_t n, float* dst) {
+  switch (src_type) {
+    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
+    case DType::kBF16:
+    case DType::kF16: {
+      const bool bf16 = src_type == DType::kBF16;
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t b;
+        std::memcpy(&b, src + 2 * i, 2);
+        dst[i] = bf16 ? bf16_to_f32(b) : f16_to_f32(b);
+      }
+      return;
+    }
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K: dequantize_blocks(src_type, src, n, dst); return;
+    default: throw Unsupported("cannot convert dtype " + std::string(dtype_name(src_type)) + " to F32");
+  }
+}
+
+namespace {
+
+/// Index of the first of `n` little-endian U values at `p` whose bits under `mask` (the exponent)
+/// are all ones. Scans chunks with a branch-free OR so the compiler vectorizes the common case.
+template <class U>
+std::optional<std::size_t> first_all_ones(const std::byte* p, std::size_t n, U mask) noexcept {
+  constexpr std::size_t kChunk = 2048;
+  for (std::size_t base = 0; base < n; base += kChunk) {
+    const std::size_t m = std::min(kChunk, n - base);
+    const std::byte* c = p + base * sizeof(U);
+    U hit = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+      U x;
+      std::memcpy(&x, c + i * sizeof(U), sizeof(U));
+      hit |= static_cast<U>(static_cast<U>(~x) & mask) == 0 ? U{1} : U{0};
+    }
+    if (hit == 0) continue;
+    for (std::size_t i = 0; i < m; ++i) {
+      U x;
+      std::memcpy(&x, c + i * sizeof(U), sizeof(U));
+      if (static_cast<U>(x & mask) == mask) return base + i;
+    }
+  }
+  return std::nullopt;
+}
+
+template <class U>
+bool mantissa_nonzero(const std::byte* p, std::size_t i, U mask) noexcept {
+  U x;
+  std::memcpy(&x, p + i * sizeof(U), sizeof(U));
+  return static_cast<U>(x & static_cast<U>(~mask) & static_cast<U>(~(U{1} << (8 * sizeof(U) - 1)))) != 0;
+}
+
+/// The fp16 fields of a block type: byte offsets inside the block and names (at most two).
+struct BlockScales {
+  int count = 0;
+  int offset[2] = {0, 0};
+  const char* name[2] = {"", ""};
+};
+
+BlockScales block_scales(DType t) noexcept {
+  switch (t) {
+    case DType::kQ4_0:
+    case DType::kQ5_0:
+    case DType::kQ8_0: return {1, {0, 0}, {"d", ""}};
+    case DType::kQ4_1:
+    case DType::kQ5_1: return {2, {0, 2}, {"d", "m"}};
+    case DType::kQ2_K: return {2, {80, 82}, {"d", "dmin"}};
+    case DType::kQ3_K: return {1, {108, 0}, {"d", ""}};
+    case DType::kQ4_K:
+    case DType::kQ5_K: return {2, {0, 2}, {"d", "dmin"}};
+    case DType::kQ6_K: return {1, {208, 0}, {"d", ""}};
+    default: return {};
+  }
+}
+
+}  // namespace
+
+std::optional<NonFiniteValue> find_non_finite(DType t, std::span<const std::byte> bytes) noexcept {
+  const std::byte* p = bytes.data();
+  switch (t) {
+    case DType::kF32: {
+      const std::uint32_t mask = 0x7F800000u;
+      if (const auto i = first_all_ones<std::uint32_t>(p, bytes.size() / 4, mask)) {
+        return NonFiniteValue{*i, "", mantissa_nonzero<std::uint32_t>(p, *i, mask)};
+      }
+      return std::nullopt;
+    }
+    case DType::kF16:
+    case DType::kBF16: {
+      const std::uint16_t mask = t == DType::kF16 ? std::uint16_t{0x7C00} : std::uint16_t{0x7F80};
+      if (const auto i = first_all_ones<std::uint16_t>(p, bytes.size() / 2, mask)) {
+        return NonFiniteValue{*i, "", mantissa_nonzero<std::uint16_t>(p, *i, mask)};
+      }
+      return std::nullopt;
+    }
+    default: break;
+  }
+  std::uint64_t be = 0, bb = 0;
+  if (!dtype_block(t, be, bb)) return std::nullopt;
+  const BlockScales sc = block_scales(t);
+  const auto block_bytes = static_cast<std::size_t>(bb);
+  const std::size_t blocks = bytes.size() / block_bytes;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const std::byte* blk = p + b * block_bytes;
+    for (int k = 0; k < sc.count; ++k) {
+      std::uint16_t h;
+      std::memcpy(&h, blk + sc.offset[k], 2);
+      if ((h & 0x7C00u) == 0x7C00u) {
+        return NonFiniteValue{b * be, sc.name[k], (h & 0x03FFu) != 0};
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace clef

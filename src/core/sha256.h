@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SHA-256 of files and buffers (OpenSSL's libcrypto does the hashing).
 #pragma once
 

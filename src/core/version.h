@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clef's version, one source of truth: the VERSION of project() in the top-level CMakeLists.txt.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "decision/answers.h"
 
 #include <algorithm>
@@ -70,6 +71,27 @@ double jev_score_confidence(const std::vector<double>& p) {
 
 }  // namespace
 
+QuestionAnswer answer_question(const RequestQuestion& q, std::span<const float> probs, ConfidenceMode mode) {
+  QuestionAnswer a;
+  a.p.resize(q.options.size());
+  for (std::size_t i = 0; i < a.p.size(); ++i) a.p[i] = static_cast<double>(probs[i]);
+  const std::vector<double>& p = a.p;
+  if (q.type == QuestionType::kChoice) {
+    // The first option in request order with the largest unrounded probability.
+    std::size_t best = q.request_order[0];
+    for (std::size_t j : q.request_order) {
+      if (p[j] > p[best]) best = j;
+    }
+    const double n = static_cast<double>(p.size());
+    a.best = best;
+    a.confidence = mode == ConfidenceMode::kJev ? (n > 1 ? (p[best] - 1.0 / n) / (1.0 - 1.0 / n) : 1.0) : p[best];
+  } else if (q.type == QuestionType::kScore) {
+    for (std::size_t i = 0; i < p.size(); ++i) a.score += static_cast<double>(i) * p[i];
+    a.confidence = mode == ConfidenceMode::kJev ? jev_score_confidence(p) : *std::max_element(p.begin(), p.end());
+  }
+  return a;
+}
+
 std::string build_response_json(const SystemOneRequest& request, const std::string& model,
                                 std::span<const float> logits, std::int64_t input_tokens, const AnswerOptions& options,
                                 const std::string& extra_usage) {
@@ -84,8 +106,9 @@ std::string build_response_json(const SystemOneRequest& request, const std::stri
   for (std::size_t qi = 0; qi < request.questions.size(); ++qi) {
     const RequestQuestion& q = request.questions[qi];
     // Probabilities as Python floats: doubles holding float32 values (docs/PROTOCOL.md §2.1).
-    std::vector<double> p(q.options.size());
-    for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<double>(probs[base + i]);
+    const QuestionAnswer a =
+        answer_question(q, std::span<const float>(probs).subspan(base, q.options.size()), options.confidence);
+    const std::vector<double>& p = a.p;
     base += p.size();
     if (qi) out += ',';
     append_key(out, q.id);
@@ -97,19 +120,11 @@ std::string build_response_json(const SystemOneRequest& request, const std::stri
       append_key(out, "noul");
       append_number(out, p[0]);  // model order is (true, false)
     } else if (q.type == QuestionType::kChoice) {
-      // The first option in request order with the largest unrounded probability.
-      std::size_t best = q.request_order[0];
-      for (std::size_t j : q.request_order) {
-        if (p[j] > p[best]) best = j;
-      }
-      const double n = static_cast<double>(p.size());
-      const double conf =
-          options.confidence == ConfidenceMode::kJev ? (n > 1 ? (p[best] - 1.0 / n) / (1.0 - 1.0 / n) : 1.0) : p[best];
       append_key(out, "choice");
-      append_json_string(out, q.options[best].id);
+      append_json_string(out, q.options[a.best].id);
       out += ',';
       append_key(out, "confidence");
-      append_number(out, conf);
+      append_number(out, a.confidence);
       out += ',';
       append_key(out, "probabilities");
       out += '{';
@@ -121,15 +136,11 @@ std::string build_response_json(const SystemOneRequest& request, const std::stri
       }
       out += '}';
     } else {
-      double score = 0.0;
-      for (std::size_t i = 0; i < p.size(); ++i) score += static_cast<double>(i) * p[i];
-      const double conf =
-          options.confidence == ConfidenceMode::kJev ? jev_score_confidence(p) : *std::max_element(p.begin(), p.end());
       append_key(out, "score");
-      append_number(out, score);
+      append_number(out, a.score);
       out += ',';
       append_key(out, "confidence");
-      append_number(out, conf);
+      append_number(out, a.confidence);
       out += ',';
       append_key(out, "legend");
       out += '{';

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // From option logits to the SystemOne answer (docs/PROTOCOL.md §2.1-2.3): per-question fp32
 // softmax, noul / choice / score mapping, Python-compatible 4-decimal rounding, confidence modes,
 // and the response body as JSON text with Python's number formatting.
@@ -34,6 +35,19 @@ double python_round4(double x);
 /// model order; returns [N] probabilities, model order. Throws InvalidArgument when N does not match
 /// the request's option count and InternalError on a non-finite logit (never NaN downstream).
 std::vector<float> question_probabilities(const SystemOneRequest& request, std::span<const float> logits);
+
+/// One question's answer numbers, unrounded (docs/PROTOCOL.md §2.1, §2.2), shared by the System
+/// One and the OpenAI answer bodies so that both say the same.
+struct QuestionAnswer {
+  std::vector<double> p;  ///< probabilities in model order, as Python floats (doubles of float32)
+  std::size_t best = 0;   ///< choice: index (model order) of the first option in request order with the top probability
+  double score = 0.0;     ///< score: sum of i * p_i
+  double confidence = 0.0;  ///< choice and score: per `mode`
+};
+
+/// The numbers of question `q` from its probabilities `probs` [options] (model order, from
+/// question_probabilities()).
+QuestionAnswer answer_question(const RequestQuestion& q, std::span<const float> probs, ConfidenceMode mode);
 
 /// The SystemOne response body (docs/PROTOCOL.md §2.1) as compact UTF-8 JSON:
 /// {"model": model, "answers": {qid: answer, ...}, "usage": {"input_tokens": n, "output_tokens": 0}}

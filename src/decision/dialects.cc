@@ -1,5 +1,7 @@
+// SPDX-License-Identifier: MIT
 #include "decision/dialects.h"
 
+#include "decision/openai_decisions.h"
 #include "decision/render.h"
 
 namespace clef {
@@ -44,6 +46,13 @@ std::string loc_list(const JsonPath& path, const RequestError& e) {
   return out + "]";
 }
 
+/// OpenAI's error body: {"error": {"message", "type", "param", "code"}} (null param / code when absent).
+std::string openai_error(std::string_view message, std::string_view type, const std::string* param, const char* code) {
+  return "{\"error\":{\"message\":" + json_string(message) + ",\"type\":" + json_string(type) +
+         ",\"param\":" + (param ? json_string(*param) : std::string("null")) +
+         ",\"code\":" + (code ? json_string(code) : std::string("null")) + "}}";
+}
+
 }  // namespace
 
 std::string error_envelope(Dialect dialect, int status, std::string_view type, CloudflareCode cf_code,
@@ -56,6 +65,8 @@ std::string error_envelope(Dialect dialect, int status, std::string_view type, C
       return "{\"error\":{\"code\":" + std::to_string(status) + ",\"message\":" + json_string(message) +
              ",\"metadata\":{\"type\":" + json_string(type) +
              (openrouter_path ? ",\"path\":" + json_string(*openrouter_path) : std::string()) + "}}}";
+    case Dialect::kOpenAI:
+    case Dialect::kDecisions: return openai_error(message, type, nullptr, nullptr);
     case Dialect::kSystemOne: break;
   }
   return "{\"detail\":{\"error_type\":" + json_string(type) + ",\"message\":" + json_string(message) + "}}";
@@ -69,6 +80,8 @@ int wire_error_status(RequestErrorCode code, Dialect dialect) noexcept {
       return cf == CloudflareCode::kInvalidRequest ? 422 : cf == CloudflareCode::kTooLarge ? 413 : 400;
     }
     case Dialect::kOpenRouter: return is_json_syntax(code) ? 400 : code == RequestErrorCode::kInputTooLong ? 413 : 422;
+    case Dialect::kOpenAI:
+    case Dialect::kDecisions: return code == RequestErrorCode::kUnknownModel ? 404 : 400;
   }
   return 422;
 }
@@ -94,6 +107,11 @@ WireReply wire_error(const RequestError& e, Dialect dialect) {
     case Dialect::kOpenRouter: {
       const std::string path = e.path().str();
       return {status, error_envelope(dialect, status, e.code_name(), cloudflare_code(e.code()), e.what(), &path)};
+    }
+    case Dialect::kOpenAI:
+    case Dialect::kDecisions: {
+      const std::string param = openai_param(e.path());
+      return {status, openai_error(e.what(), "invalid_request_error", param.empty() ? nullptr : &param, e.code_name())};
     }
   }
   return {422, "{}"};

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The three wire dialects of a decision (docs/PROTOCOL.md §2.4, §2.5): how a SystemOne response
 // body is wrapped, and how a refused request is reported (HTTP status + body in the dialect's
 // shape). Pure string building: the HTTP server picks the dialect from the route and sends what
@@ -30,7 +31,8 @@ enum class CloudflareCode : int {
 ///  * Cloudflare: {"result": null, "success": false, "errors": [{"code": cf_code, "message"}],
 ///    "messages": []};
 ///  * OpenRouter: {"error": {"code": status, "message", "metadata": {"type": type}}}, with
-///    "path": `openrouter_path` inside "metadata" when it is non-null.
+///    "path": `openrouter_path` inside "metadata" when it is non-null;
+///  * OpenAI (kOpenAI, kDecisions): {"error": {"message", "type": type, "param": null, "code": null}}.
 /// `message` and `type` are JSON-escaped here. (The SystemOne list shape of a validation error,
 /// {"detail": [{"loc", "msg", "type"}]}, is wire_error's own.)
 std::string error_envelope(Dialect dialect, int status, std::string_view type, CloudflareCode cf_code,
@@ -42,7 +44,7 @@ struct WireReply {
   std::string body;
 };
 
-/// A success reply: SystemOne and OpenRouter send the body as is; Cloudflare wraps it in
+/// A success reply: SystemOne, OpenRouter and OpenAI send the body as is; Cloudflare wraps it in
 /// {"result": body, "success": true, "errors": [], "messages": []}.
 WireReply wire_success(const std::string& response_body, Dialect dialect);
 
@@ -54,6 +56,9 @@ WireReply wire_success(const std::string& response_body, Dialect dialect);
 ///    model), 413/5021 (input too long), 422/5012 (every other validation error).
 ///  * OpenRouter: {"error": {"code": status, "message", "metadata": {"type": code, "path"}}} with 400
 ///    for bodies that are not JSON, 413 for input too long, 422 otherwise.
+///  * OpenAI (kOpenAI, kDecisions): {"error": {"message", "type": "invalid_request_error", "param":
+///    openai_param(path) or null for the whole body, "code": code}} with 404 for unknown_model and 400
+///    for everything else (docs/PROTOCOL.md §7.5).
 WireReply wire_error(const RequestError& error, Dialect dialect);
 
 /// HTTP status of a refused request in a dialect (what wire_error() uses).

@@ -1,9 +1,11 @@
+// SPDX-License-Identifier: MIT
 #include "decision/joint_head.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
+#include "core/quant_blocks.h"
 #include "ops/head_ops.h"
 #include "ops/ops.h"
 #include "ops/vision_ops.h"

@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: MIT
 // The joint schema head (docs/PROTOCOL.md §4.4), fp32, fed with the backbone's final-norm hidden rows
 // chunk by chunk: a record of any length never needs the [T, hidden] matrix at once. Per row the
 // head keeps only the projected memory row [W] and running span sums; everything else happens in
 // logits() once all T rows have arrived. Its kernels are the ops of ops/head_ops.h (fixed summation
 // order, docs/NUMERICS.md "The joint head's kernels"); this file and joint_head.cc hold the recipe.
 //
-// State reuse (README "Exact state reuse"): the memory rows before a record's state end depend only
+// State reuse (docs/ARCHITECTURE.md "Exact state reuse"): the memory rows before a record's state end depend only
 // on the prefix + state tokens, and so do the attention keys and values the head computes from them
 // (steps 7 and 11). HeadMemoryPrefix holds those keys/values for a run of leading rows; the state
 // cache keeps it with the backbone state, and a warm record attends over it plus its own new rows.

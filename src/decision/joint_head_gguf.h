@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Clef joint schema head inside a "clef"-layout GGUF (llama.cpp's Clef conversion; docs/GGUF.md
 // "The clef layout"): its configuration from the clef.decision.* metadata and the tensor shapes,
 // and its tensors dequantized to fp32 and renamed back to joint_head.safetensors' names, so that

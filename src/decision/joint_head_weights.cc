@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "decision/joint_head_weights.h"
 
 namespace clef {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tensors of joint_head.safetensors (docs/PROTOCOL.md §4.2), bound strictly (the reference loads
 // them with strict=True): every tensor must be present with the shape implied by
 // joint_head_config.json, and no other tensor may exist.

@@ -1,5 +1,7 @@
+// SPDX-License-Identifier: MIT
 #include "decision/json_value.h"
 
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -248,19 +250,79 @@ const char* JsonValue::kind_name(Kind kind) noexcept {
   return "?";
 }
 
-std::string JsonValue::describe() const {
-  switch (kind_) {
-    case Kind::kNull: return "null";
-    case Kind::kBool: return bool_ ? "true" : "false";
-    case Kind::kArray: return "an array";
-    case Kind::kObject: return "an object";
-    // Numbers and strings are described by kind and size only: error messages never quote request
-    // content (a client's values may be secrets; the JSON path says where the value is).
-    case Kind::kInt: return "an integer";
-    case Kind::kFloat: return "a number";
-    case Kind::kString: return "a string of " + std::to_string(text_->size()) + " bytes";
+namespace {
+
+/// Code points of a preview (JsonValue::describe()); longer values are cut there.
+constexpr std::size_t kPreviewCodePoints = 40;
+/// Bytes of compact JSON written before the cut: 4 bytes per code point, and a margin.
+constexpr std::size_t kPreviewBytes = 4 * kPreviewCodePoints + 16;
+
+/// The first `n` code points of the valid UTF-8 text `s` (all of it when shorter).
+std::string_view utf8_prefix(std::string_view s, std::size_t n) {
+  std::size_t i = 0;
+  for (std::size_t cp = 0; i < s.size() && cp < n; ++cp) {
+    ++i;
+    while (i < s.size() && (static_cast<unsigned char>(s[i]) & 0xC0u) == 0x80u) ++i;
   }
-  return "?";
+  return s.substr(0, i);
+}
+
+/// Appends compact JSON of `v` (members in the order sent) to `out`, stopping once `out` holds
+/// more than kPreviewBytes: the caller cuts the text there, so only the start has to be right.
+/// Each level writes at least one byte before descending, so the recursion is bounded too.
+void append_preview(std::string& out, const JsonValue& v) {
+  if (out.size() > kPreviewBytes) return;
+  switch (v.kind()) {
+    case JsonValue::Kind::kString:
+      // One code point more than is shown, so that a cut string is always seen as cut.
+      append_json_string(out, utf8_prefix(v.as_string(), kPreviewCodePoints + 1));
+      return;
+    case JsonValue::Kind::kArray:
+      out.push_back('[');
+      for (std::size_t i = 0; i < v.items().size() && out.size() <= kPreviewBytes; ++i) {
+        if (i > 0) out.push_back(',');
+        append_preview(out, v.items()[i]);
+      }
+      out.push_back(']');
+      return;
+    case JsonValue::Kind::kObject:
+      out.push_back('{');
+      for (std::size_t i = 0; i < v.members().size() && out.size() <= kPreviewBytes; ++i) {
+        if (i > 0) out.push_back(',');
+        append_json_string(out, utf8_prefix(v.members()[i].first, kPreviewCodePoints + 1));
+        out.push_back(':');
+        append_preview(out, v.members()[i].second);
+      }
+      out.push_back('}');
+      return;
+    case JsonValue::Kind::kInt: out.append(utf8_prefix(v.int_text(), kPreviewBytes)); return;
+    default: append_dump_json(out, v); return;
+  }
+}
+
+}  // namespace
+
+std::string JsonValue::describe() const {
+  // The value itself, shortened: a request error goes back to the client that sent the value
+  // (the server logs no request content), and a message that names the bad value is what lets
+  // that client see its mistake ("Choice" for "choice").
+  std::string text;
+  append_preview(text, *this);
+  const std::string_view shown = utf8_prefix(text, kPreviewCodePoints);
+  const bool cut = shown.size() < text.size();
+  std::string out;
+  if (kind_ == Kind::kArray) out = "the array ";
+  if (kind_ == Kind::kObject) out = "the object ";
+  out += shown;
+  if (!cut) return out;
+  out += "...";
+  switch (kind_) {
+    case Kind::kString: return out + " (a string of " + std::to_string(text_->size()) + " bytes)";
+    case Kind::kArray: return out + " (" + std::to_string(size()) + (size() == 1 ? " item)" : " items)");
+    case Kind::kObject: return out + " (" + std::to_string(size()) + (size() == 1 ? " member)" : " members)");
+    case Kind::kInt: return out + " (an integer of " + std::to_string(text_->size()) + " characters)";
+    default: return out;
+  }
 }
 
 // ---- parser -----------------------------------------------------------------------------------
@@ -269,13 +331,15 @@ namespace {
 
 class Parser {
  public:
-  Parser(std::string_view text, const JsonParseOptions& opt) : s_(text), opt_(opt) {}
+  Parser(std::string_view text, const JsonParseOptions& opt, std::vector<JsonMemberText>* top_members)
+      : s_(text), opt_(opt), top_members_(top_members) {}
 
   JsonValue run() {
     if (s_.size() >= 3 && s_.compare(0, 3, "\xEF\xBB\xBF") == 0) pos_ = 3;
     for (;;) {
       JsonValue v;
       skip_ws();
+      if (stack_.size() == 1) value_start_ = pos_;  // a top-level member's value starts here
       const int c = peek();
       if (c == '{' || c == '[') {
         if (stack_.size() + 1 > opt_.max_depth) {
@@ -314,6 +378,9 @@ class Parser {
         }
         Frame& f = stack_.back();
         f.in_value = false;
+        if (f.is_object && top_members_ != nullptr && stack_.size() == 1) {
+          top_members_->push_back(JsonMemberText{key_text_, s_.substr(value_start_, pos_ - value_start_)});
+        }
         if (f.is_object) {
           auto [it, inserted] = f.index.emplace(f.key, f.members.size());
           if (inserted) {
@@ -403,7 +470,9 @@ class Parser {
   void read_key() {
     if (peek() != '"') syntax("expected a string key");
     // The path of an error inside the key or before its value names the object itself.
+    const std::size_t key_start = pos_;
     std::string key = read_string();
+    if (stack_.size() == 1) key_text_ = s_.substr(key_start, pos_ - key_start);
     skip_ws();
     if (peek() != ':') syntax("expected ':' after an object key");
     ++pos_;
@@ -675,12 +744,23 @@ class Parser {
 
   std::string_view s_;
   const JsonParseOptions& opt_;
+  std::vector<JsonMemberText>* top_members_;  // null: not recorded
   std::size_t pos_ = 0;
   std::vector<Frame> stack_;
+  std::string_view key_text_;    // the literal of the top-level key being read
+  std::size_t value_start_ = 0;  // where the top-level member's value being read starts
 };
+
+std::atomic<std::uint64_t> g_texts_parsed{0};
 
 }  // namespace
 
-JsonValue parse_json(std::string_view text, const JsonParseOptions& options) { return Parser(text, options).run(); }
+JsonValue parse_json(std::string_view text, const JsonParseOptions& options, std::vector<JsonMemberText>* top_members) {
+  g_texts_parsed.fetch_add(1, std::memory_order_relaxed);
+  if (top_members != nullptr) top_members->clear();
+  return Parser(text, options, top_members).run();
+}
+
+std::uint64_t json_texts_parsed() noexcept { return g_texts_parsed.load(std::memory_order_relaxed); }
 
 }  // namespace clef

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // An immutable JSON value that keeps what Python's json.loads keeps and render() needs
 // (docs/PROTOCOL.md §3.3): object members in the order sent (a duplicate key keeps its first
 // position and its last value, like a Python dict), integer vs float, the exact double of a float,
@@ -71,8 +72,10 @@ class JsonValue {
   /// Member value by key (nullptr when absent or when this is not an object).
   const JsonValue* find(std::string_view key) const noexcept;
 
-  /// Short description for error messages: the JSON type and, for strings, the size, never the
-  /// value ("an array", "a string of 3 bytes", "an integer", "null", "true").
+  /// The value for error messages, as compact JSON (members in the order sent) cut after 40 code
+  /// points: `"Choice"`, `7`, `2.5`, `null`, `the array ["yes","no"]`, `the object {"a":1}`; a cut
+  /// value ends in "..." and says its size (`"Lorem ipsum dolor sit amet, consectetu... (a string of
+  /// 812 bytes)`). Never throws for a valid JsonValue; the work is bounded whatever the value's size.
   std::string describe() const;
 
   /// Short JSON type name: "null", "boolean", "integer", "float", "string", "array", "object".
@@ -96,6 +99,12 @@ struct JsonParseOptions {
   std::size_t max_int_digits = 4300;  ///< decimal digits of one integer literal
 };
 
+/// A member of the top-level object of a JSON text, as sent: views into that text.
+struct JsonMemberText {
+  std::string_view key;    ///< the key's string literal, quotes and escapes as sent (`"state"`)
+  std::string_view value;  ///< the value's text from its first to its last character (inner spacing kept)
+};
+
 /// Parses a complete JSON text (RFC 8259, UTF-8, optional leading UTF-8 BOM, whitespace
 /// " \t\n\r") into a JsonValue, with Python json.loads semantics for what it accepts.
 ///
@@ -107,6 +116,16 @@ struct JsonParseOptions {
 /// Throws RequestError (request_error.h) with code invalid_json (syntax, invalid UTF-8, raw control
 /// characters in strings, trailing data), lone_surrogate, non_finite_number, number_out_of_range or
 /// nesting_too_deep, the JSON path of the value being read and the 0-based byte offset.
-JsonValue parse_json(std::string_view text, const JsonParseOptions& options = {});
+///
+/// `top_members`, when given, is cleared and receives every member of a top-level object in the
+/// order sent, repeated keys included (views into `text`: valid while `text` is), so that a caller
+/// that needs a member's bytes as sent (the balancer's route key, server/route_key.h) reads them
+/// from this one parse instead of scanning the text again. Empty for any other top-level value.
+JsonValue parse_json(std::string_view text, const JsonParseOptions& options = {},
+                     std::vector<JsonMemberText>* top_members = nullptr);
+
+/// How many texts parse_json() has been asked to parse in this process (relaxed atomic counter;
+/// `clef serve` reports it in /metrics so that a test can see that each body is parsed once).
+std::uint64_t json_texts_parsed() noexcept;
 
 }  // namespace clef

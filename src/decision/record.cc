@@ -1,4 +1,7 @@
+// SPDX-License-Identifier: MIT
 #include "decision/record.h"
+
+#include <algorithm>
 
 #include "decision/render.h"
 #include "decision/request_error.h"
@@ -71,9 +74,21 @@ EncodedRecord encode_record(const SystemOneRequest& request, const Tokenizer& to
     append(prefix, media);
   }
   append(suffix, kSuffix);
-  append(state, render(request.state));
   r.prefix_len = static_cast<std::int64_t>(prefix.size());
   r.media_len = r.prefix_len - text_prefix_len;
+  r.schema_len = static_cast<std::int64_t>(schema.size());
+  r.suffix_len = static_cast<std::int64_t>(suffix.size());
+  const std::int64_t fixed = r.prefix_len + r.schema_len + r.suffix_len;
+  const std::int64_t room = std::max<std::int64_t>(options.max_length - fixed, 0);
+  // Refusing: the state is tokenized only until it passes the room left (Tokenizer::encode_bounded),
+  // so an over-long state costs memory bounded by the limit, not by its size. Truncating: in full
+  // (its full length is reported as dropped tokens).
+  bool state_fits = true;
+  if (options.overflow == OverflowPolicy::kRefuse) {
+    state_fits = tok.encode_bounded(render(request.state), static_cast<std::size_t>(room), state, ws);
+  } else {
+    append(state, render(request.state));
+  }
   if (r.media_len > 0) {
     const std::int32_t vision_ids[] = {tok.token_to_id("<|vision_start|>"), tok.token_to_id("<|image_pad|>"),
                                        tok.token_to_id("<|vision_end|>")};
@@ -96,26 +111,22 @@ EncodedRecord encode_record(const SystemOneRequest& request, const Tokenizer& to
                          "which would be taken for an image slot in a request with images");
     }
   }
-  r.schema_len = static_cast<std::int64_t>(schema.size());
-  r.suffix_len = static_cast<std::int64_t>(suffix.size());
   r.state_len_full = static_cast<std::int64_t>(state.size());
   // Steps 5-6: the budget.
-  const std::int64_t fixed = r.prefix_len + r.schema_len + r.suffix_len;
   if (fixed > options.max_length) {
     const bool media_breaks_it = r.media_len > 0 && fixed - r.media_len <= options.max_length;
     throw RequestError(RequestErrorCode::kInputTooLong, JsonPath().key(media_breaks_it ? "images" : "questions"),
                        "schema requires " + std::to_string(fixed) + " tokens before state; maximum is " +
                            std::to_string(options.max_length));
   }
-  const std::int64_t room = options.max_length - fixed;
-  if (r.state_len_full > room) {
-    if (options.overflow == OverflowPolicy::kRefuse) {
-      throw RequestError(RequestErrorCode::kInputTooLong, JsonPath().key("state"),
-                         "the record needs " + std::to_string(fixed + r.state_len_full) + " tokens (state " +
-                             std::to_string(r.state_len_full) + " + prompt and schema " + std::to_string(fixed) +
-                             "), more than the maximum of " + std::to_string(options.max_length) +
-                             "; shorten the state or allow truncation");
-    }
+  if (!state_fits) {
+    throw RequestError(RequestErrorCode::kInputTooLong, JsonPath().key("state"),
+                       "the record needs more than the maximum of " + std::to_string(options.max_length) +
+                           " tokens (state: more than " + std::to_string(room) +
+                           ", counted up to that limit; prompt and schema: " + std::to_string(fixed) +
+                           "); shorten the state, or start clef with --overflow truncate to cut its end");
+  }
+  if (r.state_len_full > room) {                   // truncation (kRefuse stopped above)
     state.resize(static_cast<std::size_t>(room));  // keep the beginning, as the reference does
   }
   r.state_len = static_cast<std::int64_t>(state.size());

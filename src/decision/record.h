@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // encode_record (docs/PROTOCOL.md §3): a validated SystemOne request -> the exact prompt token ids
 // and the question/option spans the joint head reads. Every piece is tokenized on its own (no
 // special-token insertion; added tokens inside any piece are still recognised) and the id lists
@@ -55,9 +56,11 @@ struct EncodedRecord {
 
 /// Encodes `request` (docs/PROTOCOL.md §3.2 steps 1-8, text only). Throws RequestError:
 /// input_too_long (path `state`) when prefix + state + schema + suffix exceeds max_length under
-/// kRefuse, or when the fixed part alone does ("schema requires N tokens before state; maximum is
-/// M", path `questions`), and empty_span (path `questions.<id>`) when an instruction or option
-/// renders to zero tokens (the reference would average zero rows: NaN).
+/// kRefuse (the state is tokenized only until it passes the room left, Tokenizer::encode_bounded,
+/// so the message gives a lower bound, and refusing a long state costs memory bounded by
+/// max_length, not by the state's size), or when the fixed part alone does ("schema requires N tokens before state;
+/// maximum is M", path `questions`), and empty_span (path `questions.<id>`) when an instruction or option renders to
+/// zero tokens (the reference would average zero rows: NaN).
 ///
 /// Images (§3.2 step 2, §3.6): `image_token_counts[i]` is image i's merged-token count (H·W of its
 /// merged grid, vision/preprocess.h); the media piece

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // render(): the text of a JSON value inside a Clef prompt (docs/PROTOCOL.md §3.3), byte-identical
 // to the reference's Python: a string is used as-is, any other value is
 //   json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))

@@ -1,8 +1,12 @@
+// SPDX-License-Identifier: MIT
 #include "decision/request.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
+#include <span>
 
+#include "decision/openai_decisions.h"
 #include "decision/render.h"
 
 namespace clef {
@@ -18,6 +22,68 @@ constexpr std::string_view kOpenRouterPrefix = "cloudflare/";      // OpenRouter
 [[noreturn]] void reject(RequestErrorCode code, const JsonPath& path, const std::string& message) {
   throw RequestError(code, path, message);
 }
+
+/// Restricted Damerau-Levenshtein distance (insertions, deletions, substitutions and swaps of two
+/// neighbours, each 1) between `a` and `b`, compared ASCII-case-insensitively.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+  const std::size_t n = a.size(), m = b.size();
+  // Three rows of the (n+1) x (m+1) table: i-2, i-1, i.
+  std::vector<std::size_t> before(m + 1), prev(m + 1), cur(m + 1);
+  std::iota(prev.begin(), prev.end(), std::size_t{0});
+  for (std::size_t i = 1; i <= n; ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= m; ++j) {
+      const std::size_t cost = lower(a[i - 1]) == lower(b[j - 1]) ? 0 : 1;
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost});
+      if (i > 1 && j > 1 && lower(a[i - 1]) == lower(b[j - 2]) && lower(a[i - 2]) == lower(b[j - 1])) {
+        cur[j] = std::min(cur[j], before[j - 2] + 1);
+      }
+    }
+    std::swap(before, prev);
+    std::swap(prev, cur);
+  }
+  return prev[m];
+}
+
+/// Whether `key` looks like a misspelling of `field`: equal but for letter case, or at most 1 edit
+/// away (2 for fields of 8 or more letters: "criterias", "critera", "questons").
+bool near_miss(std::string_view key, std::string_view field) {
+  if (key == field || key.size() > 2 * field.size()) return false;
+  return edit_distance(key, field) <= (field.size() >= 8 ? 2u : 1u);
+}
+
+/// The hint added to an error about a missing or empty `field` of the object `obj` when `obj` has
+/// an unknown key that looks like a misspelling of it: `; the question has "criterias": did you
+/// mean "criteria"?` (the closest such key), else "". Unknown keys are ignored by the protocol
+/// (docs/PROTOCOL.md §1.1, §1.2), so a misspelt optional field cannot be refused; a required one
+/// names its look-alike here. `known`: the object's own field names, never suggested against.
+std::string misspelt_key_hint(const JsonValue& obj, std::string_view field, std::string_view where,
+                              std::span<const std::string_view> known) {
+  if (!obj.is_object()) return {};
+  const std::string* best = nullptr;
+  std::size_t best_distance = 0;
+  for (const auto& [key, value] : obj.members()) {
+    if (std::find(known.begin(), known.end(), key) != known.end() || !near_miss(key, field)) continue;
+    const std::size_t d = edit_distance(key, field);
+    if (best == nullptr || d < best_distance) {
+      best = &key;
+      best_distance = d;
+    }
+  }
+  if (best == nullptr) return {};
+  std::string hint = "; the " + std::string(where) + " has ";
+  append_json_string(hint, *best);
+  hint += ": did you mean ";
+  append_json_string(hint, field);
+  hint += "?";
+  return hint;
+}
+
+/// The fields the protocol reads (docs/PROTOCOL.md §1.1, §1.2).
+constexpr std::array<std::string_view, 7> kBodyFields = {"model",  "state",        "questions", "images",
+                                                         "videos", "media_kwargs", "id"};
+constexpr std::array<std::string_view, 3> kQuestionFields = {"type", "instructions", "criteria"};
 
 }  // namespace
 
@@ -82,8 +148,10 @@ void check_model(const JsonValue& body, const ServedModel& served, SystemOneRequ
 
 void check_state(const JsonValue& body, Dialect dialect, const RequestLimits& limits, SystemOneRequest& req) {
   const JsonValue* s = body.find("state");
-  if (s == nullptr)
-    reject(RequestErrorCode::kMissingField, JsonPath().key("state"), "state is required (it may be null)");
+  if (s == nullptr) {
+    reject(RequestErrorCode::kMissingField, JsonPath().key("state"),
+           "state is required (it may be null)" + misspelt_key_hint(body, "state", "request", kBodyFields));
+  }
   req.state = *s;
   if (dialect != Dialect::kOpenRouter || !s->is_array()) return;
   // OpenRouter (docs/PROTOCOL.md §1.5): image parts inside the state array become the request's
@@ -166,9 +234,12 @@ bool is_empty_criteria(const JsonValue* c) {
   return c == nullptr || c->is_null() || ((c->is_object() || c->is_array()) && c->size() == 0);
 }
 
-void build_choice(const JsonValue* criteria, const JsonPath& path, const RequestLimits& limits, RequestQuestion& q) {
+void build_choice(const JsonValue& question, const JsonValue* criteria, const JsonPath& path,
+                  const RequestLimits& limits, RequestQuestion& q) {
   if (is_empty_criteria(criteria)) {
-    reject(RequestErrorCode::kEmptyCriteria, path, "choice criteria must not be empty (an object of option ids)");
+    reject(RequestErrorCode::kEmptyCriteria, path,
+           "choice criteria must not be empty (an object of option ids)" +
+               misspelt_key_hint(question, "criteria", "question", kQuestionFields));
   }
   if (!criteria->is_object()) {
     reject(RequestErrorCode::kInvalidType, path,
@@ -199,9 +270,12 @@ void build_choice(const JsonValue* criteria, const JsonPath& path, const Request
   }
 }
 
-void build_score(const JsonValue* criteria, const JsonPath& path, const RequestLimits& limits, RequestQuestion& q) {
+void build_score(const JsonValue& question, const JsonValue* criteria, const JsonPath& path,
+                 const RequestLimits& limits, RequestQuestion& q) {
   if (is_empty_criteria(criteria)) {
-    reject(RequestErrorCode::kEmptyCriteria, path, "score criteria must not be empty (an array of level descriptions)");
+    reject(RequestErrorCode::kEmptyCriteria, path,
+           "score criteria must not be empty (an array of level descriptions)" +
+               misspelt_key_hint(question, "criteria", "question", kQuestionFields));
   }
   if (!criteria->is_array()) {
     std::string why;
@@ -227,7 +301,9 @@ void build_score(const JsonValue* criteria, const JsonPath& path, const RequestL
   }
 }
 
-RequestQuestion build_question(const std::string& id, const JsonValue& value, const RequestLimits& limits) {
+}  // namespace
+
+RequestQuestion build_systemone_question(const std::string& id, const JsonValue& value, const RequestLimits& limits) {
   const JsonPath path = JsonPath().key("questions").key(id);
   if (id.empty()) {
     reject(RequestErrorCode::kEmptyQuestionId, path,
@@ -245,8 +321,10 @@ RequestQuestion build_question(const std::string& id, const JsonValue& value, co
   RequestQuestion q;
   q.id = id;
   const JsonValue* type = value.find("type");
-  if (type == nullptr)
-    reject(RequestErrorCode::kMissingField, path.key("type"), "type is required (noul, choice or score)");
+  if (type == nullptr) {
+    reject(RequestErrorCode::kMissingField, path.key("type"),
+           "type is required (noul, choice or score)" + misspelt_key_hint(value, "type", "question", kQuestionFields));
+  }
   const std::string_view t = type->is_string() ? std::string_view(type->as_string()) : std::string_view();
   if (type->is_string() && t == "noul") {
     q.type = QuestionType::kNoul;
@@ -255,15 +333,24 @@ RequestQuestion build_question(const std::string& id, const JsonValue& value, co
   } else if (type->is_string() && t == "score") {
     q.type = QuestionType::kScore;
   } else {
+    std::string hint;
+    for (const QuestionType known : {QuestionType::kNoul, QuestionType::kChoice, QuestionType::kScore}) {
+      const std::string_view name = question_type_name(known);
+      if (hint.empty() && type->is_string() && near_miss(t, name)) {
+        hint = "; did you mean ";
+        append_json_string(hint, name);
+        hint += edit_distance(t, name) == 0 ? "? (types are case-sensitive)" : "?";
+      }
+    }
     reject(RequestErrorCode::kInvalidQuestionType, path.key("type"),
-           "type must be noul, choice, or score, got " + type->describe());
+           "type must be noul, choice, or score, got " + type->describe() + hint);
   }
   const JsonValue* criteria = value.find("criteria");
   const JsonPath cpath = path.key("criteria");
   switch (q.type) {
     case QuestionType::kNoul: build_noul(criteria, cpath, q); break;
-    case QuestionType::kChoice: build_choice(criteria, cpath, limits, q); break;
-    case QuestionType::kScore: build_score(criteria, cpath, limits, q); break;
+    case QuestionType::kChoice: build_choice(value, criteria, cpath, limits, q); break;
+    case QuestionType::kScore: build_score(value, criteria, cpath, limits, q); break;
   }
   if (criteria != nullptr) q.criteria = *criteria;
   // §1.2: missing, null or "" instructions fall back to the question id (non-empty here, so the
@@ -277,8 +364,6 @@ RequestQuestion build_question(const std::string& id, const JsonValue& value, co
   }
   return q;
 }
-
-}  // namespace
 
 const char* question_type_name(QuestionType type) noexcept {
   switch (type) {
@@ -308,7 +393,10 @@ SystemOneRequest validate_request(const JsonValue& body, const RequestLimits& li
 
   const JsonPath qpath = JsonPath().key("questions");
   const JsonValue* questions = body.find("questions");
-  if (questions == nullptr) reject(RequestErrorCode::kMissingField, qpath, "questions is required");
+  if (questions == nullptr) {
+    reject(RequestErrorCode::kMissingField, qpath,
+           "questions is required" + misspelt_key_hint(body, "questions", "request", kBodyFields));
+  }
   if (!questions->is_object()) {
     reject(RequestErrorCode::kInvalidType, qpath,
            "questions must be an object mapping question ids to questions, got " + questions->describe());
@@ -324,15 +412,22 @@ SystemOneRequest validate_request(const JsonValue& body, const RequestLimits& li
            "at most " + count_text(limits.max_questions, "questions") + " are allowed, got " + std::to_string(n));
   }
   req.questions.reserve(n);
-  for (const auto& [id, value] : questions->members()) req.questions.push_back(build_question(id, value, limits));
+  for (const auto& [id, value] : questions->members())
+    req.questions.push_back(build_systemone_question(id, value, limits));
 
   check_media(body, dialect, limits, req);
   return req;
 }
 
 SystemOneRequest parse_request(std::string_view body, const RequestLimits& limits, Dialect dialect,
-                               const ServedModel& served) {
-  return validate_request(parse_json(body, limits.json), limits, dialect, served);
+                               const ServedModel& served, Dialect* contract, std::vector<JsonMemberText>* top_members) {
+  // A body that is not JSON has no shape: where both contracts are accepted it is System One's.
+  if (contract != nullptr) *contract = dialect == Dialect::kDecisions ? Dialect::kSystemOne : dialect;
+  const JsonValue json = parse_json(body, limits.json, top_members);
+  if (dialect == Dialect::kDecisions) dialect = is_openai_body(json) ? Dialect::kOpenAI : Dialect::kSystemOne;
+  if (contract != nullptr) *contract = dialect;
+  if (dialect == Dialect::kOpenAI) return translate_openai_request(json, limits, served);
+  return validate_request(json, limits, dialect, served);
 }
 
 }  // namespace clef

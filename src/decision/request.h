@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The SystemOne request model and its validation (docs/PROTOCOL.md §1, §5.3, §6).
 //
 // parse_request() turns a request body into typed questions with their options in model order
@@ -9,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,13 +27,20 @@ enum class QuestionType : std::uint8_t { kNoul = 0, kChoice = 1, kScore = 2 };
 /// "noul", "choice" or "score".
 const char* question_type_name(QuestionType type) noexcept;
 
-/// Wire dialect the body arrived in (docs/PROTOCOL.md §2.4). All share the SystemOne body; the
-/// OpenRouter form may also carry image parts inside a `state` array (§1.5).
+/// Wire dialect the body arrived in (docs/PROTOCOL.md §2.4). The first three share the SystemOne
+/// body; the OpenRouter form may also carry image parts inside a `state` array (§1.5). kOpenAI is
+/// OpenAI's Decisions contract (§7); kDecisions is a place that accepts both contracts (the
+/// `/v1/decisions` route, `clef decide`, `clef mcp`): the body's shape selects kOpenAI or
+/// kSystemOne (is_openai_body(), §7.1), and an error found before the body is read uses OpenAI's.
 enum class Dialect : std::uint8_t {
   kSystemOne,   ///< TypeSafe / Jev `POST /v1/systemone`
   kCloudflare,  ///< Workers AI `/ai/run/@cf/cloudflare/<model>` (the envelope is the server's job)
   kOpenRouter,  ///< OpenRouter `POST /api/alpha/decisions`
+  kOpenAI,      ///< OpenAI's Decisions contract (decision/openai_decisions.h)
+  kDecisions,   ///< OpenAI's or System One's, by the body's shape
 };
+
+struct OpenAIContract;  // decision/openai_decisions.h
 
 /// Limits applied by validation (docs/PROTOCOL.md §1.3); every count is inclusive.
 struct RequestLimits {
@@ -106,19 +115,33 @@ struct SystemOneRequest {
   JsonValue state;                         ///< any JSON value (null included)
   std::vector<RequestQuestion> questions;  ///< request order
   /// The top-level `images` value as sent when it is non-empty and RequestLimits::accept_images
-  /// holds (not yet decoded or checked); null otherwise.
+  /// holds (not yet decoded or checked); null otherwise. OpenAI's contract: its image parts' URLs.
   JsonValue images;
+  /// Set when the body was OpenAI's contract (names, typed choice values, level labels, cache
+  /// options); null for System One bodies.
+  std::shared_ptr<const OpenAIContract> openai;
 };
 
 /// Parses and validates a request body (UTF-8 JSON text).
 ///
-/// Args: `body` the HTTP body; `limits` the counts of §1.3; `dialect` the route's wire form;
-/// `served` the model names this server answers to.
+/// Args: `body` the HTTP body; `limits` the counts of §1.3; `dialect` the route's wire form
+/// (kOpenAI: translate_openai_request(); kDecisions: the body's shape chooses, §7.1); `served`
+/// the model names this server answers to; `contract`, when given, receives the dialect the body
+/// is read in (kDecisions resolved to kOpenAI or kSystemOne; a body that is not JSON is System
+/// One's), set before any RequestError is thrown; `top_members`, when given, the body's top-level
+/// members as sent (parse_json(), views into `body`).
 /// Returns the typed request. Throws RequestError (code + JSON path) for every rejection:
 ///   parse_json's codes (invalid_json, lone_surrogate, non_finite_number, number_out_of_range,
 ///   nesting_too_deep), then validate_request's.
 SystemOneRequest parse_request(std::string_view body, const RequestLimits& limits, Dialect dialect,
-                               const ServedModel& served);
+                               const ServedModel& served, Dialect* contract = nullptr,
+                               std::vector<JsonMemberText>* top_members = nullptr);
+
+/// One question from its SystemOne form: what validate_request() does for `questions.<id>`
+/// (limits, criteria, model order, the instructions fallback). Throws RequestError with the
+/// SystemOne path. The OpenAI translation builds its questions through it, so both contracts give
+/// the same question for the same content.
+RequestQuestion build_systemone_question(const std::string& id, const JsonValue& question, const RequestLimits& limits);
 
 /// Validates an already parsed body (docs/PROTOCOL.md §1, §5.3). Rules, in order:
 ///  * body an object (invalid_type at the root);
@@ -142,7 +165,9 @@ SystemOneRequest parse_request(std::string_view body, const RequestLimits& limit
 ///    SystemOneRequest::images for the engine; images_unsupported `images` otherwise, and always
 ///    for OpenRouter, whose images travel inside `state`), `videos` absent, null or []
 ///    (videos_unsupported `videos`).
-/// Unknown fields anywhere are ignored.
+/// Unknown fields anywhere are ignored. Messages name the refused value (JsonValue::describe()); a
+/// missing or empty required field (state, questions, type, choice/score criteria) names a
+/// look-alike unknown key of the same object ("criterias": did you mean "criteria"?).
 SystemOneRequest validate_request(const JsonValue& body, const RequestLimits& limits, Dialect dialect,
                                   const ServedModel& served);
 

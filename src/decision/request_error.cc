@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "decision/request_error.h"
 
 #include "decision/render.h"
@@ -79,9 +80,16 @@ const char* request_error_code_name(RequestErrorCode code) noexcept {
     case RequestErrorCode::kImageInvalid: return "image_invalid";
     case RequestErrorCode::kImageTooLarge: return "image_too_large";
     case RequestErrorCode::kImageAspectRatio: return "image_aspect_ratio";
+    case RequestErrorCode::kImageOverPixelLimit: return "image_over_pixel_limit";
+    case RequestErrorCode::kImageTooManyScans: return "image_too_many_scans";
     case RequestErrorCode::kImageTokenInText: return "image_token_in_text";
     case RequestErrorCode::kInputTooLong: return "input_too_long";
     case RequestErrorCode::kEmptySpan: return "empty_span";
+    case RequestErrorCode::kInvalidValue: return "invalid_value";
+    case RequestErrorCode::kDuplicateChoice: return "duplicate_choice";
+    case RequestErrorCode::kIndistinctChoices: return "indistinct_choices";
+    case RequestErrorCode::kUnmatchedCallId: return "unmatched_call_id";
+    case RequestErrorCode::kUnsupportedPart: return "unsupported_part";
   }
   return "unknown";
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Typed rejection of a SystemOne request: a machine-readable code, the JSON path of the offending
 // value and (for syntax errors) the byte offset in the body (docs/PROTOCOL.md §2.5, §5.3).
 #pragma once
@@ -68,10 +69,18 @@ enum class RequestErrorCode : std::uint8_t {
   kImageInvalid,          ///< "image_invalid": not PNG/JPEG/WebP, corrupt, truncated or 0-sized
   kImageTooLarge,         ///< "image_too_large": file bytes or decoded pixels over ImageLimits
   kImageAspectRatio,      ///< "image_aspect_ratio": longer side more than 200x the shorter (processor limit)
+  kImageOverPixelLimit,  ///< "image_over_pixel_limit": more pixels after the processor's resize than --max-image-pixels
+  kImageTooManyScans,  ///< "image_too_many_scans": a progressive JPEG with more scans than ImageLimits::max_jpeg_scans
   // Raised by encode_record (decision/record.h), after validation:
   kInputTooLong,      ///< "input_too_long": the record exceeds the token budget (never truncated silently)
   kImageTokenInText,  ///< "image_token_in_text": a vision token inside the text of a request with images
   kEmptySpan,         ///< "empty_span": an instruction or option tokenizes to nothing (would be NaN)
+  // OpenAI's Decisions contract (decision/openai_decisions.h, docs/PROTOCOL.md §7.5):
+  kInvalidValue,       ///< "invalid_value": a value the contract does not allow (unknown item or part type, role, "")
+  kDuplicateChoice,    ///< "duplicate_choice": two choices with the same typed value
+  kIndistinctChoices,  ///< "indistinct_choices": a boolean and a string of the same text (one Clef option id)
+  kUnmatchedCallId,    ///< "unmatched_call_id": a tool output without an earlier call of its call_id
+  kUnsupportedPart,    ///< "unsupported_part": a part Clef cannot place (an image inside instructions)
 };
 
 /// Stable wire name of a code, e.g. "empty_criteria".

@@ -1,14 +1,24 @@
+// SPDX-License-Identifier: MIT
 #include "hub/cache.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
+#include "core/json_reader.h"
+#include "core/paths.h"
 
 namespace fs = std::filesystem;
 
@@ -171,6 +181,64 @@ bool is_commit_hash(const std::string& revision) {
          });
 }
 
+bool is_valid_revision(const std::string& revision) {
+  if (is_commit_hash(revision)) return true;
+  if (revision.empty() || revision.size() > 255 || revision == "@") return false;
+  for (const char ch : revision) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f || std::strchr(" ~^:?*[\\", ch) != nullptr) return false;
+  }
+  if (revision.find("..") != std::string::npos || revision.find("@{") != std::string::npos ||
+      revision.find("//") != std::string::npos || revision.front() == '/' || revision.back() == '/' ||
+      revision.back() == '.') {
+    return false;
+  }
+  std::size_t start = 0;
+  while (start <= revision.size()) {
+    const std::size_t end = std::min(revision.find('/', start), revision.size());
+    const std::string component = revision.substr(start, end - start);
+    if (component.front() == '.' || (component.size() >= 5 && component.compare(component.size() - 5, 5, ".lock") == 0))
+      return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+std::string repo_path_problem(const std::string& path) {
+  if (path.empty()) return "an empty name";
+  if (path.size() > 1024) return "a name longer than 1,024 bytes";
+  for (const char ch : path) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == 0) return "a NUL character";
+    if (c < 0x20 || c == 0x7f) return "a control character";
+    if (c == '\\') return "a backslash";
+  }
+  if (path.front() == '/') return "an absolute path";
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    const std::size_t end = std::min(path.find('/', start), path.size());
+    const std::string component = path.substr(start, end - start);
+    if (component.empty()) return "an empty path component";
+    if (component == "." || component == "..") return "a '" + component + "' path component";
+    start = end + 1;
+  }
+  return "";
+}
+
+std::string invalid_revision_message(const std::string& revision) {
+  return "--revision \"" + printable(revision) +
+         "\" is not a branch, tag or commit id (40 hex digits, or a name by git's rules: no '..', '@{', '//', "
+         "space, control character or any of ~^:?*[\\; no component starting with '.' or ending with '.lock'; "
+         "at most 255 bytes; docs/MODELS.md \"Names\")";
+}
+
+bool may_be_chosen(const std::string& path) {
+  if (is_gguf(path)) return true;
+  if (path.find('/') != std::string::npos) return false;
+  return ends_with_ci(path, ".json") || ends_with_ci(path, ".safetensors") || ends_with_ci(path, ".jinja") ||
+         path == "SHA256SUMS" || path == "merges.txt" || path == "vocab.txt";
+}
+
 std::vector<std::string> match_quant(const std::vector<std::string>& files, const std::string& quant) {
   const std::string tag = upper(quant);
   std::vector<std::string> out;
@@ -297,6 +365,76 @@ ModelFiles select_model_files(const std::vector<std::string>& repo_files, const 
   return mf;
 }
 
+void link_snapshot_file(const std::string& folder, const std::string& commit, const std::string& path,
+                        const std::string& etag) {
+  const fs::path pointer = fs::path(folder) / "snapshots" / commit / path;
+  std::error_code ec;
+  fs::create_directories(pointer.parent_path(), ec);
+  if (ec) throw IoError("cannot create " + pointer.parent_path().string() + ": " + ec.message());
+  std::string target;
+  const auto depth = static_cast<std::size_t>(std::count(path.begin(), path.end(), '/')) + 2;
+  for (std::size_t i = 0; i < depth; ++i) target += "../";
+  target += "blobs/" + etag;
+  if (fs::is_symlink(fs::symlink_status(pointer, ec))) {
+    if (fs::read_symlink(pointer, ec) == fs::path(target)) return;
+    fs::remove(pointer, ec);
+  } else if (fs::exists(fs::symlink_status(pointer, ec))) {
+    fs::remove(pointer, ec);
+  }
+  fs::create_symlink(target, pointer, ec);
+  if (ec && !fs::is_symlink(fs::symlink_status(pointer, ec))) {
+    throw IoError("cannot link " + pointer.string() + " -> " + target + ": " + ec.message());
+  }
+}
+
+void write_ref(const std::string& folder, const std::string& revision, const std::string& commit) {
+  const fs::path ref = fs::path(folder) / "refs" / revision;
+  std::error_code ec;
+  fs::create_directories(ref.parent_path(), ec);
+  if (ec) throw IoError("cannot create " + ref.parent_path().string() + ": " + ec.message());
+  {
+    std::ifstream in(ref);
+    std::string old;
+    if (in && std::getline(in, old) && old == commit) return;
+  }
+  const fs::path tmp = ref.string() + "." + std::to_string(::getpid()) + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << commit;
+    if (!out.flush()) throw IoError("cannot write " + tmp.string());
+  }
+  fs::rename(tmp, ref, ec);
+  if (ec) throw IoError("cannot rename " + tmp.string() + " to " + ref.string() + ": " + ec.message());
+}
+
+void write_cachedir_tag(const std::string& cache_dir) {
+  const std::string tag = cache_dir + "/CACHEDIR.TAG";
+  std::error_code ec;
+  if (fs::exists(tag, ec)) return;
+  std::ofstream out(tag, std::ios::binary);
+  out << "Signature: 8a477f597d28d172789f06886806bc55\n"
+         "# This folder is a Hugging Face hub cache (written by clef pull or huggingface_hub).\n";
+}
+
+BlobLock::BlobLock(const std::string& path, std::chrono::steady_clock::time_point until) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) return;
+  while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) return;  // no lock to be had: go on without one
+    if (std::chrono::steady_clock::now() >= until) {
+      held_ = false;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+BlobLock::~BlobLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 std::vector<std::string> list_snapshot_files(const std::string& snapshot_dir) {
   std::vector<std::string> out;
   std::error_code ec;
@@ -312,6 +450,7 @@ std::vector<std::string> list_snapshot_files(const std::string& snapshot_dir) {
 
 ResolvedModel resolve_cached(const ModelName& name, const std::string& revision, const std::string& cache_dir) {
   const std::string rev = revision.empty() ? std::string("main") : revision;
+  if (!is_valid_revision(rev)) throw InvalidArgument(invalid_revision_message(rev));
   const std::string folder = repo_folder(cache_dir, name.repo_id);
   const std::string how = " (fetch it with `clef pull " + name.display() +
                           (revision.empty() ? "" : " --revision " + rev) + "`, or add --pull)";

@@ -1,9 +1,12 @@
+// SPDX-License-Identifier: MIT
 // Models by name in the Hugging Face cache (docs/MODELS.md): parsing `ORG/REPO`, `ORG/REPO:QUANT`
 // and `ORG/REPO/FILE.gguf`, choosing the files a model needs from a repository's file list, and
 // resolving a name to a local path through the cache layout huggingface_hub writes
-// (docs/MODELS.md "The cache layout"). Reads only the file system: no network here (hub/pull.h).
+// (docs/MODELS.md "The cache layout"), and writing that layout's pieces for `clef pull` (refs,
+// snapshot links, blob locks). Only the file system: no network here (hub/pull.h).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -47,6 +50,26 @@ std::string repo_folder(const std::string& cache_dir, const std::string& repo_id
 
 /// True for a 40-character lower-case hex commit id.
 bool is_commit_hash(const std::string& revision);
+
+/// True when `revision` can name a revision (docs/MODELS.md "Names"): a 40-hex commit id, or a
+/// branch or tag name by git's rules (`git check-ref-format --allow-onelevel`): 1-255 bytes; no
+/// ASCII control character, space, `~ ^ : ? * [ \`; no `..`, `@{`, `//`; not `@`; not starting or
+/// ending with `/`, not ending with `.`; no component starting with `.` or ending with `.lock`.
+/// Such a name is a relative path that stays inside refs/ (refs/pr/1 is written as refs/refs/pr/1).
+bool is_valid_revision(const std::string& revision);
+
+/// The error message for a revision that is_valid_revision refuses (it names the rules).
+std::string invalid_revision_message(const std::string& revision);
+
+/// What makes `path` (a file path inside a repository, as a hub lists it) unsafe to create under a
+/// snapshot folder, or "" when it is safe: empty or over 1,024 bytes, a control character (NUL
+/// included), a backslash, a leading `/` (absolute), or an empty, `.` or `..` component.
+std::string repo_path_problem(const std::string& path);
+
+/// True when select_model_files may choose `path` from some listing, judged by its name alone: a
+/// `.gguf` anywhere, or at the root a `.json`, `.safetensors` or `.jinja` file, SHA256SUMS,
+/// merges.txt or vocab.txt. `clef pull` keeps only these entries of a listing.
+bool may_be_chosen(const std::string& path);
 
 /// Kind of a model repository.
 enum class RepoKind { kReleaseFolder, kGguf };
@@ -96,9 +119,40 @@ struct ResolvedModel {
 /// `cache_dir` without any network access: refs/<revision> gives the commit (a commit id is used
 /// as it is), snapshots/<commit>/ the files (symlinks into blobs/ are followed, nothing is
 /// copied). Every file select_model_files chooses among the snapshot's files must be present.
-/// Throws InvalidArgument when the repository, revision or a file is not cached, saying how to
-/// fetch it (`clef pull NAME`), and what select_model_files throws.
+/// Throws InvalidArgument when `revision` is not valid (is_valid_revision) and when the repository, revision or a file
+/// is not cached, saying how to fetch it (`clef pull NAME`), and what select_model_files throws.
 ResolvedModel resolve_cached(const ModelName& name, const std::string& revision, const std::string& cache_dir);
+
+/// Links snapshots/<commit>/<path> of the repository folder `folder` to ../../blobs/<etag>
+/// (relative, one more ../ per folder of `path`, as huggingface_hub does), replacing another link or
+/// file there. `path` must be safe (repo_path_problem) and `etag` a plain file name. Throws IoError.
+void link_snapshot_file(const std::string& folder, const std::string& commit, const std::string& path,
+                        const std::string& etag);
+
+/// Writes refs/<revision> of `folder` (is_valid_revision) with `commit` and no newline, through a
+/// temporary file renamed over it; nothing when it already says so. Throws IoError.
+void write_ref(const std::string& folder, const std::string& revision, const std::string& commit);
+
+/// Writes `cache_dir`/CACHEDIR.TAG (the cache-directory marker that backup tools skip) when missing.
+void write_cachedir_tag(const std::string& cache_dir);
+
+/// An exclusive advisory lock (flock) on huggingface_hub's lock file of a blob,
+/// .locks/models--ORG--REPO/<etag>.lock, so that clef and huggingface_hub do not fetch the same blob
+/// at once. A lock file that cannot be opened is no lock (the fetch goes on).
+class BlobLock {
+ public:
+  /// Waits for the lock until `until` (polling every 50 ms); `held()` says whether it got it.
+  BlobLock(const std::string& path, std::chrono::steady_clock::time_point until);
+  ~BlobLock();
+  BlobLock(const BlobLock&) = delete;
+  BlobLock& operator=(const BlobLock&) = delete;
+  /// False only when another process held the lock until `until`.
+  bool held() const { return held_; }
+
+ private:
+  int fd_ = -1;
+  bool held_ = true;
+};
 
 /// Lists the regular files of a snapshot folder (relative paths with '/', following symlinks;
 /// dangling links are left out), sorted.

@@ -1,8 +1,8 @@
+// SPDX-License-Identifier: MIT
+// Fetching a model from a hub into the shared cache (hub/pull.h; docs/MODELS.md "clef pull").
 #include "hub/pull.h"
 
-#include <fcntl.h>
 #include <openssl/evp.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,7 +10,6 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +24,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_reader.h"
+#include "core/paths.h"
 #include "hub/http.h"
 
 namespace fs = std::filesystem;
@@ -60,27 +61,6 @@ bool safe_blob_name(const std::string& e) {
   return !e.empty() && e.size() <= 128 && std::all_of(e.begin(), e.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
   });
-}
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-  return buf;
-}
-
-std::string human_eta(double seconds) {
-  if (!(seconds >= 0) || seconds > 1e7) return "--:--";
-  const auto s = static_cast<long long>(seconds + 0.5);
-  char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, (s / 60) % 60, s % 60);
-  else std::snprintf(buf, sizeof buf, "%lld:%02lld", s / 60, s % 60);
-  return buf;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -121,30 +101,23 @@ std::string file_digest(const std::string& path, bool git_blob) {
 // ---------------------------------------------------------------------------------------------
 // One pull
 
-struct RemoteFile {
-  std::string path;
-  std::atomic<std::int64_t> size{-1};  ///< bytes (the listing's, then the HEAD answer's)
-  std::string oid;                     ///< git blob id
-  std::string sha256;                  ///< LFS sha256 ("" for a file stored in git)
-  // Progress (written by its worker, read by the progress thread).
-  std::atomic<std::int64_t> done{0};
-  std::atomic<std::int64_t> resumed_from{0};
-  std::atomic<int> state{0};  ///< 0 waiting, 1 fetching, 2 done (set after `started`)
-  Clock::time_point started;  ///< written before state becomes 1
+struct RemoteFile : FileProgress {
+  std::string oid;     ///< git blob id
+  std::string sha256;  ///< LFS sha256 ("" for a file stored in git)
 };
 
 struct PullContext {
   ModelName name;
   PullOptions opt;
   std::string endpoint, token, cache, folder, commit;
+  Clock::time_point deadline = Clock::time_point::max();  ///< opt.timeout_s after the start (max: none)
   std::vector<std::unique_ptr<RemoteFile>> files;
   std::atomic<std::int64_t> received{0};  ///< bytes of content received in this run
   std::atomic<int> fetched{0}, cached{0};
   std::mutex mu;
   std::vector<std::string> errors;
   std::unique_ptr<Error> first_error;
-  std::mutex log_mu;
-  bool progress_active = false;
+  std::unique_ptr<PullProgress> progress;
 };
 
 std::vector<std::string> auth_headers(const PullContext& ctx) {
@@ -185,27 +158,86 @@ std::vector<std::string> auth_headers(const PullContext& ctx) {
 }
 
 bool transient(const HttpResponse& r) {
-  if (r.code != CURLE_OK) return r.code != CURLE_WRITE_ERROR;
+  if (r.code != CURLE_OK) return r.code != CURLE_WRITE_ERROR && r.code != CURLE_TOO_MANY_REDIRECTS;
   return r.status >= 500 || r.status == 429 || r.status == 408;
 }
 
-/// GET of a JSON document from the hub API (follows redirects; retries transient failures).
-nlohmann::json get_json(PullContext& ctx, const std::string& url, const std::string& what, std::string* next_link) {
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+[[noreturn]] void throw_deadline(const PullContext& ctx, const std::string& what) {
+  throw IoError(ctx.name.display() + ": clef pull stopped at its --timeout of " + seconds_text(ctx.opt.timeout_s) +
+                " s while fetching " + what +
+                " (verified files are kept and a partial file is resumed by the next run)");
+}
+
+/// Milliseconds left before the deadline for a request (0: no deadline); throws past it.
+std::int64_t time_left_ms(const PullContext& ctx, const std::string& what) {
+  if (ctx.deadline == Clock::time_point::max()) return 0;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline - Clock::now()).count();
+  if (left <= 0) throw_deadline(ctx, what);
+  return static_cast<std::int64_t>(left);
+}
+
+bool past_deadline(const PullContext& ctx) { return Clock::now() >= ctx.deadline; }
+
+/// A request to the hub or its storage under the pull's deadline and stall limit.
+Request make_request(const PullContext& ctx, const std::string& url, const std::string& what) {
+  Request req;
+  req.url = url;
+  req.timeout_ms = time_left_ms(ctx, what);
+  req.stall_s = ctx.opt.stall_s;
+  req.min_rate = kMinRateBytesPerS;
+  return req;
+}
+
+/// Waits before retry `attempt + 1` of `what` after the transient failure `r`: the server's
+/// Retry-After when it sent one (IoError when it is over kMaxRetryAfterS), else 0.25 s doubling up
+/// to 4 s; never past the deadline (then the deadline's IoError).
+void wait_before_retry(const PullContext& ctx, const HttpResponse& r, int attempt, const std::string& what) {
+  std::chrono::milliseconds wait(250 << std::min(attempt, 4));
+  if (r.code == CURLE_OK && r.retry_after_s >= 0) {
+    if (r.retry_after_s > kMaxRetryAfterS) {
+      throw IoError(ctx.name.display() + ": the hub answered HTTP " + std::to_string(r.status) + " for " + what +
+                    " with Retry-After: " + std::to_string(r.retry_after_s) + " s, longer than clef pull waits (" +
+                    std::to_string(kMaxRetryAfterS) + " s); run it again later");
+    }
+    wait = std::chrono::seconds(r.retry_after_s);
+  }
+  const auto until = Clock::now() + wait;
+  std::this_thread::sleep_until(std::min(until, ctx.deadline));
+  if (past_deadline(ctx)) throw_deadline(ctx, what);
+}
+
+/// GET of a JSON document from the hub API (follows redirects; retries transient failures), at
+/// most kMaxListingPageBytes, parsed with `keep` (nlohmann's parser callback: what it drops is
+/// never stored). `next_link` gets the Link rel="next" URL ("" when none).
+nlohmann::json get_json(PullContext& ctx, const std::string& url, const std::string& what, std::string* next_link,
+                        const nlohmann::json::parser_callback_t& keep) {
   HttpResponse r;
   for (int attempt = 0;; ++attempt) {
     std::string body;
     Sink sink;
     sink.text = &body;
-    Request req;
-    req.url = url;
+    sink.text_limit = kMaxListingPageBytes;
+    Request req = make_request(ctx, url, what);
     req.headers = auth_headers(ctx);
     req.headers.emplace_back("Accept: application/json");
     req.follow = true;
     r = http(req, sink);
     r.body = std::move(body);
+    if (sink.text_over_limit) {
+      throw IoError(ctx.name.display() + ": the hub's answer for " + what + " is longer than " +
+                    std::to_string(kMaxListingPageBytes >> 20) +
+                    " MiB, the cap of one answer (docs/MODELS.md \"Bounds\")");
+    }
     if (r.code == CURLE_OK && r.status == 200) break;
+    if (r.code == CURLE_OPERATION_TIMEDOUT && past_deadline(ctx)) throw_deadline(ctx, what);
     if (!transient(r) || attempt >= ctx.opt.retries) throw_http(ctx, r, what);
-    std::this_thread::sleep_for(std::chrono::milliseconds(250 << std::min(attempt, 4)));
+    wait_before_retry(ctx, r, attempt, what);
   }
   if (next_link != nullptr) {
     next_link->clear();
@@ -221,89 +253,21 @@ nlohmann::json get_json(PullContext& ctx, const std::string& url, const std::str
     }
   }
   try {
-    return nlohmann::json::parse(r.body);
+    return nlohmann::json::parse(r.body, keep);
   } catch (const nlohmann::json::exception&) {
     throw IoError(ctx.name.display() + ": the hub's answer for " + what + " is not JSON");
   }
 }
 
 void log_line(PullContext& ctx, const std::string& line) {
-  if (ctx.opt.progress == ProgressStyle::kNone) return;
-  std::lock_guard<std::mutex> lock(ctx.log_mu);
-  if (ctx.opt.progress == ProgressStyle::kBar) return;  // the bar shows it
-  std::fprintf(stderr, "clef pull: %s\n", line.c_str());
-  std::fflush(stderr);
+  if (ctx.progress) ctx.progress->log(line);
 }
 
-/// An exclusive advisory lock on huggingface_hub's lock file of a blob (.locks/<repo>/<etag>.lock),
-/// so that clef and huggingface_hub do not fetch the same blob at once.
-class BlobLock {
- public:
-  explicit BlobLock(const std::string& path) {
-    std::error_code ec;
-    fs::create_directories(fs::path(path).parent_path(), ec);
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ >= 0) {
-      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
-      }
-    }
-  }
-  ~BlobLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  BlobLock(const BlobLock&) = delete;
-  BlobLock& operator=(const BlobLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
-
-/// Links snapshots/<commit>/<path> to ../../blobs/<etag> (relative, as huggingface_hub does).
-void link_pointer(const PullContext& ctx, const std::string& path, const std::string& etag) {
-  const fs::path pointer = fs::path(ctx.folder) / "snapshots" / ctx.commit / path;
-  fs::create_directories(pointer.parent_path());
-  std::string target;
-  const auto depth = static_cast<std::size_t>(std::count(path.begin(), path.end(), '/')) + 2;
-  for (std::size_t i = 0; i < depth; ++i) target += "../";
-  target += "blobs/" + etag;
+/// Bytes of a partial file (0 when there is none).
+std::int64_t partial_size(const fs::path& partial) {
   std::error_code ec;
-  if (fs::is_symlink(fs::symlink_status(pointer, ec))) {
-    if (fs::read_symlink(pointer, ec) == fs::path(target)) return;
-    fs::remove(pointer, ec);
-  } else if (fs::exists(fs::symlink_status(pointer, ec))) {
-    fs::remove(pointer, ec);
-  }
-  fs::create_symlink(target, pointer, ec);
-  if (ec && !fs::is_symlink(fs::symlink_status(pointer))) {
-    throw IoError("cannot link " + pointer.string() + " -> " + target + ": " + ec.message());
-  }
-}
-
-void write_ref(const PullContext& ctx, const std::string& revision) {
-  if (revision == ctx.commit) return;
-  const fs::path ref = fs::path(ctx.folder) / "refs" / revision;
-  fs::create_directories(ref.parent_path());
-  {
-    std::ifstream in(ref);
-    std::string old;
-    if (in && std::getline(in, old) && old == ctx.commit) return;
-  }
-  const fs::path tmp = ref.string() + "." + std::to_string(::getpid()) + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << ctx.commit;
-    if (!out.flush()) throw IoError("cannot write " + tmp.string());
-  }
-  fs::rename(tmp, ref);
-}
-
-void write_cachedir_tag(const std::string& cache) {
-  const std::string tag = cache + "/CACHEDIR.TAG";
-  std::error_code ec;
-  if (fs::exists(tag, ec)) return;
-  std::ofstream out(tag, std::ios::binary);
-  out << "Signature: 8a477f597d28d172789f06886806bc55\n"
-         "# This folder is a Hugging Face hub cache (written by clef pull or huggingface_hub).\n";
+  const auto n = fs::file_size(partial, ec);
+  return ec ? 0 : static_cast<std::int64_t>(n);
 }
 
 /// Fetches one file into the cache (see pull_model).
@@ -324,9 +288,8 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
   int redirects = 0;
   for (int attempt = 0;; ++attempt) {
     Sink sink;
-    Request req;
+    Request req = make_request(ctx, location, f.path);
     req.method = "HEAD";
-    req.url = location;
     req.headers = auth_headers(ctx);
     head = http(req, sink);
     if (head.code == CURLE_OK && head.status >= 300 && head.status < 400) {
@@ -344,8 +307,9 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
       break;
     }
     if (head.code == CURLE_OK && head.status == 200) break;
+    if (head.code == CURLE_OPERATION_TIMEDOUT && past_deadline(ctx)) throw_deadline(ctx, f.path);
     if (!transient(head) || attempt >= ctx.opt.retries) throw_http(ctx, head, f.path);
-    std::this_thread::sleep_for(std::chrono::milliseconds(250 << std::min(attempt, 4)));
+    wait_before_retry(ctx, head, attempt, f.path);
   }
   auto header = [&](const char* n) {
     const auto it = head.headers.find(n);
@@ -355,10 +319,21 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
   if (etag.empty()) etag = normalize_etag(header("etag"));
   if (etag.empty()) etag = !f.sha256.empty() ? f.sha256 : f.oid;
   if (!safe_blob_name(etag)) throw IoError(ctx.name.display() + ": the hub sent an unusable etag for " + f.path);
-  std::int64_t size = f.size.load();
-  if (const std::string s = header("x-linked-size"); !s.empty()) size = std::strtoll(s.c_str(), nullptr, 10);
+  // The declared size bounds the transfer: the file list's, which the HEAD answer must agree with.
+  std::int64_t head_size = -1;
+  if (const std::string s = header("x-linked-size"); !s.empty()) head_size = std::strtoll(s.c_str(), nullptr, 10);
   else if (head.status == 200 && !header("content-length").empty())
-    size = std::strtoll(header("content-length").c_str(), nullptr, 10);
+    head_size = std::strtoll(header("content-length").c_str(), nullptr, 10);
+  std::int64_t size = f.size.load();
+  if (size >= 0 && head_size >= 0 && head_size != size) {
+    throw IoError(ctx.name.display() + ": the hub declares two sizes for " + f.path + ": " + std::to_string(size) +
+                  " bytes in the file list, " + std::to_string(head_size) + " in its HEAD answer");
+  }
+  if (size < 0) size = head_size;
+  if (size < 0) {
+    throw IoError(ctx.name.display() + ": the hub declares no size for " + f.path +
+                  " (neither the file list nor the HEAD answer), so its transfer cannot be bounded");
+  }
   f.size = size;
   std::string url = location;
   if (head.status >= 300 && head.status < 400) {
@@ -370,70 +345,70 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
   fs::create_directories(blobs);
   const fs::path blob = blobs / etag;
   const fs::path partial = blobs / (etag + ".incomplete");
-  BlobLock lock(ctx.cache + "/.locks/" + fs::path(ctx.folder).filename().string() + "/" + etag + ".lock");
+  const BlobLock lock(ctx.cache + "/.locks/" + fs::path(ctx.folder).filename().string() + "/" + etag + ".lock",
+                      ctx.deadline);
+  if (!lock.held()) throw_deadline(ctx, f.path + " (another process held its lock)");
   if (!fs::is_regular_file(blob, ec)) {
     f.started = Clock::now();
     f.state = 1;
     const bool same_host = origin_of(url) == origin_of(ctx.endpoint);
     for (int attempt = 0;; ++attempt) {
-      std::int64_t have = fs::is_regular_file(partial, ec) ? static_cast<std::int64_t>(fs::file_size(partial, ec)) : 0;
-      if (ec) have = 0;
-      if (size >= 0 && have > size) {
+      std::int64_t have = partial_size(partial);
+      if (have > size) {
         fs::remove(partial, ec);  // longer than the file: not a prefix of it
         have = 0;
       }
       f.resumed_from = have;
       f.done = have;
-      if (size >= 0 && have == size) break;  // complete already: verify below
-      std::FILE* out = std::fopen(partial.c_str(), have > 0 ? "ab" : "wb");
-      if (out == nullptr) throw IoError("cannot write " + partial.string() + ": " + std::strerror(errno));
+      if (have == size) break;  // complete already: verify below
       Sink sink;
-      sink.file = out;
+      sink.file_path = partial.string();
+      sink.have = have;
+      sink.declared = size;
       sink.counter = &f.done;
       sink.total_counter = &ctx.received;
-      Request req;
-      req.url = url;
+      Request req = make_request(ctx, url, f.path);
       if (same_host) req.headers = auth_headers(ctx);
       req.follow = true;
       req.range_from = have > 0 ? have : -1;
       HttpResponse r = http(req, sink);
-      const int close_rc = std::fclose(out);
-      if (sink.write_errno != 0 || close_rc != 0) {
-        const int e = sink.write_errno != 0 ? sink.write_errno : errno;
-        throw IoError(std::string(e == ENOSPC ? "disk full" : std::strerror(e)) + " while writing " + partial.string() +
-                      " (" + std::to_string(fs::file_size(partial, ec)) +
-                      " bytes kept; free space and run clef pull again to resume)");
+      if (sink.over_declared) {
+        fs::remove(partial, ec);
+        throw ModelLoadError(
+            ctx.name.display() + ": the server sent more than the declared size of " + f.path + " (" +
+            std::to_string(size) + " bytes): " +
+            (sink.announced >= 0
+                 ? "it announced " + std::to_string(sink.announced) + (sink.have > 0 ? " more" : "") + " bytes"
+                 : "the transfer was stopped at byte " + std::to_string(sink.have + sink.received)) +
+            "; its partial download was deleted and nothing was stored under its name");
       }
-      if (r.code == CURLE_OK && r.status == 200 && have > 0) {
-        // The server ignored the Range: the body written after the old bytes is the whole file.
-        // Keep only the new copy.
-        const fs::path fresh = partial.string() + ".fresh";
-        {
-          std::ifstream in(partial, std::ios::binary);
-          std::ofstream o(fresh, std::ios::binary | std::ios::trunc);
-          in.seekg(have);
-          o << in.rdbuf();
-          if (!o.flush()) throw IoError("cannot write " + fresh.string());
-        }
-        fs::rename(fresh, partial);
+      if (sink.write_errno != 0) {
+        const int e = sink.write_errno;
+        const std::int64_t kept = partial_size(partial);
+        if (kept == 0) fs::remove(partial, ec);
+        throw IoError(std::string(e == ENOSPC ? "disk full" : std::strerror(e)) + " while writing " + partial.string() +
+                      " (" + std::to_string(kept) + " bytes kept; free space and run clef pull again to resume)");
       }
       if (r.code == CURLE_OK && (r.status == 200 || r.status == 206)) break;
       if (r.code == CURLE_OK && r.status == 416) {
         fs::remove(partial, ec);  // the range is past the file: start over
         if (attempt < ctx.opt.retries) continue;
       }
+      if (r.code == CURLE_OPERATION_TIMEDOUT && past_deadline(ctx)) throw_deadline(ctx, f.path);
       if (!transient(r) || attempt >= ctx.opt.retries) throw_http(ctx, r, f.path);
       log_line(ctx, f.path + ": " + (r.code != CURLE_OK ? r.error : "HTTP " + std::to_string(r.status)) +
-                        "; resuming at byte " + std::to_string(fs::file_size(partial, ec)));
-      std::this_thread::sleep_for(std::chrono::milliseconds(250 << std::min(attempt, 4)));
+                        "; resuming at byte " + std::to_string(partial_size(partial)));
+      wait_before_retry(ctx, r, attempt, f.path);
     }
     // 2. Verify before the file gets its real name.
-    const std::int64_t got = static_cast<std::int64_t>(fs::file_size(partial, ec));
+    if (size == 0 && !fs::exists(partial, ec)) std::ofstream(partial, std::ios::binary).close();  // no body to write
+    const std::int64_t got = partial_size(partial);
     const bool lfs = !f.sha256.empty();
     const std::string want = lfs ? lower(f.sha256) : lower(f.oid);
-    if (size >= 0 && got != size) {
+    if (got != size) {
       throw IoError(ctx.name.display() + ": " + f.path + " ended after " + std::to_string(got) + " of " +
-                    std::to_string(size) + " bytes (kept in " + partial.string() + "; run clef pull again to resume)");
+                    std::to_string(size) + " bytes" +
+                    (got > 0 ? " (kept in " + partial.string() + "; run clef pull again to resume)" : ""));
     }
     if (!want.empty()) {
       const std::string have_hash = file_digest(partial.string(), !lfs);
@@ -449,89 +424,69 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
   } else {
     ++ctx.cached;
   }
-  link_pointer(ctx, f.path, etag);
+  link_snapshot_file(ctx.folder, ctx.commit, f.path, etag);
   if (f.size.load() > 0) f.done = f.size.load();
   f.state = 2;
   log_line(ctx, "verified " + f.path + " (" + human_bytes(static_cast<double>(f.size.load())) + ")");
 }
 
-/// Draws the progress bar (kBar) or writes a plain line (kLines) until `stop`.
-void progress_loop(PullContext& ctx, std::atomic<bool>& stop) {
-  const auto start = Clock::now();
-  int drawn = 0;
-  auto last_line = start;
-  std::int64_t last_bytes = 0;
-  auto last_tick = start;
-  double rate = 0;
-  std::int64_t total = 0, resumed = 0;
-  for (const auto& f : ctx.files) total += std::max<std::int64_t>(0, f->size.load());
-  while (true) {
-    const bool final = stop.load();
-    const auto now = Clock::now();
-    std::int64_t done = 0;
-    int finished = 0;
-    for (const auto& f : ctx.files) {
-      done += std::max<std::int64_t>(0, f->done.load());
-      finished += f->state.load() == 2 ? 1 : 0;
+/// The listed files a model may need (may_be_chosen), read page by page within the caps of
+/// pull.h; a listed file with an unsafe name (repo_path_problem) or listed twice is an IoError.
+std::map<std::string, std::unique_ptr<RemoteFile>> list_files(PullContext& ctx) {
+  using Event = nlohmann::json::parse_event_t;
+  const std::string name = ctx.name.display();
+  std::map<std::string, std::unique_ptr<RemoteFile>> listing;
+  std::int64_t seen = 0;
+  // Each entry of a page (depth 1 of its array) is counted, checked and dropped unless it may be chosen.
+  const nlohmann::json::parser_callback_t keep = [&](int depth, Event event, nlohmann::json& parsed) {
+    if (depth != 1 || (event != Event::object_end && event != Event::array_end && event != Event::value)) return true;
+    if (++seen > kMaxListingEntries) {
+      throw IoError(name + ": the hub's file list has more than " + std::to_string(kMaxListingEntries) +
+                    " entries, the cap of a listing (docs/MODELS.md \"Bounds\")");
     }
-    resumed = 0;
-    for (const auto& f : ctx.files) resumed += f->resumed_from.load();
-    const double dt = std::chrono::duration<double>(now - last_tick).count();
-    if (dt >= 0.5) {
-      const double inst = static_cast<double>(ctx.received.load() - last_bytes) / dt;
-      rate = rate == 0 ? inst : 0.7 * rate + 0.3 * inst;
-      last_bytes = ctx.received.load();
-      last_tick = now;
+    if (event != Event::object_end || parsed.value("type", "") != "file") return false;
+    const auto path = parsed.find("path");
+    if (path == parsed.end() || !path->is_string()) return false;
+    const std::string& p = path->get_ref<const std::string&>();
+    if (const std::string problem = repo_path_problem(p); !problem.empty()) {
+      throw IoError(name + ": the hub's file list names a file \"" + printable(p) + "\" with " + problem +
+                    "; refused (nothing of this listing is written)");
     }
-    const double eta = rate > 0 ? static_cast<double>(total - done) / rate : -1;
-    const std::string summary =
-        std::to_string(finished) + "/" + std::to_string(ctx.files.size()) + " files, " +
-        human_bytes(static_cast<double>(done)) + " / " + human_bytes(static_cast<double>(total)) +
-        (total > 0 ? " (" + std::to_string(done * 100 / std::max<std::int64_t>(1, total)) + "%)" : "") + ", " +
-        human_bytes(rate) + "/s, ETA " + human_eta(eta);
-    if (ctx.opt.progress == ProgressStyle::kBar) {
-      std::string out;
-      if (drawn > 0) out += "\x1b[" + std::to_string(drawn) + "F";
-      int lines = 0;
-      for (const auto& f : ctx.files) {
-        if (f->state.load() != 1) continue;
-        const double el = std::chrono::duration<double>(now - f->started).count();
-        const double fr = el > 0 ? static_cast<double>(f->done.load() - f->resumed_from.load()) / el : 0;
-        const std::int64_t fsize = f->size.load();
-        const std::int64_t fs_ = std::max<std::int64_t>(1, fsize);
-        const int pct = static_cast<int>(std::min<std::int64_t>(100, f->done.load() * 100 / fs_));
-        std::string bar(20, ' ');
-        for (int i = 0; i < pct / 5; ++i) bar[static_cast<std::size_t>(i)] = '#';
-        std::string shown = f->path.size() > 32 ? "..." + f->path.substr(f->path.size() - 29) : f->path;
-        char line[256];
-        std::snprintf(line, sizeof line, "\x1b[2K%-32s [%s] %3d%% %s / %s %s/s ETA %s\n", shown.c_str(), bar.c_str(),
-                      pct, human_bytes(static_cast<double>(f->done.load())).c_str(),
-                      human_bytes(static_cast<double>(fsize)).c_str(), human_bytes(fr).c_str(),
-                      human_eta(fr > 0 ? static_cast<double>(fsize - f->done.load()) / fr : -1).c_str());
-        out += line;
-        ++lines;
+    return may_be_chosen(p);
+  };
+  std::string next = ctx.endpoint + "/api/models/" + ctx.name.repo_id + "/tree/" + ctx.commit + "?recursive=true";
+  for (int page = 0; !next.empty(); ++page) {
+    if (page >= kMaxListingPages) {
+      throw IoError(name + ": the hub's file list goes on past " + std::to_string(kMaxListingPages) +
+                    " pages, the cap of a listing (docs/MODELS.md \"Bounds\")");
+    }
+    std::string link;
+    const nlohmann::json tree = get_json(ctx, next, "the file list", &link, keep);
+    if (!tree.is_array()) throw IoError(name + ": the hub's file list is not a JSON array");
+    for (const auto& e : tree) {
+      auto f = std::make_unique<RemoteFile>();
+      f->path = e["path"].get<std::string>();
+      if (e.contains("size") && e["size"].is_number_integer()) f->size = e["size"].get<std::int64_t>();
+      if (e.contains("oid") && e["oid"].is_string()) f->oid = e["oid"].get<std::string>();
+      if (e.contains("lfs") && e["lfs"].is_object()) {
+        const auto& l = e["lfs"];
+        if (l.contains("oid") && l["oid"].is_string()) f->sha256 = l["oid"].get<std::string>();
+        if (l.contains("size") && l["size"].is_number_integer()) f->size = l["size"].get<std::int64_t>();
       }
-      out += "\x1b[2Ktotal: " + summary + "\n";
-      ++lines;
-      // Clear lines left from a taller previous frame.
-      for (int i = lines; i < drawn; ++i) out += "\x1b[2K\n";
-      const int extra = std::max(0, drawn - lines);
-      if (extra > 0) out += "\x1b[" + std::to_string(extra) + "F";
-      drawn = lines;
-      std::lock_guard<std::mutex> lock(ctx.log_mu);
-      std::fputs(out.c_str(), stderr);
-      std::fflush(stderr);
-    } else if (ctx.opt.progress == ProgressStyle::kLines) {
-      if (final || std::chrono::duration<double>(now - last_line).count() >= ctx.opt.log_interval_s) {
-        last_line = now;
-        std::lock_guard<std::mutex> lock(ctx.log_mu);
-        std::fprintf(stderr, "clef pull: %s\n", summary.c_str());
-        std::fflush(stderr);
+      if (listing.count(f->path) != 0) {
+        throw IoError(name + ": the hub's file list names " + printable(f->path) + " twice; refused");
       }
+      const std::string key = f->path;
+      listing[key] = std::move(f);
     }
-    if (final) break;
-    for (int i = 0; i < 5 && !stop.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!link.empty() && link[0] == '/') link = ctx.endpoint + link;
+    if (!link.empty() && origin_of(link) != origin_of(ctx.endpoint)) {
+      throw IoError(name + ": the hub's file list continues on another host (" + printable(origin_of(link)) +
+                    "); refused");
+    }
+    next = link;
   }
+  return listing;
 }
 
 }  // namespace
@@ -556,11 +511,18 @@ std::string hub_token() {
 }
 
 PullReport pull_model(const ModelName& name, const PullOptions& options) {
+  const std::string revision = options.revision.empty() ? std::string("main") : options.revision;
+  if (!is_valid_revision(revision)) throw InvalidArgument(invalid_revision_message(revision));
   PullContext ctx;
   ctx.name = name;
   ctx.opt = options;
   ctx.opt.parallel = std::clamp(ctx.opt.parallel, 1, 16);
   ctx.opt.retries = std::clamp(ctx.opt.retries, 0, 100);
+  ctx.opt.stall_s = std::clamp(ctx.opt.stall_s, 1L, 3600L);
+  if (ctx.opt.timeout_s > 0) {
+    ctx.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(std::min(ctx.opt.timeout_s, 1e9)));
+  }
   if (ctx.opt.progress == ProgressStyle::kAuto)
     ctx.opt.progress = ::isatty(2) ? ProgressStyle::kBar : ProgressStyle::kLines;
   ctx.endpoint = options.endpoint.empty() ? hub_endpoint() : options.endpoint;
@@ -568,7 +530,6 @@ PullReport pull_model(const ModelName& name, const PullOptions& options) {
   ctx.token = options.token.empty() ? hub_token() : options.token;
   ctx.cache = options.cache_dir.empty() ? hub_cache_dir() : options.cache_dir;
   ctx.folder = repo_folder(ctx.cache, name.repo_id);
-  const std::string revision = options.revision.empty() ? std::string("main") : options.revision;
 
   if (hub_offline()) {
     try {
@@ -579,38 +540,20 @@ PullReport pull_model(const ModelName& name, const PullOptions& options) {
     }
   }
 
-  // 1. The commit of the revision, then the file list at that commit (sizes, git ids, LFS sha256).
+  // 1. The commit of the revision (only "sha" of the answer is kept), then the file list at that
+  // commit (sizes, git ids, LFS sha256) of the files the model may need.
   const nlohmann::json info =
       get_json(ctx, ctx.endpoint + "/api/models/" + name.repo_id + "/revision/" + url_encode(revision, false),
-               "the repository information", nullptr);
+               "the repository information", nullptr,
+               [](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+                 return !(event == nlohmann::json::parse_event_t::key && depth == 1 && parsed != "sha");
+               });
   if (!info.is_object() || !info.contains("sha") || !info["sha"].is_string() ||
       !is_commit_hash(info["sha"].get<std::string>())) {
     throw IoError(name.display() + ": the hub's repository information has no commit id");
   }
   ctx.commit = info["sha"].get<std::string>();
-  std::map<std::string, std::unique_ptr<RemoteFile>> listing;
-  std::string next = ctx.endpoint + "/api/models/" + name.repo_id + "/tree/" + ctx.commit + "?recursive=true";
-  for (int page = 0; !next.empty() && page < 10000; ++page) {
-    std::string link;
-    const nlohmann::json tree = get_json(ctx, next, "the file list", &link);
-    if (!tree.is_array()) throw IoError(name.display() + ": the hub's file list is not a JSON array");
-    for (const auto& e : tree) {
-      if (!e.is_object() || e.value("type", "") != "file" || !e.contains("path") || !e["path"].is_string()) continue;
-      auto f = std::make_unique<RemoteFile>();
-      f->path = e["path"].get<std::string>();
-      if (f->path.empty() || f->path.find("..") != std::string::npos || f->path[0] == '/') continue;
-      if (e.contains("size") && e["size"].is_number_integer()) f->size = e["size"].get<std::int64_t>();
-      if (e.contains("oid") && e["oid"].is_string()) f->oid = e["oid"].get<std::string>();
-      if (e.contains("lfs") && e["lfs"].is_object()) {
-        const auto& l = e["lfs"];
-        if (l.contains("oid") && l["oid"].is_string()) f->sha256 = l["oid"].get<std::string>();
-        if (l.contains("size") && l["size"].is_number_integer()) f->size = l["size"].get<std::int64_t>();
-      }
-      listing[f->path] = std::move(f);
-    }
-    if (!link.empty() && link[0] == '/') link = ctx.endpoint + link;
-    next = link;
-  }
+  std::map<std::string, std::unique_ptr<RemoteFile>> listing = list_files(ctx);
   std::vector<std::string> paths;
   for (const auto& [p, f] : listing) paths.push_back(p);
   const ModelFiles chosen = select_model_files(paths, name);
@@ -619,19 +562,20 @@ PullReport pull_model(const ModelName& name, const PullOptions& options) {
   // 2. The cache folders and the ref, as huggingface_hub writes them.
   fs::create_directories(ctx.folder);
   write_cachedir_tag(ctx.cache);
-  if (options.revision.empty() || !is_commit_hash(revision)) write_ref(ctx, revision);
+  if (!is_commit_hash(revision)) write_ref(ctx.folder, revision, ctx.commit);
   std::int64_t total = 0;
-  for (const auto& f : ctx.files) total += std::max<std::int64_t>(0, f->size.load());
+  std::vector<const FileProgress*> shown;
+  for (const auto& f : ctx.files) {
+    total += std::max<std::int64_t>(0, f->size.load());
+    shown.push_back(f.get());
+  }
+  ctx.progress = std::make_unique<PullProgress>(ctx.opt.progress, ctx.opt.log_interval_s, shown, ctx.received);
   log_line(ctx, name.display() + " at " + ctx.commit.substr(0, 12) + ": " + std::to_string(ctx.files.size()) +
                     " files, " + human_bytes(static_cast<double>(total)));
 
   // 3. The files, `parallel` at a time.
   std::atomic<std::size_t> next_file{0};
-  std::atomic<bool> stop{false};
-  std::thread progress;
-  if (ctx.opt.progress == ProgressStyle::kBar || ctx.opt.progress == ProgressStyle::kLines) {
-    progress = std::thread([&] { progress_loop(ctx, stop); });
-  }
+  ctx.progress->start();
   auto worker = [&] {
     for (std::size_t i; (i = next_file++) < ctx.files.size();) {
       try {
@@ -657,8 +601,7 @@ PullReport pull_model(const ModelName& name, const PullOptions& options) {
   const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(ctx.opt.parallel), ctx.files.size());
   for (std::size_t i = 0; i < n; ++i) workers.emplace_back(worker);
   for (auto& w : workers) w.join();
-  stop = true;
-  if (progress.joinable()) progress.join();
+  ctx.progress->finish();
 
   if (ctx.first_error) {
     std::string msg = ctx.first_error->what();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "io/gguf.h"
 
 #include <algorithm>
@@ -6,7 +7,7 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "core/json_reader.h"
+#include "core/paths.h"
 #include "io/safetensors.h"  // shape_to_string
 
 namespace clef {

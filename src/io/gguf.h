@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The GGUF container (llama.cpp's model file, read for `--model FILE.gguf`), version 2 and 3,
 // little-endian:
 //   magic "GGUF", u32 version, u64 tensor_count, u64 kv_count,

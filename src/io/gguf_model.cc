@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "io/gguf_model.h"
 
 #include <map>
@@ -6,7 +7,9 @@
 
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/paths.h"
 #include "tokenizer/pretokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace clef {
 namespace {
@@ -191,12 +194,22 @@ GgufVocab read_gguf_vocab(const GgufFile& g) {
     bad(g, "tokenizer.ggml.token_type",
         "has " + std::to_string(types.size()) + " entries, tokenizer.ggml.tokens has " + std::to_string(tokens.size()));
   }
+  // Token and merge strings become tokenizer.json text: each must be valid UTF-8 (a byte-level
+  // BPE vocabulary is printable text by construction; a damaged byte is refused here, at load).
+  auto require_utf8 = [&](const char* key, const char* what, std::size_t i, const std::string& text) {
+    if (const std::size_t at = unicode::find_invalid_utf8(text); at != std::string::npos) {
+      bad(g, key,
+          std::string(what) + " " + std::to_string(i) + " is not valid UTF-8 (byte " + std::to_string(at) + " of \"" +
+              printable(text) + "\")");
+    }
+  };
   GgufVocab v;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const auto* text = std::get_if<std::string>(&tokens[i].scalar);
     if (tokens[i].type != GgufValueType::kString || text == nullptr) {
       bad(g, "tokenizer.ggml.tokens", "entry " + std::to_string(i) + " is not a string");
     }
+    require_utf8("tokenizer.ggml.tokens", "token", i, *text);
     const auto* ti = std::get_if<std::int64_t>(&types[i].scalar);
     const auto* tu = std::get_if<std::uint64_t>(&types[i].scalar);
     const std::int64_t type = ti != nullptr ? *ti : tu != nullptr ? static_cast<std::int64_t>(*tu) : -1;
@@ -233,6 +246,7 @@ GgufVocab read_gguf_vocab(const GgufFile& g) {
     if (merges[i].type != GgufValueType::kString || text == nullptr) {
       bad(g, "tokenizer.ggml.merges", "entry " + std::to_string(i) + " is not a string");
     }
+    require_utf8("tokenizer.ggml.merges", "merge", i, *text);
     v.merges.push_back(*text);
   }
   return v;

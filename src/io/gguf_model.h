@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A Qwen3.5 model in a GGUF file as llama.cpp's convert_hf_to_gguf.py writes it (architecture
 // "qwen35", llama.cpp 3f545becc): the hyper-parameters from the metadata, and the tokenizer from the
 // tokenizer.ggml.* keys. Key names and meanings are facts read from llama.cpp's
@@ -67,7 +68,8 @@ ModelConfig model_config_from_gguf(const GgufFile& g, GgufModelInfo* info = null
 /// added tokens (special iff control; not normalized, no strip: how every Qwen3.5 added token is
 /// declared), type 5 (unused: the [PADn] rows up to the embedding size) is skipped; merges
 /// "a b" from tokenizer.ggml.merges. Throws ModelLoadError naming the key and index (array
-/// length mismatch, a type outside {1, 3, 4, 5}, a non-string token) and
+/// length mismatch, a type outside {1, 3, 4, 5}, a non-string token, a token or merge that is not
+/// valid UTF-8: "<file>: metadata \"tokenizer.ggml.tokens\": token 7 is not valid UTF-8 ...") and
 /// Unsupported for another model or pre-tokenizer.
 std::string tokenizer_json_from_gguf(const GgufFile& g);
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "io/hf_config.h"
 
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Typed views of the JSON configuration files of a Clef release folder:
 //   config.json (Qwen3.5, composite `text_config` + `vision_config` form or flat text-only form),
 //   joint_head_config.json, preprocessor_config.json.

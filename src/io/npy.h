@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // NumPy .npy files (format version 1.0/2.0, C order, little-endian): read and write float32 and
 // int64 arrays. Used for hidden-state dumps and to exchange tensors with the Python reference.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "io/safetensors.h"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/paths.h"
 
 namespace clef {
 

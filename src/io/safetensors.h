@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The safetensors format: an 8-byte little-endian header length N, N bytes of JSON
 // ({name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {str: str}}), then the
 // raw little-endian tensor data. Reading is zero-copy over an mmap; the header is validated

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "io/tokenizer_files.h"
 
 #include <filesystem>
@@ -5,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/paths.h"
 
 namespace fs = std::filesystem;
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A structural summary of tokenizer.json + tokenizer_config.json, read at load time so that a
 // release folder with a broken or foreign tokenizer is refused early. The tokenizer itself
 // (encoding) lives elsewhere; this only checks the files and reports what they contain.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "io/weight_store.h"
 
 #include <filesystem>
@@ -5,10 +6,39 @@
 
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/mapped_file.h"
+#include "core/paths.h"
+#include "core/quant_blocks.h"
 
 namespace fs = std::filesystem;
 
 namespace clef {
+
+namespace {
+
+/// Throws ModelLoadError naming the file, the tensor and the element (or block field) when the
+/// tensor holds a NaN or an infinity (core/quant_blocks.h find_non_finite): a damaged file must
+/// fail at load, not answer every decision with a non-finite logit.
+void require_finite(const std::string& file, const std::string& name, DType t, std::span<const std::byte> data) {
+  const std::optional<NonFiniteValue> bad = find_non_finite(t, data);
+  if (!bad) {
+    // The pass faulted every page of the tensor in; give back the ones of a mapped file, so that
+    // resident memory after load is what the engine itself touches (a later read faults them back
+    // from the page cache). Heap tensors (add_owned_f32) are left alone.
+    (void)MappedFile::drop_pages(data.data(), data.size());
+    return;
+  }
+  const std::string what = bad->nan ? "NaN" : "infinite";
+  if (*bad->field != '\0') {
+    throw ModelLoadError(file + ": tensor " + printable(name) + ": the " + std::string(dtype_name(t)) +
+                         " block at element " + std::to_string(bad->element) + " has a non-finite scale " + bad->field +
+                         " (" + what + "); every weight must be finite (a damaged file?)");
+  }
+  throw ModelLoadError(file + ": tensor " + printable(name) + ": element " + std::to_string(bad->element) + " is " +
+                       what + "; every weight must be finite (a damaged file?)");
+}
+
+}  // namespace
 
 std::vector<float> WeightView::to_f32() const {
   std::vector<float> out(static_cast<std::size_t>(numel()));
@@ -141,7 +171,8 @@ const TensorInfo* WeightStore::find(const std::string& name) const {
   return it == entries_.end() ? nullptr : it->second.info;
 }
 
-WeightView WeightStore::take(const std::string& name, const std::vector<std::int64_t>& expected_shape) {
+WeightStore::Entry& WeightStore::shaped_entry(const std::string& name,
+                                              const std::vector<std::int64_t>& expected_shape) {
   auto it = entries_.find(name);
   if (it == entries_.end()) {
     throw ModelLoadError(label_ + ": missing tensor " + name + " (expected shape " + shape_to_string(expected_shape) +
@@ -152,6 +183,11 @@ WeightView WeightStore::take(const std::string& name, const std::vector<std::int
     throw ModelLoadError(*e.file + ": tensor " + name + " has shape " + shape_to_string(e.info->shape) + ", expected " +
                          shape_to_string(expected_shape));
   }
+  return e;
+}
+
+WeightView WeightStore::take(const std::string& name, const std::vector<std::int64_t>& expected_shape) {
+  Entry& e = shaped_entry(name, expected_shape);
   if (is_block_quantized(e.info->dtype)) {
     if (expected_shape.size() != 2) {
       const std::string dt(dtype_name(e.info->dtype));
@@ -164,6 +200,7 @@ WeightView WeightStore::take(const std::string& name, const std::vector<std::int
     throw ModelLoadError(*e.file + ": tensor " + name + " has dtype " + std::string(dtype_name(e.info->dtype)) +
                          "; weights must be F32, BF16 or F16");
   }
+  require_finite(*e.file, name, e.info->dtype, e.data);
   e.use = Use::kTaken;
   return WeightView{e.info, e.data, e.file};
 }
@@ -188,20 +225,12 @@ void WeightStore::add_owned_f32(const std::string& name, std::vector<std::int64_
 }
 
 WeightView WeightStore::take_dequantizable(const std::string& name, const std::vector<std::int64_t>& expected_shape) {
-  auto it = entries_.find(name);
-  if (it == entries_.end()) {
-    throw ModelLoadError(label_ + ": missing tensor " + name + " (expected shape " + shape_to_string(expected_shape) +
-                         ")");
-  }
-  Entry& e = it->second;
-  if (e.info->shape != expected_shape) {
-    throw ModelLoadError(*e.file + ": tensor " + name + " has shape " + shape_to_string(e.info->shape) + ", expected " +
-                         shape_to_string(expected_shape));
-  }
+  Entry& e = shaped_entry(name, expected_shape);
   if (!is_weight_float(e.info->dtype) && !is_block_quantized(e.info->dtype)) {
     throw ModelLoadError(*e.file + ": tensor " + name + " has dtype " + std::string(dtype_name(e.info->dtype)) +
                          "; expected a float or ggml block type");
   }
+  require_finite(*e.file, name, e.info->dtype, e.data);
   e.use = Use::kTaken;
   return WeightView{e.info, e.data, e.file};
 }

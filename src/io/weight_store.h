@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Name -> tensor lookup over one or more memory-mapped safetensors files, with the strict
 // "every tensor is consumed or explicitly ignored" bookkeeping of the model loaders.
 #pragma once
@@ -81,10 +82,13 @@ class WeightStore {
   /// ("missing tensor NAME (expected shape [..])"), when its shape differs ("tensor NAME in FILE
   /// has shape [..], expected [..]") or when its dtype is not F32, BF16 or F16 (Q8_0 is accepted
   /// for 2-D tensors only: linear weights and the embedding table). Another block type (Q4_K, ...)
-  /// throws Unsupported naming the tensor and the type: no kernel multiplies it.
+  /// throws Unsupported naming the tensor and the type: no kernel multiplies it. A tensor holding a
+  /// NaN or an infinity (a block type: a non-finite fp16 scale) throws ModelLoadError naming the
+  /// file, the tensor and the element (core/quant_blocks.h find_non_finite; one pass over its bytes).
   WeightView take(const std::string& name, const std::vector<std::int64_t>& expected_shape);
   /// As take(), but any float or block dtype is accepted: for tensors read once through
-  /// WeightView::to_f32 / convert_to_f32 (a GGUF's head tensors, the output table's rows).
+  /// WeightView::to_f32 / convert_to_f32 (a GGUF's head tensors, the output table's rows). The same
+  /// finite-values check as take().
   WeightView take_dequantizable(const std::string& name, const std::vector<std::int64_t>& expected_shape);
   /// Marks every tensor whose name starts with `prefix` as deliberately ignored; returns how many.
   std::size_t ignore_prefix(const std::string& prefix);
@@ -110,6 +114,9 @@ class WeightStore {
     Use use = Use::kUnused;
   };
   void add_file(std::unique_ptr<SafetensorsFile> f);
+  /// The entry of `name` when it has `expected_shape`; throws ModelLoadError for a missing tensor
+  /// (naming the store and the shape) or another shape (naming the file and both shapes).
+  Entry& shaped_entry(const std::string& name, const std::vector<std::int64_t>& expected_shape);
   std::string label_;  ///< names the store in "missing tensor" errors (the file or the index)
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::unique_ptr<GgufFile> gguf_;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Gated full attention (docs/MODEL.md §3): q/gate projection (per-head interleaved), k/v
 // projections, per-head offset q/k RMSNorm, partial M-RoPE, KV-cache append, causal GQA
 // attention, sigmoid output gate, output projection.

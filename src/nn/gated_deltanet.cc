@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "nn/gated_deltanet.h"
 
 #include <algorithm>

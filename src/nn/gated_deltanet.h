@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Gated DeltaNet mixer (docs/MODEL.md §4): projections, causal conv with carried state, q/k L2
 // norm, gates, the delta rule (chunked form), per-head gated RMSNorm, output projection.
 #pragma once

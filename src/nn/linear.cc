@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "nn/linear.h"
 
 #include <cmath>

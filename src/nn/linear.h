@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Helpers that turn checkpoint WeightViews into what the ops consume.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "nn/mlp.h"
 
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SwiGLU MLP block (docs/MODEL.md §5): h += down( silu(gate(x)) * up(x) ).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "nn/state.h"
 
 #include <algorithm>

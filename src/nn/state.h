@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Per-sequence state of a hybrid (Gated DeltaNet + full attention) decoder, carried between
 // prefill chunks (docs/MODEL.md §13). Plain values: copying a ModelState is a deep
 // copy, which is exactly "fork"; assigning one back is "restore".

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Bulk dtype conversions of the CPU kernels (weights and activations), vectorized per SIMD level
 // (ops/isa.h). Single-threaded: callers split large arrays over the engine's threads. Results
 // equal the scalar conversions of core/dtype.h bit for bit (tests/unit/test_ops.cc).
@@ -19,7 +20,7 @@ void f32_to_bf16_n(const float* src, std::int64_t n, std::uint16_t* dst);
 /// alias src).
 void round_to_bf16_n(const float* src, std::int64_t n, float* dst);
 
-/// convert_to_f32 (core/dtype.h) with the BF16 case vectorized when `src` is 2-byte aligned;
+/// convert_to_f32 (core/quant_blocks.h) with the BF16 case vectorized when `src` is 2-byte aligned;
 /// F32 and F16 (and misaligned BF16) take the scalar path. Throws Unsupported for other dtypes.
 void widen_to_f32_n(DType dtype, const void* src, std::int64_t n, float* dst);
 

@@ -1,15 +1,19 @@
+// SPDX-License-Identifier: MIT
 // Linear layers (GEMM) behind one interface, so a CUDA backend can slot in later.
 //
 // y [m, n] = x [m, k] · Wᵀ with W [n, k] row-major (PyTorch Linear.weight), fp32 accumulation.
-// The CPU backend is oneDNN's matmul (chosen by measurement over OpenBLAS, see docs/NUMERICS.md
-// and bench/bench_ops.cc); it runs on the engine's OpenMP pool (ops/parallel.h).
+// The CPU backend is oneDNN's matmul on x86-64 (chosen by measurement over OpenBLAS, see
+// docs/NUMERICS.md and bench/bench_ops.cc) and OpenBLAS's sgemm on ARM64, where Debian's oneDNN has
+// only reference GEMMs (docs/ARM64.md "GEMM"; cpu/gemm_backend.h); both run on the engine's OpenMP
+// pool (ops/parallel.h).
 //
 // Precision (docs/NUMERICS.md "Precision modes"):
 //   kF32  parity mode: fp32 activations times exact fp32 weights (bf16/f16 weights are widened,
 //         which is exact), fp32 accumulation;
 //   kBF16 fast mode: activations rounded to bf16, bf16 weights used in place (mmapped, zero
-//         copy), products summed in fp32, fp32 output. Where oneDNN has no bf16 matmul (below
-//         AVX-512), the same operands go through its fp32 matmul (bf16_gemm_emulated()).
+//         copy), products summed in fp32, fp32 output. Where the library has no bf16 matmul
+//         (oneDNN below AVX-512; OpenBLAS), the same operands go through its fp32 matmul
+//         (bf16_gemm_emulated()).
 #pragma once
 
 #include <cstddef>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Ops of the joint schema head (docs/PROTOCOL.md §4.4): the head's fp32 linear layers, its LayerNorm,
 // its L2 normalization and its attention core over runs of projected memory rows.
 // Same two-implementation contract as ops/ops.h: clef::ops::NAME is the CPU kernel (Highway, one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // int8 linear layers in ggml's Q8_0 scheme (`--precision int8`, and GGUF Q8_0 weights): y [m, n] =
 // x [m, k] · Wᵀ with
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Device-agnostic op functions of the Qwen3.5 backbone (docs/MODEL.md §2-§7).
 //
 // Every op exists twice with the same signature and contract:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "ops/parallel.h"
 
 #include <omp.h>

@@ -1,10 +1,17 @@
+// SPDX-License-Identifier: MIT
 // The engine's one thread pool. clef's own parallel loops use OpenMP, and Debian's oneDNN is
 // built on the same OpenMP runtime (libgomp), so the GEMM library and our kernels share one pool
 // and never oversubscribe each other (docs/NUMERICS.md "Threading"). The pool is sized once per
 // process.
 #pragma once
 
+#include <cstdint>
+
 namespace clef::ops {
+
+/// Below this many elements (of the loop's whole work: rows x columns) an element-wise kernel's
+/// loop stays on one thread: an OpenMP fork/join costs a few microseconds.
+inline constexpr std::int64_t kParallelMin = 1 << 15;
 
 /// Sets the number of threads used by every op and by the GEMM library (OpenMP's
 /// omp_set_num_threads on the calling thread, which runs the engine). n <= 0 selects
@@ -18,8 +25,8 @@ int num_threads();
 /// Logical CPUs available to this process (sched_getaffinity), at least 1.
 int hardware_threads();
 
-/// The OpenMP wait policy clef runs with unless the user set one (docs/PERFORMANCE.md "Threads on
-/// a busy machine"): libgomp's default spins up to 300,000 iterations in every barrier, which on a
+/// The OpenMP wait policy clef runs with unless the user set one (docs/PERFORMANCE.md
+/// "Threading"): libgomp's default spins up to 300,000 iterations in every barrier, which on a
 /// machine whose other CPU-bound work shares our cores steals the time the slowest thread needs.
 inline constexpr const char* kDefaultGompSpinCount = "10000";
 

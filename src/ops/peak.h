@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Measured arithmetic peak of the CPU kernels' level (benchmarks quote "% of peak" against it).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "ops/profile.h"
 
 #include <algorithm>

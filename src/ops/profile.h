@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Per-op wall-clock profile of the backbone (no hardware counters needed). Off unless the
 // environment variable CLEF_PROFILE is set (to anything but "0"); then every CLEF_PROF_SCOPE
 // accumulates its time, and the table (seconds, calls, share) is printed to stderr at exit.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Linear layers run directly on llama.cpp's block-quantized GGUF weights: y [m, n] = x [m, k] · Wᵀ
 // with W [n, k] in one of the ggml block types Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1 (what
 // llama-quantize's Q4_K_M / Q5_K_M / Q6_K / Q4_0 ... mixes hold besides Q8_0, which runs in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // M-RoPE frequency table and stream selector (docs/MODEL.md §7.2), shared by the reference and
 // the optimized rope_tables so both define the angles identically.
 #pragma once

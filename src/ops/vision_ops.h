@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Ops of the Qwen3.5 vision tower (docs/MODEL.md §6) that the text backbone does not need:
 // LayerNorm with bias, bias add, the two GELUs, and bidirectional (non-causal) attention.
 // Same two-implementation contract as ops/ops.h: clef::ops::NAME is the optimized CPU kernel,

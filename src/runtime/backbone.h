@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The backbone runtime: a Qwen3.5 text model bound to a release folder, run as a
 // chunked prefill over a per-sequence state, delivering final-norm hidden rows chunk by chunk.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The hidden-state dump behind `clef hidden` and clef_backbone_dump (runtime/backbone_dump.h).
 #include <sys/resource.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The backbone's final-norm hidden states for given token ids, written as float32 .npy files with
 // one JSON timing line per run: what `clef hidden` (apps/clef/hidden_command.cc) and the test tool
 // clef_backbone_dump run for the parity suite (tests/reference/test_backbone.py) and

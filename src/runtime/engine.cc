@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "runtime/engine.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/sha256.h"
+#include "decision/openai_decisions.h"
 #include "models/qwen35/mrope_positions.h"
 #include "ops/parallel.h"
 #include "vision/request_images.h"
@@ -199,10 +201,6 @@ VisionPreprocessConfig Engine::preprocess_config() const {
 
 StateCacheStats Engine::state_cache_stats() const { return cache_ ? cache_->stats() : StateCacheStats{}; }
 
-void Engine::validate(std::string_view request_body, Dialect dialect) const {
-  (void)parse_request(request_body, options_.limits, dialect, served_);
-}
-
 /// A request's images, decoded and through the vision tower (empty when it has none).
 struct Engine::RequestMedia {
   std::vector<std::int64_t> tokens;      ///< merged tokens per image: sizes the prompt's media block
@@ -220,18 +218,19 @@ struct Engine::PreparedRecord {
   std::int64_t tokens() const noexcept { return static_cast<std::int64_t>(rec.input_ids.size()); }
 };
 
-Engine::RequestMedia Engine::request_images(const SystemOneRequest& req) const {
-  // Images: decode + preprocess (request order), then the tower; their merged-token counts size
-  // the media block of the prompt (docs/PROTOCOL.md §3.2 step 2, §3.6; docs/MODEL.md §6).
-  RequestMedia m;
-  if (req.images.is_null()) return m;
+void Engine::prepare_images(PreparedRequest& prepared) const {
+  // Images: decode + preprocess (request order); their merged-token counts size the media block of
+  // the prompt (docs/PROTOCOL.md §3.2 step 2, §3.6; docs/MODEL.md §6).
+  const SystemOneRequest& req = prepared.request;
+  if (req.images.is_null()) return;
   if (options_.backbone.padded_readout) {
     throw RequestError(RequestErrorCode::kImagesUnsupported, JsonPath().key("images"),
                        "images are not supported with the static-shape (padded) readout");
   }
   // Refuse from the file headers an image set that could never fit the record: the budget left
   // after the prompt's fixed text (prefix, suffix, one vision_start/end pair per image, "\n", and
-  // at least one schema token); encode_record checks the exact total afterwards.
+  // at least one schema token); encode_record checks the exact total afterwards. Likewise an image
+  // the processor would resize past --max-image-pixels.
   const VisionPreprocessConfig pc = preprocess_config();
   ImageLimits limits = options_.image_limits;
   const std::int64_t n_images = req.images.is_array() ? static_cast<std::int64_t>(req.images.size()) : 0;
@@ -246,23 +245,40 @@ Engine::RequestMedia Engine::request_images(const SystemOneRequest& req) const {
       return 0;  // e.g. the aspect ratio: preprocess_image reports it with the image's own index
     }
   };
+  limits.max_resized_pixels = options_.max_image_pixels;
+  limits.resized_size = [&pc](std::uint64_t w, std::uint64_t h) -> std::pair<std::uint64_t, std::uint64_t> {
+    try {
+      const ImageGrid g = image_grid_for_size(static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(h), 0, pc);
+      return {static_cast<std::uint64_t>(g.w) * pc.patch_size, static_cast<std::uint64_t>(g.h) * pc.patch_size};
+    } catch (const RequestError&) {
+      return {0, 0};  // the aspect ratio: preprocess_image reports it with the image's own index
+    }
+  };
   ImageDecodeOptions decode;
   if (options_.image_backend == ImageBackend::kPil) {
     decode.alpha = AlphaMode::kCompositeOnWhite;
     decode.apply_exif_orientation = false;
+    decode.first_frame_of_animation = true;  // Pillow opens an animated WebP at its first frame
   }
-  const RequestImages images = prepare_request_images(&req.images, limits, decode, pc);
+  RequestImages images = prepare_request_images(&req.images, limits, decode, pc);
+  prepared.images = std::move(images.inputs);
+  for (const JsonValue& url : req.images.items()) {
+    prepared.image_key += std::to_string(url.as_string().size()) + ":" + url.as_string();
+  }
+}
+
+Engine::RequestMedia Engine::request_images(PreparedRequest& prepared) const {
+  RequestMedia m;
   std::vector<float> pixels;
   std::int64_t patches = 0;
-  for (const VisionInput& in : images.inputs) {
+  for (VisionInput& in : prepared.images) {
     m.tokens.push_back(in.num_tokens);
     m.grids.push_back(qwen35::ImageGrid{in.grid.t, in.grid.h, in.grid.w});
     pixels.insert(pixels.end(), in.pixel_values.begin(), in.pixel_values.end());
+    std::vector<float>().swap(in.pixel_values);
     patches += in.rows;
   }
-  for (const JsonValue& url : req.images.items()) {
-    m.key += std::to_string(url.as_string().size()) + ":" + url.as_string();
-  }
+  m.key = std::move(prepared.image_key);
   m.rows = tower_->forward(pixels.data(), patches, m.grids);
   return m;
 }
@@ -302,7 +318,8 @@ void Engine::prefill_range(const PreparedRecord& p, std::int64_t a, std::int64_t
   backbone_->prefill(part, st, consumer, media);
 }
 
-double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, JointHeadRecord& head, Decision& d) {
+double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, JointHeadRecord& head, Decision& d,
+                              const std::string& cache_scope, bool use_cache) {
   const std::span<const std::int32_t> ids(p.rec.input_ids);
   double head_seconds = 0;
   const HiddenConsumer feed_head = [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
@@ -314,7 +331,7 @@ double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, Joint
       std::as_bytes(std::span<const char>(p.media.key.data(), p.media.key.size()));
   // The routing key covers the prefix + state whether or not this run splits or caches there.
   d.state_key = state_cache_key(routing_identity_, ids.first(static_cast<std::size_t>(p.rec.state_end())), image_bytes);
-  if (split > 0 && cache_) {
+  if (split > 0 && cache_ && use_cache) {
     // Rows [0, split) from the cache, or computed and published: the backbone state and the head's
     // keys/values of the prefix's memory rows (what JointHeadRecord computes for them itself).
     const auto compute = [&]() -> StateCache::EntryPtr {
@@ -338,11 +355,17 @@ double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, Joint
       head_seconds += seconds_since(th);
       return e;
     };
+    // A scope (OpenAI's prompt_cache_key, docs/PROTOCOL.md §7.6) joins the images in the key: a
+    // scoped entry is found only by requests of the same scope.
+    std::string scoped = p.media.key;
+    if (!cache_scope.empty()) scoped += "scope:" + std::to_string(cache_scope.size()) + ":" + cache_scope;
     const StateCache::Result r =
-        cache_->get_or_compute(state_cache_key(identity_, ids.first(static_cast<std::size_t>(split)), image_bytes),
+        cache_->get_or_compute(state_cache_key(identity_, ids.first(static_cast<std::size_t>(split)),
+                                               std::as_bytes(std::span<const char>(scoped.data(), scoped.size()))),
                                compute);
     d.state_cache = r.hit ? StateCacheUse::kHit : StateCacheUse::kMiss;
     d.reused_tokens = r.hit ? split : 0;
+    d.stored_tokens = r.stored ? split : 0;
     const auto tr = std::chrono::steady_clock::now();
     StateLoan loan(r.entry, p.tokens() - split);  // gives the entry's KV buffers back when it ends
     d.state_lent = loan.lent();
@@ -357,21 +380,66 @@ double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, Joint
   return head_seconds;
 }
 
+std::size_t PreparedRequest::image_bytes() const noexcept {
+  std::size_t n = image_key.capacity();
+  for (const VisionInput& in : images) n += in.pixel_values.capacity() * sizeof(float);
+  return n;
+}
+
+PreparedRequest Engine::prepare(std::string_view request_body, Dialect dialect, Dialect* contract,
+                                std::vector<JsonMemberText>* top_members) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  PreparedRequest p;
+  Dialect read_in = dialect;
+  Dialect* out = contract != nullptr ? contract : &read_in;
+  p.request = parse_request(request_body, options_.limits, dialect, served_, out, top_members);
+  p.contract = *out;
+  p.parse_seconds = seconds_since(t0);
+  if (!p.request.images.is_null()) {
+    const auto ti = std::chrono::steady_clock::now();
+    try {
+      prepare_images(p);
+    } catch (const RequestError& e) {
+      if (!p.request.openai) throw;
+      throw to_openai_error(e, p.request);  // name the part that carried the image, not `images.<k>`
+    }
+    p.image_seconds = seconds_since(ti);
+  }
+  return p;
+}
+
 Decision Engine::decide(std::string_view request_body, Dialect dialect) {
+  return decide(prepare(request_body, dialect));
+}
+
+Decision Engine::decide(PreparedRequest prepared) {
   const auto t0 = std::chrono::steady_clock::now();
   Decision d;
-  const SystemOneRequest req = parse_request(request_body, options_.limits, dialect, served_);
+  const SystemOneRequest& req = prepared.request;
+  d.contract = prepared.contract;
 
-  // 1. Images (decode, preprocess, vision tower).
+  // 1. Images (decoded and preprocessed by prepare(); the vision tower here).
   RequestMedia media;
   if (!req.images.is_null()) {
     const auto tv = std::chrono::steady_clock::now();
-    media = request_images(req);
-    d.timings.vision = seconds_since(tv);
+    try {
+      media = request_images(prepared);
+    } catch (const RequestError& e) {
+      if (!req.openai) throw;
+      throw to_openai_error(e, req);  // name the part that carried the image, not `images.<k>`
+    }
+    d.timings.vision = prepared.image_seconds + seconds_since(tv);
   }
   // 2. The record: tokens, spans, positions.
-  const PreparedRecord p = prepare_record(req, std::move(media));
-  d.timings.tokenize = seconds_since(t0) - d.timings.vision;
+  const PreparedRecord p = [&] {
+    try {
+      return prepare_record(req, std::move(media));
+    } catch (const RequestError& e) {
+      if (!req.openai) throw;
+      throw to_openai_error(e, req);  // `input`, `questions.<index>`: the fields OpenAI's body has
+    }
+  }();
+  d.timings.tokenize = prepared.parse_seconds + seconds_since(t0) - (d.timings.vision - prepared.image_seconds);
   d.input_tokens = p.tokens();
   d.state_tokens_dropped = p.rec.state_tokens_dropped();
 
@@ -382,7 +450,9 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
   const std::int64_t split = options_.backbone.padded_readout ? 0 : p.rec.state_end();
   JointHeadRecord head(*head_, p.rec.questions, p.rec.input_ids, split);
   const auto t1 = std::chrono::steady_clock::now();
-  const double head_seconds = prefill_record(p, split, head, d);
+  const std::string cache_scope = req.openai && req.openai->prompt_cache_key ? *req.openai->prompt_cache_key : "";
+  const bool use_cache = !(req.openai && req.openai->cache_disabled);
+  const double head_seconds = prefill_record(p, split, head, d, cache_scope, use_cache);
   d.timings.prefill = seconds_since(t1) - head_seconds - d.timings.state_restore;
 
   // 4. The head's logits.
@@ -395,8 +465,13 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
   const std::string& model = random_weights() ? release_.model_name : req.model;
   const std::string extra =
       d.state_tokens_dropped > 0 ? "\"state_tokens_dropped\":" + std::to_string(d.state_tokens_dropped) : "";
-  d.body = build_response_json(req, model, d.logits, d.input_tokens, options_.answers, extra);
-  d.timings.total = seconds_since(t0);
+  if (req.openai) {
+    d.body = build_openai_response_json(req, model, d.logits, d.input_tokens, options_.answers,
+                                        OpenAICacheUsage{d.reused_tokens, d.stored_tokens}, extra);
+  } else {
+    d.body = build_response_json(req, model, d.logits, d.input_tokens, options_.answers, extra);
+  }
+  d.timings.total = prepared.parse_seconds + prepared.image_seconds + seconds_since(t0);
   return d;
 }
 

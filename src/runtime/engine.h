@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The decision engine: one loaded Clef release that turns a SystemOne request body into a
 // SystemOne response body. Request -> encode_record (tokenizer) -> chunked backbone prefill ->
 // joint head fed row chunk by row chunk -> per-question softmax -> answers. It never sees HTTP;
@@ -51,6 +52,13 @@ struct EngineOptions {
   /// and this is true; decoded within `image_limits`.
   bool images = true;
   ImageLimits image_limits;
+  /// The vision tower's bound (docs/COMPATIBILITY.md "limits and guards"): pixels per image after
+  /// the processor's resize (width' * height', 256 per patch). An image over it is refused
+  /// (image_over_pixel_limit), never resized differently from the reference; 0 = no bound beyond
+  /// the processor's max_pixels. Default 200,704 (448 x 448, 784 patches, 196 image tokens): the
+  /// cap the clef-vision-0.8b student was trained with (docs/MODEL.md §14).
+  static constexpr std::uint64_t kDefaultMaxImagePixels = 200704;
+  std::uint64_t max_image_pixels = kDefaultMaxImagePixels;
   /// Seed-000 fixed-grid mode: 0 = the processor's smart resize (keeps the aspect ratio); 8 or 14 =
   /// resize every image to 256x256 / 448x448 pixels (merged grid 8x8 / 14x14), aspect not kept.
   int vision_grid = 0;
@@ -92,7 +100,11 @@ struct Decision {
   DecisionTimings timings;
   StateCacheUse state_cache = StateCacheUse::kOff;
   std::int64_t reused_tokens = 0;  ///< prefix + state tokens restored instead of computed (a hit)
-  bool state_lent = false;         ///< the cache entry's KV buffers were lent to this decision, not copied (StateLoan)
+  std::int64_t stored_tokens = 0;  ///< prefix + state tokens this decision computed and the cache kept (a miss)
+  /// The contract the body was read in (Dialect::kDecisions resolved by the body's shape) and
+  /// `body` is written in: kOpenAI or the dialect decide() was given.
+  Dialect contract = Dialect::kSystemOne;
+  bool state_lent = false;  ///< the cache entry's KV buffers were lent to this decision, not copied (StateLoan)
   /// The state key (for balancers, docs/DEPLOYMENT.md): lower-case hex SHA-256 of (the routing
   /// identity, the prefix + state token ids, the images' data URLs), see Engine::routing_identity
   /// and docs/DEPLOYMENT.md. Equal for requests about the same state of the same model on every
@@ -101,6 +113,19 @@ struct Decision {
   /// requests to one replica.
   std::string state_key;
   std::vector<float> logits;  ///< [N] option logits in model order (request order, §3.4 options)
+};
+
+/// A request parsed, with its images decoded and preprocessed (Engine::prepare): everything the
+/// engine thread needs besides the tower and the prefill. Movable; owns its data.
+struct PreparedRequest {
+  SystemOneRequest request;
+  std::vector<VisionInput> images;         ///< preprocessed tower inputs, request order (empty: none)
+  std::string image_key;                   ///< the data URLs, length-prefixed: part of the state cache key
+  Dialect contract = Dialect::kSystemOne;  ///< the contract the body was read in (see Decision::contract)
+  double parse_seconds = 0;                ///< parsing and validating the body
+  double image_seconds = 0;                ///< decoding and preprocessing the images
+  /// Bytes the prepared images hold (their pixel_values), for memory budgets.
+  std::size_t image_bytes() const noexcept;
 };
 
 /// A loaded model ready to decide. Not thread-safe: one decision at a time (the scheduler of the
@@ -114,16 +139,27 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  /// Decides one request body (UTF-8 JSON). Throws RequestError (a 4xx: code + JSON path) for a
-  /// request it refuses; any other exception is an engine fault.
+  /// Decides one request body (UTF-8 JSON). With Dialect::kOpenAI, or kDecisions and a body of
+  /// OpenAI's shape, the body is OpenAI's Decisions contract and so is the answer
+  /// (decision/openai_decisions.h). Throws RequestError (a 4xx: code + JSON path) for a request it
+  /// refuses; any other exception is an engine fault.
   Decision decide(std::string_view request_body, Dialect dialect = Dialect::kSystemOne);
 
-  /// Parses and validates a request body exactly as decide() does first (JSON syntax, then the
-  /// SystemOne request rules), without tokenizing or running anything. Throws the RequestError
-  /// decide() would throw at that step; returns normally for a body decide() would go on with
-  /// (decide() may still refuse it later: images, input length). Thread-safe: reads only the
-  /// immutable limits and served names, so the HTTP layer calls it before queueing.
-  void validate(std::string_view request_body, Dialect dialect = Dialect::kSystemOne) const;
+  /// The first half of decide(): parses and validates the body, then decodes and preprocesses its
+  /// images within the image limits, --max-image-pixels and the record's token budget (file
+  /// headers are checked before any pixel is decoded). Thread-safe (reads only what the
+  /// constructor set), so the server runs it off the engine thread: a refused image never waits
+  /// for a running decision. Throws the RequestError decide() would throw at those steps.
+  /// This is the one parse of a body: decide(prepared) reads only the parsed value.
+  /// `contract`, when given, receives the contract the body is read in (parse_request()), set
+  /// before a RequestError is thrown, so that the caller answers in that contract's shape;
+  /// `top_members`, when given, the body's top-level members as sent (parse_json(): views into
+  /// `request_body`, for the server's route key).
+  PreparedRequest prepare(std::string_view request_body, Dialect dialect = Dialect::kSystemOne,
+                          Dialect* contract = nullptr, std::vector<JsonMemberText>* top_members = nullptr) const;
+  /// The second half: the vision tower, the record, the prefill and the answer. decide(body) is
+  /// decide(prepare(body)), with the same result bit for bit.
+  Decision decide(PreparedRequest prepared);
 
   /// The name responses carry: a random-weight model's "-random" name, else the folder's name.
   const std::string& model_name() const noexcept { return release_.model_name; }
@@ -153,9 +189,10 @@ class Engine {
   // The steps of decide(), in order.
   struct RequestMedia;
   struct PreparedRecord;
-  /// Images: decodes and preprocesses the request's images within the limits and the record's
-  /// token budget, then runs the vision tower. Throws RequestError for images it refuses.
-  RequestMedia request_images(const SystemOneRequest& req) const;
+  /// Images: runs the vision tower on the prepared images (their pixel values are released).
+  RequestMedia request_images(PreparedRequest& prepared) const;
+  /// Decodes and preprocesses a parsed request's images into `prepared` (see prepare()).
+  void prepare_images(PreparedRequest& prepared) const;
   /// Record: the prompt's tokens and spans (encode_record) and, with images, the M-RoPE positions.
   PreparedRecord prepare_record(const SystemOneRequest& req, RequestMedia media) const;
   /// Backbone prefill of record rows [a, b) on `st`, with the positions and image rows of that range.
@@ -165,7 +202,10 @@ class Engine {
   /// published), or fed to `head` directly when the cache is off; then rows [split, T) fed to
   /// `head`. Sets d.state_key, d.state_cache, d.reused_tokens and d.timings.state_restore; returns
   /// the seconds spent in the head meanwhile.
-  double prefill_record(const PreparedRecord& p, std::int64_t split, JointHeadRecord& head, Decision& d);
+  /// `cache_scope` is appended to the cache key (OpenAI's prompt_cache_key); `use_cache` false
+  /// bypasses the cache for this decision.
+  double prefill_record(const PreparedRecord& p, std::int64_t split, JointHeadRecord& head, Decision& d,
+                        const std::string& cache_scope, bool use_cache);
 
   EngineOptions options_;
   ReleaseFolder release_;

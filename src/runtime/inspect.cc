@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "runtime/inspect.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What a release folder contains, how many parameters each block has, and how much memory running
 // it will take (`clef inspect` prints it: apps/clef/inspect_report.h).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "runtime/make_model.h"
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/paths.h"
 #include "core/sha256.h"
 #include "io/safetensors.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `clef make-model`: writes a complete random-weight Clef release folder in the published format
 // (config.json, model.safetensors, joint_head.*, tokenizer.json, tokenizer_config.json,
 // preprocessor_config.json, random_weights.json, SHA256SUMS), with no Python and nothing

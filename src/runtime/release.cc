@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "runtime/release.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/paths.h"
 #include "core/sha256.h"
 #include "decision/joint_head_gguf.h"
 

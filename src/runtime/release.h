@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A Clef release folder as published on the Hugging Face hub (docs/PROTOCOL.md §5.1):
 //   config.json, model.safetensors | model.safetensors.index.json + shards,
 //   joint_head.safetensors, joint_head_config.json, tokenizer.json, tokenizer_config.json,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Per-sequence backbone state (docs/MODEL.md §13): the KV cache of every full-attention layer and
 // the conv + recurrent state of every Gated DeltaNet layer, plus the token/position counters.
 // It is a plain value: fork = copy, restore = assign. Prefix reuse builds on this.

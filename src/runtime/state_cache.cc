@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "runtime/state_cache.h"
 
 #include <string>
@@ -121,7 +122,7 @@ StateCache::Result StateCache::get_or_compute(const std::string& key, const Comp
     if (it != map_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       ++hits_;
-      return {it->second.entry, true};
+      return {it->second.entry, true, false};
     }
     if (in_flight_.count(key) == 0) break;
     done_.wait(lk, [&] { return in_flight_.count(key) == 0; });
@@ -141,11 +142,11 @@ StateCache::Result StateCache::get_or_compute(const std::string& key, const Comp
     throw;
   }
   lk.lock();
-  if (budget_ > 0) insert_locked(key, entry);
+  const bool stored = budget_ > 0 && insert_locked(key, entry);
   in_flight_.erase(key);
   lk.unlock();
   done_.notify_all();
-  return {std::move(entry), false};
+  return {std::move(entry), false, stored};
 }
 
 StateCacheStats StateCache::stats() const {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Exact state reuse. A Clef prompt is prefix ‖ [images] ‖ state ‖ schema ‖ suffix
 // (docs/PROTOCOL.md §3) and the backbone is causal, so everything the engine computes for the rows
 // [0, state_end) depends only on those tokens (and the model). The engine computes that part
@@ -52,8 +53,8 @@ struct StateCacheEntry {
   std::size_t bytes() const noexcept;
 };
 
-/// The working backbone state of one request that goes on from a cache entry (README "Exact state
-/// reuse": restoring without copying the cache). When every KV cache of the entry has
+/// The working backbone state of one request that goes on from a cache entry (docs/ARCHITECTURE.md
+/// "Exact state reuse": restoring without copying the cache). When every KV cache of the entry has
 /// room for the request's `extra_tokens` more rows (the engine reserves room when it computes an
 /// entry), the entry's KV buffers are *lent*: moved into state(), where the request appends its rows
 /// past the snapshot's length (attention reads one contiguous cache as before), and moved back by
@@ -120,8 +121,9 @@ class StateCache {
   StateCache& operator=(const StateCache&) = delete;
 
   struct Result {
-    EntryPtr entry;    ///< never null
-    bool hit = false;  ///< true when a published entry answered
+    EntryPtr entry;       ///< never null
+    bool hit = false;     ///< true when a published entry answered
+    bool stored = false;  ///< true when this call computed the entry and the cache kept it
   };
 
   /// Returns the entry of `key`, marking it most recently used; if absent, and nobody is

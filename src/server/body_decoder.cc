@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "server/body_decoder.h"
 
 #include <brotli/decode.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Content-Encoding decoding of request bodies for `clef serve`: identity, gzip, deflate (zlib
 // or gzip framing, as cpp-httplib accepted) and br, fed piece by piece as the body arrives, with a
 // hard cap on the decoded size (a compression bomb stops at the cap, never grows memory past it).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "server/connection.h"
 
 #include <malloc.h>
@@ -141,8 +142,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   BodyGrant grant_;  ///< body_'s share of the server's body budget
   std::unique_ptr<BodyDecoder> decoder_;
   std::string body_;
-  std::string route_key_;      ///< X-Clef-Route-Key of the body (computed with its validation)
-  std::size_t body_size_ = 0;  ///< decoded size of the last body (for malloc_trim)
+  std::string route_key_;                    ///< X-Clef-Route-Key of the body (computed with its validation)
+  std::optional<PreparedRequest> prepared_;  ///< the body parsed, its images decoded (validators pool)
+  std::size_t body_size_ = 0;                ///< decoded size of the last body (for malloc_trim)
   std::shared_ptr<Job> job_;
   Clock::time_point job_deadline_;
   bool probed_ = false;
@@ -598,23 +600,43 @@ void Connection::decide() {
     send(std::move(*refused), false);
     return;
   }
-  // Parse + validate off the I/O threads, before the body takes a queue slot: a refused body is
-  // answered at once, with the bytes the engine would answer.
+  // Parse + validate, and decode + preprocess the images, off the I/O threads and off the engine
+  // thread, before the body takes a queue slot: a refused body or image is answered at once (never
+  // behind a running decision), with the bytes the engine would answer. The pool's threads bound
+  // how many bodies are prepared at once (docs/COMPATIBILITY.md "limits and guards").
+  // This is the body's one parse: the route key is cut from its top-level members, and the job
+  // carries the parsed request to the engine thread.
   asio::post(ctx_.validators, [self = shared_from_this()] {
     std::optional<Reply> refused;
-    self->route_key_ = route_key(self->body_);
+    // The contract the body is read in (/v1/decisions: by its shape, docs/PROTOCOL.md §7.1).
+    Dialect contract = self->verdict_.route.dialect;
     try {
-      self->ctx_.handlers.engine.validate(self->body_, self->verdict_.route.dialect);
-    } catch (const RequestError& e) {
-      refused = validation_reply(e, self->verdict_.route.dialect);
-    } catch (const std::exception&) {
-      // Not a client error: the engine sees the body and reports its own fault.
+      std::vector<JsonMemberText> members;
+      self->prepared_ =
+          self->ctx_.handlers.engine.prepare(self->body_, self->verdict_.route.dialect, &contract, &members);
+      self->route_key_ = route_key(self->body_, members);
+    } catch (...) {
+      // A refused body (the engine's 4xx) or an engine fault (500), in the body's contract.
+      refused = failure_reply(std::current_exception(), contract, self->verdict_.route.label, self->ctx_.handlers);
     }
-    asio::post(self->socket_.get_executor(), [self, refused = std::move(refused)]() mutable {
-      if (self->phase_ == Phase::kClosed) return;
+    asio::post(self->socket_.get_executor(), [self, contract, refused = std::move(refused)]() mutable {
+      if (self->phase_ == Phase::kClosed) {
+        self->prepared_.reset();
+        return;
+      }
+      self->verdict_.route.dialect = contract;  // answers, queue errors and the engine use the body's contract
       if (refused) {
         self->release_body();
         self->send(std::move(*refused), false);
+        return;
+      }
+      // The prepared images' pixel values count against the body budget until the answer.
+      if (!self->grant_.resize(self->grant_.bytes() + self->prepared_->image_bytes())) {
+        self->prepared_.reset();
+        self->ctx_.metrics.count_overload("body_budget");
+        self->refuse(http_error::kOverloaded,
+                     "the server holds too many decoded images at once (--body-budget); retry later", false,
+                     self->verdict_.route.dialect);
         return;
       }
       self->submit();
@@ -637,8 +659,8 @@ void Connection::submit() {
   // Holds the connection until the job is over (the reference cycle job -> callback -> connection
   // -> job ends when on_job_done or a cancel drops the connection's reference).
   auto on_finished = [s = shared_from_this()] { asio::post(s->socket_.get_executor(), [s] { s->on_job_done(); }); };
-  job_ =
-      ctx_.scheduler.submit(std::move(body_), verdict_.route.dialect, std::move(still_wanted), std::move(on_finished));
+  job_ = ctx_.scheduler.submit(std::move(*prepared_), std::move(still_wanted), std::move(on_finished));
+  prepared_.reset();
   std::string().swap(body_);
   if (!job_) {
     ctx_.metrics.count_overload("queue_full");

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // One TCP connection of `clef serve` (Boost.Beast on Boost.Asio): socket I/O, deadlines, the
 // interim 100 answers, body reading and decoding, the decision job's wait and lingering close.
 // What to answer is decided elsewhere: the request gate (server/request_gate.h) from the headers,
@@ -23,7 +24,7 @@
 #include "server/http_rules.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
-#include "server/server.h"
+#include "server/serve_options.h"
 
 namespace clef::server {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "server/handlers.h"
 
 #include <cstdio>
@@ -6,6 +7,7 @@
 #include "core/error.h"
 #include "core/json_reader.h"
 #include "decision/dialects.h"
+#include "decision/json_value.h"
 #include "decision/render.h"
 #include "server/readiness.h"
 
@@ -18,8 +20,8 @@ std::string json_string(std::string_view s) {
   return out;
 }
 
-/// The headers a decision answer carries besides the body (exact state reuse: README "Exact
-/// state reuse"). Adding a header computed engine-side into Decision is one line here.
+/// The headers a decision answer carries besides the body (exact state reuse:
+/// docs/ARCHITECTURE.md "Exact state reuse"). Adding a header computed engine-side into Decision is one line here.
 std::string decision_headers(const Decision& d, const std::string& route_key) {
   std::string h;
   h += "X-Clef-State-Cache: " + std::string(state_cache_use_name(d.state_cache)) + "\r\n";
@@ -31,13 +33,15 @@ std::string decision_headers(const Decision& d, const std::string& route_key) {
   return h;
 }
 
-Reply health(const HandlerContext& ctx) {
+}  // namespace
+
+Reply health_reply(const HandlerContext& ctx) {
   Reply r;
   r.body = "{\"status\":\"ok\",\"model\":" + json_string(ctx.engine.model_name()) + ",\"loaded\":true}";
   return r;
 }
 
-Reply ready(const HandlerContext& ctx) {
+Reply ready_reply(const HandlerContext& ctx) {
   const Scheduler& q = ctx.scheduler;
   const ReadinessReply ready =
       readiness({true, q.closed(), q.depth(), q.capacity(), q.running()}, ctx.engine.model_name());
@@ -48,7 +52,7 @@ Reply ready(const HandlerContext& ctx) {
   return r;
 }
 
-Reply models(const HandlerContext& ctx) {
+Reply models_reply(const HandlerContext& ctx) {
   std::string desc = ctx.options.description;
   if (desc.empty()) {
     desc = ctx.engine.random_weights()
@@ -57,25 +61,28 @@ Reply models(const HandlerContext& ctx) {
   }
   // A release folder carries no date. TypeSafe documents YYYY-MM-DD but types the field as a plain
   // string (typesafe-sdk parses ""), so the field is present and empty, as mlx-decision does.
+  // One body for both clients (docs/PROTOCOL.md §7.1): TypeSafe's `models` list and OpenAI's list
+  // object (`object`, `data` with the model's `id`), which the `openai` SDK's models.list() reads.
+  const std::string name = json_string(ctx.engine.model_name());
   Reply r;
-  r.body = "{\"models\":[{\"name\":" + json_string(ctx.engine.model_name()) + ",\"description\":" + json_string(desc) +
-           ",\"release_date\":\"\"}]}";
+  r.body = "{\"models\":[{\"name\":" + name + ",\"description\":" + json_string(desc) +
+           ",\"release_date\":\"\"}],\"object\":\"list\",\"data\":[{\"id\":" + name +
+           ",\"object\":\"model\",\"created\":0,\"owned_by\":\"clef.cpp\"}]}";
   return r;
 }
 
-Reply metrics(const HandlerContext& ctx) {
+Reply metrics_reply(const HandlerContext& ctx) {
   QueueGauges g;
   g.depth = ctx.scheduler.depth();
   g.capacity = ctx.options.queue;
   g.running = ctx.scheduler.running();
   g.cancelled = ctx.scheduler.cancelled();
+  g.json_texts_parsed = json_texts_parsed();
   Reply r;
   r.body = ctx.metrics.render(g, ctx.engine.state_cache_stats());
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   return r;
 }
-
-}  // namespace
 
 void AccessLog::request(std::string_view method, const char* route, int status,
                         std::chrono::steady_clock::time_point t0, std::int64_t tokens) {
@@ -93,24 +100,16 @@ void AccessLog::note(const std::string& text) {
 }
 
 Reply route_reply(const RouteMatch& route, std::string_view method, const HandlerContext& ctx) {
-  const bool get = method == "GET" || method == "HEAD";
   if (route.endpoint == Endpoint::kNone)
     return error_reply(http_error::kNotFound, Dialect::kSystemOne, "no route for this path");
-  const bool method_ok = route.decision() ? method == "POST" : get;
-  if (!method_ok) {
+  if (!route.allows(method)) {
     Reply r = error_reply(http_error::kMethodNotAllowed, route.dialect,
                           std::string("this route allows ") + route.method + " only");
     r.headers =
         std::string("Allow: ") + (std::string_view(route.method) == "GET" ? "GET, HEAD" : route.method) + "\r\n";
     return r;
   }
-  switch (route.endpoint) {
-    case Endpoint::kHealth: return health(ctx);
-    case Endpoint::kReady: return ready(ctx);
-    case Endpoint::kModels: return models(ctx);
-    case Endpoint::kMetrics: return metrics(ctx);
-    default: return Reply{};  // decision routes are answered by decision_reply()
-  }
+  return route.handler != nullptr ? route.handler(ctx) : Reply{};  // decisions: decision_reply()
 }
 
 std::optional<Reply> refuse_path_model(const RouteMatch& route, const HandlerContext& ctx) {
@@ -152,8 +151,13 @@ Reply decision_reply(const Job& job, Dialect dialect, const char* route_label, c
     tokens = d.input_tokens;
     return r;
   }
+  return failure_reply(job.error, dialect, route_label, ctx);
+}
+
+Reply failure_reply(const std::exception_ptr& error, Dialect dialect, const char* route_label,
+                    const HandlerContext& ctx) {
   try {
-    std::rethrow_exception(job.error);
+    std::rethrow_exception(error);
   } catch (const RequestError& e) {
     return validation_reply(e, dialect);
   } catch (const std::exception& e) {

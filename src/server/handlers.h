@@ -1,11 +1,13 @@
+// SPDX-License-Identifier: MIT
 // The endpoint handlers of `clef serve`: each turns a request (its route, and for a decision its
 // finished job) into a Reply. No sockets and no HTTP library types; the connection
 // (server/connection.h) reads requests and writes what these return. Routes: docs/COMPATIBILITY.md
-// "Routes"; a new route is a RouteMatch in server/routes.cc plus its reply here.
+// "Routes"; a new route is a row of the route table (server/routes.cc), a GET route's reply here.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -18,7 +20,7 @@
 #include "server/reply.h"
 #include "server/routes.h"
 #include "server/scheduler.h"
-#include "server/server.h"
+#include "server/serve_options.h"
 
 namespace clef::server {
 
@@ -70,5 +72,11 @@ Reply queue_timeout_reply(Dialect dialect);
 /// text). `tokens` is set to the input tokens.
 Reply decision_reply(const Job& job, Dialect dialect, const char* route_label, const std::string& route_key,
                      const HandlerContext& ctx, std::int64_t& tokens);
+
+/// The answer of a decision that threw `error` (Engine::prepare or Engine::decide): the engine's
+/// 4xx for a RequestError, else 500 for an engine fault (logged by kind, never with the request's
+/// text).
+Reply failure_reply(const std::exception_ptr& error, Dialect dialect, const char* route_label,
+                    const HandlerContext& ctx);
 
 }  // namespace clef::server

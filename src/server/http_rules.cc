@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "server/http_rules.h"
 
 #include <cctype>

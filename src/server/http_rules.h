@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Pure checks of the HTTP layer of `clef serve` on header values (no socket, no HTTP library
 // types), so that each rule is unit-tested on its own: strict RFC 9112 Content-Length and
 // Transfer-Encoding, the Host allow-list (DNS rebinding), JSON media types, path decoding.

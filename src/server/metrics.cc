@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "server/metrics.h"
 
 #include <charconv>
@@ -97,6 +98,10 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
                 static_cast<std::uint64_t>(g.running));
   append_scalar(out, "clef_jobs_cancelled_total", "Queued jobs dropped before running (client gone or queue deadline).",
                 "counter", g.cancelled);
+  append_scalar(out, "clef_json_texts_parsed_total",
+                "JSON texts parsed; each decision body is parsed once (validation, route key and decision read "
+                "that one parse).",
+                "counter", g.json_texts_parsed);
   append_scalar(out, "clef_decisions_total", "Decisions the engine answered.", "counter", decisions_);
   append_scalar(out, "clef_input_tokens_total", "Model input tokens processed (usage.input_tokens summed).", "counter",
                 input_tokens_);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Counters and latency histograms of `clef serve`, rendered in the Prometheus text exposition
 // format (version 0.0.4). Thread-safe; no request content is ever recorded (labels are route
 // templates and status codes only).
@@ -29,10 +30,11 @@ struct Histogram {
 
 /// Snapshot of the scheduler's gauges, passed in when rendering.
 struct QueueGauges {
-  std::uint64_t depth = 0;      ///< jobs waiting
-  std::uint64_t capacity = 0;   ///< --queue
-  int running = 0;              ///< 1 while the engine decides
-  std::uint64_t cancelled = 0;  ///< jobs dropped (client gone, queue deadline)
+  std::uint64_t depth = 0;              ///< jobs waiting
+  std::uint64_t capacity = 0;           ///< --queue
+  int running = 0;                      ///< 1 while the engine decides
+  std::uint64_t cancelled = 0;          ///< jobs dropped (client gone, queue deadline)
+  std::uint64_t json_texts_parsed = 0;  ///< decision/json_value.h json_texts_parsed(): one per decision body
 };
 
 /// The server's metrics.
@@ -50,7 +52,7 @@ class Metrics {
   /// waiting for its request closed to admit a new one).
   void count_overload(const char* reason);
   /// The whole exposition (Content-Type: text/plain; version=0.0.4).
-  /// `cache`: the engine's state cache counters (README "Exact state reuse").
+  /// `cache`: the engine's state cache counters (docs/ARCHITECTURE.md "Exact state reuse").
   std::string render(const QueueGauges& gauges, const StateCacheStats& cache) const;
 
  private:

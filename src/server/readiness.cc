@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "server/readiness.h"
 
 #include "decision/render.h"

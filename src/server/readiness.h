@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Readiness of `clef serve` for a load balancer's health checks (GET /ready): whether a
 // decision request sent now would be queued. HTTP-free: the HTTP layer passes the scheduler's
 // gauges in and sends the status and body it gets back.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // One answer of `clef serve` before it is written, the named HTTP-layer errors and the one
 // serializer of status lines and headers. Pure string building (no socket, no HTTP library types).
 #pragma once

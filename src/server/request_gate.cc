@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "server/request_gate.h"
 
 #include <algorithm>
@@ -26,14 +27,17 @@ bool same_secret(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-/// "Bearer <key>" with the server's key (the scheme is case-insensitive, RFC 9110 §11.1).
+/// "Bearer <key>" with the server's key: the scheme is case-insensitive and one or more spaces separate it from
+/// the credentials (RFC 9110 §11.4: `auth-scheme [ 1*SP ( token68 / ... ) ]`).
 bool bearer_matches(std::string_view header, std::string_view key) {
-  constexpr std::string_view kBearer = "bearer ";
+  constexpr std::string_view kBearer = "bearer";
   if (header.size() <= kBearer.size()) return false;
   for (std::size_t i = 0; i < kBearer.size(); ++i) {
     if (std::tolower(static_cast<unsigned char>(header[i])) != kBearer[i]) return false;
   }
-  return same_secret(header.substr(kBearer.size()), key);
+  const std::size_t credentials = header.find_first_not_of(' ', kBearer.size());
+  if (credentials == kBearer.size() || credentials == std::string_view::npos) return false;
+  return same_secret(header.substr(credentials), key);
 }
 
 GateVerdict refuse(GateVerdict v, const HttpError& error, std::string message, bool close,
@@ -146,11 +150,9 @@ GateVerdict gate_request(const RequestHead& head, const GateConfig& config) {
   v.route = match_route(target_path(head.target));
   const RouteMatch& route = v.route;
   const bool body_method = m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE";
-  const bool get = m == "GET" || v.head;
   const bool small_body = !v.has_body || (!chunked && length <= kDiscardLimit);
   // /health (liveness) and /ready (readiness) are the balancer's checks: no key.
-  const bool want_auth = route.endpoint != Endpoint::kHealth && route.endpoint != Endpoint::kReady &&
-                         !config.api_key.empty() &&
+  const bool want_auth = route.needs_key && !config.api_key.empty() &&
                          (authorizations == 0 || !bearer_matches(authorization, config.api_key));
 
   // Refusals decided from the headers alone. Auth comes first (no route or method is revealed to
@@ -166,8 +168,7 @@ GateVerdict gate_request(const RequestHead& head, const GateConfig& config) {
     }
     return refuse(std::move(v), http_error::kNotFound, "no route for this path", true);
   }
-  const bool method_ok = route.decision() ? m == "POST" : get;
-  if (!method_ok || !route.decision()) {
+  if (!route.allows(m) || !route.decision()) {
     // GET routes (and every 405): read a small body and drop it, then answer.
     v.action = small_body ? GateAction::kDropBody : GateAction::kAnswerThenClose;
     return v;

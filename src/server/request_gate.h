@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The request gate of `clef serve`: the header rules that decide, from the request line and the
 // header fields alone, whether a request is refused (and how) or which route reads it and how
 // its body is read. Pure (no socket, no HTTP library types), so every rule is unit-tested; the

@@ -1,57 +1,64 @@
+// SPDX-License-Identifier: MIT
 #include "server/routes.h"
+
+#include <array>
 
 namespace clef::server {
 namespace {
 
-/// The {segment} at the start of `rest` up to the next '/', or "" when empty.
-std::string_view take_segment(std::string_view& rest) {
-  const std::size_t slash = rest.find('/');
-  const std::string_view seg = rest.substr(0, slash);
-  rest.remove_prefix(slash == std::string_view::npos ? rest.size() : slash);
-  return seg;
-}
+constexpr std::array kRoutes{
+    Route{"/v1/systemone", "POST", Dialect::kSystemOne, Endpoint::kSystemOne, true, nullptr},
+    Route{"/v1/decisions", "POST", Dialect::kDecisions, Endpoint::kDecisions, true, nullptr},
+    Route{"/systemone", "POST", Dialect::kSystemOne, Endpoint::kSystemOne, true, nullptr},
+    Route{"/api/alpha/decisions", "POST", Dialect::kOpenRouter, Endpoint::kOpenRouter, true, nullptr},
+    Route{"/ai/run/@cf/cloudflare/{model}", "POST", Dialect::kCloudflare, Endpoint::kCloudflare, true, nullptr},
+    Route{"/client/v4/accounts/{id}/ai/run/@cf/cloudflare/{model}", "POST", Dialect::kCloudflare, Endpoint::kCloudflare,
+          true, nullptr},
+    Route{"/v1/models", "GET", Dialect::kSystemOne, Endpoint::kModels, true, &models_reply},
+    Route{"/health", "GET", Dialect::kSystemOne, Endpoint::kHealth, false, &health_reply},
+    Route{"/ready", "GET", Dialect::kSystemOne, Endpoint::kReady, false, &ready_reply},
+    Route{"/metrics", "GET", Dialect::kSystemOne, Endpoint::kMetrics, true, &metrics_reply},
+};
 
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
-
-RouteMatch make(Endpoint e, const char* label, const char* method, Dialect d) {
-  RouteMatch m;
-  m.endpoint = e;
-  m.label = label;
-  m.method = method;
-  m.dialect = d;
-  return m;
+/// Matches `path` against a row's path or template: literal text byte for byte, a `{name}` one
+/// non-empty segment (up to the next '/'); the {model} segment goes to `model`.
+bool match_template(std::string_view tmpl, std::string_view path, std::string& model) {
+  while (!tmpl.empty()) {
+    if (tmpl.front() != '{') {
+      if (path.empty() || path.front() != tmpl.front()) return false;
+      tmpl.remove_prefix(1);
+      path.remove_prefix(1);
+      continue;
+    }
+    const std::size_t close = tmpl.find('}');
+    const std::string_view name = tmpl.substr(1, close - 1);
+    tmpl.remove_prefix(close + 1);
+    const std::size_t slash = path.find('/');
+    const std::string_view segment = path.substr(0, slash);
+    if (segment.empty()) return false;
+    if (name == "model") model = std::string(segment);
+    path.remove_prefix(segment.size());
+  }
+  return path.empty();
 }
 
 }  // namespace
 
-RouteMatch match_route(std::string_view path) {
-  if (path == "/v1/systemone") return make(Endpoint::kSystemOne, "/v1/systemone", "POST", Dialect::kSystemOne);
-  if (path == "/v1/decisions") return make(Endpoint::kSystemOne, "/v1/decisions", "POST", Dialect::kSystemOne);
-  if (path == "/systemone") return make(Endpoint::kSystemOne, "/systemone", "POST", Dialect::kSystemOne);
-  if (path == "/api/alpha/decisions") {
-    return make(Endpoint::kOpenRouter, "/api/alpha/decisions", "POST", Dialect::kOpenRouter);
-  }
-  if (path == "/v1/models") return make(Endpoint::kModels, "/v1/models", "GET", Dialect::kSystemOne);
-  if (path == "/health") return make(Endpoint::kHealth, "/health", "GET", Dialect::kSystemOne);
-  if (path == "/ready") return make(Endpoint::kReady, "/ready", "GET", Dialect::kSystemOne);
-  if (path == "/metrics") return make(Endpoint::kMetrics, "/metrics", "GET", Dialect::kSystemOne);
+std::span<const Route> route_table() noexcept { return kRoutes; }
 
-  constexpr std::string_view kRun = "/ai/run/@cf/cloudflare/";
-  constexpr std::string_view kAccounts = "/client/v4/accounts/";
-  std::string_view rest = path;
-  const char* label = "/ai/run/@cf/cloudflare/{model}";
-  if (starts_with(rest, kAccounts)) {
-    rest.remove_prefix(kAccounts.size());
-    if (take_segment(rest).empty()) return {};
-    label = "/client/v4/accounts/{id}/ai/run/@cf/cloudflare/{model}";
+RouteMatch match_route(std::string_view path) {
+  for (const Route& r : kRoutes) {
+    RouteMatch m;
+    if (!match_template(r.path, path, m.model)) continue;
+    m.endpoint = r.endpoint;
+    m.label = r.path;
+    m.method = r.method;
+    m.dialect = r.dialect;
+    m.needs_key = r.needs_key;
+    m.handler = r.handler;
+    return m;
   }
-  if (!starts_with(rest, kRun)) return {};
-  rest.remove_prefix(kRun.size());
-  const std::string_view model = take_segment(rest);
-  if (model.empty() || !rest.empty()) return {};
-  RouteMatch m = make(Endpoint::kCloudflare, label, "POST", Dialect::kCloudflare);
-  m.model = std::string(model);
-  return m;
+  return {};
 }
 
 }  // namespace clef::server

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "server/scheduler.h"
 
 #include <algorithm>
@@ -20,13 +21,16 @@ Scheduler::~Scheduler() {
   if (worker_.joinable()) worker_.join();
 }
 
-std::shared_ptr<Job> Scheduler::submit(std::string body, Dialect dialect, std::function<bool()> still_wanted,
+std::shared_ptr<Job> Scheduler::submit(PreparedRequest prepared, std::function<bool()> still_wanted,
                                        std::function<void()> on_finished) {
   auto job = std::make_shared<Job>();
-  job->body = std::move(body);
-  job->dialect = dialect;
+  job->prepared = std::move(prepared);
   job->still_wanted = std::move(still_wanted);
   job->on_finished = std::move(on_finished);
+  return enqueue(std::move(job));
+}
+
+std::shared_ptr<Job> Scheduler::enqueue(std::shared_ptr<Job> job) {
   job->enqueued = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -139,11 +143,11 @@ void Scheduler::run() {
       std::optional<Decision> decision;
       std::exception_ptr error;
       try {
-        decision = engine_.decide(job->body, job->dialect);
+        decision = engine_.decide(std::move(*job->prepared));
       } catch (...) {
         error = std::current_exception();
       }
-      std::string().swap(job->body);  // free the body early
+      job->prepared.reset();  // free the prepared images early
       std::lock_guard<std::mutex> lock(mutex_);
       job->decision = std::move(decision);
       job->error = error;

@@ -1,6 +1,7 @@
+// SPDX-License-Identifier: MIT
 // The decision scheduler of `clef serve`: a bounded FIFO of decision jobs and one thread that runs
 // them on the single Engine (which is not thread-safe and uses every core itself). HTTP-free: the
-// HTTP layer submits a body and waits for the job; the scheduler never sees sockets.
+// HTTP layer submits a prepared request and waits for the job; the scheduler never sees sockets.
 #pragma once
 
 #include <atomic>
@@ -31,8 +32,10 @@ enum class JobState : std::uint8_t {
 
 /// One decision job. The submitter owns one reference, the queue another.
 struct Job {
-  std::string body;
-  Dialect dialect = Dialect::kSystemOne;
+  /// The request parsed, validated and its images decoded off the engine thread (Engine::prepare,
+  /// the body's one parse); the worker runs Engine::decide(prepared) on it. Released when the job
+  /// ends.
+  std::optional<PreparedRequest> prepared;
   std::chrono::steady_clock::time_point enqueued;
   /// Called by the scheduler thread right before running the job; false = the client is gone and
   /// the job is dropped (state kCancelled). May be empty.
@@ -63,8 +66,9 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  /// Queues a job. Returns nullptr when the queue is full (the caller answers 503).
-  std::shared_ptr<Job> submit(std::string body, Dialect dialect, std::function<bool()> still_wanted,
+  /// Queues a request Engine::prepare() parsed and whose images it decoded. Returns nullptr when
+  /// the queue is full or closed (the caller answers 503).
+  std::shared_ptr<Job> submit(PreparedRequest prepared, std::function<bool()> still_wanted,
                               std::function<void()> on_finished = {});
 
   /// Removes a job that is still queued (state kCancelled, counted as cancelled) and returns true.
@@ -96,6 +100,7 @@ class Scheduler {
 
  private:
   void run();
+  std::shared_ptr<Job> enqueue(std::shared_ptr<Job> job);
 
   Engine& engine_;
   const std::size_t capacity_;

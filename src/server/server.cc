@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "server/server.h"
 
 #include "ops/isa.h"
@@ -21,7 +22,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/json_reader.h"
+#include "core/paths.h"
 #include "server/body_decoder.h"
 #include "server/connection.h"
 #include "server/handlers.h"
@@ -69,7 +70,10 @@ class HttpServer {
   asio::io_context ioc_;
   tcp::acceptor acceptor_;
   asio::steady_timer accept_retry_;  ///< on the acceptor's strand
-  asio::thread_pool validators_{1};  ///< parses + validates decision bodies off the I/O threads
+  /// Parses + validates decision bodies and decodes + preprocesses their images, off the I/O
+  /// threads and the engine thread; two threads, so one slow image does not hold every body back,
+  /// and at most two bodies' images are being decoded at once.
+  asio::thread_pool validators_{2};
   std::atomic<bool> stopping_{false};
   std::atomic<std::size_t> open_{0};
   std::atomic<std::size_t> peak_open_{0};    ///< most open connections since the last trim
@@ -232,11 +236,21 @@ int HttpServer::run() {
   }
   acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw IoError("cannot listen on " + where + " (" + ec.message() + ")");
-  const int port = acceptor_.local_endpoint().port();
-  std::fprintf(stderr, "clef serve: listening on http://%s:%d (model %s, queue %zu, kernels %s)\n",
-               options_.host.find(':') != std::string::npos ? ("[" + options_.host + "]").c_str()
-                                                            : options_.host.c_str(),
-               port, printable(engine_.model_name()).c_str(), options_.queue, ops::isa_name(ops::active_isa()));
+  const tcp::endpoint bound = acceptor_.local_endpoint();
+  const std::string bound_host =
+      bound.address().is_v6() ? "[" + bound.address().to_string() + "]" : bound.address().to_string();
+  const bool auth = !options_.api_key.empty();
+  if (!auth && !bound.address().is_loopback()) {
+    // Not refused (a private network or a proxy in front may be the point), but never silent.
+    std::fprintf(stderr,
+                 "clef serve: warning: %s is not a loopback address and no API key is set: anyone who can reach "
+                 "it can use this server (set --api-key or CLEF_API_KEY)\n",
+                 bound.address().to_string().c_str());
+  }
+  std::fprintf(stderr, "clef serve: listening on http://%s:%d (auth %s, model %s, queue %zu, kernels %s)\n",
+               bound_host.c_str(), static_cast<int>(bound.port()),
+               auth ? "on: Bearer API key required except /health and /ready" : "off: no API key",
+               printable(engine_.model_name()).c_str(), options_.queue, ops::isa_name(ops::active_isa()));
   std::fflush(stderr);
 
   // The signal thread: the first SIGINT/SIGTERM stops accepting (in-flight and queued requests

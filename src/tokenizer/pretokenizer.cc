@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "tokenizer/pretokenizer.h"
 
 #include "tokenizer/unicode.h"
@@ -69,16 +70,18 @@ std::size_t contraction(const Cursor& c, std::size_t i) noexcept {
 }
 
 template <bool kMarks>
-void split_impl(std::string_view text, std::vector<std::uint32_t>& ends) {
+std::size_t split_impl(std::string_view text, std::size_t start, std::size_t max_pieces,
+                       std::vector<std::uint32_t>& ends) {
   using namespace unicode;
   constexpr std::uint8_t kWord = kMarks ? (kLetter | kMark) : kLetter;  // word run class
   constexpr std::uint8_t kNotPunct = kMarks ? (kSpace | kLetter | kMark | kNumber) : (kSpace | kLetter | kNumber);
   const Cursor c{reinterpret_cast<const unsigned char*>(text.data()), text.size()};
   const std::size_t n = text.size();
-  std::size_t i = 0;
+  std::size_t i = start, emitted = 0;
   auto emit = [&](std::size_t end) {
     ends.push_back(static_cast<std::uint32_t>(end));
     i = end;
+    ++emitted;
   };
   // end of the maximal run of characters whose props satisfy pred, starting at j
   auto run = [&](std::size_t j, auto pred) {
@@ -94,7 +97,7 @@ void split_impl(std::string_view text, std::vector<std::uint32_t>& ends) {
   auto is_word = [](std::uint8_t pr, std::uint32_t) { return (pr & kWord) != 0; };
   auto is_punct = [](std::uint8_t pr, std::uint32_t) { return (pr & kNotPunct) == 0; };
   auto is_crlf_p = [](std::uint8_t, std::uint32_t cp) { return is_crlf(cp); };
-  while (i < n) {
+  while (i < n && emitted < max_pieces) {
     std::uint32_t cp = 0;
     std::size_t len = 0;
     const std::uint8_t pr = c.at(i, cp, len);
@@ -153,16 +156,19 @@ void split_impl(std::string_view text, std::vector<std::uint32_t>& ends) {
       emit(last_start);
     }
   }
+  return i;
 }
 
 }  // namespace
 
 void split_pieces(std::string_view text, SplitPattern pattern, std::vector<std::uint32_t>& ends) {
-  if (pattern == SplitPattern::kQwen35) {
-    split_impl<true>(text, ends);
-  } else {
-    split_impl<false>(text, ends);
-  }
+  split_pieces_from(text, pattern, 0, SIZE_MAX, ends);
+}
+
+std::size_t split_pieces_from(std::string_view text, SplitPattern pattern, std::size_t start, std::size_t max_pieces,
+                              std::vector<std::uint32_t>& ends) {
+  return pattern == SplitPattern::kQwen35 ? split_impl<true>(text, start, max_pieces, ends)
+                                          : split_impl<false>(text, start, max_pieces, ends);
 }
 
 }  // namespace clef

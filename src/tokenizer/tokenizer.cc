@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
@@ -324,6 +325,54 @@ void Tokenizer::encode(std::string_view text, std::vector<std::int32_t>& ids, To
           start = end;
         }
       });
+}
+
+bool Tokenizer::encode_bounded(std::string_view text, std::size_t max_ids, std::vector<std::int32_t>& ids,
+                               TokenizerWorkspace& workspace) const {
+  constexpr std::size_t kPiecesPerStep = 4096;  // split_pieces_from's step: 16 KiB of ends
+  check_utf8(text);
+  const Impl& t = *impl_;
+  auto& ws = workspace.state();
+  prepare(t, ws);
+  bool over = ids.size() > max_ids;
+  walk_added(
+      t, text,
+      [&](std::int32_t id) {
+        if (over) return;
+        ids.push_back(id);
+        over = ids.size() > max_ids;
+      },
+      [&](std::string_view seg) {
+        if (over) return;
+        std::string_view norm = seg;
+        if (t.nfc && !unicode::nfc_quick_check(seg)) {
+          unicode::nfc_normalize(seg, ws.normalized, ws.nfc_scratch);
+          norm = ws.normalized;
+        }
+        std::size_t start = 0;
+        while (start < norm.size() && !over) {
+          ws.ends.clear();
+          split_pieces_from(norm, t.pattern, start, kPiecesPerStep, ws.ends);
+          for (const std::uint32_t end : ws.ends) {
+            const std::string_view piece = norm.substr(start, end - start);
+            const std::size_t room = max_ids - ids.size();
+            // The piece encodes to at least ceil(size / max_token_bytes) ids: more than the room
+            // left means the limit is passed without running BPE over it.
+            if (t.max_token_bytes > 0 && room <= SIZE_MAX / t.max_token_bytes &&
+                piece.size() > room * t.max_token_bytes) {
+              over = true;
+              break;
+            }
+            encode_piece(t, piece, ws, ids);
+            start = end;
+            if (ids.size() > max_ids) {
+              over = true;
+              break;
+            }
+          }
+        }
+      });
+  return !over;
 }
 
 std::vector<std::int32_t> Tokenizer::encode(std::string_view text) const {

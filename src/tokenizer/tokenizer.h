@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clef's byte-exact reimplementation of the Hugging Face `tokenizers` pipeline used by Qwen3.5
 // (and Qwen2/Qwen3): added-token extraction on raw text (leftmost-longest), NFC, the Qwen split
 // regex (hand-written scanner), byte-level mapping, byte-level BPE with pair-keyed merges, and the
@@ -90,6 +91,16 @@ class Tokenizer {
 
   /// Appends the ids of `text` to `ids`, using `ws` (no allocation once buffers are warm).
   void encode(std::string_view text, std::vector<std::int32_t>& ids, TokenizerWorkspace& ws) const;
+
+  /// encode() that stops early: appends the ids of `text` to `ids` and returns true when the text
+  /// is done with ids.size() <= max_ids (then `ids` is exactly what encode() appends); returns false
+  /// as soon as ids.size() would pass max_ids, with a prefix of encode()'s ids in `ids`. The text is
+  /// split into pieces a few thousand at a time, and a piece longer than the remaining room times
+  /// the longest vocabulary token (in bytes) is not encoded (it alone would pass the limit), so the
+  /// memory used beyond the input text and its NFC form is bounded by max_ids, not by the text's
+  /// size (docs/TOKENIZER.md "Counting with a limit"). Throws like encode.
+  bool encode_bounded(std::string_view text, std::size_t max_ids, std::vector<std::int32_t>& ids,
+                      TokenizerWorkspace& ws) const;
 
   /// The pre-tokenization (HF `pre_tokenize` view): added tokens and split pieces, in order, as UTF-8
   /// strings of the NORMALIZED text. For tests and `clef tokenize --pieces`. Throws like encode.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Internal data structures of the tokenizer (not part of the public API).
 #pragma once
 
@@ -213,6 +214,12 @@ struct Tokenizer::Impl {
 
   std::vector<AddedTokenInfo> added;
   tokenizer_detail::AddedTrie trie;
+
+  /// The most bytes of a split piece one vocabulary token covers (the longest vocabulary token
+  /// string, in UTF-8 bytes: each byte-level character stands for one byte and is at least one),
+  /// so a piece of L bytes encodes to at least ceil(L / max_token_bytes) ids. 0 when some byte has
+  /// no token (such a byte is dropped, and no lower bound holds).
+  std::size_t max_token_bytes = 0;
 
   std::string_view string_of(std::int32_t id) const noexcept {
     const auto i = static_cast<std::size_t>(id);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Loading tokenizer.json (+ tokenizer_config.json) into Tokenizer::Impl. tokenizer.json is read
 // with nlohmann's SAX interface: model.vocab and model.merges (the bulk of a 12.8 MB file) stream
 // straight into flat arrays, everything else becomes a small DOM that is then validated.
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_reader.h"
 #include "tokenizer/tokenizer_internal.h"
 #include "tokenizer/unicode.h"
 
@@ -207,7 +209,7 @@ class TokenizerSax {
     return close();
   }
   bool parse_error(std::size_t pos, const std::string&, const nlohmann::detail::exception& e) {
-    error = "malformed JSON near byte " + std::to_string(pos) + ": " + e.what();
+    error = "malformed JSON near byte " + std::to_string(pos) + ": " + json_library_message(e);
     return false;
   }
 
@@ -471,7 +473,7 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
     try {
       cfg = json::parse(config_json);
     } catch (const json::exception& e) {
-      bad(cfile, std::string("malformed JSON: ") + e.what());
+      bad(cfile, "malformed JSON: " + json_library_message(e));
     }
     if (!cfg.is_object()) bad(cfile, "expected a JSON object at the top level");
     if (auto sst = cfg.find("split_special_tokens"); sst != cfg.end() && sst->is_boolean() && sst->get<bool>()) {
@@ -632,6 +634,12 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
     impl->bytes.append(tmp);
   }
   impl->bytes_off[limit] = static_cast<std::uint32_t>(impl->bytes.size());
+  if (std::all_of(std::begin(impl->byte_id), std::end(impl->byte_id), [](std::int32_t id) { return id >= 0; })) {
+    for (std::size_t id = 0; id < limit; ++id) {
+      if (impl->kind[id] == IdKind::kVocab)
+        impl->max_token_bytes = std::max<std::size_t>(impl->max_token_bytes, impl->str_len[id]);
+    }
+  }
   if (impl->ignore_merges) {
     impl->by_bytes.reserve(nv, impl->bytes.data());
     for (std::size_t id = 0; id < limit; ++id) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "vision/base64.h"
 
 #include <openssl/evp.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Strict RFC 4648 base64 (standard alphabet, '=' padding), as used by image data URLs.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "vision/image.h"
 
 // clang-format off
@@ -80,6 +81,16 @@ void check_dimensions(std::uint64_t width, std::uint64_t height, std::size_t ind
          "image is " + std::to_string(width) + "x" + std::to_string(height) + " = " + std::to_string(width * height) +
              " pixels; at most " + std::to_string(limits.max_pixels_per_image) + " are allowed");
   }
+  if (limits.max_resized_pixels != 0 && limits.resized_size) {
+    const auto [rw, rh] = limits.resized_size(width, height);
+    if (rw * rh > limits.max_resized_pixels) {
+      fail(RequestErrorCode::kImageOverPixelLimit, index,
+           "image is " + std::to_string(width) + "x" + std::to_string(height) +
+               " pixels, which the image processor resizes to " + std::to_string(rw) + "x" + std::to_string(rh) +
+               " = " + std::to_string(rw * rh) + " pixels; the limit is " + std::to_string(limits.max_resized_pixels) +
+               " pixels per image after the resize (--max-image-pixels; send a smaller image)");
+    }
+  }
   if (limits.tokens_for_size) {
     const std::uint64_t tokens = limits.tokens_for_size(width, height);
     if (limits.tokens_before + tokens > limits.max_image_tokens) {
@@ -157,6 +168,14 @@ bool run_png(PngJob* job) {
   }
   png_set_read_fn(png, job, png_read_bytes);
   png_set_user_limits(png, 0x7fffffffu, 0x7fffffffu);  // our own limits are checked after IHDR
+  // Ancillary chunks are never used (EXIF is read from the bytes by exif_orientation): every chunk
+  // but IHDR, PLTE, tRNS, IDAT and IEND is skipped with its CRC checked and its data neither
+  // inflated nor kept (text chunks are compressed: 300 of them once cost gigabytes), so chunks cost
+  // no memory. A chunk's length stays capped at libpng's default 8,000,000 bytes (which the
+  // reference's libpng applies too).
+  png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, nullptr, -1);
+  png_set_chunk_cache_max(png, 32);
+  png_set_chunk_malloc_max(png, 8000000);
   png_read_info(png, info);
   int interlace = 0;
   png_get_IHDR(png, info, &job->width, &job->height, &job->bit_depth, &job->color_type, &interlace, nullptr, nullptr);
@@ -274,6 +293,8 @@ Raster decode_png(std::string_view bytes, std::size_t index, const ImageLimits& 
 struct JpegJob {
   jpeg_decompress_struct cinfo{};
   jpeg_error_mgr err{};
+  jpeg_progress_mgr progress{};
+  bool too_many_scans = false;  // the progress monitor stopped the decoder
   std::jmp_buf jump{};
   char error[JMSG_LENGTH_MAX] = {};
   bool corrupt = false;  // a warning that means lost data (truncation, premature end of a segment)
@@ -303,6 +324,19 @@ void jpeg_on_message(j_common_ptr cinfo, int level) {
   }
 }
 
+// Called by libjpeg between units of work (an iMCU row of a scan, a marker): stops a decoder that
+// has started more scans than allowed. The scan count is also checked from the markers before
+// decoding (jpeg_scan_count); this catches what that count could miss.
+void jpeg_on_progress(j_common_ptr cinfo) {
+  auto* job = reinterpret_cast<JpegJob*>(cinfo->client_data);
+  const auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
+  if (d->input_scan_number > static_cast<int>(job->limits->max_jpeg_scans)) {
+    job->too_many_scans = true;
+    std::snprintf(job->error, sizeof job->error, "more than %u scans", job->limits->max_jpeg_scans);
+    std::longjmp(job->jump, 1);
+  }
+}
+
 bool run_jpeg(JpegJob* job, const std::uint8_t* bytes, std::size_t size) {
   job->cinfo.err = jpeg_std_error(&job->err);
   job->err.error_exit = jpeg_on_error;
@@ -313,6 +347,8 @@ bool run_jpeg(JpegJob* job, const std::uint8_t* bytes, std::size_t size) {
     return false;
   }
   jpeg_create_decompress(&job->cinfo);
+  job->progress.progress_monitor = jpeg_on_progress;  // after create, which clears the struct
+  job->cinfo.progress = &job->progress;
   jpeg_mem_src(&job->cinfo, bytes, static_cast<unsigned long>(size));
   jpeg_read_header(&job->cinfo, TRUE);
   job->width = job->cinfo.image_width;
@@ -346,10 +382,67 @@ bool run_jpeg(JpegJob* job, const std::uint8_t* bytes, std::size_t size) {
   return true;
 }
 
+// The number of start-of-scan (SOS) markers in a JPEG file: its segments are walked from SOI,
+// and each scan's entropy-coded data is skipped to the next marker (0xFF followed by a byte other
+// than 0x00 stuffing and RST0-7). Bytes between segments are skipped as libjpeg skips them (with a
+// warning). Stops at EOI, at the end of the bytes, or at a segment length below 2 (the decoder
+// then reports what is wrong); linear in the file size, no allocation.
+std::size_t jpeg_scan_count(std::string_view file) {
+  const auto* b = reinterpret_cast<const std::uint8_t*>(file.data());
+  const std::size_t size = file.size();
+  std::size_t scans = 0;
+  std::size_t pos = 2;  // after SOI
+  while (pos + 1 < size) {
+    if (b[pos] != 0xFF) {  // extraneous bytes before a marker
+      ++pos;
+      continue;
+    }
+    const std::uint8_t marker = b[pos + 1];
+    if (marker == 0xFF) {  // fill byte
+      ++pos;
+      continue;
+    }
+    if (marker == 0xD9) return scans;                                              // EOI
+    if (marker == 0x00 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {  // stuffing, TEM, RSTn
+      pos += 2;
+      continue;
+    }
+    if (pos + 4 > size) return scans;
+    const std::size_t len = (std::size_t{b[pos + 2]} << 8) | b[pos + 3];
+    if (len < 2) return scans;
+    pos += 2 + len;
+    if (marker != 0xDA) continue;
+    ++scans;
+    // Entropy-coded data up to the next marker that is not stuffing or a restart marker.
+    while (pos + 1 < size) {
+      if (b[pos] != 0xFF) {
+        ++pos;
+        continue;
+      }
+      const std::uint8_t next = b[pos + 1];
+      if (next == 0x00 || next == 0xFF || (next >= 0xD0 && next <= 0xD7)) {
+        pos += next == 0xFF ? 1 : 2;
+        continue;
+      }
+      break;
+    }
+  }
+  return scans;
+}
+
 Raster decode_jpeg(std::string_view bytes, std::size_t index, const ImageLimits& limits) {
   JpegJob job;
   job.limits = &limits;
-  const bool ok = run_jpeg(&job, reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+  const std::size_t scans = jpeg_scan_count(bytes);
+  const bool ok = scans <= limits.max_jpeg_scans &&
+                  run_jpeg(&job, reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+  if (scans > limits.max_jpeg_scans || job.too_many_scans) {
+    const std::string counted =
+        job.too_many_scans ? "more than " + std::to_string(limits.max_jpeg_scans) : std::to_string(scans);
+    fail(RequestErrorCode::kImageTooManyScans, index,
+         "progressive JPEG has " + counted + " scans; at most " + std::to_string(limits.max_jpeg_scans) +
+             " are decoded (each scan is a pass over the whole image; encoders write about 10)");
+  }
   if (!ok)
     fail(RequestErrorCode::kImageInvalid, index, std::string("corrupt or unsupported JPEG data (") + job.error + ")");
   if (job.header_only) {
@@ -372,7 +465,7 @@ Raster decode_jpeg(std::string_view bytes, std::size_t index, const ImageLimits&
 // ---------------------------------------------------------------------------------------------
 // WebP (libwebp): the first frame through the animation decoder, as Pillow does for every WebP.
 
-Raster decode_webp(std::string_view bytes, std::size_t index, const ImageLimits& limits) {
+Raster decode_webp(std::string_view bytes, std::size_t index, const ImageLimits& limits, bool first_frame) {
   const auto* data = reinterpret_cast<const std::uint8_t*>(bytes.data());
   WebPBitstreamFeatures features;
   const VP8StatusCode status = WebPGetFeatures(data, bytes.size(), &features);
@@ -382,6 +475,10 @@ Raster decode_webp(std::string_view bytes, std::size_t index, const ImageLimits&
   }
   check_dimensions(static_cast<std::uint64_t>(features.width), static_cast<std::uint64_t>(features.height), index,
                    limits);
+  if (features.has_animation != 0 && !first_frame) {
+    fail(RequestErrorCode::kImageInvalid, index,
+         "animated WebP is not supported (the reference's torchvision decoder refuses it); send one frame");
+  }
   WebPData webp{data, bytes.size()};
   WebPAnimDecoderOptions options;
   if (!WebPAnimDecoderOptionsInit(&options)) throw std::bad_alloc();
@@ -663,7 +760,7 @@ RgbImage decode_image_bytes(std::string_view bytes, std::size_t index, const Ima
     raster = decode_jpeg(bytes, index, limits);
     exif_applies = true;
   } else if (bytes.size() >= 12 && starts_with(bytes, "RIFF") && bytes.substr(8, 4) == "WEBP") {
-    raster = decode_webp(bytes, index, limits);
+    raster = decode_webp(bytes, index, limits, options.first_frame_of_animation);
   } else {
     fail(RequestErrorCode::kImageInvalid, index, "image data is not a PNG, JPEG or WebP file");
   }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Images of a request: data-URL wire form -> decoded RGB8 pixels, the way the reference reads them
 // (docs/PROTOCOL.md §1.5; docs/MODEL.md §6.1 step 1). See docs/VISION.md.
 //
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace clef {
@@ -43,6 +45,18 @@ struct ImageLimits {
   std::size_t max_encoded_bytes_total = 24u << 20;         ///< sum over the request's images
   std::uint64_t max_pixels_per_image = 4096ull * 4096ull;  ///< width * height of the decoded file
   std::uint32_t max_side = 32768;                          ///< width and height each
+  /// Scans of a progressive JPEG (counted from the file's markers before decoding, and again while
+  /// libjpeg reads them): each scan is a pass over every coefficient block of the image, so many
+  /// tiny scans cost minutes; real encoders write about 10. More: image_too_many_scans.
+  std::uint32_t max_jpeg_scans = 500;
+  /// Pixels after the image processor's resize, per image (width' * height', 256 per vision patch:
+  /// the vision tower's cost), checked from the file header when `resized_size` is set: more is
+  /// image_over_pixel_limit, never a different resize (docs/COMPATIBILITY.md "limits and guards").
+  /// 0 = no bound beyond the processor's own max_pixels.
+  std::uint64_t max_resized_pixels = 0;
+  /// (width', height') the processor resizes a width x height image to; {0, 0} when it refuses the
+  /// size (the aspect ratio, reported later with the image's own error).
+  std::function<std::pair<std::uint64_t, std::uint64_t>(std::uint64_t width, std::uint64_t height)> resized_size;
   /// Token budget checked from the file header, before any pixel is decoded: when
   /// `tokens_for_size` is set, image i's tokens tokens_for_size(width, height) plus those of the
   /// images before it must not exceed `max_image_tokens` (input_too_long at images.<i> otherwise),
@@ -61,6 +75,9 @@ struct ImageDecodeOptions {
   /// Apply the EXIF orientation tag (1-8) of a JPEG (APP1 "Exif") or PNG (eXIf chunk before
   /// IDAT); WebP files are left as stored, as torchvision 0.29 leaves them.
   bool apply_exif_orientation = true;
+  /// An animated WebP (more than one frame, or the ANIM flag): false refuses it (image_invalid), as
+  /// torchvision's decoder does; true decodes the first frame, as Pillow does.
+  bool first_frame_of_animation = false;
 };
 
 /// The EXIF orientation (1-8) of a PNG or JPEG file's bytes, 1 when it has none or the EXIF data
@@ -79,7 +96,11 @@ RgbImage apply_exif_orientation(const RgbImage& image, int orientation);
 /// the error path `images.<index>`. Dimensions are checked against `limits` from the file header
 /// before any pixel buffer is allocated.
 /// Throws RequestError: image_invalid (not PNG/JPEG/WebP, corrupt or truncated data, 0-sized,
-/// unsupported variant such as 12-bit JPEG), image_too_large (pixels or a side over the limits).
+/// unsupported variant such as 12-bit JPEG, an animated WebP unless options allow it),
+/// image_too_large (pixels or a side over the limits), image_over_pixel_limit (more than
+/// limits.max_resized_pixels after the processor's resize), image_too_many_scans (a JPEG with more
+/// than limits.max_jpeg_scans scans). PNG text, ICC and palette-suggestion chunks are skipped
+/// unread, so they cost no memory.
 RgbImage decode_image_bytes(std::string_view bytes, std::size_t index, const ImageLimits& limits,
                             const ImageDecodeOptions& options = {});
 

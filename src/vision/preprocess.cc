@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Compiled with -ffp-contract=off (src/vision/CMakeLists.txt): the coefficient arithmetic must round
 // after every operation, as Pillow's and NumPy's do, or a pixel can land one level off.
 #include "vision/preprocess.h"

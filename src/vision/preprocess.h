@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Image preprocessing of the Qwen3.5 vision tower, bit-exact with transformers' Qwen2-VL image
 // processor, PIL backend (`Qwen2VLImageProcessorPil`, transformers 5.24.0): smart resize, Pillow
 // BICUBIC resampling, rescale + normalize, temporal duplication, merge-block-major patches

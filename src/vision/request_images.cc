@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "vision/request_images.h"
 
 #include <string>

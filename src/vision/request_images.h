@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The `images` member of a request body -> preprocessed tower inputs (docs/PROTOCOL.md §1.5, §3.6;
 // docs/MODEL.md §6.1-6.2). The one entry point the engine calls for a request's images.
 #pragma once

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Fixtures for black-box tests of the `clef` binary (built by scripts/test.sh or by hand)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """`clef decide --jsonl`: one answer line per request line, error objects for refused lines,
 resumption of an interrupted run, and agreement with single-request `clef decide`.
 
@@ -307,3 +308,96 @@ def test_lines_on_a_pipe_are_answered_as_they_arrive(cpp_tiny):
             p.kill()
     assert p.returncode == 0, err
     assert len(rest.splitlines()) == 1
+
+
+def _run_measured(args: list, tmp_path: pathlib.Path) -> tuple:
+    """Runs clef with `args` (stdout/stderr to files, so wait4 alone reaps it); returns (exit code,
+    stderr, the child's own peak RSS in KiB)."""
+    out, err = tmp_path / "m.out", tmp_path / "m.err"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        p = subprocess.Popen([clef_bin(), *args], stdin=subprocess.DEVNULL, stdout=o, stderr=e)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, err.read_text(errors="replace"), usage.ru_maxrss
+
+
+def test_over_long_state_is_refused_in_memory_bounded_by_the_limit(cpp_tiny, tmp_path):
+    """A 16 MiB state (16M digits: one token each) with --max-tokens 256 is refused input_too_long
+    (exit 2, path state) after tokenizing only up to the limit: the child's peak RSS is within 4x
+    the state's size of a refused 1,000-digit state (the request text, its parsed string and its
+    rendered copy are held; before, every piece end and token id of the whole state was stored
+    too, ~8 more bytes per digit)."""
+    n = 16 << 20
+
+    def request(digits: int) -> pathlib.Path:
+        path = tmp_path / f"state-{digits}.json"
+        path.write_text(json.dumps({"state": "1" * digits,
+                                    "questions": {"q": {"type": "noul", "instructions": "Is it long?"}}}))
+        return path
+
+    runs = {}
+    for digits in (1000, n):
+        rc, err, rss = _run_measured(["decide", "-m", str(cpp_tiny), "--max-tokens", "256", str(request(digits))],
+                                     tmp_path)
+        assert rc == 2, err[-2000:]
+        assert "state: the record needs" in err and "maximum of 256" in err, err[-2000:]
+        runs[digits] = rss
+    extra_kib = runs[n] - runs[1000]
+    assert extra_kib < 4 * n // 1024, (runs, extra_kib)
+
+
+def test_interrupt_says_how_far_it_got_and_the_rerun_resumes(cpp_tiny, tmp_path):
+    """SIGINT once the first answer is written: exit 130 and one line "interrupted after N of M
+    requests; rerun the same command to resume" with N the file's complete lines; the same command
+    then resumes after line N and the file equals an uninterrupted run's. (Before, the process died
+    of the signal without a word.)"""
+    reqs = [json.dumps(r, ensure_ascii=False) for r in corpus_requests()[:8]]
+    inp = tmp_path / "in.jsonl"
+    write_lines(inp, reqs)
+    full = tmp_path / "full.jsonl"
+    assert run_clef("decide", "-m", str(cpp_tiny), "--jsonl", str(inp), "--out", str(full)).returncode == 0
+    want = full.read_text(encoding="utf-8")
+
+    out = tmp_path / "out.jsonl"
+    cmd = [clef_bin(), "decide", "-m", str(cpp_tiny), "--threads", "1", "--jsonl", str(inp), "--out", str(out),
+           "--no-progress"]
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not out.exists() or "\n" not in out.read_text(encoding="utf-8")):
+        time.sleep(0.005)
+    p.send_signal(signal.SIGINT)
+    err = p.communicate(timeout=60)[1]
+    assert p.returncode == 130, err
+    done = out.read_text(encoding="utf-8")
+    k = done.count("\n")
+    assert 1 <= k < len(reqs) and want.startswith(done), (k, err)
+    assert err.strip().splitlines() == [f"clef: interrupted after {k} of {len(reqs)} requests; "
+                                        "rerun the same command to resume"], err
+
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert f"resuming: {k} line(s)" in r.stderr
+    assert out.read_text(encoding="utf-8") == want
+    # The exit-code list says so.
+    assert "130/143 decide --jsonl stopped by SIGINT/SIGTERM" in " ".join(run_clef("decide", "--help").stdout.split())
+
+
+def test_sigterm_on_a_pipe_run_says_it_cannot_resume(cpp_tiny):
+    """SIGTERM too ends a --jsonl run, with 143 (128 + SIGTERM) and one line; answers on standard output from a pipe
+    have no total and no file to resume, and the line says so."""
+    line = json.dumps(corpus_requests()[0], ensure_ascii=False)
+    p = subprocess.Popen([clef_bin(), "decide", "-m", str(cpp_tiny), "--threads", "1", "--jsonl", "-", "--no-progress"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        p.stdin.write(line + "\n")
+        p.stdin.flush()
+        assert json.loads(p.stdout.readline())["model"]
+        p.send_signal(signal.SIGTERM)  # the input stays open: the run would wait for more lines
+        p.wait(timeout=60)
+        err = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, err
+    assert err.strip().splitlines() == ["clef: interrupted after 1 request (answers on standard output; with --out "
+                                        "FILE a rerun resumes instead)"], err

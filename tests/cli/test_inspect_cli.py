@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """`clef inspect` and `clef make-model`, black-box: the embedded default model, parameter counts
 against transformers (the independent reference), and one clear error line per broken file."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """`--precision int8` end to end: every int8 kernel this CPU has gives the same response bytes (the
 kernels are bit-identical to the scalar oracle, tests/unit/test_int8_gemm.cc), `clef --version` names
 the kernel, and a bad CLEF_INT8_KERNEL is a usage error naming the variable."""

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clef_backbone_dump: `clef hidden` as a program of its own (the same flags and errors:
 // apps/clef/hidden_command.h), for the parity suite (tests/reference/test_backbone.py) and
 // bench/bench_backbone.py.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Test driver of the exact state cache (tests/reference/test_state_cache.py): runs many
 // requests through ONE Engine, so later requests can reuse earlier states.
 //   clef_cache_driver MODEL_DIR [--state-cache-mb N] [--threads N] [--chunk N] [--max-tokens N]
@@ -74,11 +75,14 @@ int main(int argc, char** argv) {
                           {"state_restore", d.timings.state_restore},
                           {"total", d.timings.total}};
         // The per-question grouping of the logits (to compare probabilities), from the same encoder.
+        // The images do not change the questions' options: parsed (as the engine accepts them) and left out.
         clef::ServedModel any;
         any.accept_any = true;
-        const clef::EncodedRecord rec =
-            clef::encode_record(clef::parse_request(line, clef::RequestLimits{}, clef::Dialect::kSystemOne, any),
-                                engine.tokenizer(), eo.record);
+        clef::RequestLimits limits;
+        limits.accept_images = true;
+        clef::SystemOneRequest req = clef::parse_request(line, limits, clef::Dialect::kSystemOne, any);
+        req.images = clef::JsonValue();
+        const clef::EncodedRecord rec = clef::encode_record(req, engine.tokenizer(), eo.record);
         out["option_counts"] = nlohmann::ordered_json::array();
         for (const auto& q : rec.questions) out["option_counts"].push_back(q.options.size());
       } catch (const clef::RequestError& e) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Test driver for the live comparisons of the decision chain against the Python toolkit
 // (tests/reference/test_record_parity.py):
 //   clef_decision_driver encode MODEL [MAX_LENGTH [truncate]] < requests.jsonl

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clef_gguf_driver FILE.gguf: prints what the GGUF reader (src/io/gguf.h) read, as one JSON object,
 // for tests/reference/test_gguf_reader.py to compare with PyPI gguf's own reader and writer:
 //   {"version", "alignment", "data_offset", "metadata": {key: {"type": T, "value": V}},
@@ -43,7 +44,7 @@ nlohmann::json value_json(const clef::GgufValue& v) {
 
 int dequant(const std::string& type, const char* in_path, const char* out_path) {
   using clef::DType;
-  std::int64_t be = 0, bb = 0;
+  std::uint64_t be = 0, bb = 0;
   DType t = DType::kF32;
   bool found = false;
   for (const DType d : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K,
@@ -53,7 +54,7 @@ int dequant(const std::string& type, const char* in_path, const char* out_path) 
       found = true;
     }
   }
-  if (!found || !clef::quant_block_layout(t, be, bb)) {
+  if (!found || !clef::dtype_block(t, be, bb)) {
     std::fprintf(stderr, "clef_gguf_driver: unknown block type %s\n", type.c_str());
     return 2;
   }

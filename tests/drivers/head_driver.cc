@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Test driver: runs the C++ joint schema head on hidden states from a file, for the live parity
 // test against the Python reference head (tests/reference/test_head_parity.py).
 //   clef_head_driver MODEL_DIR CHUNK RECORD_DIR...

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Driver for the live image tests (tests/reference/test_vision_preprocess.py): runs the vision
 // decoding and preprocessing of src/vision on images and writes what the Python reference
 // (Pillow + transformers' Qwen2VLImageProcessorPil) computes, for comparison.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Test driver for tests/reference/test_quant_decode.py: decodes ggml blocks the two ways clef does
 // (ops::decode_quant_block per block, and ops::QuantWeight's repacked layout) and writes both as
 // fp32, so the test can compare them with gguf-py's dequantize bit for bit.

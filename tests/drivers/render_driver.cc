@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Batch driver for the live parity tests of the request model and render()
 // (tests/reference/test_render_parity.py, test_request_parity.py). Reads one JSON text per stdin
 // line and answers each line with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clef_tokenizer_batch: a batch driver for the live parity tests (tests/reference/
 // test_tokenizer_parity*.py). Not a test by itself. One process encodes many inputs:
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clef_vision_driver: runs the Qwen3.5 vision tower or the M-RoPE position functions for the
 // live pytest comparisons (tests/reference/test_vision_tower.py) and the benchmark
 // (bench/bench_vision_tower.py).

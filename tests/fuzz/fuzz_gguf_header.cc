@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: parse_gguf_header must accept or reject any byte string with a
 // ModelLoadError, never crash, hang, over-allocate or read out of bounds (ASan/UBSan watch).
 #include <cstddef>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: image decoding (src/vision) must accept or refuse any byte string with a
 // RequestError, never crash, hang, read out of bounds (ASan/UBSan watch) or throw anything else; an
 // accepted image must have a pixel buffer matching its size and preprocess without error (small

@@ -1,6 +1,7 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: parse_request (JSON parser + SystemOne validation, docs/PROTOCOL.md §1, §3.3,
-// §5.3) must accept or reject any byte string with a RequestError, never crash, hang, read out of
-// bounds (ASan/UBSan watch) or throw anything else. Accepted requests must satisfy the validator's
+// §5.3; OpenAI's Decisions translation, §7) must accept or reject any byte string with a RequestError, never crash,
+// hang, read out of bounds (ASan/UBSan watch) or throw anything else. Accepted requests must satisfy the validator's
 // promises, and render() must be a fixed point: parse_json(dump_json(v)) dumps to the same bytes.
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <string_view>
 
 #include "decision/json_value.h"
+#include "decision/openai_decisions.h"
 #include "decision/render.h"
 #include "decision/request.h"
 
@@ -30,10 +32,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check_round_trip(clef::parse_json(body, limits.json));
   } catch (const clef::RequestError&) {
   }
-  for (const clef::Dialect dialect : {clef::Dialect::kSystemOne, clef::Dialect::kOpenRouter}) {
+  for (const clef::Dialect dialect :
+       {clef::Dialect::kSystemOne, clef::Dialect::kOpenRouter, clef::Dialect::kDecisions}) {
     try {
       const clef::SystemOneRequest r = clef::parse_request(body, limits, dialect, served);
-      if (r.questions.empty() || r.questions.size() > limits.max_questions) __builtin_trap();
+      const std::size_t max_questions = r.openai ? clef::kOpenAIMaxQuestions : limits.max_questions;
+      if (r.questions.empty() || r.questions.size() > max_questions) __builtin_trap();
+      if (r.openai && r.openai->questions.size() != r.questions.size()) __builtin_trap();
       check_round_trip(r.state);
       for (const auto& q : r.questions) {
         if (q.id.empty() || q.id.size() > limits.max_question_id_bytes) __builtin_trap();
@@ -47,6 +52,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           check_round_trip(clef::option_semantics(q.options[k]));
         }
         check_round_trip(q.instructions);
+      }
+      for (std::size_t i = 0; r.openai && i < r.questions.size(); ++i) {  // typed values / labels per option
+        const auto& oq = r.openai->questions[i];
+        const auto& q = r.questions[i];
+        if (q.type == clef::QuestionType::kChoice && oq.values.size() != q.options.size()) __builtin_trap();
+        if (q.type == clef::QuestionType::kScore && oq.labels.size() != q.options.size()) __builtin_trap();
       }
     } catch (const clef::RequestError&) {
     }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: parse_safetensors_header must accept or reject any byte string with a
 // ModelLoadError, never crash, hang or read out of bounds (ASan/UBSan watch the reads).
 #include <cstddef>

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Writes a small seed corpus for fuzz_gguf_header: GGUF v3 files built with struct from the
 format description (metadata of every value type, arrays, F32/BF16/Q8_0/Q4_K tensors, a custom
 alignment) and near-misses, so the fuzzer starts from the interesting shapes."""

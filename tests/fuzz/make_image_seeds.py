@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Writes small PNG/JPEG/WebP seed files (every mode the decoders handle) for the fuzz_image target."""
 
 import io

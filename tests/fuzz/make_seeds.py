@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Writes a small seed corpus for fuzz_safetensors_header: valid files (several dtypes, empty and
 0-d tensors, metadata) and near-misses, so the fuzzer starts from the interesting shapes."""
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Fixtures of the hub tests: a tiny random release folder and GGUF files, served by a local hub
 (tests/hub/local_hub.py) on loopback ports, and an isolated Hugging Face cache per test."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """`clef pull`, names in -m and the shared Hugging Face cache, live against a local hub
 (tests/hub/local_hub.py) on loopback ports. The local hub is first checked with the reference
 client (huggingface_hub.snapshot_download); then clef writes caches that huggingface_hub reads
@@ -340,3 +341,203 @@ def test_help_lists_every_command():
     for sub in ("pull", "mcp", "hidden"):
         h = run_clef(sub, "--help")
         assert h.returncode == 0 and "--revision" in h.stdout, sub
+    h = run_clef("pull", "--help").stdout
+    for bound in ("--timeout", "--stall-timeout", "declared size", "100,000 entries", "16 MiB per page", "Retry-After",
+                  "'..' component", "git's rules"):
+        assert bound in h, bound
+
+
+# -- Bounds against a misbehaving hub (docs/MODELS.md "Bounds") -----------------------------------
+
+
+def incomplete_files(cache: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(cache.rglob("*.incomplete"))
+
+
+@pytest.mark.parametrize("mode", ["chunked", "length"])
+def test_body_longer_than_declared_is_stopped_and_deleted(hub, cache, mode):
+    """A blob body longer than the file's declared size (the hub would send 64 MiB more, chunked or
+    with a Content-Length that says so) is cut within one curl buffer (16 KiB) of the declared size,
+    its bytes are deleted, the error says the server sent more (not "resume"), and the other files
+    are kept."""
+    h, url = hub
+    repo = h.repos[RELEASE_REPO]
+    data = repo.files["joint_head.safetensors"]
+    sha = hashlib.sha256(data).hexdigest()
+    h.overlong[sha] = mode
+    r = run_clef("pull", RELEASE_REPO, "--progress", "none", env=hub_env(url, cache), timeout=60)
+    assert r.returncode == 3, r.stderr
+    assert f"the server sent more than the declared size of joint_head.safetensors ({len(data)} bytes)" in r.stderr
+    assert "resume" not in r.stderr and "deleted" in r.stderr
+    if mode == "chunked":
+        stopped = int(r.stderr.split("stopped at byte ")[1].split(";")[0])
+        assert len(data) < stopped <= len(data) + 16384
+    else:
+        assert f"it announced {len(data) + (64 << 20)} bytes" in r.stderr
+    # The hub did not get to send its 64 MiB: clef closed the connection (socket buffers aside).
+    assert h.blob_bytes_sent[sha] < len(data) + (32 << 20)
+    rd = repo_dir(cache, RELEASE_REPO)
+    assert incomplete_files(cache) == [] and not (rd / "blobs" / sha).exists()
+    snap = rd / "snapshots" / repo.commit
+    assert not (snap / "joint_head.safetensors").exists() and (snap / "model.safetensors").read_bytes() == \
+        repo.files["model.safetensors"]
+
+
+def test_listing_caps(hub, cache):
+    """Endless pagination of new names stops at the 100,000-entry cap of a listing (21 pages of
+    5,000 here), endless small pages at the 1,000-page cap, and a page over 16 MiB is refused, each
+    with an error naming the cap; nothing is written to the cache."""
+    h, url = hub
+    h.endless_pages = 5000
+    r = run_clef("pull", RELEASE_REPO, env=hub_env(url, cache), timeout=60)
+    assert r.returncode == 5, r.stderr
+    assert "file list has more than 100000 entries, the cap of a listing" in r.stderr
+    pages = [p for _, p, _ in h.requests if "/tree/" in p]
+    assert len(pages) == 21  # 20 full pages reach the cap; the 21st passes it
+    h.endless_pages = 1  # few entries: the 1,000-page cap comes first
+    r = run_clef("pull", RELEASE_REPO, env=hub_env(url, cache), timeout=60)
+    assert r.returncode == 5, r.stderr
+    assert "file list goes on past 1000 pages, the cap of a listing" in r.stderr
+    h.endless_pages = 0
+    h.listing_padding = (16 << 20) + 1
+    r = run_clef("pull", RELEASE_REPO, env=hub_env(url, cache), timeout=60)
+    assert r.returncode == 5, r.stderr
+    assert "the hub's answer for the file list is longer than 16 MiB, the cap of one answer" in r.stderr
+    assert not repo_dir(cache, RELEASE_REPO).exists()
+
+
+def test_unsafe_listed_names_are_refused(hub, cache):
+    """A listed file name with a NUL (which would name config.json on disk), a '..' component, a
+    backslash, a leading '/' or a control character fails the pull before anything is written: no
+    link of an earlier pull of the same commit is replaced."""
+    h, url = hub
+    repo = h.repos[RELEASE_REPO]
+    env = hub_env(url, cache)
+    assert run_clef("pull", RELEASE_REPO, "--progress", "none", env=env).returncode == 0
+    before = cache_state(cache)
+    for name, why in [("config.json\0.bak.json", "a NUL character"), ("../../../escape.json", "a '..' path component"),
+                      ("sub/../config.json", "a '..' path component"), ("tokenizer\\config.json", "a backslash"),
+                      ("/etc/config.json", "an absolute path"), ("config\n.json", "a control character")]:
+        repo.extra = {name: b'{"model_type": "not clef"}\n'}
+        r = run_clef("pull", RELEASE_REPO, "--progress", "none", env=env)
+        assert r.returncode == 5, (name, r.stderr)
+        assert f"with {why}; refused" in r.stderr, (name, r.stderr)
+        assert cache_state(cache) == before, name
+    assert not (cache.parent / "escape.json").exists()
+
+
+def test_invalid_revision_is_refused(hub, cache, tmp_path):
+    """Against a hub that accepts any revision, --revision must still be a commit id or a git ref
+    name: `../../../../x` and other names git refuses are refused before any request and nothing is
+    written outside the cache (or in it); refs/pr/1 is a valid name and its ref stays inside refs/."""
+    h, url = hub
+    h.lenient_revisions = True
+    env = hub_env(url, cache)
+
+    def tree():
+        return {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")}
+
+    before = tree()
+    for rev in ("../../../../x", "main/../../x", "x" * 256):
+        n = len(h.requests)
+        r = run_clef("pull", RELEASE_REPO, "--revision", rev, env=env)
+        assert r.returncode == 2, (rev, r.stderr)
+        assert "is not a branch, tag or commit id" in r.stderr, (rev, r.stderr)
+        assert len(h.requests) == n, rev
+    assert tree() == before
+    r = run_clef("pull", RELEASE_REPO, "--revision", "refs/pr/1", "--progress", "none", env=env)
+    assert r.returncode == 0, r.stderr
+    assert (repo_dir(cache, RELEASE_REPO) / "refs" / "refs" / "pr" / "1").read_text() == h.repos[RELEASE_REPO].commit
+
+
+def test_revision_names_follow_git_check_ref_format(cache):
+    """clef accepts a --revision (offline, so the answer is "not in the cache" rather than a refusal)
+    exactly when `git check-ref-format` accepts it as a branch name (refs/heads/NAME)."""
+    env = clean_env(HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1")
+    names = ["main", "v1.0", "refs/pr/1", "feature/x_y", "a@b", "#x", "-x", "ü", "a..b", "x/.y", ".hidden", "x.lock",
+             "x.lock/y", "x.", "end/", "/start", "refs//pr", "a b", "a~b", "a^b", "a:b", "a?b", "a*b", "a[b", "a\\b",
+             "a@{1}", "tab\tx", "del\x7fx", "a/b.lock/c", "x..", "0" * 40, "A" * 40]
+    for name in names:
+        git = subprocess.run(["git", "check-ref-format", "refs/heads/" + name], capture_output=True)
+        r = run_clef("inspect", "-m", RELEASE_REPO, "--revision", name, env=env)
+        assert r.returncode == 2, (name, r.stderr)
+        refused = "is not a branch, tag or commit id" in r.stderr
+        assert refused == (git.returncode != 0), (name, git.returncode, r.stderr)
+
+
+def test_retry_after_is_honoured(hub, cache):
+    """A 429 from the API and a 503 from the storage host, each with Retry-After: 1, are retried
+    after at least that second and the pull succeeds; a Retry-After over 60 s stops it at once."""
+    h, url = hub
+    h.throttle = {"api": [(429, "1")], "cdn": [(503, "1")]}
+    r = run_clef("pull", RELEASE_REPO, "--progress", "none", "--parallel", "1", env=hub_env(url, cache))
+    assert r.returncode == 0, r.stderr
+    for prefix, status in (("/api/", 429), ("/cdn/", 503)):
+        hits = [(t, s) for t, _, p, s in h.times if p.startswith(prefix)]
+        (i,) = [k for k, (_, s) in enumerate(hits) if s == status]
+        assert hits[i + 1][0] - hits[i][0] >= 0.95, (prefix, hits[i + 1][0] - hits[i][0])
+    h.throttle = {"api": [(429, "3600")]}
+    start = time.monotonic()
+    r = run_clef("pull", RELEASE_REPO, env=hub_env(url, cache.parent / "hub2"))
+    assert r.returncode == 5, r.stderr
+    assert "Retry-After: 3600 s, longer than clef pull waits (60 s)" in r.stderr
+    assert time.monotonic() - start < 30
+
+
+def test_timeout_and_stall_limit_stop_a_dripping_hub(hub, cache):
+    """A storage host that drips 16 bytes every 20 ms: --timeout 2 stops the whole pull within its
+    deadline (exit 5, the error names it); --stall-timeout 1 cuts the transfer (under 1 KiB/s) after
+    about a second."""
+    h, url = hub
+    h.chunk_size, h.chunk_pause = 16, 0.02
+    start = time.monotonic()
+    r = run_clef("pull", RELEASE_REPO, "--timeout", "2", "--progress", "none", env=hub_env(url, cache), timeout=60)
+    took = time.monotonic() - start
+    assert r.returncode == 5, r.stderr
+    assert "clef pull stopped at its --timeout of 2 s" in r.stderr
+    assert took < 5, took
+    start = time.monotonic()
+    r = run_clef("pull", RELEASE_REPO, "--stall-timeout", "1", "--retries", "0", "--progress", "none",
+                 env=hub_env(url, cache.parent / "hub2"), timeout=60)
+    took = time.monotonic() - start
+    assert r.returncode == 5, r.stderr
+    assert "too slow" in r.stderr.lower()
+    assert took < 5, took
+
+
+def test_redirect_loop_leaves_no_incomplete_file(hub, cache):
+    """A storage host that redirects every blob to itself fails those files at once (not retried)
+    and leaves no .incomplete file; the files stored in git are kept."""
+    h, url = hub
+    h.redirect_loop = True
+    start = time.monotonic()
+    r = run_clef("pull", RELEASE_REPO, "--progress", "none", env=hub_env(url, cache), timeout=60)
+    assert r.returncode == 5, r.stderr
+    assert "redirect" in r.stderr.lower()
+    assert time.monotonic() - start < 10
+    assert incomplete_files(cache) == []
+    snap = repo_dir(cache, RELEASE_REPO) / "snapshots" / h.repos[RELEASE_REPO].commit
+    assert (snap / "config.json").exists() and not (snap / "model.safetensors").exists()
+
+
+def test_declared_sizes_empty_file_and_disagreeing_head(hub, cache):
+    """An empty listed file is stored (its declared size is 0: nothing to fetch); a HEAD answer whose
+    size disagrees with the file list's is refused before any byte of that file is fetched."""
+    h, url = hub
+    repo = h.repos[RELEASE_REPO]
+    repo.extra = {"empty_config.json": b""}
+    r = run_clef("pull", RELEASE_REPO, "--progress", "none", env=hub_env(url, cache))
+    assert r.returncode == 0, r.stderr
+    link = repo_dir(cache, RELEASE_REPO) / "snapshots" / repo.commit / "empty_config.json"
+    assert link.is_symlink() and link.read_bytes() == b""
+    data = repo.files["model.safetensors"]
+    h.size_lie["model.safetensors"] = 1
+    cache2 = cache.parent / "hub2"
+    before = len(h.requests)
+    r = run_clef("pull", RELEASE_REPO, "--progress", "none", env=hub_env(url, cache2))
+    assert r.returncode == 5, r.stderr
+    assert (f"the hub declares two sizes for model.safetensors: {len(data)} bytes in the file list, "
+            f"{len(data) + 1} in its HEAD answer") in r.stderr
+    sha = hashlib.sha256(data).hexdigest()
+    assert not any(p == f"/cdn/{sha}" for _, p, _ in h.requests[before:])
+    assert incomplete_files(cache2) == []

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Shared fixtures for the reference-toolkit tests (tiny preset generated once per session)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """0.8b-preset checks of the precision modes, live in CI (a 0.8B-parameter random-weight folder in the real format).
 
   * Backbone parity at T = 1024: fp32 mode per-position cosine >= 0.99999 against transformers fp32

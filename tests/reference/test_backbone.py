@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Backbone parity: the C++ engine's final-norm hidden states against transformers, live.
 
 For the tiny preset made by the C++ `clef make-model` and by tools/reference/make_model.py, for

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """`clef decide` end to end (tokenizer, encode_record, C++ backbone, C++ head, answers) vs the Python
 reference (transformers fp32 backbone + PyTorch head) on the tiny preset, for every corpus request.
 

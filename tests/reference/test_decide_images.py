@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Requests with images through `clef decide` vs the Python reference, live.
 
 The reference (tools/reference/reference.py) hands the data URLs to transformers' torchvision
@@ -170,14 +171,17 @@ def test_images_that_cannot_fit_are_refused_from_the_header(tiny_dir, tmp_path):
     b = io.BytesIO()
     Image.new("RGB", (4096, 4096)).save(b, "PNG", compress_level=9)
     big = "data:image/png;base64," + base64.b64encode(b.getvalue()).decode()
-    r = run_decide(tiny_dir, {"model": "m", "state": "s", "images": [big], "questions": QUESTIONS}, tmp_path)
+    # --max-image-pixels 0: the token budget alone (the default pixel bound would refuse these first).
+    r = run_decide(tiny_dir, {"model": "m", "state": "s", "images": [big], "questions": QUESTIONS}, tmp_path,
+                   "--max-image-pixels", "0")
     assert r.returncode == 2 and r.stderr.startswith("clef: error: images.0: image is 4096x4096 pixels"), r.stderr
+    assert "image tokens" in r.stderr, r.stderr
     # (that message comes only from the header check, src/vision/image.cc check_dimensions)
     b = io.BytesIO()
     Image.new("RGB", (1500, 1500)).save(b, "PNG")
     mid = "data:image/png;base64," + base64.b64encode(b.getvalue()).decode()  # 47 x 47 = 2,209 tokens
     r = run_decide(tiny_dir, {"model": "m", "state": "s", "images": [mid] * 4, "questions": QUESTIONS}, tmp_path,
-                   "--max-tokens", "6000")
+                   "--max-tokens", "6000", "--max-image-pixels", "0")
     assert r.returncode == 2 and r.stderr.startswith("clef: error: images.2: ") and "4418 before it" in r.stderr, \
         r.stderr
 

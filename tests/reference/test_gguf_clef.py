@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The "clef" single-file GGUF layout (llama.cpp's Clef conversion: backbone + head in one file) and
 bit-identical answers of both GGUF layouts in fp32 and bf16 mode.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """GGUF model input (`--model FILE.gguf`): a GGUF written from a random release folder the way llama.cpp's
 convert_hf_to_gguf.py writes it (tools/reference/make_gguf.py, PyPI gguf 0.19.0) must give clef's
 answers exactly as the folder it came from.
@@ -455,3 +456,85 @@ def test_make_gguf_bad_paths_are_one_line_exit_2(tmp_path, case):
     assert len(lines) == 1 and lines[0].startswith("make_gguf.py: error: ") and "Traceback" not in r.stderr, r.stderr
     assert str(out if case == "out_folder" else model) in lines[0]
     assert not out.exists()
+
+
+def test_token_not_utf8_is_refused_at_load_naming_file_key_and_index(tiny_dir, tmp_path):
+    """A tokenizer.ggml.tokens string with a byte that is not UTF-8: `inspect` and `decide` both exit 3
+    at load naming the file, the key and the token's index (before: inspect passed, decide exited 70
+    with the JSON library's message, naming nothing). Same for a merge."""
+    sentinel = "clefbadtokenzz"
+
+    def mutate(t, md):
+        toks, vt = md["tokenizer.ggml.tokens"]
+        toks = list(toks)
+        toks[100] = sentinel
+        md["tokenizer.ggml.tokens"] = (toks, vt)
+
+    g = _bad(tiny_dir, tmp_path, mutate)
+    data = g.read_bytes()
+    assert data.count(sentinel.encode()) == 1
+    g.write_bytes(data.replace(sentinel.encode(), b"clef\xffadtokenzz"))
+    expect_load_error(g, g.name, '"tokenizer.ggml.tokens"', "token 100 is not valid UTF-8", "\\xff")
+
+    def mutate_merge(t, md):
+        merges, vt = md["tokenizer.ggml.merges"]
+        merges = list(merges)
+        merges[3] = "clefbad merge"
+        md["tokenizer.ggml.merges"] = (merges, vt)
+
+    g = gguf_beside(tiny_dir, tmp_path / "badmerge", "bf16", mutate=mutate_merge)
+    g.write_bytes(g.read_bytes().replace(b"clefbad merge", b"clef\xc0ad merge"))
+    expect_load_error(g, g.name, '"tokenizer.ggml.merges"', "merge 3 is not valid UTF-8")
+
+
+@pytest.mark.parametrize("outtype,name,field", [("q8_0", "blk.1.ffn_up.weight", "d"),
+                                                ("q4_1", "blk.0.ffn_gate.weight", "m"),
+                                                ("bf16", "blk.0.attn_norm.weight", "")])
+def test_non_finite_tensor_is_refused_at_load_naming_it(tiny_dir, tmp_path, outtype, name, field):
+    """A tensor whose block scale is an fp16 Inf (Q8_0 d, Q4_1 m; every block type's fields are in
+    tests/unit/test_dtype.cc) or whose element is NaN (an F32 norm): decide exits 3 at load naming
+    the file and the tensor (before: it loaded, and every decision was an engine error, `non-finite
+    logit`). (`clef inspect` reads headers, not weight values.)"""
+
+    def mutate(t, md):
+        arr, qt = t[name]
+        arr = np.array(arr, copy=True)
+        if field == "":  # an F32 / BF16 element: NaN
+            flat = arr.reshape(-1)
+            flat[5] = np.float32("nan") if arr.dtype == np.float32 else np.uint16(0x7FC0)
+        else:
+            assert qt.name == outtype.upper(), qt
+            row = arr.reshape(arr.shape[0], -1).view(np.uint8)
+            block_bytes = {"q8_0": 34, "q4_1": 20}[outtype]
+            offset = {"d": 0, "m": 2}[field]
+            row[1, block_bytes + offset: block_bytes + offset + 2] = np.frombuffer(
+                np.array([0x7C00], "<u2").tobytes(), np.uint8)  # +Inf
+        t[name] = (arr, qt)
+
+    g = gguf_beside(tiny_dir, tmp_path / "nan", outtype, mutate=mutate)
+    r = run("decide", "--model", g, first_request(g.parent))
+    err = r.stderr.decode()
+    assert r.returncode == MODEL_LOAD_EXIT, (r.returncode, err)
+    want = f"non-finite scale {field} (infinite)" if field else "element 5 is NaN"
+    assert err.startswith(f"clef: error: {g.name}: tensor {name}: ") and want in err, err
+
+
+def test_non_finite_safetensors_weight_is_refused_at_load(tiny_dir, tmp_path):
+    """The release folder path: a bf16 -Inf in model.safetensors is exit 3 at load naming the tensor."""
+    import struct
+
+    d = tmp_path / "nan-folder"
+    shutil.copytree(tiny_dir, d)
+    f = d / "model.safetensors"
+    data = bytearray(f.read_bytes())
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    name = next(k for k, v in header.items() if k != "__metadata__" and v["dtype"] == "BF16"
+                and "layers.1.mlp.up_proj" in k)
+    begin = 8 + n + header[name]["data_offsets"][0]
+    data[begin + 2 * 7: begin + 2 * 7 + 2] = struct.pack("<H", 0xFF80)  # bf16 -Inf at element 7
+    f.write_bytes(bytes(data))
+    r = run("decide", "--model", d, first_request(tmp_path))
+    err = r.stderr.decode()
+    assert r.returncode == MODEL_LOAD_EXIT, (r.returncode, err)
+    assert f"tensor {name}: element 7 is infinite" in err and "model.safetensors" in err, err

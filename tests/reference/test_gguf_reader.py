@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The C++ GGUF reader (src/io/gguf.h) against PyPI `gguf`, the writer and reader llama.cpp itself uses.
 
 Files are written by `gguf.GGUFWriter` (metadata of every value type, string/int/float arrays,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """C++ joint schema head vs the toolkit's PyTorch head (both written from docs/PROTOCOL.md §4.4), live.
 
 Hidden states are fed from files: the reference backbone's real final-norm rows for a few tiny

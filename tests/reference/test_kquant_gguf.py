@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """K-quant GGUF backbones end to end: a random `tiny-kq` folder (every linear input whole 256-element
 blocks) written as llama-quantize's Q4_K_M mix (tools/reference/make_gguf.py --type q4_k_m: Q4_K and Q6_K
 tensors) and as Q4_0, answered by `clef decide` and `clef serve`. (The 24-layer pattern asserted below is the one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """tools/reference/kquants.py (our K-quant quantizer) read back by PyPI `gguf` 0.19's dequantizer:
 the blocks must decode to exactly the values the chosen scales and integers encode (bit for bit),
 and every value must lie within half a quantization step of its input."""

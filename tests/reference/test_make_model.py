@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """make_model.py output contract and preset parameter counts."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Images with a GGUF model: `--mmproj FILE`, the vision tower in a projector GGUF as llama.cpp's
 `convert_hf_to_gguf.py --mmproj` writes it for Qwen3.5 (tools/reference/make_mmproj.py writes it the same
 way; docs/GGUF.md "The projector file").

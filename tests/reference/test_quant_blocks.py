@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """clef.cpp's dequantization of every ggml block type (src/core/quant_blocks.h, through
 convert_to_f32) against PyPI `gguf` 0.19's numpy dequantizer, bit for bit.
 

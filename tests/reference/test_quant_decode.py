@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """clef's ggml block decoding (ops/quant_gemm.h) against PyPI gguf's `gguf.quants.dequantize`.
 
 For each of Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0 and Q5_1, random blocks (numpy random bytes for the

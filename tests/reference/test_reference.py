@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """reference.py end to end on the tiny model + an independent loop evaluation of the head
 (docs/PROTOCOL.md §4.4)."""
 

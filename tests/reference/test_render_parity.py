@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Live parity of clef.cpp's JSON parser + ``render()`` with Python (docs/PROTOCOL.md §3.3).
 
 The oracle is Python itself: ``json.dumps(json.loads(text), ensure_ascii=False, sort_keys=True,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """render() (docs/PROTOCOL.md §3.3), validation (§5.3) and encode_record (§3)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Live parity of clef.cpp's request validation with the toolkit's strict validator (docs/DIFFERENCES.md).
 
 Every request of tests/data/requests/corpus.jsonl and bad.jsonl, plus a few thousand generated

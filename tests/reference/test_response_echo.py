@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Request values echoed in a response (model, question ids, choice option ids, score
 legends) come back as the reference returns them, byte for byte, never key-sorted.
 

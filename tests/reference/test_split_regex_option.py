@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """clef's split-regex choice against the transformers versions that produce each (docs/TOKENIZER.md "Which split
 regex").
 

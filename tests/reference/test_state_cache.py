@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Exact state reuse end to end on the tiny preset, fp32: many requests through ONE engine
 (tests/drivers/cache_driver.cc), the state cache on vs off.
 
@@ -220,3 +221,31 @@ def test_eviction_and_reinsert_under_a_tiny_budget(runs, tiny_dir):
     assert more[7]["cache"] == "hit"
     assert_same_answers(more[7], base, "re-inserted corpus[0] state with other questions")
     assert more[-1]["stats"]["evictions"] > 0
+
+
+def test_image_requests_are_answered_and_reuse_their_state(tiny_dir, tmp_path):
+    """The driver answers image requests as `clef decide` does (it used to refuse every one, so raw image logits
+    could not be compared), and a second question set on the same image state hits the cache with the cold
+    logits to the bit."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    png = io.BytesIO()
+    Image.new("RGB", (120, 80), (10, 200, 30)).save(png, "PNG")
+    url = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
+    reqs = corpus_requests()
+    first = {"model": "m", "state": "photo of the parcel", "images": [url], "questions": reqs[0]["questions"]}
+    second = dict(first, questions=reqs[5]["questions"])
+    on = run_driver(tiny_dir, [first, second], 1024)
+    off = run_driver(tiny_dir, [first, second], 0)
+    assert [o.get("cache") for o in on] == ["miss", "hit"], on
+    for got, want in zip(on, off):
+        assert_same_answers(got, want, "image request")
+    p = tmp_path / "first.json"
+    p.write_text(json.dumps(first), encoding="utf-8")
+    clef = os.environ.get("CLEF_BIN", str(REPO_ROOT / "build" / "release" / "bin" / "clef"))
+    r = subprocess.run([clef, "decide", "-m", str(tiny_dir), "--threads", "1", "--chunk", "64", str(p)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and json.loads(r.stdout) == on[0]["body"], r.stderr

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The presets' tokenizer (the regenerated clef-flash tokenizer.json): structure (docs/TOKENIZER.md "The
 release files, byte for byte") and golden ids (docs/PROTOCOL.md §3.2)."""
 

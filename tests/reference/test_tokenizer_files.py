@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The toolkit regenerates the released tokenizer files byte for byte (docs/TOKENIZER.md "The release files,
 byte for byte").
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Live parity of the C++ tokenizer against PyPI ``tokenizers`` (docs/TOKENIZER.md "Tests").
 
 Tokenizers tested (see test_tokenizer_parity_util.py and docs/TOKENIZER.md):

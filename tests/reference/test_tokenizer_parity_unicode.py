@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Exhaustive Unicode parity of the C++ tokenizer against PyPI ``tokenizers`` (docs/TOKENIZER.md §1.7, §1.9).
 
 * character classes: clef's generated \\p{L}, \\p{M}, \\p{N} and \\s tables vs Oniguruma's, on every code

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Shared helpers of the live tokenizer parity tests (docs/TOKENIZER.md "Tests").
 
 No tests here. The C++ side runs through ``build/<preset>/bin/clef_tokenizer_batch`` (one process per

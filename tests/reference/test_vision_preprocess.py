@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Live parity of clef.cpp's image decoding and preprocessing (src/vision) with
 the reference: Pillow 13 opening the file and transformers' ``Qwen2VLImageProcessorPil`` (the PIL
 backend of the Qwen2-VL / Qwen3.5 image processor, docs/MODEL.md §6.1-6.2) turning it into

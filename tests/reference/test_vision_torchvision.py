@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """clef.cpp's default image path against what Cloudflare's reference does with a request (docs/VISION.md "The
 torchvision backend").
 

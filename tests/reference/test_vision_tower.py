@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Vision tower and M-RoPE positions: the C++ engine against transformers, live.
 
 Tower: `clef_vision_driver tower` (tests/drivers/vision_driver.cc) on random pixel_values for

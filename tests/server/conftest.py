@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Fixtures for the live tests of `clef serve`: a tiny random-weight model made by `clef make-model`
 and servers started on free ports (``--port 0``; the bound port is read from the startup line)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """HAProxy (Debian 12's `haproxy` 2.6) in front of `clef serve` replicas, started from the shipped
 configuration deploy/haproxy/haproxy.cfg with loopback ports filled in through its environment
 variables. Used by tests/server/test_scaleout.py and bench/bench_scaleout.py; no pytest here."""

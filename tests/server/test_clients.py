@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Conformance (jevcompat) and the official client libraries (typesafe-sdk, jev-lite) against
 `clef serve` on the tiny random-weight model. Versions are pinned in tools/reference/requirements.txt;
 docs/COMPATIBILITY.md explains every allowed failure."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """16 concurrent clients x 50 requests: every answer equals the same request sent alone, and the
 server's resident memory stays flat after warm-up."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Request edges of `clef serve` answered as RFC 9110 / 9112 and docs/COMPATIBILITY.md say: a
 client that leaves mid-headers is no 400, an absolute-form target's authority replaces Host, a
 Host port is 16 bits, escaped letters in a path reach no route, two credentials are malformed, a

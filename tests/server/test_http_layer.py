@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The event-driven HTTP layer of `clef serve`: strict framing, Host / Content-Type
 guards, auth before the body, validation before the queue, half-close, pipelining, deadlines,
 the connection limit, slowloris and a flood of malformed requests. Loopback only, bounded loops."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """`clef serve` with images and the exact state cache: answers equal `clef decide`
 on the same model (itself checked against transformers in tests/reference/test_decide_images.py and
 test_state_cache.py), OpenRouter image parts, bad images as 4xx in every dialect, and the cache's
@@ -107,3 +108,70 @@ def test_state_cache_off_and_answers_identical(make_server, server):
         assert s1 == s2 == 200 and b1 == b2
         assert h1["x-clef-state-cache"] == "off"
     assert off.metrics()["clef_state_cache_budget_bytes"] == 0
+
+
+def hostile_images():
+    """(name, data URL, expected error code): images whose decoding or tower cost is bounded
+    (tools/reference/clef_ref/hostile_images.py; tests/cli/test_image_bounds.py checks each in `clef decide`)."""
+    import sys
+
+    from conftest import REPO_ROOT
+
+    sys.path.insert(0, str(REPO_ROOT / "tools" / "reference"))
+    from clef_ref.hostile_images import animated_webp, data_url as url_of, many_scan_jpeg
+
+    from PIL import Image
+
+    flat = io.BytesIO()
+    Image.new("RGB", (2048, 2048), (90, 60, 30)).save(flat, "PNG")
+    return [("10,000 scans", url_of(many_scan_jpeg(2048, 2048, 10_000), "image/jpeg"), "image_too_many_scans"),
+            ("2048x2048", url_of(flat.getvalue(), "image/png"), "image_over_pixel_limit"),
+            ("animated", url_of(animated_webp(), "image/webp"), "image_invalid")]
+
+
+def test_image_refusals_never_wait_for_the_running_decision(make_server):
+    """Images are decoded on the validators pool, never on the engine thread: a refused image is answered at once
+    while a decision runs and the queue is full (before: each was queued behind it, here answered 503 queue full;
+    the 10,000-scan JPEG then held the engine thread 12 s)."""
+    import time
+
+    from conftest import corpus
+    from test_http_layer import connect, post_head, read_answers
+
+    s = make_server("-q", "--queue", "1", "--state-cache-mb", "0")
+    cases = hostile_images()
+    heavy = json.dumps(dict(corpus())["sixty-four-questions"]).encode()
+    hs = []
+    for want in ("clef_decisions_running", "clef_queue_depth"):  # one running, then one queued: the queue (1) is full
+        h = connect(s.port, timeout=60)
+        h.sendall((post_head() + f"Content-Length: {len(heavy)}\r\n\r\n").encode() + heavy)
+        hs.append(h)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and s.metrics()[want] != 1:
+            time.sleep(0.002)
+        assert s.metrics()[want] == 1
+    for name, url, code in cases:
+        t0 = time.monotonic()
+        status, _, body = s.post_json("/v1/systemone", {"state": "x", "images": [url], "questions": QUESTIONS})
+        took = time.monotonic() - t0
+        assert status == 422 and json.loads(body)["detail"][0]["type"] == code, (name, status, body[:300])
+        assert took < 1, (name, took)
+        assert s.request("GET", "/health")[0] == 200
+    for h in hs:
+        assert read_answers(h, 1, limit=120)[0][0] == 200
+        h.close()
+    # An idle server: the scan bomb and a short decision sent together; the decision is answered within its idle
+    # latency + 2 s (before: after the 12 s the bomb's decoding held the engine thread).
+    short = {"state": "returns desk", "questions": QUESTIONS}
+    t0 = time.monotonic()
+    assert s.post_json("/v1/systemone", short)[0] == 200
+    idle = time.monotonic() - t0
+    bomb = json.dumps({"state": "x", "images": [cases[0][1]], "questions": QUESTIONS}).encode()
+    b = connect(s.port, timeout=60)
+    b.sendall((post_head() + f"Content-Length: {len(bomb)}\r\n\r\n").encode() + bomb)
+    t0 = time.monotonic()
+    assert s.post_json("/v1/systemone", short)[0] == 200
+    took = time.monotonic() - t0
+    assert read_answers(b, 1, limit=120)[0][0] == 422
+    b.close()
+    assert took < idle + 2, (idle, took)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """One client must not stall `clef serve`, crowd everyone else out, or keep its memory
 (docs/COMPATIBILITY.md "limits and guards"): a pipelining client that reads nothing while its
 requests ask for `100 Continue`, more slow connections from one address than --max-connections,

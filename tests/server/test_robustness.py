@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Bad input, huge bodies, vanished clients, auth, overload and shutdown of `clef serve`."""
 
 from __future__ import annotations
@@ -254,7 +255,8 @@ def test_api_key(make_server):
     s = make_server("-q", extra_env={"CLEF_API_KEY": "s3cret-key"})
     name, req = corpus()[0]
     for headers in [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-key"},
-                    {"Authorization": "Bearer s3cret-key2"}, {"Authorization": "Basic s3cret-key"}]:
+                    {"Authorization": "Bearer s3cret-key2"}, {"Authorization": "Basic s3cret-key"},
+                    {"Authorization": "Bearer"}, {"Authorization": "Bearers3cret-key"}]:
         status, h, body = s.post_json("/v1/systemone", req, headers=headers)
         assert status == 401 and h["content-type"] == "application/json"
         j = json.loads(body)
@@ -270,6 +272,8 @@ def test_api_key(make_server):
     assert s.post_json("/v1/systemone", req, headers=good)[0] == 200
     for scheme in ("bearer", "BEARER", "bEaReR"):  # the scheme is case-insensitive (RFC 7235)
         assert s.post_json("/v1/systemone", req, headers={"Authorization": f"{scheme} s3cret-key"})[0] == 200
+    # one or more spaces separate scheme and credentials (RFC 9110 §11.4: 1*SP)
+    assert s.post_json("/v1/systemone", req, headers={"Authorization": "Bearer   s3cret-key"})[0] == 200
     assert s.post_json("/client/v4/accounts/a/ai/run/@cf/cloudflare/clef", req, headers=good)[0] == 200
     assert s.request("GET", "/v1/models", headers=good)[0] == 200
     assert s.request("GET", "/health")[0] == 200  # probes need no key
@@ -277,6 +281,63 @@ def test_api_key(make_server):
     s2 = make_server("-q", "--api-key", "other", extra_env={"CLEF_API_KEY": "s3cret-key"})
     assert s2.post_json("/v1/systemone", req, headers=good)[0] == 401
     assert s2.post_json("/v1/systemone", req, headers={"Authorization": "Bearer other"})[0] == 200
+
+    # The start-up line says whether a key is required, and where the server listens.
+    for server, state in ((s, "on"), (s2, "on")):
+        line = next(x for x in server.log.read_text().splitlines() if "listening on" in x)
+        assert line.startswith(f"clef serve: listening on http://127.0.0.1:{server.port} (auth {state}"), line
+    open_server = make_server("-q")
+    log = open_server.log.read_text()
+    assert f"listening on http://127.0.0.1:{open_server.port} (auth off: no API key" in log, log
+    assert "warning" not in log  # loopback without a key is the normal local setup
+
+
+def test_empty_api_key_is_an_error(tiny_model):
+    """An empty --api-key or CLEF_API_KEY is exit 2 with a clear message, before the model loads (it
+    used to turn authentication off without a word); so is a key no client can send."""
+    from conftest import clef_bin, env
+
+    def serve(*args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([clef_bin(), "serve", "-m", str(tiny_model), "--port", "0", *args],
+                              capture_output=True, text=True, env={**env(), **extra}, timeout=60)
+
+    r = serve("--api-key", "")
+    assert r.returncode == 2 and "--api-key is empty" in r.stderr, r.stderr
+    r = serve(CLEF_API_KEY="")
+    assert r.returncode == 2 and "CLEF_API_KEY is empty" in r.stderr, r.stderr
+    r = serve("--api-key", "", CLEF_API_KEY="s3cret-key")
+    assert r.returncode == 2 and "--api-key is empty" in r.stderr, r.stderr
+    r = serve("--api-key", " s3cret-key")
+    assert r.returncode == 2 and "no client could send it" in r.stderr, r.stderr
+    assert "listening" not in r.stderr
+
+
+def test_public_bind_without_a_key_warns(tiny_model, tmp_path):
+    """--host 0.0.0.0 without a key: a warning line before the start-up line (still served: a proxy
+    or private network may be the point); with a key, no warning and "auth on". Each server lives
+    only until it has printed its start-up line; no traffic is sent to it."""
+    from conftest import clef_bin, env
+
+    def start_up_lines(*args: str) -> list:
+        log = tmp_path / f"serve{len(args)}.log"
+        p = subprocess.Popen([clef_bin(), "serve", "-m", str(tiny_model), "--host", "0.0.0.0", "--port", "0",
+                              "--threads", "1", *args], stdout=subprocess.DEVNULL, stderr=open(log, "wb"), env=env())
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and "listening on" not in log.read_text() and p.poll() is None:
+                time.sleep(0.02)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=60) == 0, log.read_text()
+        return [x for x in log.read_text().splitlines() if "listening on" in x or "warning" in x]
+
+    lines = start_up_lines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("clef serve: warning: 0.0.0.0 is not a loopback address and no API key is set"), lines
+    assert "--api-key" in lines[0] and "CLEF_API_KEY" in lines[0]
+    assert lines[1].startswith("clef serve: listening on http://0.0.0.0:") and "(auth off" in lines[1], lines
+    lines = start_up_lines("--api-key", "s3cret-key")
+    assert len(lines) == 1 and "(auth on" in lines[0], lines
 
 
 def test_overload_is_503_with_retry_after(make_server):

@@ -1,7 +1,9 @@
+# SPDX-License-Identifier: MIT
 """Every route of `clef serve`, and its answers against `clef decide` (the same engine, no HTTP)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 
@@ -142,6 +144,47 @@ def test_bad_requests_get_the_dialects_4xx_and_code(server, dialect, tiny_model,
                 assert j["error"]["metadata"]["path"] == jpath, name
 
 
+
+# Validation codes that hosted Workers AI answers 400 (code 5006) rather than 422 (docs/PROTOCOL.md §2.5).
+CF_BAD_INPUT = {"empty_questions", "too_few_questions", "invalid_question_type"}
+
+
+def test_the_same_mistake_gets_the_same_status_on_every_route(server, tiny_model, tmp_path):
+    """Every route of one dialect answers a mistake with one status, and the dialects differ only where
+    docs/COMPATIBILITY.md "Status of a refused request" says: JSON syntax 400 on the Cloudflare and
+    OpenRouter routes, unknown_model 400, input_too_long 413 (not SystemOne), and on the Cloudflare
+    routes the three codes hosted Workers AI answers 400/5006. Every other mistake is 422 everywhere."""
+    routes = {"systemone": ["/v1/systemone", "/v1/decisions", "/systemone"], "cloudflare": CF_ROUTES,
+              "openrouter": ["/api/alpha/decisions"]}
+    cases = bad_cases()
+    expected = decide_errors(tiny_model, [b for _, b in cases], tmp_path)
+    seen_422 = set()
+    for (name, body), (code, jpath) in zip(cases, expected):
+        statuses = {}
+        for dialect, paths in routes.items():
+            got = set()
+            for path in paths:
+                status, _, resp = server.request("POST", path, body.encode(), {"Content-Type": "application/json"})
+                got.add(status)
+            assert len(got) == 1, (name, dialect, got)
+            statuses[dialect] = got.pop()
+        if jpath.startswith("images"):  # OpenRouter refuses a top-level images field as such (§1.5)
+            assert statuses.pop("openrouter") == 422, name
+        if code in JSON_SYNTAX:
+            want = {"systemone": 422, "cloudflare": 400, "openrouter": 400}
+        elif code == "unknown_model":
+            want = {"systemone": 400, "cloudflare": 400, "openrouter": 422}
+        elif code == "input_too_long":
+            want = {"systemone": 422, "cloudflare": 413, "openrouter": 413}
+        elif code in CF_BAD_INPUT:
+            want = {"systemone": 422, "cloudflare": 400, "openrouter": 422}
+        else:
+            want = {"systemone": 422, "cloudflare": 422, "openrouter": 422}
+            seen_422.add(code)
+        assert statuses == {k: v for k, v in want.items() if k in statuses}, (name, code, statuses)
+    assert len(seen_422) >= 5, seen_422  # the corpus of bad requests covers many validation codes
+
+
 def test_metrics_count_routes_tokens_and_stage_histograms(server):
     before = server.metrics()
     name, req = corpus()[0]
@@ -175,3 +218,32 @@ def test_access_log_has_no_request_content(server):
     log = server.log.read_text(errors="replace")
     assert marker not in log
     assert "clef serve: POST /v1/systemone 200 " in log and "clef serve: GET unmatched 404 " in log
+
+
+def test_each_decision_body_is_parsed_once_and_keyed_from_that_parse(server):
+    """Validation, the route key and the decision read one parse of a body (docs/ARCHITECTURE.md "The HTTP
+    server"): /metrics' JSON-text counter grows by one per decision body on every route (answered, refused or not
+    JSON) and by none for a GET. The X-Clef-Route-Key is the SHA-256 of the state's and images' text as sent,
+    spacing and escapes kept (docs/DEPLOYMENT.md), built here from the pieces the body is written from."""
+    name, req = corpus()[0]
+    raw_state = '{"ticket" : [1, "}\\u0041"] , "n": -0.0}'
+    text = ('{ "questions" : ' + json.dumps(req["questions"]) + ' ,\n "state":  ' + raw_state + ' }').encode()
+    openai_body = {"model": "clef-flash", "input": "Please refund the duplicate charge.",
+                   "questions": [{"type": "predicate", "name": "refund", "instructions": "Does it ask for a refund?"}]}
+    before = server.metrics()["clef_json_texts_parsed_total"]
+    posts = [("/v1/systemone", text), ("/systemone", text), (CF_ROUTES[0], text), (CF_ROUTES[1], text),
+             ("/api/alpha/decisions", text), ("/v1/decisions", text),
+             ("/v1/decisions", json.dumps(openai_body).encode()),
+             ("/v1/systemone", b'{"state": 1, "questions": {}}'), ("/v1/systemone", b"{not json")]
+    statuses = []
+    for path, body in posts:
+        status, h, _ = server.request("POST", path, body, {"Content-Type": "application/json"})
+        statuses.append(status)
+        if status == 200 and b'"state"' in body:
+            want = hashlib.sha256(("state=" + raw_state + "\nimages=").encode()).hexdigest()
+            assert h["x-clef-route-key"] == want, path
+    assert statuses[:7] == [200] * 7 and statuses[7] == 422 and statuses[8] == 422, statuses
+    server.request("GET", "/health")
+    server.request("GET", "/v1/models")
+    after = server.metrics()["clef_json_texts_parsed_total"]
+    assert after - before == len(posts)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """State affinity for scale-out: the X-Clef-State-Key and X-Clef-Route-Key headers, GET /ready, and three
 `clef serve` replicas behind HAProxy (Debian 12's package, started here from the shipped
 deploy/haproxy/haproxy.cfg on loopback ports).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Runs a kernel test once per SIMD level this CPU supports, up to the level CLEF_ISA (or the CPU)
 // chose for the process (ops/isa.h), so every compiled path is compared with the scalar oracle
 // wherever the tests run. The Highway kernels switch level in-process; oneDNN keeps its cap.
@@ -12,11 +13,13 @@
 
 namespace clef::test {
 
-/// Levels from baseline up to the best this CPU supports, lowest first (ctest discovers the names
-/// once; a level above the process's CLEF_ISA is skipped at run time, see AtIsaLevel).
+/// The levels this CPU supports, lowest first (ctest discovers the names once; a level above the
+/// process's CLEF_ISA is skipped at run time, see AtIsaLevel).
 inline std::vector<ops::IsaLevel> isa_levels_to_test() {
   std::vector<ops::IsaLevel> out;
-  for (int i = 0; i <= static_cast<int>(ops::best_supported_isa()); ++i) out.push_back(static_cast<ops::IsaLevel>(i));
+  for (const ops::IsaLevel level : ops::isa_levels()) {
+    if (ops::isa_supported(level)) out.push_back(level);
+  }
   return out;
 }
 
@@ -31,9 +34,14 @@ class AtIsaLevel : public ::testing::TestWithParam<ops::IsaLevel> {
   void TearDown() override { ops::set_isa_for_testing(ops::configured_isa()); }
 };
 
-/// gtest name suffix: the level's name.
+/// gtest name suffix: the level's name, '-' written '_' (gtest names are identifiers:
+/// neon_dotprod, sve2_128).
 inline std::string isa_param_name(const ::testing::TestParamInfo<ops::IsaLevel>& info) {
-  return ops::isa_name(info.param);
+  std::string name = ops::isa_name(info.param);
+  for (char& c : name) {
+    if (c == '-') c = '_';
+  }
+  return name;
 }
 
 }  // namespace clef::test

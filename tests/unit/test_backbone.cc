@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Backbone runtime tests on the embedded tiny random model: chunk-size independence, the seed's
 // padded 64-call readout, chunk-by-chunk delivery to the consumer, state fork/restore, errors.
 // (Parity against transformers is tests/reference/test_backbone.py.)

@@ -1,8 +1,10 @@
+// SPDX-License-Identifier: MIT
 // config.json / joint_head_config.json / preprocessor_config.json parsing: both config forms,
 // HF defaults, and one clear error per unsupported or malformed option.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/json_reader.h"
 #include "io/hf_config.h"
 #include "test_util.h"
 
@@ -160,6 +162,35 @@ TEST(Config, PreprocessorConfig) {
   EXPECT_EQ(p.max_pixels, 16777216);
   EXPECT_THROW(parse_preprocessor_config(json::parse(R"({"image_mean": [0.5]})")), ModelLoadError);
   EXPECT_THROW(parse_preprocessor_config(json::parse(R"({"min_pixels": 100, "max_pixels": 10})")), ModelLoadError);
+}
+
+TEST(JsonMessage, EachRefusalHasItsKind) {
+  JsonTextLimits lim;
+  lim.max_depth = 4;
+  lim.duplicates = DuplicateKeys::kReject;
+  lim.max_root_items = 3;
+  auto fault = [&](std::string_view t) { return parse_json_message(t, lim).fault; };
+  EXPECT_EQ(fault(R"({"a":1,"b":[1,2,{"c":null}]})"), JsonTextFault::kNone);
+  EXPECT_EQ(parse_json_message(R"({"b":1,"a":2})", lim).value.begin().key(), "b");  // insertion order kept
+  // a NUL after the JSON, other trailing bytes, broken syntax
+  EXPECT_EQ(fault(std::string_view("{\"a\":1}\0", 8)), JsonTextFault::kSyntax);
+  EXPECT_EQ(fault(R"({"a":1} x)"), JsonTextFault::kSyntax);
+  EXPECT_EQ(fault(R"({"a":1)"), JsonTextFault::kSyntax);
+  // repeated keys, plainly and through an escape, at any depth
+  EXPECT_EQ(fault(R"({"a":1,"a":2})"), JsonTextFault::kDuplicateKey);
+  EXPECT_EQ(fault(R"({"x":{"arguments":1,"\u0061rguments":2}})"), JsonTextFault::kDuplicateKey);
+  EXPECT_NE(parse_json_message(R"({"\u0061":1,"a":2})", lim).error.find("\"a\" appears twice"), std::string::npos);
+  // depth 5 > 4
+  EXPECT_EQ(fault("[[[[1]]]]"), JsonTextFault::kNone);
+  EXPECT_EQ(fault("[[[[[1]]]]]"), JsonTextFault::kTooDeep);
+  // the top-level array's items (scalars and containers alike), not nested ones
+  EXPECT_EQ(fault("[1,{},[1,2,3,4]]"), JsonTextFault::kNone);
+  EXPECT_EQ(fault("[1,2,3,4]"), JsonTextFault::kTooManyItems);
+  EXPECT_EQ(fault("[{},{},{},{}]"), JsonTextFault::kTooManyItems);
+  EXPECT_EQ(fault("[]"), JsonTextFault::kNone);
+  // parse_json_text keeps its contract: last value wins unless kReject, trailing data refused
+  EXPECT_EQ(parse_json_text(R"({"a":1,"a":2})", "t")["a"], 2);
+  EXPECT_THROW(parse_json_text(R"({"a":1} x)", "t"), ModelLoadError);
 }
 
 }  // namespace

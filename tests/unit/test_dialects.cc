@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Dialect wrapping and error shapes (docs/PROTOCOL.md §2.4, §2.5), and answer edge cases that the
 // live response parity test cannot reach (non-finite logits, count mismatches, the Jev modes).
 #include <gtest/gtest.h>
@@ -78,8 +79,8 @@ TEST(Dialects, NotJsonAndUnknownModel) {
 }
 
 TEST(Dialects, NeverA5xx) {
-  for (int c = 0; c <= static_cast<int>(RequestErrorCode::kEmptySpan); ++c) {
-    for (Dialect d : {Dialect::kSystemOne, Dialect::kCloudflare, Dialect::kOpenRouter}) {
+  for (int c = 0; c <= static_cast<int>(RequestErrorCode::kUnsupportedPart); ++c) {
+    for (Dialect d : {Dialect::kSystemOne, Dialect::kCloudflare, Dialect::kOpenRouter, Dialect::kOpenAI}) {
       const int status = wire_error_status(static_cast<RequestErrorCode>(c), d);
       EXPECT_GE(status, 400);
       EXPECT_LT(status, 500);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // GGUF header parser (src/io/gguf.h): a valid file read back field by field, every prefix of it
 // refused cleanly, and one malformed variant per rule the parser states. The files are built
 // byte by byte here from the format description (gguf.h in ggml), independently of the parser.

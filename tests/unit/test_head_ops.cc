@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The joint head's ops (ops/head_ops.h) at every SIMD level: each kernel equals its scalar oracle
 // bit for bit (the summation order is the contract), whatever the thread count, and each oracle is
 // within rounding of the formula evaluated in double (ops::ref of the vision ops, or a plain double

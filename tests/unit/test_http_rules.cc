@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Unit tests of the header rules and the body decoder of `clef serve`: strict
 // Content-Length / Transfer-Encoding, the Host allow-list, JSON media types, target paths, and
 // bounded gzip / deflate / br decoding (bombs stop at the cap). Inputs compressed here with zlib
@@ -7,8 +8,13 @@
 #include <brotli/encode.h>
 #include <zlib.h>
 
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "decision/json_value.h"
+#include "decision/request_error.h"
 #include "server/body_decoder.h"
 #include "server/http_rules.h"
 #include "server/route_key.h"
@@ -231,24 +237,43 @@ TEST(BodyDecoder, EncodingNames) {
   for (const char* bad : {"zstd", "gzip, br", "compress", "x"}) EXPECT_FALSE(parse_body_encoding(bad, e)) << bad;
 }
 
+/// route_text / route_key of a body through its one parse (parse_json's top-level members), as the
+/// server computes them; nullopt / "" for a body that does not parse.
+std::optional<std::string> text_of(std::string_view body) {
+  std::vector<JsonMemberText> members;
+  try {
+    (void)parse_json(body, {}, &members);
+  } catch (const RequestError&) {
+    return std::nullopt;
+  }
+  return route_text(body, members);
+}
+std::string key_of(std::string_view body) {
+  std::vector<JsonMemberText> members;
+  (void)parse_json(body, {}, &members);
+  return route_key(body, members);
+}
+
 TEST(RouteKey, TheStateAndImagesTextAsSent) {
   // The same text deploy/haproxy/clef_state.lua extracts (spacing and escapes kept, last
-  // duplicate wins, order of members irrelevant).
-  EXPECT_EQ(route_text(R"({"questions":{},"state":"a b"})"), std::string("state=\"a b\"\nimages="));
-  EXPECT_EQ(route_text(R"( { "state" : {"x": [1, "}"]} , "images":["d"], "q":1 } )"),
+  // duplicate wins, order of members irrelevant, keys compared as sent, no BOM skipped).
+  EXPECT_EQ(text_of(R"({"questions":{},"state":"a b"})"), std::string("state=\"a b\"\nimages="));
+  EXPECT_EQ(text_of(R"( { "state" : {"x": [1, "}"]} , "images":["d"], "q":1 } )"),
             std::string("state={\"x\": [1, \"}\"]}\nimages=[\"d\"]"));
-  EXPECT_EQ(route_text(R"({"state":1,"state":null})"), std::string("state=null\nimages="));
-  EXPECT_EQ(route_text(R"({"state":"\"}\\"})"), std::string("state=\"\\\"}\\\\\"\nimages="));
-  for (const char* none : {"", "[]", "{}", R"({"questions":{}})", R"({"state":"cut)", R"({"state":[1,2)",
-                           R"({"state" "x"})", R"({state:1})", "\"state\""}) {
-    EXPECT_FALSE(route_text(none).has_value()) << none;
+  EXPECT_EQ(text_of(R"({"state":1,"state":null})"), std::string("state=null\nimages="));
+  EXPECT_EQ(text_of(R"({"state":"\"}\\"})"), std::string("state=\"\\\"}\\\\\"\nimages="));
+  EXPECT_EQ(text_of(R"({"state":-1.5e3 ,"images":[ ]})"), std::string("state=-1.5e3\nimages=[ ]"));
+  for (const char* none :
+       {"", "[]", "{}", R"({"questions":{}})", R"({"state":"cut)", R"({"state":[1,2)", R"({"state" "x"})",
+        R"({state:1})", "\"state\"", R"({"st\u0061te":1})", "\xEF\xBB\xBF{\"state\":1}", R"({"a":{"state":1}})"}) {
+    EXPECT_FALSE(text_of(none).has_value()) << none;
   }
   // The key is the hex SHA-256 of the text; no text, no key.
-  EXPECT_EQ(route_key(R"({"state":"x"})").size(), 64u);
-  EXPECT_EQ(route_key(R"({"state":"x","questions":{}})"), route_key(R"({"questions":{"a":1},"state":"x"})"));
-  EXPECT_EQ(route_key(R"({"state":"x"})"), route_key(R"({ "state" : "x" })"));   // blanks around a value
-  EXPECT_NE(route_key(R"({"state":["x"]})"), route_key(R"({"state":[ "x"]})"));  // blanks inside one
-  EXPECT_EQ(route_key("{}"), "");
+  EXPECT_EQ(key_of(R"({"state":"x"})").size(), 64u);
+  EXPECT_EQ(key_of(R"({"state":"x","questions":{}})"), key_of(R"({"questions":{"a":1},"state":"x"})"));
+  EXPECT_EQ(key_of(R"({"state":"x"})"), key_of(R"({ "state" : "x" })"));   // blanks around a value
+  EXPECT_NE(key_of(R"({"state":["x"]})"), key_of(R"({"state":[ "x"]})"));  // blanks inside one
+  EXPECT_EQ(key_of("{}"), "");
 }
 
 }  // namespace

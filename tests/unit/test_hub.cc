@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Names, quant tags, file choice and cache resolution (src/hub/cache.h; docs/MODELS.md).
 #include <gtest/gtest.h>
 
@@ -110,6 +111,82 @@ TEST(HubSelect, GgufRepositoryTakesOneQuantItsProjectorAndSideFiles) {
     EXPECT_NE(std::string(e.what()).find("F16, Q8_0, Q4_K_M"), std::string::npos) << e.what();
   }
   EXPECT_THROW(select_model_files({"README.md"}, *parse_model_name("o/r")), ModelLoadError);
+}
+
+TEST(HubSelect, TheListingFilterKeepsEverythingAChoiceCanTake) {
+  // clef pull keeps only the listed names may_be_chosen accepts: every choice from a full listing
+  // must be the same from the filtered one, and the filter must drop what no choice takes.
+  const std::vector<std::string> release = {".gitattributes",       "README.md",           "config.json",
+                                            "model.safetensors",    "chat_template.jinja", "SHA256SUMS",
+                                            "merges.txt",           "vocab.txt",           "notes.txt",
+                                            "images/demo.png",      "sub/config.json",     "sub/model.safetensors",
+                                            "tokenizer_config.json"};
+  const std::vector<std::string> gguf = {"README.md",
+                                         "clef-flash-Q4_K_M.gguf",
+                                         "sub/clef-flash-Q8_0.gguf",
+                                         "big-Q8_0-00001-of-00002.gguf",
+                                         "big-Q8_0-00002-of-00002.gguf",
+                                         "mmproj-clef-flash-F16.gguf",
+                                         "joint_head.safetensors",
+                                         "joint_head_config.json",
+                                         "tokenizer.json",
+                                         "random_weights.json",
+                                         "imatrix.dat",
+                                         "docs/usage.md"};
+  auto filtered = [](const std::vector<std::string>& files) {
+    std::vector<std::string> out;
+    for (const auto& f : files) {
+      if (may_be_chosen(f)) out.push_back(f);
+    }
+    return out;
+  };
+  EXPECT_EQ(select_model_files(filtered(release), *parse_model_name("o/r")).files,
+            select_model_files(release, *parse_model_name("o/r")).files);
+  for (const char* name : {"o/r:Q4_K_M", "o/r/sub/clef-flash-Q8_0.gguf", "o/r/big-Q8_0-00001-of-00002.gguf"}) {
+    const ModelFiles all = select_model_files(gguf, *parse_model_name(name));
+    const ModelFiles kept = select_model_files(filtered(gguf), *parse_model_name(name));
+    EXPECT_EQ(kept.files, all.files) << name;
+    EXPECT_EQ(kept.mmproj, all.mmproj) << name;
+  }
+  for (const char* dropped : {"README.md", ".gitattributes", "notes.txt", "images/demo.png", "sub/config.json",
+                              "sub/model.safetensors", "imatrix.dat", "docs/usage.md"}) {
+    EXPECT_FALSE(may_be_chosen(dropped)) << dropped;
+  }
+}
+
+TEST(HubCache, UnsafeRepositoryPathsAreNamed) {
+  EXPECT_EQ(repo_path_problem("config.json"), "");
+  EXPECT_EQ(repo_path_problem("sub/dir/model-Q8_0.gguf"), "");
+  EXPECT_EQ(repo_path_problem("..config.json"), "");  // a name starting with dots is not a '..' component
+  EXPECT_EQ(repo_path_problem(std::string("config.json\0.bak.json", sizeof("config.json\0.bak.json") - 1)),
+            "a NUL character");
+  EXPECT_EQ(repo_path_problem("a\nb.json"), "a control character");
+  EXPECT_EQ(repo_path_problem("a\x7f.json"), "a control character");
+  EXPECT_EQ(repo_path_problem("sub\\config.json"), "a backslash");
+  EXPECT_EQ(repo_path_problem("/etc/passwd.json"), "an absolute path");
+  EXPECT_EQ(repo_path_problem("../x.gguf"), "a '..' path component");
+  EXPECT_EQ(repo_path_problem("a/../../x.json"), "a '..' path component");
+  EXPECT_EQ(repo_path_problem("a/./x.json"), "a '.' path component");
+  EXPECT_EQ(repo_path_problem("a//x.json"), "an empty path component");
+  EXPECT_EQ(repo_path_problem("dir/"), "an empty path component");
+  EXPECT_EQ(repo_path_problem(""), "an empty name");
+  EXPECT_EQ(repo_path_problem(std::string(1025, 'a')), "a name longer than 1,024 bytes");
+}
+
+TEST(HubCache, RevisionsAreCommitsOrGitRefNames) {
+  // tests/hub/test_pull.py compares these rules with `git check-ref-format` itself.
+  for (const char* ok : {"main", "v1.0", "refs/pr/1", "feature/x_y", "0123456789abcdef0123456789abcdef01234567"}) {
+    EXPECT_TRUE(is_valid_revision(ok)) << ok;
+  }
+  for (const char* bad :
+       {"",    "@",   "../../../../x", "a..b", "x.lock", ".hidden", "x/.y", "end/", "/start", "x.",    "a//b",
+        "a b", "a~b", "a^b",           "a:b",  "a?b",    "a*b",     "a[b",  "a\\b", "a@{1}",  "tab\tx"}) {
+    EXPECT_FALSE(is_valid_revision(bad)) << bad;
+  }
+  EXPECT_TRUE(is_valid_revision(std::string(255, 'x')));
+  EXPECT_FALSE(is_valid_revision(std::string(256, 'x')));
+  const std::string folder = (fs::temp_directory_path() / "clef-hub-unit-rev").string();
+  EXPECT_THROW(resolve_cached(*parse_model_name("o/r"), "../../x", folder), InvalidArgument);
 }
 
 TEST(HubCache, ResolvesThroughRefsSnapshotsAndBlobs) {

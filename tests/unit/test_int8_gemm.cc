@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // int8 (Q8_0) linear layer: every kernel this CPU runs against the scalar oracle (bit-identical,
 // odd shapes), quantization round-trip bounds, the int8 result against fp32 within the bound the
 // quantization steps allow, Q8_0 repacking, GemmWeight plumbing and page dropping.
@@ -126,10 +127,14 @@ TEST(Int8, BF16AndF16SourcesQuantizeTheirValues) {
 class Int8Kernels : public ::testing::TestWithParam<Int8Kernel> {
  protected:
   void SetUp() override {
+#if defined(__aarch64__)
+    const IsaLevel need = IsaLevel::kBaseline;  // ARM64 has the scalar kernel only (ops/isa.h)
+#else
     const Int8Kernel k = GetParam();
     const IsaLevel need = k == Int8Kernel::kScalar       ? IsaLevel::kBaseline
                           : k == Int8Kernel::kAvx512Vnni ? IsaLevel::kAvx512
                                                          : IsaLevel::kAvx2;
+#endif
     if (need > configured_isa()) GTEST_SKIP() << "above CLEF_ISA=" << isa_name(configured_isa());
   }
 };
@@ -241,6 +246,9 @@ class Int8AtLevel : public test::AtIsaLevel {};
 
 TEST_P(Int8AtLevel, ActiveKernelFollowsTheLevelAndMatchesTheOracle) {
   const Int8Kernel k = active_int8_kernel();
+#if defined(__aarch64__)
+  EXPECT_EQ(k, Int8Kernel::kScalar);  // ARM64: the portable kernel at every level (ops/isa.h)
+#else
   if (GetParam() == IsaLevel::kBaseline) {
     EXPECT_EQ(k, Int8Kernel::kScalar);
   } else {
@@ -249,6 +257,7 @@ TEST_P(Int8AtLevel, ActiveKernelFollowsTheLevelAndMatchesTheOracle) {
   if (GetParam() == IsaLevel::kAvx2) {
     EXPECT_NE(k, Int8Kernel::kAvx512Vnni);
   }
+#endif
   const std::int64_t m = 11, n = 50, k2 = 160;
   const auto x = random_vec(static_cast<std::size_t>(m * k2), 80);
   const auto w = random_vec(static_cast<std::size_t>(n * k2), 81, 0.05f);

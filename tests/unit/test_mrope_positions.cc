@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // M-RoPE positions (models/qwen35/mrope_positions.h). The live comparison with transformers'
 // get_rope_index is tests/reference/test_vision_tower.py; here: the seed-000 rope-shift form
 // equals the get_rope_index form for one image after the 36-token Clef prefix (docs/MODEL.md

@@ -1,8 +1,12 @@
+// SPDX-License-Identifier: MIT
 // Op harness: every optimized CPU op against its scalar reference (src/ops/ref) on random inputs
 // with odd shapes (1, 17, non-multiples of 16), per-op tolerances. A failure names the op, the
 // shapes, the first bad index with both values, and how many elements are off.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -11,6 +15,7 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -21,6 +26,7 @@
 #include "ops/convert.h"
 #include "ops/gemm.h"
 #include "ops/int8_gemm.h"
+#include "ops/isa.h"
 #include "isa_levels.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
@@ -153,6 +159,29 @@ TEST(Ops, EmbeddingGatherBlockTypes) {
   }
 }
 
+// The level names CLEF_ISA takes round-trip, "native" and unknown names are not levels, and the
+// levels this CPU supports include the baseline and the best one.
+TEST(IsaLevels, NamesRoundTripAndTheBestLevelIsSupported) {
+  for (const ops::IsaLevel level : ops::isa_levels()) {
+    const auto back = ops::isa_from_name(ops::isa_name(level));
+    ASSERT_TRUE(back.has_value()) << ops::isa_name(level);
+    EXPECT_EQ(*back, level);
+  }
+  bool native = false;
+  EXPECT_FALSE(ops::isa_from_name("native", &native).has_value());
+  EXPECT_TRUE(native);
+  EXPECT_FALSE(ops::isa_from_name("sse4").has_value());
+  EXPECT_FALSE(ops::isa_from_name("").has_value());
+  EXPECT_TRUE(ops::isa_supported(ops::IsaLevel::kBaseline));
+  EXPECT_TRUE(ops::isa_supported(ops::best_supported_isa()));
+}
+
+// Switching to a level points every kernel at that level's Highway target (e.g. ARM64's
+// neon-dotprod at NEON, sve256 at SVE_256), read back from a kernel file's own copy.
+TEST_P(OpsAtLevel, KernelsRunTheLevelsHighwayTarget) {
+  EXPECT_STREQ(ops::dispatched_hwy_target(), ops::isa_hwy_target(GetParam())) << ops::isa_name(GetParam());
+}
+
 // Bulk conversions equal the scalar ones of core/dtype.h bit for bit: random values, ties, NaN,
 // infinities, subnormals, values that round up to infinity; odd lengths (vector tails).
 TEST_P(OpsAtLevel, ConversionsMatchScalarBitForBit) {
@@ -212,6 +241,55 @@ TEST_P(OpsAtLevel, GatedRmsNorm) {
       ops::gated_rms_norm(o.data(), z.data(), rows, n, w.data(), 1e-6f, got.data());
       EXPECT_TRUE(close("gated_rms_norm", dims({rows, n}), want, got, {1e-6, 4e-6}));
     }
+  }
+}
+
+/// n floats that end exactly where an inaccessible page begins: a kernel that reads or writes
+/// past the last element faults (the test process dies) instead of passing by luck.
+class GuardedFloats {
+ public:
+  explicit GuardedFloats(std::int64_t n) : page_(static_cast<std::size_t>(sysconf(_SC_PAGESIZE))) {
+    const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
+    span_ = (bytes + page_ - 1) / page_ * page_ + page_;
+    void* m = mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) throw std::runtime_error("GuardedFloats: mmap failed");
+    base_ = static_cast<std::byte*>(m);
+    if (mprotect(base_ + span_ - page_, page_, PROT_NONE) != 0) throw std::runtime_error("mprotect failed");
+    data_ = reinterpret_cast<float*>(base_ + span_ - page_ - bytes);
+  }
+  ~GuardedFloats() { munmap(base_, span_); }
+  GuardedFloats(const GuardedFloats&) = delete;
+  GuardedFloats& operator=(const GuardedFloats&) = delete;
+  float* data() { return data_; }
+
+ private:
+  std::size_t page_, span_ = 0;
+  std::byte* base_ = nullptr;
+  float* data_ = nullptr;
+};
+
+// Vector tails touch nothing past their buffers: every input and output of these ops ends at an
+// inaccessible page, for every length up to two AVX-512 vectors. (Highway 1.0.3's NEON masked
+// loads and stores read and write the whole vector; the kernels' tails must not use them there.)
+TEST_P(OpsAtLevel, VectorTailsTouchNothingPastTheirBuffers) {
+  Rng rng(12);
+  for (std::int64_t n = 1; n <= 33; ++n) {
+    const Vec a = rng.uniform(n, -8.0f, 8.0f), b = rng.uniform(n, -2.0f, 2.0f);
+    GuardedFloats ga(n), gb(n), out(n);
+    std::copy(a.begin(), a.end(), ga.data());
+    std::copy(b.begin(), b.end(), gb.data());
+    Vec want(a.size());
+    ops::ref::silu_mul(a.data(), b.data(), n, want.data());
+    ops::silu_mul(ga.data(), gb.data(), n, out.data());
+    EXPECT_TRUE(close("silu_mul", dims({n}), want, Vec(out.data(), out.data() + n), {1e-7, 4e-6}));
+    want = b;
+    ops::ref::sigmoid_mul(want.data(), a.data(), n);
+    ops::sigmoid_mul(gb.data(), ga.data(), n);
+    EXPECT_TRUE(close("sigmoid_mul", dims({n}), want, Vec(gb.data(), gb.data() + n), {1e-7, 4e-6}));
+    for (std::int64_t i = 0; i < n; ++i)
+      want[static_cast<std::size_t>(i)] = bf16_to_f32(f32_to_bf16(a[static_cast<std::size_t>(i)]));
+    ops::round_to_bf16_n(ga.data(), n, out.data());
+    EXPECT_TRUE(close("round_to_bf16_n", dims({n}), want, Vec(out.data(), out.data() + n), {0, 0}));
   }
 }
 

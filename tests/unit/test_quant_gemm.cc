@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Block-quantized linear layer (ops/quant_gemm.h): the repacked layout gives back every block's
 // canonical parameters, every kernel this CPU runs equals the scalar oracle bit for bit (shapes with
 // n not a multiple of the panel, m = 1, 2, 5, 7, 9, 64), the oracle is within the activation quantization
@@ -130,10 +131,14 @@ TEST(Quant, DecodedValueRanges) {
 class QuantKernels : public ::testing::TestWithParam<QuantKernel> {
  protected:
   void SetUp() override {
+#if defined(__aarch64__)
+    const IsaLevel need = IsaLevel::kBaseline;  // ARM64 has the scalar kernel only (ops/isa.h)
+#else
     const QuantKernel k = GetParam();
     const IsaLevel need = k == QuantKernel::kScalar   ? IsaLevel::kBaseline
                           : k == QuantKernel::kAvx512 ? IsaLevel::kAvx512
                                                       : IsaLevel::kAvx2;
+#endif
     if (need > configured_isa()) GTEST_SKIP() << "above CLEF_ISA=" << isa_name(configured_isa());
   }
 };
@@ -242,9 +247,13 @@ class QuantAtLevel : public test::AtIsaLevel {};
 
 TEST_P(QuantAtLevel, ActiveKernelFollowsTheLevelAndMatchesTheOracle) {
   const QuantKernel k = active_quant_kernel();
+#if defined(__aarch64__)
+  const QuantKernel want = QuantKernel::kScalar;  // ARM64: the portable kernel at every level (ops/isa.h)
+#else
   const QuantKernel want = GetParam() == IsaLevel::kBaseline ? QuantKernel::kScalar
-                           : GetParam() == IsaLevel::kAvx2   ? QuantKernel::kAvx2
-                                                             : QuantKernel::kAvx512;
+                           : GetParam() == IsaLevel::kAvx2 ? QuantKernel::kAvx2
+                                                           : QuantKernel::kAvx512;
+#endif
   EXPECT_EQ(k, want);
   for (const QuantType t : kAllTypes) {
     const std::int64_t m = 7, n = 50,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The release-folder loader end to end on the embedded tiny model that `clef make-model` writes:
 // it loads, its counts match the config, and each way a folder can be broken gives an error that
 // names the file and the problem.

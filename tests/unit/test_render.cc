@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // render() / dump_json() / parse_json() (docs/PROTOCOL.md §3.3). Expected strings are Python 3.11's
 // json.dumps(json.loads(text), ensure_ascii=False, sort_keys=True, separators=(",", ":")); the
 // live comparison on >= 100,000 generated values is tests/reference/test_render_parity.py.
@@ -218,10 +219,23 @@ TEST(JsonValue, FactoriesKeepInvariants) {
   EXPECT_EQ(o.members()[0].first, "b");
   EXPECT_EQ(parse_json("9223372036854775807").as_int64(), 9223372036854775807LL);
   EXPECT_EQ(parse_json("9223372036854775808").as_int64(), std::nullopt);
-  // Error messages never quote request values: kind and size only.
-  EXPECT_EQ(parse_json("\"abc\"").describe(), "a string of 3 bytes");
-  EXPECT_EQ(parse_json("2.50").describe(), "a number");
-  EXPECT_EQ(parse_json("7").describe(), "an integer");
+  // Error messages show the value as compact JSON, cut after 40 code points.
+  EXPECT_EQ(parse_json("\"abc\"").describe(), "\"abc\"");
+  EXPECT_EQ(parse_json("\"a\\nb\"").describe(), "\"a\\nb\"");
+  EXPECT_EQ(parse_json("2.50").describe(), "2.5");
+  EXPECT_EQ(parse_json("7").describe(), "7");
+  EXPECT_EQ(parse_json("null").describe(), "null");
+  EXPECT_EQ(parse_json("[1, {\"b\": 2, \"a\": \"x\"}]").describe(), "the array [1,{\"b\":2,\"a\":\"x\"}]");
+  EXPECT_EQ(parse_json("{}").describe(), "the object {}");
+  // 45 two-byte characters: 39 of them after the quote, never half a character.
+  std::string accents;
+  for (int i = 0; i < 45; ++i) accents += "\xc3\xa9";
+  EXPECT_EQ(parse_json("\"" + accents + "\"").describe(), "\"" + accents.substr(0, 78) + "... (a string of 90 bytes)");
+  EXPECT_EQ(parse_json("[" + std::string(100, '1') + "]").describe(),
+            "the array [" + std::string(39, '1') + "... (1 item)");
+  // A value of any size or depth is described from its start only.
+  EXPECT_EQ(parse_json(std::string(500, '[') + std::string(500, ']')).describe(),
+            "the array " + std::string(40, '[') + "... (1 item)");
   EXPECT_THROW((void)parse_json("1").as_string(), InternalError);
 }
 

@@ -1,10 +1,14 @@
+// SPDX-License-Identifier: MIT
 // parse_request(): the SystemOne request model and every rejection rule (docs/PROTOCOL.md §1, §5.3,
 // §6), each with its code and JSON path. The live comparison with the toolkit's validator over
 // tests/data/requests is tests/reference/test_request_parity.py.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
+#include "decide_tool.h"
 #include "decision/render.h"
 #include "decision/request.h"
 
@@ -333,6 +337,82 @@ TEST(Request, ErrorMessageIsOneLineWithPath) {
   EXPECT_EQ(r.what.find('\n'), std::string::npos);
   const Rejection j = rejection("{\"a\": }");
   EXPECT_NE(j.what.find("(at byte 6)"), std::string::npos) << j.what;
+}
+
+TEST(Request, MessagesNameTheBadValueAndKeepTheirCodes) {
+  // A wrong type names what it got and, when a type is one typo or a letter case away, suggests it.
+  Rejection r = rejection(body_with(R"({"q": {"type": "Choice", "criteria": {"a": 1, "b": 2}}})"));
+  EXPECT_EQ(r.code, "invalid_question_type");
+  EXPECT_EQ(r.path, "questions.q.type");
+  EXPECT_NE(r.what.find(R"(type must be noul, choice, or score, got "Choice"; did you mean "choice"? (types are)"),
+            std::string::npos)
+      << r.what;
+  r = rejection(body_with(R"({"q": {"type": "scroe", "criteria": ["a", "b"]}})"));
+  EXPECT_NE(r.what.find(R"(got "scroe"; did you mean "score"?)"), std::string::npos) << r.what;
+  r = rejection(body_with(R"({"q": {"type": "maybe"}})"));
+  EXPECT_NE(r.what.find(R"(got "maybe")"), std::string::npos) << r.what;
+  EXPECT_EQ(r.what.find("did you mean"), std::string::npos) << r.what;
+  r = rejection(body_with(R"({"q": {"type": 2}})"));
+  EXPECT_EQ(r.code, "invalid_question_type");
+  EXPECT_NE(r.what.find("got 2"), std::string::npos) << r.what;
+  // Containers are shown as compact JSON; long values are cut after 40 code points and say their size.
+  r = rejection(body_with(R"({"q": {"type": "choice", "criteria": ["yes", "no"]}})"));
+  EXPECT_EQ(r.code, "invalid_type");
+  EXPECT_NE(r.what.find(R"(got the array ["yes","no"])"), std::string::npos) << r.what;
+  r = rejection(R"({"model": 7, "state": null, "questions": {"q": {"type": "noul"}}})");
+  EXPECT_EQ(r.code, "invalid_type");
+  EXPECT_NE(r.what.find("model must be a string, got 7"), std::string::npos) << r.what;
+  r = rejection(body_with(R"({"q": {"type": "noul", "criteria": ")" + std::string(300, 'x') + R"("}})"));
+  EXPECT_NE(r.what.find("got \"" + std::string(39, 'x') + "... (a string of 300 bytes)"), std::string::npos) << r.what;
+}
+
+TEST(Request, ProtocolFieldTableIsGenerated) {
+  // docs/PROTOCOL.md §1.6 is request_fields_markdown()'s text, the source of the MCP decide tool's
+  // descriptions too (apps/clef/decide_tool.h).
+  std::ifstream file(std::string(CLEF_SOURCE_DIR) + "/docs/PROTOCOL.md");
+  ASSERT_TRUE(file) << "docs/PROTOCOL.md";
+  std::stringstream text;
+  text << file.rdbuf();
+  const std::string doc = text.str();
+  const std::string begin = "<!-- generated: request_fields_markdown(), apps/clef/decide_tool.cc -->\n";
+  const std::string end = "<!-- end of generated text -->";
+  const std::size_t a = doc.find(begin), b = doc.find(end);
+  ASSERT_NE(a, std::string::npos);
+  ASSERT_NE(b, std::string::npos);
+  const std::string want = cli::request_fields_markdown(RequestLimits{});
+  EXPECT_EQ(doc.substr(a + begin.size(), b - a - begin.size()), want)
+      << "docs/PROTOCOL.md section 1.6 must be (between its markers):\n"
+      << want;
+}
+
+TEST(Request, MissingFieldNamesItsMisspeltLookAlike) {
+  // Unknown keys stay ignored (docs/PROTOCOL.md §1.1): a misspelt optional field is accepted...
+  EXPECT_NO_THROW(parse(body_with(R"({"q": {"type": "noul", "criterias": {"true": "t"}}})")));
+  // ...and a required one that is then missing or empty names the look-alike, with the same code.
+  Rejection r = rejection(body_with(R"({"q": {"type": "choice", "criterias": {"a": 1, "b": 2}}})"));
+  EXPECT_EQ(r.code, "empty_criteria");
+  EXPECT_EQ(r.path, "questions.q.criteria");
+  EXPECT_NE(r.what.find(R"(must not be empty (an object of option ids); the question has "criterias": did you mean )"
+                        R"("criteria"?)"),
+            std::string::npos)
+      << r.what;
+  r = rejection(body_with(R"({"q": {"type": "score", "criteria": [], "Criteria": ["a", "b"]}})"));
+  EXPECT_EQ(r.code, "empty_criteria");
+  EXPECT_NE(r.what.find(R"(has "Criteria": did you mean "criteria"?)"), std::string::npos) << r.what;
+  r = rejection(body_with(R"({"q": {"tpye": "noul"}})"));
+  EXPECT_EQ(r.code, "missing_field");
+  EXPECT_NE(r.what.find(R"(has "tpye": did you mean "type"?)"), std::string::npos) << r.what;
+  r = rejection(R"({"stat": "x", "questions": {"q": {"type": "noul"}}})");
+  EXPECT_EQ(r.code, "missing_field");
+  EXPECT_NE(r.what.find(R"(the request has "stat": did you mean "state"?)"), std::string::npos) << r.what;
+  r = rejection(R"({"state": "x", "question": {"q": {"type": "noul"}}})");
+  EXPECT_EQ(r.code, "missing_field");
+  EXPECT_NE(r.what.find(R"(has "question": did you mean "questions"?)"), std::string::npos) << r.what;
+  // Keys that are far from the field, or are the object's own fields, are not suggested.
+  r = rejection(body_with(R"({"q": {"type": "choice", "options": {"a": 1, "b": 2}, "instructions": "?"}})"));
+  EXPECT_EQ(r.what.find("did you mean"), std::string::npos) << r.what;
+  r = rejection(R"({"model": "clef", "images": [], "questions": {"q": {"type": "noul"}}})");
+  EXPECT_EQ(r.what.find("did you mean"), std::string::npos) << r.what;
 }
 
 }  // namespace

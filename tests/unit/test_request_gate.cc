@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Unit tests of the request gate of `clef serve` (server/request_gate.h): each header rule of
 // docs/COMPATIBILITY.md "limits and guards" decided from a request head alone, and the order in
 // which they apply (auth before route and method, framing before everything else).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every request value a response echoes (model, question ids, choice option ids, score
 // legends) comes back as the reference returns it, byte for byte. The expected bodies are NOT typed
 // here: tools/reference/response_echo_golden.py runs the reference behaviour (the Python toolkit's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The safetensors header parser and writer: valid files round-trip; each malformed file is
 // refused with a message naming the problem (never a crash or an out-of-bounds read: this suite
 // also runs under ASan/UBSan).
@@ -6,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/quant_blocks.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Unit tests of the HTTP-free parts of `clef serve`: the route table (docs/PROTOCOL.md §2.4), the
 // Prometheus exposition, and the scheduler's queue bound, cancellation and ordering on the tiny
 // random model (answers compared with Engine::decide called directly).
@@ -11,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "decision/json_value.h"
 #include "decision/request_error.h"
 #include "runtime/engine.h"
 #include "server/metrics.h"
@@ -25,7 +27,8 @@ namespace {
 
 TEST(ServerRoutes, KnownPaths) {
   EXPECT_EQ(match_route("/v1/systemone").endpoint, Endpoint::kSystemOne);
-  EXPECT_EQ(match_route("/v1/decisions").endpoint, Endpoint::kSystemOne);
+  EXPECT_EQ(match_route("/v1/decisions").endpoint, Endpoint::kDecisions);
+  EXPECT_EQ(match_route("/v1/decisions").dialect, Dialect::kDecisions);
   EXPECT_STREQ(match_route("/v1/decisions").label, "/v1/decisions");
   EXPECT_EQ(match_route("/api/alpha/decisions").dialect, Dialect::kOpenRouter);
   EXPECT_STREQ(match_route("/v1/models").method, "GET");
@@ -44,6 +47,33 @@ TEST(ServerRoutes, KnownPaths) {
   EXPECT_EQ(acct.endpoint, Endpoint::kCloudflare);
   EXPECT_EQ(acct.model, "clef");
   EXPECT_STREQ(acct.label, "/client/v4/accounts/{id}/ai/run/@cf/cloudflare/{model}");
+}
+
+// The table is the one place a route is declared: each row resolves to itself (a template's
+// {segments} filled in), GET rows carry their handler and decision rows none, and only the
+// balancer's checks are open without the API key.
+TEST(ServerRoutes, EveryRowResolvesToItself) {
+  std::size_t open = 0;
+  for (const Route& r : route_table()) {
+    std::string path = r.path;
+    for (std::size_t b = path.find('{'); b != std::string::npos; b = path.find('{')) {
+      path.replace(b, path.find('}', b) - b + 1, "x");
+    }
+    const RouteMatch m = match_route(path);
+    EXPECT_STREQ(m.label, r.path) << path;
+    EXPECT_EQ(m.endpoint, r.endpoint) << path;
+    EXPECT_EQ(m.dialect, r.dialect) << path;
+    EXPECT_EQ(m.decision(), std::string_view(r.method) == "POST") << path;
+    EXPECT_EQ(r.handler != nullptr, std::string_view(r.method) == "GET") << path;
+    EXPECT_TRUE(m.allows(r.method)) << path;
+    EXPECT_EQ(m.allows("HEAD"), std::string_view(r.method) == "GET") << path;
+    if (!r.needs_key) ++open;
+  }
+  EXPECT_FALSE(match_route("/health").needs_key);
+  EXPECT_FALSE(match_route("/ready").needs_key);
+  EXPECT_EQ(open, 2u);
+  EXPECT_TRUE(match_route("/nope").needs_key);
+  EXPECT_FALSE(match_route("/nope").allows("GET"));
 }
 
 TEST(ServerRoutes, UnknownPaths) {
@@ -179,6 +209,12 @@ class SchedulerTest : public ::testing::Test {
     return "{\"state\":\"ticket " + std::to_string(i) +
            "\",\"questions\":{\"q\":{\"type\":\"choice\",\"criteria\":{\"a\":1,\"b\":2,\"c\":null}}}}";
   }
+  /// A 1x1 PNG as a data URL.
+  static std::string png1x1() {
+    return "data:image/"
+           "png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg="
+           "=";
+  }
   static inline test::TempDir* dir_ = nullptr;
   static inline Engine* engine_ = nullptr;
 };
@@ -190,7 +226,7 @@ TEST_F(SchedulerTest, AnswersEqualDirectDecisions) {
   for (int i = 0; i < 6; ++i) want.push_back(engine_->decide(body(i)).body);
   Scheduler s(*engine_, 8);
   std::vector<std::shared_ptr<Job>> jobs;
-  for (int i = 0; i < 6; ++i) jobs.push_back(s.submit(body(i), Dialect::kSystemOne, nullptr));
+  for (int i = 0; i < 6; ++i) jobs.push_back(s.submit(engine_->prepare(body(i)), nullptr));
   for (int i = 0; i < 6; ++i) {
     ASSERT_NE(jobs[static_cast<std::size_t>(i)], nullptr);
     const auto& job = jobs[static_cast<std::size_t>(i)];
@@ -202,17 +238,22 @@ TEST_F(SchedulerTest, AnswersEqualDirectDecisions) {
   EXPECT_EQ(s.depth(), 0u);
 }
 
+// A request that passes prepare() but that the record refuses (a vision token in the state of a
+// request with images) comes back as the job's RequestError.
 TEST_F(SchedulerTest, RefusedRequestComesBackAsRequestError) {
   Scheduler s(*engine_, 2);
-  auto job = s.submit("{\"state\":1,\"questions\":{}}", Dialect::kSystemOne, nullptr);
+  auto job = s.submit(engine_->prepare("{\"state\":\"<|image_pad|>\",\"images\":[\"" + png1x1() +
+                                       "\"],\"questions\":{\"q\":{\"type\":\"noul\"}}}"),
+                      nullptr);
   ASSERT_NE(job, nullptr);
   EXPECT_EQ(s.wait(job, std::chrono::steady_clock::now() + kForever, nullptr, std::chrono::milliseconds(10)),
             JobState::kDone);
   EXPECT_FALSE(job->decision.has_value());
+  ASSERT_TRUE(job->error);
   try {
     std::rethrow_exception(job->error);
   } catch (const RequestError& e) {
-    EXPECT_STREQ(e.code_name(), "empty_questions");
+    EXPECT_STREQ(e.code_name(), "image_token_in_text");
   }
 }
 
@@ -220,15 +261,15 @@ TEST_F(SchedulerTest, QueueBoundCancellationAndDeadline) {
   Scheduler s(*engine_, 2);
   // Hold the worker: the first job's still_wanted blocks until released.
   std::atomic<bool> release{false};
-  auto blocker = s.submit(body(0), Dialect::kSystemOne, [&] {
+  auto blocker = s.submit(engine_->prepare(body(0)), [&] {
     while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return true;
   });
   ASSERT_NE(blocker, nullptr);
   while (s.depth() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // taken by the worker
-  auto a = s.submit(body(1), Dialect::kSystemOne, nullptr);
-  auto b = s.submit(body(2), Dialect::kSystemOne, [] { return false; });  // client gone when it is its turn
-  auto c = s.submit(body(3), Dialect::kSystemOne, nullptr);
+  auto a = s.submit(engine_->prepare(body(1)), nullptr);
+  auto b = s.submit(engine_->prepare(body(2)), [] { return false; });  // client gone when it is its turn
+  auto c = s.submit(engine_->prepare(body(3)), nullptr);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(c, nullptr) << "the queue holds 2";
@@ -245,13 +286,13 @@ TEST_F(SchedulerTest, QueueBoundCancellationAndDeadline) {
   EXPECT_EQ(s.cancelled(), 2u);
   // A waiter whose poll reports the client gone removes its queued job (the worker is held again).
   release = false;
-  auto blocker2 = s.submit(body(0), Dialect::kSystemOne, [&] {
+  auto blocker2 = s.submit(engine_->prepare(body(0)), [&] {
     while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return true;
   });
   ASSERT_NE(blocker2, nullptr);
   while (s.depth() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  auto d = s.submit(body(4), Dialect::kSystemOne, nullptr);
+  auto d = s.submit(engine_->prepare(body(4)), nullptr);
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(s.wait(
                 d, std::chrono::steady_clock::now() + kForever, [] { return false; }, std::chrono::milliseconds(1)),
@@ -260,7 +301,7 @@ TEST_F(SchedulerTest, QueueBoundCancellationAndDeadline) {
   EXPECT_EQ(s.cancelled(), 3u);
   release = true;
   s.close();
-  EXPECT_EQ(s.submit(body(5), Dialect::kSystemOne, nullptr), nullptr) << "closed";
+  EXPECT_EQ(s.submit(engine_->prepare(body(5)), nullptr), nullptr) << "closed";
 }
 
 TEST_F(SchedulerTest, CancelAndCompletionCallbacks) {
@@ -268,7 +309,7 @@ TEST_F(SchedulerTest, CancelAndCompletionCallbacks) {
   std::atomic<bool> release{false};
   std::atomic<int> finished{0};
   auto blocker = s.submit(
-      body(0), Dialect::kSystemOne,
+      engine_->prepare(body(0)),
       [&] {
         while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         return true;
@@ -277,9 +318,9 @@ TEST_F(SchedulerTest, CancelAndCompletionCallbacks) {
   ASSERT_NE(blocker, nullptr);
   while (s.depth() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // taken by the worker
   EXPECT_FALSE(s.cancel(blocker)) << "a job the worker took is not cancelled here";
-  auto queued = s.submit(body(1), Dialect::kSystemOne, nullptr, [&] { finished.fetch_add(100); });
+  auto queued = s.submit(engine_->prepare(body(1)), nullptr, [&] { finished.fetch_add(100); });
   auto dropped = s.submit(
-      body(2), Dialect::kSystemOne, [] { return false; }, [&] { finished.fetch_add(10); });
+      engine_->prepare(body(2)), [] { return false; }, [&] { finished.fetch_add(10); });
   ASSERT_NE(queued, nullptr);
   ASSERT_NE(dropped, nullptr);
   EXPECT_EQ(s.state(queued), JobState::kQueued);
@@ -299,26 +340,77 @@ TEST_F(SchedulerTest, CancelAndCompletionCallbacks) {
   EXPECT_EQ(s.cancelled(), 2u);
 }
 
-TEST_F(SchedulerTest, ValidateThrowsWhatDecideThrows) {
+// prepare() refuses what decide() refuses, with the same code and message, and each body is
+// parsed once: decide(body) is decide(prepare(body)), and decide(prepared) parses nothing.
+TEST_F(SchedulerTest, PrepareThrowsWhatDecideThrowsAndBodiesAreParsedOnce) {
   const std::string bad[] = {"{", "[]", "{\"state\":1}", "{\"state\":1,\"questions\":{}}",
                              "{\"state\":1,\"questions\":{\"q\":{\"type\":\"nope\"}}}"};
   for (const std::string& b : bad) {
     std::string from_decide;
-    std::string from_validate;
+    std::string from_prepare;
+    const std::uint64_t before = json_texts_parsed();
+    try {
+      engine_->decide(b);
+    } catch (const RequestError& e) {
+      from_decide = std::string(e.code_name()) + " " + e.what();
+    }
+    EXPECT_EQ(json_texts_parsed() - before, 1u) << b;
+    try {
+      (void)engine_->prepare(b);
+    } catch (const RequestError& e) {
+      from_prepare = std::string(e.code_name()) + " " + e.what();
+    }
+    EXPECT_FALSE(from_decide.empty()) << b;
+    EXPECT_EQ(from_prepare, from_decide) << b;
+  }
+  std::uint64_t before = json_texts_parsed();
+  (void)engine_->decide(body(1));
+  EXPECT_EQ(json_texts_parsed() - before, 1u);
+  PreparedRequest prepared = engine_->prepare(body(1));
+  before = json_texts_parsed();
+  (void)engine_->decide(std::move(prepared));
+  EXPECT_EQ(json_texts_parsed(), before);
+}
+
+// A request prepared off the engine thread (Engine::prepare: parse + image decoding) answers as its
+// body does, and prepare refuses what decide refuses, images included.
+TEST_F(SchedulerTest, PreparedJobsAnswerAsTheirBodies) {
+  const std::string png1x1 = SchedulerTest::png1x1();
+  const std::string with_image =
+      "{\"state\":\"photo\",\"images\":[\"" + png1x1 + "\"],\"questions\":{\"q\":{\"type\":\"noul\"}}}";
+  const std::string bodies[] = {body(7), with_image};
+  Scheduler s(*engine_, 4);
+  for (const std::string& b : bodies) {
+    const std::string want = engine_->decide(b).body;
+    PreparedRequest prepared = engine_->prepare(b);
+    EXPECT_EQ(prepared.images.size(), b == with_image ? 1u : 0u);
+    auto job = s.submit(std::move(prepared), nullptr);
+    ASSERT_NE(job, nullptr);
+    EXPECT_EQ(s.wait(job, std::chrono::steady_clock::now() + kForever, nullptr, std::chrono::milliseconds(10)),
+              JobState::kDone);
+    ASSERT_TRUE(job->decision.has_value());
+    EXPECT_EQ(job->decision->body, want);
+    EXPECT_FALSE(job->prepared.has_value());  // the pixel values are released with the job
+  }
+  const std::string bad[] = {
+      "{\"state\":1,\"images\":[\"data:image/png;base64,AAAA\"],\"questions\":{\"q\":{\"type\":\"noul\"}}}",
+      "{\"state\":1,\"images\":[\"https://x/a.png\"],\"questions\":{\"q\":{\"type\":\"noul\"}}}"};
+  for (const std::string& b : bad) {
+    std::string from_decide;
+    std::string from_prepare;
     try {
       engine_->decide(b);
     } catch (const RequestError& e) {
       from_decide = std::string(e.code_name()) + " " + e.what();
     }
     try {
-      engine_->validate(b);
+      (void)engine_->prepare(b);
     } catch (const RequestError& e) {
-      from_validate = std::string(e.code_name()) + " " + e.what();
+      from_prepare = std::string(e.code_name()) + " " + e.what();
     }
     EXPECT_FALSE(from_decide.empty()) << b;
-    EXPECT_EQ(from_validate, from_decide) << b;
+    EXPECT_EQ(from_prepare, from_decide) << b;
   }
-  EXPECT_NO_THROW(engine_->validate(body(1)));
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Exact state reuse: the cache key, the LRU (budget, eviction order, immutability,
 // compute-once under concurrency, a failing compute), the head's restore_prefix checks, and the
 // engine's hit/miss/off paths on the embedded tiny model (bit-identical logits; the corpus-wide

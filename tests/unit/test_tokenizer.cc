@@ -1,9 +1,11 @@
+// SPDX-License-Identifier: MIT
 // Unit tests of the tokenizer (src/tokenizer/): UTF-8, Unicode tables, NFC, the split scanner,
 // BPE rules and added tokens on small synthetic tokenizer.json files (docs/TOKENIZER.md §1, §1.9).
 // Byte-exact parity with HF `tokenizers` on real vocabularies is tested live by
 // tests/reference/test_tokenizer_parity*.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <thread>
@@ -12,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/paths.h"
 #include "test_util.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -457,6 +460,72 @@ TEST(TokenizerPolicy, ConcurrentEncodeMatchesSerial) {
   }
   for (auto& th : threads) th.join();
   for (const auto& g : got) EXPECT_EQ(g, expect);
+}
+
+TEST(TokenizerSplit, StepsGiveTheSamePieces) {
+  // split_pieces_from resumed at every piece end, a few pieces at a time, gives split_pieces' ends.
+  const std::string text =
+      "Hello, world! It's 2026\r\n\n  spaces   and\ttabs 'll don't \xE4\xBD\xA0\xE5\xA5\xBD e\xCC\x81 ";
+  for (const SplitPattern p : {SplitPattern::kQwen35, SplitPattern::kQwen2}) {
+    std::vector<std::uint32_t> whole;
+    split_pieces(text, p, whole);
+    for (std::size_t step = 1; step <= 4; ++step) {
+      std::vector<std::uint32_t> ends;
+      std::size_t pos = 0;
+      while (pos < text.size()) {
+        const std::size_t before = ends.size();
+        pos = split_pieces_from(text, p, pos, step, ends);
+        ASSERT_LE(ends.size() - before, step);
+        ASSERT_EQ(pos, ends.back());
+      }
+      EXPECT_EQ(ends, whole) << step;
+    }
+  }
+}
+
+TEST(TokenizerBounded, SameIdsWithinTheLimitAndAPrefixBeyond) {
+  const Tokenizer t = load(make_json({"ab", "abc", "  "}, {{"a", "b"}, {"ab", "c"}, {" ", " "}}, qwen_like_added()));
+  TokenizerWorkspace ws;
+  const std::string texts[] = {"", "abc", "abc ab<|im_end|> cab abcabc \xE4\xBD\xA0 x'll 12345",
+                               std::string(5000, 'a') + " " + std::string(3000, '7') + "<|im_end|>"};
+  for (const std::string& text : texts) {
+    const Ids full = t.encode(text);
+    for (const std::size_t limit : {std::size_t{0}, std::size_t{1}, std::size_t{5},
+                                    full.size() - (full.empty() ? 0 : 1), full.size(), full.size() + 7}) {
+      Ids got;
+      const bool fits = t.encode_bounded(text, limit, got, ws);
+      EXPECT_EQ(fits, full.size() <= limit) << limit;
+      if (fits) {
+        EXPECT_EQ(got, full);
+      } else {
+        // a prefix of the full ids; past the limit by at most one piece, itself at most
+        // (room x the longest token's 3 bytes) ids
+        ASSERT_LE(got.size(), full.size());
+        EXPECT_TRUE(std::equal(got.begin(), got.end(), full.begin()));
+        EXPECT_LE(got.size(), (limit + 1) * 4);
+      }
+    }
+  }
+  // Ids already in the vector count toward the limit.
+  Ids pre(3, 0);
+  EXPECT_FALSE(t.encode_bounded("abc abc", 4, pre, ws));
+  Ids pre2(3, 0);
+  EXPECT_TRUE(t.encode_bounded("abc", 4, pre2, ws));
+  EXPECT_EQ(pre2.size(), 4u);
+}
+
+TEST(TokenizerBounded, OneHugePieceIsNotEncoded) {
+  // 4 MB of letters is one split piece; with a limit of 10 ids its length alone proves it needs
+  // more (the longest token here is 3 bytes), so it is refused without BPE, the ids vector stays
+  // empty, and the call is fast.
+  const Tokenizer t = load(make_json({"ab", "abc"}, {{"a", "b"}, {"ab", "c"}}));
+  TokenizerWorkspace ws;
+  Ids got;
+  EXPECT_FALSE(t.encode_bounded(std::string(4 << 20, 'a'), 10, got, ws));
+  EXPECT_TRUE(got.empty());
+  Ids small;
+  EXPECT_TRUE(t.encode_bounded(std::string(10, 'a'), 10, small, ws));
+  EXPECT_EQ(small, t.encode(std::string(10, 'a')));
 }
 
 }  // namespace

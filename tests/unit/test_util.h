@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Helpers shared by the unit tests: a self-deleting temporary folder and whole-file I/O.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Unit tests of src/vision (decoding and preprocessing). Pixel-exactness against
 // Pillow/transformers is checked live by tests/reference/test_vision_preprocess.py; these cover the
 // parts with published expected values (RFC 4648 vectors, the token counts quoted in docs/MODEL.md

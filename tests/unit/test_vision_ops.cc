@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Vision tower ops (ops/vision_ops.h): each optimized kernel against its scalar reference on
 // random inputs with odd shapes, plus the property that bidirectional attention of query i
 // equals the causal kernel's answer for the last query (which sees every key).

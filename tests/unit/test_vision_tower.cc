@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Vision tower (models/qwen35/vision_tower.h) on the C++ `make-model` tiny release. Parity with
 // transformers is tests/reference/test_vision_tower.py; here the structural properties:
 // images in one call are independent (attention per frame), a t = 2 clip equals two t = 1

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """transformers' own bf16 drift on the head's probabilities: the golden bound for clef's bf16 mode.
 
 Usage:

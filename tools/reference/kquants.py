@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """A K-quant quantizer of our own: fp32 rows -> ggml Q2_K, Q3_K, Q4_K, Q5_K and Q6_K blocks (PyPI
 ``gguf`` 0.19 dequantizes these types but cannot quantize them).
 

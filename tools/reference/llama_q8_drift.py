@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """llama.cpp's own Q8_0 (or K-quant) drift on the head's probabilities: its hidden states through our head.
 
 Usage:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Write a GGUF file from a Clef release folder the way llama.cpp writes one, with PyPI ``gguf`` (the
 writer llama.cpp itself uses), in either of the two layouts clef reads:
 
@@ -8,8 +9,13 @@ writer llama.cpp itself uses), in either of the two layouts clef reads:
     --layout clef    llama.cpp's Clef conversion (conversion/clef.py, architecture "clef"): the same
                      backbone under "clef." keys, no MTP, plus the head inside (ggml-org's files).
 
+Needs the reference toolkit's virtual environment, the full tier of the set-up: PyPI gguf, numpy,
+safetensors and PyTorch (torch computes A = -exp(A_log) and the bf16 rounding as the converter does).
+`bash scripts/setup.sh --dev` makes it (.venv/, ~5 GB; tools/reference/README.md); run this file with
+.venv/bin/python. The main tier (scripts/quickstart.sh) installs no Python.
+
 Usage:
-    python tools/reference/make_gguf.py --model DIR --out FILE.gguf [--layout qwen35|clef]
+    .venv/bin/python tools/reference/make_gguf.py --model DIR --out FILE.gguf [--layout qwen35|clef]
         [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]
 
 What it writes (facts read from llama.cpp 3f545becc conversion/qwen.py, conversion/clef.py,
@@ -20,7 +26,8 @@ gguf-py/gguf/constants.py and tensor_mapping.py, collected in docs/GGUF.md; no c
                attention.value_length, attention.layer_norm_rms_epsilon (f32), rope.freq_base (f32),
                rope.dimension_count, rope.dimension_sections [t, h, w, 0] (i32), ssm.conv_kernel,
                ssm.state_size (= dk), ssm.group_count (= Hk), ssm.time_step_rank (= Hv), ssm.inner_size
-               (= Hv*dv), full_attention_interval}; tokenizer.ggml.{model "gpt2", pre "qwen35", tokens
+               (= Hv*dv), full_attention_interval}; tokenizer.ggml.{model "gpt2", pre "qwen2" or "qwen35"
+               (the split regex tokenizer.json names: "qwen2" for the clef-flash release's file), tokens
                (padded with [PADn] to vocab_size), token_type (1 normal, 3 control = special added token or
                one shaped <|...|>, 4 user defined = other added token, 5 unused = padding), merges ("a b"),
                eos_token_id, padding_token_id, add_bos_token false}

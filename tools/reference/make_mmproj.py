@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Write the vision tower of a Clef release folder as a projector GGUF ("mmproj") the way llama.cpp's
 ``convert_hf_to_gguf.py --mmproj`` writes one for Qwen3.5, with PyPI ``gguf`` (the writer llama.cpp uses).
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Write a complete random-weight Clef release folder (Qwen3.5 backbone + joint schema head).
 
 Usage:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Clef reference oracle: request → tokens, spans, hidden states, head logits, SystemOne response.
 
 Usage:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Which split regex does transformers apply to a Clef release folder? (docs/TOKENIZER.md "Which split regex")
 
 Builds a folder shaped like the Cloudflare/clef-flash release (the regenerated clef-flash tokenizer.json, whose

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Golden SystemOne response bodies for requests whose answers echo request values.
 
 A response echoes four things from its request (docs/PROTOCOL.md §2.1, the reference's

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Which exp does the reference's A = -exp(A_log) use? Counts, over fp32 inputs, where torch's fp32
 exp differs from the alternatives a C++ loader could use.
 

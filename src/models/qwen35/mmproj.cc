@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "models/qwen35/mmproj.h"
 
 #include <algorithm>
@@ -6,7 +7,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "core/json_reader.h"
+#include "core/paths.h"
 
 namespace clef::qwen35 {
 namespace {

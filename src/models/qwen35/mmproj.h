@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Qwen3.5 vision tower from a projector GGUF ("mmproj"), as llama.cpp's
 // `convert_hf_to_gguf.py --mmproj` writes it for a Qwen3_5ForConditionalGeneration checkpoint
 // (projector type "qwen3vl_merger"; facts read from llama.cpp 3f545becc conversion/qwen3vl.py,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // 3-D M-RoPE position ids of a Qwen3.5 token sequence with image blocks (docs/MODEL.md §7.1,
 // §7.4): the (temporal, height, width) position streams the text backbone's full-attention
 // rotary consumes (TextModel::forward_chunk's `positions` argument).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "models/qwen35/text_model.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Qwen3.5 text backbone (docs/MODEL.md §2.1): embedding, L decoder layers (Gated DeltaNet
 // or gated full attention, each followed by a SwiGLU MLP, pre-norm with offset RMSNorm), final
 // norm. forward_chunk() runs one chunk of tokens against a carried ModelState and writes the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Qwen3.5 vision tower (`model.visual`, class Qwen3_5VisionModel; docs/MODEL.md §6):
 // patch embedding (the Conv3d as one GEMM), learned position embeddings bilinearly resampled
 // from the num_position_embeddings grid, 2-D axial rotary, `depth` pre-norm ViT blocks with

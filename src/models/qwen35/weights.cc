@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "models/qwen35/weights.h"
 
 #include "core/error.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Qwen3.5 checkpoint layout: which tensor names fill which fields, with the shape each must have
 // (docs/MODEL.md §8.1). Binding is strict: a missing or mis-shaped tensor is named with the
 // expected and actual shape, and a tensor nobody uses is an error, except the MTP block

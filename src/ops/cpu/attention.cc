@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Optimized causal GQA attention (docs/MODEL.md §3.5): flash-style blocks with an online
 // softmax, fp32 throughout. A work item is (kv head j, block of nq queries); it serves all
 // `group` query heads that read kv head j at once, so each key/value block is loaded once for
@@ -174,10 +175,11 @@ void softmax_block(float* St, std::int64_t nk, std::int64_t ncol, std::int64_t n
         hn::StoreU(hn::Add(hn::LoadU(df, l + c), e), df, l + c);
       }
       if (c < ncol) {
-        const auto k = hn::FirstN(df, static_cast<std::size_t>(ncol - c));
-        const auto e = cpu::Exp(df, hn::Sub(hn::MaskedLoad(k, df, sp + c), hn::MaskedLoad(k, df, m + c)));
-        hn::BlendedStore(e, k, df, sp + c);
-        hn::BlendedStore(hn::Add(hn::MaskedLoad(k, df, l + c), e), k, df, l + c);
+        const auto t = static_cast<std::size_t>(ncol - c);
+        const auto k = hn::FirstN(df, t);
+        const auto e = cpu::Exp(df, hn::Sub(cpu::LoadTail(k, df, sp + c, t), cpu::LoadTail(k, df, m + c, t)));
+        cpu::StoreTail(e, k, df, sp + c, t);
+        cpu::StoreTail(hn::Add(cpu::LoadTail(k, df, l + c, t), e), k, df, l + c, t);
       }
       continue;
     }

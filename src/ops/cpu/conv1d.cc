@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Optimized causal depthwise conv1d + SiLU with carried state (docs/MODEL.md §4.2), alone and as
 // the fused GDN input stage (conv + SiLU, q/k L2 norm, gates: §4.2-4.4). The taps are transposed
 // to [k, channels] so every tap is a contiguous, vectorized multiply-add over channels. The
@@ -48,12 +49,13 @@ inline void conv_row_block(const float* const* rows, const float* taps, std::int
     hn::StoreU(hn::Mul(acc, cpu::Sigmoid(d, acc)), d, out + ch);
   }
   if (ch < nc) {
-    const auto m = hn::FirstN(d, static_cast<std::size_t>(nc - ch));
+    const auto t = static_cast<std::size_t>(nc - ch);
+    const auto m = hn::FirstN(d, t);
     cpu::VF acc = hn::Zero(d);
     for (std::int64_t j = 0; j < k; ++j) {
-      acc = hn::MulAdd(hn::MaskedLoad(m, d, taps + j * ldt + ch), hn::MaskedLoad(m, d, rows[j] + ch), acc);
+      acc = hn::MulAdd(cpu::LoadTail(m, d, taps + j * ldt + ch, t), cpu::LoadTail(m, d, rows[j] + ch, t), acc);
     }
-    hn::BlendedStore(hn::Mul(acc, cpu::Sigmoid(d, acc)), m, d, out + ch);
+    cpu::StoreTail(hn::Mul(acc, cpu::Sigmoid(d, acc)), m, d, out + ch, t);
   }
 }
 }  // namespace

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Bulk dtype conversions (ops/convert.h), one copy per SIMD target (Highway foreach_target).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/cpu/convert.cc"
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/quant_blocks.h"
 #include "ops/convert.h"
 #include "ops/isa.h"
 #include "ops/cpu/vmath-inl.h"
@@ -48,6 +50,9 @@ void F32ToBf16Impl(const float* src, std::int64_t n, std::uint16_t* dst) {
 
 void RoundToBf16Impl(const float* src, std::int64_t n, float* dst) { cpu::round_to_bf16(src, n, dst); }
 
+/// The target this copy of the file was compiled for (ops/isa.h dispatched_hwy_target).
+const char* DispatchedTargetImpl() { return hwy::TargetName(HWY_TARGET); }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace clef::ops
 HWY_AFTER_NAMESPACE();
@@ -57,6 +62,9 @@ namespace clef::ops {
 HWY_EXPORT(Bf16ToF32Impl);
 HWY_EXPORT(F32ToBf16Impl);
 HWY_EXPORT(RoundToBf16Impl);
+HWY_EXPORT(DispatchedTargetImpl);
+
+const char* dispatched_hwy_target() { return CLEF_DISPATCH(DispatchedTargetImpl)(); }
 
 void bf16_to_f32_n(const std::uint16_t* src, std::int64_t n, float* dst) {
   if (n > 0) CLEF_DISPATCH(Bf16ToF32Impl)(src, n, dst);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Optimized CPU elementwise, norm, gate and rotary ops (contracts in ops/ops.h), compiled once
 // per SIMD target (Highway foreach_target; the level is chosen at run time, ops/isa.h). Plain loops
 // here are vectorized by the compiler for each target; exp/sigmoid/SiLU use vmath-inl.h.
@@ -12,20 +13,19 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/quant_blocks.h"
 #include "ops/cpu/vmath-inl.h"
 #include "ops/convert.h"
 #include "ops/int8_gemm.h"
 #include "ops/isa.h"
 #include "ops/ops.h"
+#include "ops/parallel.h"
 #include "ops/rope_freq.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace clef::ops {
 namespace HWY_NAMESPACE {
 namespace cpu = ::clef::ops::cpu::HWY_NAMESPACE;
-
-// Below this many elements a loop stays on one thread (fork/join costs a few microseconds).
-constexpr std::int64_t kParallelMin = 1 << 15;
 
 void RmsNormOffsetImpl(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps, float* y) {
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
@@ -141,10 +141,6 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace clef::ops {
-namespace {
-constexpr std::int64_t kParallelMin = 1 << 15;
-}  // namespace
-
 HWY_EXPORT(RmsNormOffsetImpl);
 HWY_EXPORT(GatedRmsNormImpl);
 HWY_EXPORT(SiluMulImpl);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Optimized gated delta rule: the chunked form of docs/MODEL.md §4.6 with chunk C = 64,
 // parallel over value heads (each head walks its chunks in order). Per chunk and head, with S the
 // state entering the chunk ([dk, dv], fp32) and local index i = 0..C-1:
@@ -107,13 +108,21 @@ inline void invert_unit_lower(std::int64_t C, const float* A, float* T) {
     const float* ai = A + i * C;
     std::int64_t c0 = 0;
     for (; c0 <= i && c0 < kChunk; c0 += W) {
-      V acc[4] = {zero, zero, zero, zero};
+      // Four named accumulators, not an array: SVE's vectors are sizeless types, which cannot be
+      // array elements (docs/ARM64.md).
+      V acc0 = zero, acc1 = zero, acc2 = zero, acc3 = zero;
       for (std::int64_t j = c0; j < i; ++j) {
         const V s = hn::Set(df, -ai[j]);
         const float* tj = T + j * kChunk + c0;
-        for (int v = 0; v < 4; ++v) acc[v] = hn::Add(acc[v], hn::Mul(s, hn::LoadU(df, tj + v * N)));
+        acc0 = hn::Add(acc0, hn::Mul(s, hn::LoadU(df, tj)));
+        acc1 = hn::Add(acc1, hn::Mul(s, hn::LoadU(df, tj + N)));
+        acc2 = hn::Add(acc2, hn::Mul(s, hn::LoadU(df, tj + 2 * N)));
+        acc3 = hn::Add(acc3, hn::Mul(s, hn::LoadU(df, tj + 3 * N)));
       }
-      for (int v = 0; v < 4; ++v) hn::StoreU(acc[v], df, ti + c0 + v * N);
+      hn::StoreU(acc0, df, ti + c0);
+      hn::StoreU(acc1, df, ti + c0 + N);
+      hn::StoreU(acc2, df, ti + c0 + 2 * N);
+      hn::StoreU(acc3, df, ti + c0 + 3 * N);
     }
     ti[i] += 1.0f;  // e_i: the diagonal entry had only +0 added
     for (; c0 < kChunk; c0 += W) {

@@ -1,5 +1,6 @@
+// SPDX-License-Identifier: MIT
 // CPU kernels of the joint head's ops (contracts in ops/head_ops.h), compiled once per SIMD target
-// (Highway foreach_target, ops/isa.h) with -ffp-contract=off (src/ops/sources.cmake): the 16-lane
+// (Highway foreach_target, ops/isa.h) with -ffp-contract=off (src/ops/CMakeLists.txt): the 16-lane
 // dot keeps its 16 partial sums in 16 / N vectors of N lanes, so every target adds the same
 // products in the same order and returns the baseline's bits.
 #undef HWY_TARGET_INCLUDE
@@ -14,6 +15,7 @@
 #include "ops/cpu/vmath-inl.h"
 #include "ops/head_ops.h"
 #include "ops/isa.h"
+#include "ops/parallel.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace clef::ops {
@@ -21,7 +23,6 @@ namespace HWY_NAMESPACE {
 namespace cpu = ::clef::ops::cpu::HWY_NAMESPACE;
 namespace hn = hwy::HWY_NAMESPACE;
 
-constexpr std::int64_t kParallelMin = 1 << 15;
 /// Lanes of dot16's partial sums, and the vectors of this target that hold them.
 constexpr std::int64_t kDotLanes = 16;
 constexpr std::int64_t kVecLanes = static_cast<std::int64_t>(hn::MaxLanes(cpu::DF()));

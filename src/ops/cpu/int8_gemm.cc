@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // int8 (Q8_0) linear layers: packing, activation quantization and the kernels of ops/int8_gemm.h.
 //
 // Register tiles: a micro-kernel keeps MR rows × (16 · NP) columns of int32 block sums in registers
@@ -29,6 +30,7 @@
 #endif
 
 #include "core/error.h"
+#include "core/quant_blocks.h"
 #include "ops/int8_gemm.h"
 #include "ops/isa.h"
 #include "ops/profile.h"
@@ -175,6 +177,11 @@ bool cpu_has(Int8Kernel k) {
 }
 
 Int8Kernel kernel_for_level(IsaLevel level) {
+#if defined(__aarch64__)
+  // ARM64: the portable kernel at every level for now (ops/isa.h; the same bits as every kernel).
+  (void)level;
+  return Int8Kernel::kScalar;
+#else
   switch (level) {
     case IsaLevel::kBaseline: return Int8Kernel::kScalar;
     case IsaLevel::kAvx2:
@@ -187,6 +194,7 @@ Int8Kernel kernel_for_level(IsaLevel level) {
       return cpu_has(Int8Kernel::kAvx2) ? Int8Kernel::kAvx2 : Int8Kernel::kScalar;
   }
   return Int8Kernel::kScalar;
+#endif
 }
 
 Int8Kernel choose_kernel() {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Small row-major GEMMs for the in-cache products of the GDN chunk and the attention blocks
 // (shapes like 64 x 128 x 128), one copy per SIMD target (Highway multi-target "-inl" header).
 // Internal to src/ops/cpu; large GEMMs go to ops/gemm.h.
@@ -40,6 +41,79 @@ namespace hn = hwy::HWY_NAMESPACE;
 /// accumulators + 4 B vectors + 1 broadcast = 29), 2 where it has 16 (AVX2: 6 x 2 + 2 + 1 = 15).
 constexpr int kPanelVectors = HWY_MAX_BYTES >= 64 ? 4 : 2;
 
+#if (HWY_TARGET & (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)) != 0
+/// The write-back of one accumulator vector of micro_tile (the sizeless-vector form below): the
+/// operations of the array form's write-back, in its order.
+template <class M>
+HWY_INLINE void store_tile_vector(VF acc, VF al, M mv, std::size_t count, float* cr, const float* cs, bool accumulate) {
+  const DF d;
+  VF x;
+  if (cs != nullptr) {
+    const VF old = hn::Mul(LoadTail(mv, d, cr, count), LoadTail(mv, d, cs, count));
+    x = hn::MulAdd(acc, al, old);
+  } else {
+    x = hn::Mul(acc, al);
+    if (accumulate) x = hn::Add(x, LoadTail(mv, d, cr, count));
+  }
+  StoreTail(x, mv, d, cr, count);
+}
+
+/// micro_tile on SVE: its vectors are sizeless types (the ACLE's svfloat32_t), which cannot be
+/// array elements, so the tile (at most 6 rows x 2 vectors: kPanelVectors is 2 at 128 and 256
+/// bits) is held in named accumulators. Per element the same operations in the same order as the
+/// array form below.
+template <int MR, int NV, bool TA>
+HWY_INLINE void micro_tile(std::int64_t k, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                           std::int64_t ldc, std::int64_t ncols, float alpha, bool accumulate, const float* cscale) {
+  static_assert(MR >= 1 && MR <= 6 && NV >= 1 && NV <= 2, "a sizeless-vector tile is at most 6 x 2 vectors");
+  const DF d;
+  const std::int64_t N = lanes();
+  const std::int64_t last = ncols - (NV - 1) * N;  // lanes of the last vector, 1..N
+  const auto tail = static_cast<std::size_t>(last);
+  const auto ml = hn::FirstN(d, tail);
+  const bool full = last == N;
+  VF c00 = hn::Zero(d), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  VF c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  for (std::int64_t p = 0; p < k; ++p) {
+    const float* bp = b + p * ldb;
+    const VF b0 = NV > 1 || full ? hn::LoadU(d, bp) : LoadTail(ml, d, bp, tail);
+    const VF b1 = NV == 1 ? b0 : full ? hn::LoadU(d, bp + N) : LoadTail(ml, d, bp + N, tail);
+#define CLEF_TILE_ROW(r)                                            \
+  if constexpr (r < MR) {                                           \
+    const VF av = hn::Set(d, TA ? a[p * lda + r] : a[r * lda + p]); \
+    c##r##0 = hn::MulAdd(av, b0, c##r##0);                          \
+    if constexpr (NV > 1) c##r##1 = hn::MulAdd(av, b1, c##r##1);    \
+  }
+    CLEF_TILE_ROW(0)
+    CLEF_TILE_ROW(1)
+    CLEF_TILE_ROW(2)
+    CLEF_TILE_ROW(3)
+    CLEF_TILE_ROW(4)
+    CLEF_TILE_ROW(5)
+#undef CLEF_TILE_ROW
+  }
+  const VF al = hn::Set(d, alpha);
+  const auto all = hn::FirstN(d, static_cast<std::size_t>(N));
+  const auto cs = [&](std::int64_t v) { return cscale == nullptr ? nullptr : cscale + v * N; };
+#define CLEF_TILE_STORE(r)                                                                     \
+  if constexpr (r < MR) {                                                                      \
+    float* cr = c + r * ldc;                                                                   \
+    if constexpr (NV > 1) {                                                                    \
+      store_tile_vector(c##r##0, al, all, static_cast<std::size_t>(N), cr, cs(0), accumulate); \
+      store_tile_vector(c##r##1, al, ml, tail, cr + N, cs(1), accumulate);                     \
+    } else {                                                                                   \
+      store_tile_vector(c##r##0, al, ml, tail, cr, cs(0), accumulate);                         \
+    }                                                                                          \
+  }
+  CLEF_TILE_STORE(0)
+  CLEF_TILE_STORE(1)
+  CLEF_TILE_STORE(2)
+  CLEF_TILE_STORE(3)
+  CLEF_TILE_STORE(4)
+  CLEF_TILE_STORE(5)
+#undef CLEF_TILE_STORE
+}
+#else
 /// One register tile: C rows [0, MR) x columns [0, NV lanes) (the last vector masked to `ncols`,
 /// (NV - 1) lanes < ncols <= NV lanes). The loops over r and v unroll at compile time, so the
 /// accumulators stay in registers. Each element's sum runs over p in order with one FMA per
@@ -50,7 +124,8 @@ HWY_INLINE void micro_tile(std::int64_t k, const float* a, std::int64_t lda, con
   const DF d;
   const std::int64_t N = lanes();
   const std::int64_t last = ncols - (NV - 1) * N;  // lanes of the last vector, 1..N
-  const auto ml = hn::FirstN(d, static_cast<std::size_t>(last));
+  const auto tail = static_cast<std::size_t>(last);
+  const auto ml = hn::FirstN(d, tail);
   const bool full = last == N;
   VF acc[static_cast<std::size_t>(MR)][static_cast<std::size_t>(NV)];
 #pragma GCC unroll 8
@@ -63,7 +138,7 @@ HWY_INLINE void micro_tile(std::int64_t k, const float* a, std::int64_t lda, con
     VF bv[static_cast<std::size_t>(NV)];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      bv[v] = v + 1 < NV || full ? hn::LoadU(d, bp + v * N) : hn::MaskedLoad(ml, d, bp + v * N);
+      bv[v] = v + 1 < NV || full ? hn::LoadU(d, bp + v * N) : LoadTail(ml, d, bp + v * N, tail);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
@@ -80,21 +155,23 @@ HWY_INLINE void micro_tile(std::int64_t k, const float* a, std::int64_t lda, con
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       const auto mv = v + 1 < NV ? all : ml;
+      const std::size_t count = v + 1 < NV ? static_cast<std::size_t>(N) : tail;
       VF x;
       if (cscale != nullptr) {
         // acc * alpha + round(C * cscale): written as one MulAdd so that the compiler's FMA
         // contraction cannot fuse the C * cscale product instead (with alpha = 1 these are the bits
         // of rescaling C in its own pass and then adding the product).
-        const VF old = hn::Mul(hn::MaskedLoad(mv, d, cr + v * N), hn::MaskedLoad(mv, d, cscale + v * N));
+        const VF old = hn::Mul(LoadTail(mv, d, cr + v * N, count), LoadTail(mv, d, cscale + v * N, count));
         x = hn::MulAdd(acc[r][v], al, old);
       } else {
         x = hn::Mul(acc[r][v], al);
-        if (accumulate) x = hn::Add(x, hn::MaskedLoad(mv, d, cr + v * N));
+        if (accumulate) x = hn::Add(x, LoadTail(mv, d, cr + v * N, count));
       }
-      hn::BlendedStore(x, mv, d, cr + v * N);
+      StoreTail(x, mv, d, cr + v * N, count);
     }
   }
 }
+#endif  // sizeless vectors
 
 /// Rows [0, m) of one column panel of nc <= NV lanes columns: 6-row tiles, then one tile of the
 /// m % 6 remaining rows.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Measured arithmetic peak of the level in use (ops/peak.h), one copy per SIMD target (Highway).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/cpu/peak.cc"
@@ -87,7 +88,9 @@ PeakGflops measure_peak_gflops(int threads, int repeats, std::int64_t iters) {
     p.fp32 = std::max(p.fp32, CLEF_DISPATCH(PeakFp32Impl)(threads, iters));
     p.bf16 = std::max(p.bf16, CLEF_DISPATCH(PeakBf16Impl)(threads, iters));
   }
+#if defined(__x86_64__)
   p.bf16_dot = active_isa() == IsaLevel::kAvx512Bf16;
+#endif
   return p;
 }
 }  // namespace clef::ops

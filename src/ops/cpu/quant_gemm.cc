@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Block-quantized (Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1) linear layers: repacking, kernel
 // selection and the kernels of ops/quant_gemm.h.
 //
@@ -209,10 +210,14 @@ std::vector<QuantKernel> quant_kernels_supported() {
 }
 
 QuantKernel active_quant_kernel() {
+#if defined(__aarch64__)
+  return QuantKernel::kScalar;  // ARM64: the portable kernel at every level for now (ops/isa.h)
+#else
   const IsaLevel level = active_isa();
   if (level >= IsaLevel::kAvx512 && cpu_has(QuantKernel::kAvx512)) return QuantKernel::kAvx512;
   if (level >= IsaLevel::kAvx2 && cpu_has(QuantKernel::kAvx2)) return QuantKernel::kAvx2;
   return QuantKernel::kScalar;
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------

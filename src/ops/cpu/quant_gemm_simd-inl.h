@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SIMD kernels of the block-quantized linear layer (ops/quant_gemm.h), written once for 256- and
 // 512-bit vectors: cpu/quant_gemm.cc includes this file twice, with
 //   QG_NS      the namespace of this copy (avx2 / avx512),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Internal to the block-quantized linear layer (ops/quant_gemm.h): the packed record layout of
 // each type, and the per-panel buffer the kernels unpack a panel into.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Optimized CPU kernels of the vision tower's LayerNorm, bias add and GELUs (contracts in
 // ops/vision_ops.h). attention_full lives with the causal kernel in cpu/attention.cc. Compiled
 // once per SIMD target (Highway foreach_target, ops/isa.h).
@@ -11,6 +12,7 @@
 
 #include "ops/cpu/vmath-inl.h"
 #include "ops/isa.h"
+#include "ops/parallel.h"
 #include "ops/vision_ops.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -18,8 +20,6 @@ namespace clef::ops {
 namespace HWY_NAMESPACE {
 namespace cpu = ::clef::ops::cpu::HWY_NAMESPACE;
 namespace hn = hwy::HWY_NAMESPACE;
-
-constexpr std::int64_t kParallelMin = 1 << 15;
 
 /// tanh-GELU of one value, the formula PyTorch's scalar path evaluates.
 inline float gelu_tanh1(float x) {
@@ -78,8 +78,9 @@ void GeluTanhImpl(const float* x, std::int64_t n, float* y) {
     }
     for (; i + N <= end; i += N) hn::StoreU(gelu_tanh_v(d, hn::LoadU(d, x + i)), d, y + i);
     if (i < end) {
-      const auto k = hn::FirstN(d, static_cast<std::size_t>(end - i));
-      hn::BlendedStore(gelu_tanh_v(d, hn::MaskedLoad(k, d, x + i)), k, d, y + i);
+      const auto t = static_cast<std::size_t>(end - i);
+      const auto k = hn::FirstN(d, t);
+      cpu::StoreTail(gelu_tanh_v(d, cpu::LoadTail(k, d, x + i, t)), k, d, y + i, t);
     }
   }
 }

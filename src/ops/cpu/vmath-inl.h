@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Vectorized transcendental helpers for the CPU kernels, one copy per SIMD target (Google Highway
 // multi-target "-inl" header: include it after hwy/highway.h inside a foreach_target TU; see
 // ops/isa.h). Internal to src/ops/cpu.
@@ -17,7 +18,9 @@
 #endif
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "hwy/highway.h"
 
@@ -31,6 +34,40 @@ using VF = hn::Vec<DF>;
 
 /// Lanes of one float vector on this target (1 scalar, 4 SSE4/NEON, 8 AVX2, 16 AVX-512).
 HWY_INLINE std::int64_t lanes() { return static_cast<std::int64_t>(hn::Lanes(DF())); }
+
+// Vector tails: the first `count` lanes of a vector (m = FirstN(d, count), count <= Lanes(d)) are
+// read or written, and no byte past them is touched (a tail may end a buffer or meet another
+// thread's row). On x86 (AVX2, AVX-512) and SVE these are Highway's masked loads and stores, which
+// honour the mask in memory. Highway 1.0.3's NEON MaskedLoad / BlendedStore load and store the
+// whole 16-byte vector, so on NEON the lanes go through a stack copy instead (docs/ARM64.md).
+
+/// Lanes [0, count) from p, zero above: MaskedLoad(m, d, p) that reads only count elements.
+template <class D, class M>
+HWY_INLINE hn::VFromD<D> LoadTail(M m, D d, const hn::TFromD<D>* p, std::size_t count) {
+#if HWY_TARGET == HWY_NEON
+  (void)m;
+  alignas(16) hn::TFromD<D> buf[16 / sizeof(hn::TFromD<D>)] = {};
+  std::memcpy(buf, p, count * sizeof(hn::TFromD<D>));
+  return hn::Load(d, buf);
+#else
+  (void)count;
+  return hn::MaskedLoad(m, d, p);
+#endif
+}
+
+/// Lanes [0, count) of v to p: BlendedStore(v, m, d, p) that writes only count elements.
+template <class D, class M>
+HWY_INLINE void StoreTail(hn::VFromD<D> v, M m, D d, hn::TFromD<D>* p, std::size_t count) {
+#if HWY_TARGET == HWY_NEON
+  (void)m;
+  alignas(16) hn::TFromD<D> buf[16 / sizeof(hn::TFromD<D>)];
+  hn::Store(v, d, buf);
+  std::memcpy(p, buf, count * sizeof(hn::TFromD<D>));
+#else
+  (void)count;
+  hn::BlendedStore(v, m, d, p);
+#endif
+}
 
 /// e^x per lane (inputs clamped to [-104, 88.7]: below underflows to 0, above stays finite).
 HWY_INLINE VF Exp(DF d, VF x) {
@@ -73,10 +110,11 @@ HWY_INLINE void sigmoid_times(const float* x, const float* m, float* y, std::int
     hn::StoreU(s, d, y + i);
   }
   if (i < n) {
-    const auto k = hn::FirstN(d, static_cast<std::size_t>(n - i));
-    VF s = Sigmoid(d, hn::MaskedLoad(k, d, x + i));
-    if (m != nullptr) s = hn::Mul(s, hn::MaskedLoad(k, d, m + i));
-    hn::BlendedStore(s, k, d, y + i);
+    const auto t = static_cast<std::size_t>(n - i);
+    const auto k = hn::FirstN(d, t);
+    VF s = Sigmoid(d, LoadTail(k, d, x + i, t));
+    if (m != nullptr) s = hn::Mul(s, LoadTail(k, d, m + i, t));
+    StoreTail(s, k, d, y + i, t);
   }
 }
 
@@ -92,11 +130,12 @@ HWY_INLINE void silu_times(const float* x, const float* m, float* y, std::int64_
     hn::StoreU(s, d, y + i);
   }
   if (i < n) {
-    const auto k = hn::FirstN(d, static_cast<std::size_t>(n - i));
-    const VF v = hn::MaskedLoad(k, d, x + i);
+    const auto t = static_cast<std::size_t>(n - i);
+    const auto k = hn::FirstN(d, t);
+    const VF v = LoadTail(k, d, x + i, t);
     VF s = hn::Mul(v, Sigmoid(d, v));
-    if (m != nullptr) s = hn::Mul(s, hn::MaskedLoad(k, d, m + i));
-    hn::BlendedStore(s, k, d, y + i);
+    if (m != nullptr) s = hn::Mul(s, LoadTail(k, d, m + i, t));
+    StoreTail(s, k, d, y + i, t);
   }
 }
 
@@ -107,8 +146,9 @@ HWY_INLINE void exp_n(const float* x, float* y, std::int64_t n) {
   std::int64_t i = 0;
   for (; i + N <= n; i += N) hn::StoreU(Exp(d, hn::LoadU(d, x + i)), d, y + i);
   if (i < n) {
-    const auto k = hn::FirstN(d, static_cast<std::size_t>(n - i));
-    hn::BlendedStore(Exp(d, hn::MaskedLoad(k, d, x + i)), k, d, y + i);
+    const auto t = static_cast<std::size_t>(n - i);
+    const auto k = hn::FirstN(d, t);
+    StoreTail(Exp(d, LoadTail(k, d, x + i, t)), k, d, y + i, t);
   }
 }
 
@@ -157,8 +197,9 @@ HWY_INLINE void round_to_bf16(const float* src, std::int64_t n, float* dst) {
   std::int64_t i = 0;
   for (; i + N <= n; i += N) hn::StoreU(round(hn::LoadU(d, src + i)), d, dst + i);
   if (i < n) {
-    const auto k = hn::FirstN(d, static_cast<std::size_t>(n - i));
-    hn::BlendedStore(round(hn::MaskedLoad(k, d, src + i)), k, d, dst + i);
+    const auto t = static_cast<std::size_t>(n - i);
+    const auto k = hn::FirstN(d, t);
+    StoreTail(round(LoadTail(k, d, src + i, t)), k, d, dst + i, t);
   }
 }
 

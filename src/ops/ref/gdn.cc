@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Scalar references of the gated delta rule (docs/MODEL.md §4.5, §4.6).
 #include <cmath>
 #include <string>

@@ -1,7 +1,9 @@
+// SPDX-License-Identifier: MIT
 // Scalar reference of linear(): y = x W^T with double accumulation.
 #include <vector>
 
 #include "core/error.h"
+#include "core/quant_blocks.h"
 #include "ops/gemm.h"
 
 namespace clef::ops::ref {

@@ -1,6 +1,7 @@
+// SPDX-License-Identifier: MIT
 // Scalar oracles of the joint head's ops (ops/head_ops.h): each contract's summation order written
 // as a plain loop, one element at a time, no tiling, blocking or threads. Compiled with
-// -ffp-contract=off like the kernels (src/ops/sources.cmake). Test oracles; never optimize.
+// -ffp-contract=off like the kernels (src/ops/CMakeLists.txt). Test oracles; never optimize.
 #include <algorithm>
 #include <cmath>
 #include <vector>

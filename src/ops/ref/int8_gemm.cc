@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Scalar oracle of the int8 (Q8_0) linear layer: ops/int8_gemm.h gives the expression.
 #include <cmath>
 #include <cstring>

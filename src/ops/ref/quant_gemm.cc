@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ggml block decoding and the scalar oracle of the block-quantized linear layer
 // (ops/quant_gemm.h gives the expression; docs/NUMERICS.md "Block-quantized weights" the layouts).
 //

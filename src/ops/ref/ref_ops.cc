@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Scalar reference implementations of the backbone's elementwise, norm, conv, gate, rotary and
 // attention ops (docs/MODEL.md §2-§7). Slow and obvious on purpose: each function is the
 // formula of the spec written out, with double accumulation where a sum is taken. These are the
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/quant_blocks.h"
 #include "ops/ops.h"
 #include "ops/rope_freq.h"
 

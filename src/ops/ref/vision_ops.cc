@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Scalar references of the vision tower ops (ops/vision_ops.h): the formulas of
 // docs/MODEL.md §6.6-§6.7 written out with double accumulation. Test oracles; never optimize.
 #include <algorithm>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Joint schema head (docs/PROTOCOL.md §4), written from the §4.4 formulas.
 
 Module/parameter names follow §4.2 so that ``state_dict()`` of :class:`JointSchemaHead` is exactly the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Model presets for random-weight Clef release folders (docs/MODEL.md §1.1, §1.3; docs/PROTOCOL.md §4.1)."""
 
 from __future__ import annotations

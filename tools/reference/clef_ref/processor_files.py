@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The image-processor files of a release folder (docs/COMPATIBILITY.md "The real release folder, file by file").
 
 The Cloudflare/clef-flash release ships no ``preprocessor_config.json``; its image settings are the

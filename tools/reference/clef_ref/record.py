@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """``encode_record``: SystemOne request → token ids and spans (docs/PROTOCOL.md §3.1-§3.5).
 
 Every piece is tokenized separately with ``tokenizers.Tokenizer`` ``encode(piece,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """``render(value)``: the text form of a JSON value inside a Clef prompt (docs/PROTOCOL.md §3.3).
 
 Python's ``json`` module is the definition: strings are used verbatim, every other value is

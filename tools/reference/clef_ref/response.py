@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Per-question softmax and the SystemOne response body (docs/PROTOCOL.md §2.1)."""
 
 from __future__ import annotations

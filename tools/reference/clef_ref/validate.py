@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Request validation (docs/PROTOCOL.md §5.3, §1.2, §1.3).
 
 Two levels:

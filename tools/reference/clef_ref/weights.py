@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Seeded random values for backbone and head tensors (documented init scheme).
 
 Every tensor gets its own NumPy ``Generator`` (PCG64) seeded from sha256("<seed>/<name>"), so values do

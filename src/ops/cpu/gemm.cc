@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: MIT
+// The library-independent part of ops/gemm.h: weights prepared per precision, linear() and
+// linear_shared() routing each weight to its path (int8, block-quantized, bf16 matmul, fp32 matmul),
+// and the bf16 fallback. The matrix products themselves go to the GEMM library of the architecture
+// (cpu/gemm_backend.h: oneDNN on x86-64, OpenBLAS on ARM64).
+//
+// bf16 where the library has no bf16 matmul (Debian's oneDNN 2.6 below AVX-512, a level capped by
+// CLEF_ISA, and OpenBLAS, which Debian builds without its bf16 GEMM): the same numerics contract
+// through the fp32 matmul. The activations are rounded to bf16 values (kept as fp32) and the bf16
+// weights widened to fp32 (exact), so every product is the exact product of two bf16 values and the
+// sums are fp32, as in oneDNN's bf16 kernel; only the summation order differs. The widened weight
+// goes to per-call scratch, as in the fp32 mode.
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "core/quant_blocks.h"
+#include "ops/convert.h"
+#include "ops/cpu/gemm_backend.h"
+#include "ops/gemm.h"
+#include "ops/isa.h"
+#include "ops/profile.h"
+
+namespace clef::ops {
+namespace {
+
+std::atomic<bool> g_fp32_resident{false};
+
+/// Grows a thread-local scratch buffer to `n` elements and returns it.
+template <typename T>
+T* scratch(std::vector<T>& buf, std::size_t n) {
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+void widen_to_f32(DType dtype, const void* src, std::int64_t rows, std::int64_t cols, float* dst) {
+  const auto* bytes = static_cast<const std::byte*>(src);
+  const std::size_t es = dtype_size(dtype);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::size_t off = static_cast<std::size_t>(r * cols);
+    widen_to_f32_n(dtype, bytes + off * es, cols, dst + off);
+  }
+}
+
+/// Splits [0, total) into blocks over the engine's threads.
+template <typename Fn>
+void parallel_blocks(std::int64_t total, Fn&& fn) {
+  constexpr std::int64_t kBlock = 1 << 14;
+  const std::int64_t blocks = (total + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t s = b * kBlock;
+    fn(s, std::min(kBlock, total - s));
+  }
+}
+
+}  // namespace
+
+void set_fp32_resident_weights(bool resident) noexcept { g_fp32_resident.store(resident); }
+bool fp32_resident_weights() noexcept { return g_fp32_resident.load(); }
+
+const char* precision_name(Precision p) noexcept {
+  switch (p) {
+    case Precision::kBF16: return "bf16";
+    case Precision::kInt8: return "int8";
+    case Precision::kF32: break;
+  }
+  return "fp32";
+}
+
+std::optional<Precision> precision_from_name(std::string_view s) noexcept {
+  if (s == "fp32" || s == "f32" || s == "float32") return Precision::kF32;
+  if (s == "bf16" || s == "bfloat16") return Precision::kBF16;
+  if (s == "int8" || s == "q8_0") return Precision::kInt8;
+  return std::nullopt;
+}
+
+GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64_t k, Precision p)
+    : dtype_(dtype), data_(data), n_(n), k_(k), precision_(p) {
+  if (n <= 0 || k <= 0 || data == nullptr) {
+    throw InvalidArgument("GemmWeight: bad shape [" + std::to_string(n) + ", " + std::to_string(k) + "]");
+  }
+  if (const auto qt = quant_type_of(dtype)) {
+    // A block-quantized weight chooses its own path whatever the precision: no wider copy is made.
+    quant_ = std::make_unique<QuantWeight>(QuantWeight::from_blocks(*qt, data, n, k));
+    (void)MappedFile::drop_pages(data, static_cast<std::size_t>(dtype_bytes(dtype, static_cast<std::uint64_t>(n * k))));
+    return;
+  }
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16 && dtype != DType::kQ8_0) {
+    throw Unsupported(std::string("GemmWeight: weights of dtype ") + std::string(dtype_name(dtype)) +
+                      " are not supported (F32, BF16, F16; Q8_0 in int8 precision; Q4_K, Q5_K, Q6_K, Q4_0, "
+                      "Q4_1, Q5_0, Q5_1)");
+  }
+  if (p == Precision::kInt8 || dtype == DType::kQ8_0) {
+    // Q8_0 blocks run on the int8 kernels at every precision, as the other block types run on theirs.
+    int8_ = std::make_unique<Int8Weight>(dtype == DType::kQ8_0 ? Int8Weight::from_q8_0(data, n, k)
+                                                               : Int8Weight::quantize(dtype, data, n, k));
+    (void)MappedFile::drop_pages(data, static_cast<std::size_t>(dtype_bytes(dtype, static_cast<std::uint64_t>(n * k))));
+    return;
+  }
+  const auto addr = reinterpret_cast<std::uintptr_t>(data);
+  if (p == Precision::kBF16) {
+    if (dtype == DType::kBF16 && addr % alignof(std::uint16_t) == 0) {
+      operand_ = data;
+    } else {
+      const std::size_t count = static_cast<std::size_t>(n * k);
+      owned_.resize(count);
+      std::vector<float> row(static_cast<std::size_t>(k));
+      const auto* bytes = static_cast<const std::byte*>(data);
+      const std::size_t es = dtype_size(dtype);
+      for (std::int64_t r = 0; r < n; ++r) {
+        const std::size_t off = static_cast<std::size_t>(r * k);
+        convert_to_f32(dtype, bytes + off * es, row.size(), row.data());
+        for (std::size_t c = 0; c < row.size(); ++c) owned_[off + c] = f32_to_bf16(row[c]);
+      }
+      operand_ = owned_.data();
+    }
+  } else if (dtype == DType::kF32 && addr % alignof(float) == 0) {
+    operand_ = data;
+  } else if (fp32_resident_weights()) {
+    fp32_copy_ = std::make_unique<Fp32Copy>();  // made by the first linear() (resident_f32)
+  }
+}
+
+std::size_t GemmWeight::owned_bytes() const noexcept {
+  std::size_t bytes = owned_.size() * sizeof(std::uint16_t);
+  if (int8_) bytes += int8_->bytes();
+  if (quant_) bytes += quant_->bytes();
+  if (fp32_copy_ && fp32_copy_->made.load()) bytes += static_cast<std::size_t>(n_ * k_) * sizeof(float);
+  return bytes;
+}
+
+const float* GemmWeight::resident_f32() const {
+  if (!fp32_copy_) return nullptr;
+  Fp32Copy& c = *fp32_copy_;
+  std::call_once(c.once, [&] {
+    c.data.reset(new float[static_cast<std::size_t>(n_ * k_)]);
+    widen_to_f32(dtype_, data_, n_, k_, c.data.get());
+    c.made.store(true);
+  });
+  return c.data.get();
+}
+
+/// Rows of W widened per panel when the weight is not stored in the dtype the matmul reads:
+/// about 2 MiB of fp32, so the widened panel stays in L2/L3 between its conversion and its GEMM
+/// instead of making a round trip through DRAM (a whole widened weight would: 8 extra bytes of
+/// traffic per parameter and call). A multiple of 16 rows, at least 16.
+std::int64_t widen_panel_rows(std::int64_t n, std::int64_t k) {
+  constexpr std::int64_t kPanelBytes = std::int64_t{2} << 20;
+  std::int64_t rows = kPanelBytes / (4 * k) / 16 * 16;
+  rows = std::max<std::int64_t>(16, rows);
+  return std::min(rows, n);
+}
+
+namespace {
+/// linear() for the weights with nothing to share between outputs: block-quantized weights
+/// (quant_linear quantizes x its own way per type), fp32 weights, and bf16 where the library has
+/// no bf16 matmul (x rounded to bf16 values through the fp32 matmul). int8 weights and oneDNN's
+/// bf16 matmul are linear_shared's own branches.
+void linear_unshared(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate) {
+  if (w.quant() != nullptr) {
+    quant_linear(x, m, *w.quant(), y, accumulate);
+    return;
+  }
+  const std::int64_t n = w.n(), k = w.k();
+  thread_local std::vector<float> wide, xr;
+  const bool bf16 = w.precision() == Precision::kBF16;
+  const float* xptr = x;
+  if (bf16) {  // no bf16 matmul here: bf16 values through the fp32 matmul (file comment)
+    CLEF_PROF_SCOPE(">linear.x_to_bf16");
+    float* buf = scratch(xr, static_cast<std::size_t>(m * k));
+    parallel_blocks(m * k, [&](std::int64_t s, std::int64_t len) { round_to_bf16_n(x + s, len, buf + s); });
+    xptr = buf;
+  }
+  const void* fp32_operand = bf16 ? nullptr : w.operand() != nullptr ? w.operand() : w.resident_f32();
+  if (fp32_operand != nullptr) {  // fp32 weight in place, or its resident fp32 copy
+    gemm_backend::matmul_f32(m, n, k, xptr, static_cast<const float*>(fp32_operand), y, n, accumulate);
+    return;
+  }
+  // Widen W to fp32 panel by panel: the stored weight (fp32 mode) or the bf16 operand (bf16 on a
+  // level without a bf16 matmul), then y[:, j0:j0+rows] (+)= x · W[j0:j0+rows]ᵀ.
+  const DType src_t = bf16 ? DType::kBF16 : w.stored_dtype();
+  const auto* src = static_cast<const std::byte*>(bf16 ? w.operand() : w.stored_data());
+  const std::size_t es = dtype_size(src_t);
+  const std::int64_t rows = widen_panel_rows(n, k);
+  float* buf = scratch(wide, static_cast<std::size_t>(rows * k));
+  for (std::int64_t j0 = 0; j0 < n; j0 += rows) {
+    const std::int64_t nr = std::min(rows, n - j0);
+    {
+      CLEF_PROF_SCOPE(">linear.widen_weight");
+      widen_to_f32(src_t, src + static_cast<std::size_t>(j0 * k) * es, nr, k, buf);
+    }
+    gemm_backend::matmul_f32(m, nr, k, xptr, buf, y + j0, n, accumulate);
+  }
+}
+
+}  // namespace
+
+void linear(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate) {
+  if (!w.valid() || m <= 0) throw InvalidArgument("linear: empty weight or m <= 0");
+  const LinearOut out{&w, y, accumulate};
+  linear_shared(x, m, std::span<const LinearOut>(&out, 1));
+}
+
+void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> outs) {
+  if (outs.empty()) return;
+  for (const LinearOut& o : outs) {
+    if (o.w == nullptr || !o.w->valid() || o.y == nullptr || m <= 0)
+      throw InvalidArgument("linear_shared: empty weight or output, or m <= 0");
+  }
+  const std::int64_t k = outs[0].w->k();
+  for (const LinearOut& o : outs) {
+    if (o.w->k() != k) {
+      throw InvalidArgument("linear_shared: weights of k = " + std::to_string(k) + " and " + std::to_string(o.w->k()) +
+                            " read one x");
+    }
+  }
+  thread_local Int8Activations act;
+  thread_local std::vector<std::uint16_t> xb;
+  bool quantized = false, converted = false;
+  for (const LinearOut& o : outs) {
+    const GemmWeight& w = *o.w;
+    if (w.int8() != nullptr) {  // int8_linear, x quantized once
+      if (!quantized) {
+        CLEF_PROF_SCOPE(">linear.quantize_x");
+        quantize_activations(x, m, k, act);
+        quantized = true;
+      }
+      int8_linear_quantized(act, *w.int8(), o.y, o.accumulate);
+      continue;
+    }
+    if (w.quant() == nullptr && w.precision() == Precision::kBF16 && gemm_backend::bf16_matmul_possible()) {
+      // The library's bf16 matmul on the bf16 weight in place, x converted once.
+      std::uint16_t* buf = scratch(xb, static_cast<std::size_t>(m * k));
+      if (!converted) {  // the scope names the conversion only, not the matmul after it
+        CLEF_PROF_SCOPE(">linear.x_to_bf16");
+        parallel_blocks(m * k, [&](std::int64_t s, std::int64_t len) { f32_to_bf16_n(x + s, len, buf + s); });
+        converted = true;
+      }
+      if (gemm_backend::matmul_bf16(m, w.n(), k, buf, static_cast<const std::uint16_t*>(w.operand()), o.y,
+                                    o.accumulate)) {
+        continue;
+      }
+    }
+    linear_unshared(x, m, w, o.y, o.accumulate);
+  }
+}
+
+bool bf16_gemm_emulated() { return gemm_backend::bf16_matmul_emulated(); }
+
+std::string gemm_backend_name() {
+  init_isa();  // the level (and oneDNN's cap) must be set before the library's first kernel
+  const std::string library = gemm_backend::library_description();
+  const bool emulated = bf16_gemm_emulated();
+  return library + (emulated ? "; bf16 via fp32 matmul on bf16 values" : "") + "); int8: clef " +
+         int8_kernel_name(active_int8_kernel()) + " kernel; Q4_K..Q6_K, Q4_0..Q5_1: clef " +
+         quant_kernel_name(active_quant_kernel()) + " kernel";
+}
+
+}  // namespace clef::ops

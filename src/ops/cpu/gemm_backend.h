@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: MIT
+// The GEMM library behind ops/gemm.h: the few matrix products linear() hands to it. One
+// implementation per architecture is linked (src/ops/CMakeLists.txt): oneDNN on x86-64
+// (cpu/gemm_onednn.cc), OpenBLAS on ARM64 (cpu/gemm_openblas.cc), where Debian's oneDNN has only
+// reference GEMMs. Everything else of ops/gemm.h (weights, precisions, the int8 and block-quantized
+// paths, the bf16 fallback) is the library-independent cpu/gemm.cc. Internal to src/ops.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace clef::ops::gemm_backend {
+
+/// y [m, n] = x [m, k] · Wᵀ (y += ... when `accumulate`), fp32 operands and sums: x row-major
+/// with row stride k, W [n, k] row-major with row stride k (PyTorch Linear.weight), y row-major
+/// with row stride ldc >= n (a column panel of a wider y). Runs on the engine's OpenMP threads.
+void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, const float* w, float* y,
+                std::int64_t ldc, bool accumulate);
+
+/// False once the library is known to have no bf16 matmul at the level in use (cheap: no probe).
+bool bf16_matmul_possible() noexcept;
+
+/// The same product with bf16 x [m, k] and W [n, k] (bits), fp32 sums, y [m, n] fp32 (row stride
+/// n). Returns false, computing nothing, when the library has no bf16 matmul at the level in use;
+/// bf16_matmul_possible() is false from then on.
+bool matmul_bf16(std::int64_t m, std::int64_t n, std::int64_t k, const std::uint16_t* x, const std::uint16_t* w,
+                 float* y, bool accumulate);
+
+/// Whether bf16 runs through the fp32 matmul (ops/gemm.h bf16_gemm_emulated; probes once).
+bool bf16_matmul_emulated();
+
+/// The library, its version, runtime, kernel choice and threads, e.g. "oneDNN 2.6.3 (OpenMP,
+/// avx2, 2 threads" (no closing parenthesis: ops::gemm_backend_name adds to it).
+std::string library_description();
+
+}  // namespace clef::ops::gemm_backend
