@@ -22,18 +22,18 @@
 #                 ASan + UBSan build of the unit-test binaries (-O0; kernels -O1 but attention and the
 #                 delta rule -O0; only the kernel levels this CPU runs, every file compiled alone), run;
 #   fuzz build, fuzz TARGET
-#                 the libFuzzer targets (safetensors and GGUF headers, request, image), briefly (clang).
+#                 the libFuzzer targets (safetensors and GGUF headers, request, image), 10 s each (clang).
 # Stops at the first failing stage. A table of stage -> seconds is printed at the end, also when a
-# stage fails, and the run fails when it took longer than CLEF_TEST_BUDGET_S (default 3000 s = 50 min;
-# CI's hard limit is 90, the aim 45 cold / 30 with a warm compiler cache) so that a change that makes
+# stage fails, and the run fails when it took longer than CLEF_TEST_BUDGET_S (default 2700 s = 45 min,
+# CI's limit, on CI's slowest machine kind: 2 vCPUs, Zen 1 class, AVX2 only) so that a change that makes
 # CI slow is caught by its author.
 #
 # Compiler cache: ccache (installed by setup.sh --dev) keeps its objects outside the clone
 # (~/.cache/ccache); CCACHE_BASEDIR makes clones in other folders share them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FUZZ_SECONDS=${CLEF_FUZZ_SECONDS:-20}
-BUDGET_S=${CLEF_TEST_BUDGET_S:-3000}
+FUZZ_SECONDS=${CLEF_FUZZ_SECONDS:-10}
+BUDGET_S=${CLEF_TEST_BUDGET_S:-2700}
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 
 stage_names=()
@@ -113,8 +113,8 @@ stage "models (0.8b, 0.8b-shapes)" make_folders
 export CLEF_08B_DIR="$PWD/build/models/clef-0.8b-seed2" CLEF_08B_SHAPES_DIR="$PWD/build/models/clef-0.8b-shapes-seed2"
 
 # Separate processes: each folder's conftest.py is imported as the module "conftest".
-# Natively both 0.8b folders run: the full preset (depth: 24 blocks, the drift tests on the requests up to
-# 600 tokens) and its 0.8b-shapes twins (mark shapes08b; length: every corpus request), which the AVX2
+# Natively both 0.8b folders run: the full preset (depth: 24 blocks, the bf16 drift test on the requests up
+# to 170 tokens) and its 0.8b-shapes twins (mark shapes08b; length: every corpus request), which the AVX2
 # level runs again below.
 # The reference tests run in two pytest-xdist workers, a test file per worker at a time (module and
 # session fixtures stay whole): much of their time is one-threaded Python or one-threaded clef, so
@@ -185,7 +185,7 @@ stage "fuzz image" fuzz_one fuzz_image tests/fuzz/make_image_seeds.py
 total=$((SECONDS - run_start))
 if ((total > BUDGET_S)); then
   echo "test.sh: every stage passed, but the run took ${total} s, over its budget of ${BUDGET_S} s" \
-       "(CLEF_TEST_BUDGET_S; CI's hard limit is 5400 s): make the slow stage cheaper (docs/TESTING.md)" >&2
+       "(CLEF_TEST_BUDGET_S; CI's limit is 45 minutes): make the slow stage cheaper (docs/TESTING.md)" >&2
   exit 1
 fi
 echo "test.sh: all stages passed in ${total} s (budget ${BUDGET_S} s)"

@@ -6,8 +6,9 @@
     bf16 mode reported and bounded (lowest cosine >= 0.99, a sanity floor).
   * bf16 drift on the head's probabilities: `clef decide --precision bf16` against `clef decide
     --precision fp32` on the requests of tests/data/requests/corpus.jsonl that the bf16 golden
-    covers, every option of every question: on the full 0.8b the 21 requests up to 600 tokens
-    (FULL_08B_MAX_TOKENS: 24 blocks deep), on the 0.8b-shapes folder all 24 (the long ones: 12 with
+    covers, every option of every question: on the full 0.8b the 6 requests up to 170 tokens
+    (FULL_08B_MAX_TOKENS: 24 blocks deep; request 15, the golden's second-largest drift, among them),
+    on the 0.8b-shapes folder all 24 (the long ones: 12 with
     6,771 tokens, 13 with 5,303 and 64 questions, 14 with 3,350). The fp32 side is tied to
     transformers by the cosine test above and, on the tiny preset, by test_decide_e2e.py (full
     pipeline vs the Python reference).
@@ -33,7 +34,9 @@ The parity and bf16 tests also run on the 0.8b-shapes preset (the 0.8b's layer s
 each kind; mark `shapes08b`): scripts/test.sh runs those natively and again at the AVX2 level, where
 the same kernels with the same blocking prove what the full preset proves at the native level, in a
 fraction of the time. Its bf16 bound is its own golden, golden/transformers_bf16_drift_0.8b-shapes.json
-(the same script on that folder). The int8 drift runs once, natively, on the full preset's requests.
+(the same script on that folder). The int8 drift runs once, natively, on the 0.8b-shapes folder (every
+request, the long ones included). The T = 1024 bf16 sanity floor runs on 0.8b-shapes too: on the full
+preset the fp32 parity is what depth adds, and the bf16 drift test covers bf16 there.
 """
 
 from __future__ import annotations
@@ -60,10 +63,11 @@ TRANSFORMERS_BF16_DRIFT = {"0.8b": GOLDEN / "transformers_bf16_drift.json",
                            "0.8b-shapes": GOLDEN / "transformers_bf16_drift_0.8b-shapes.json"}
 THREADS = os.environ.get("CLEF_TEST_THREADS", "2")
 # The drift tests' requests per folder: on the full 0.8b (24 blocks) the golden's requests up to this
-# many tokens (21 of its 23: all but 13 and 14, which are 64% of its tokens), where depth is what is
-# tested; on the 0.8b-shapes folder every request its golden covers (all 24, the long ones included:
-# 12 with 6,771 tokens, 13, 14), where length is. Both folders run natively in scripts/test.sh.
-FULL_08B_MAX_TOKENS = 600
+# many tokens (6 of its 23, 949 tokens: 8, 9, 15, 17, 18, 22; request 15 has the golden's largest drift
+# after the 5,303-token request 13), where depth is what is tested; on the 0.8b-shapes folder every
+# request its golden covers (all 24, the long ones included: 12 with 6,771 tokens, 13, 14), where
+# length is. Both folders run natively in scripts/test.sh (CI's 45 minutes: docs/TESTING.md).
+FULL_08B_MAX_TOKENS = 170
 
 
 @pytest.mark.parametrize("which", SHAPES_08B)
@@ -79,13 +83,17 @@ def test_08b_parity_t1024(dump_bin, which, request, tmp_path):  # noqa: F811
     got = np.load(f"{prefix}.chunk512.npy")
     c32 = float(cos(got, want).min())
     rel = float((np.abs(got - want).max(1) / np.abs(want).max(1)).max())
+    print(f"{which} T=1024: fp32 min cosine {c32:.8f}, max|dh|/max|h| {rel:.3g}")
+    assert c32 >= 0.99999, f"fp32 mode: lowest per-position cosine {c32:.8f}"
+    if which != "0.8b-shapes":
+        return  # the bf16 floor: on the layer shapes only (module docstring)
     prefix16, _ = _run_dump(dump_bin, folder_08b, ids, tmp_path, ["--chunks", "512", "--precision", "bf16"])
     c16 = float(cos(np.load(f"{prefix16}.chunk512.npy"), want).min())
-    print(f"{which} T=1024: fp32 min cosine {c32:.8f}, max|dh|/max|h| {rel:.3g}; bf16 min cosine {c16:.6f}")
-    assert c32 >= 0.99999, f"fp32 mode: lowest per-position cosine {c32:.8f}"
+    print(f"{which} T=1024: bf16 min cosine {c16:.6f}")
     # A sanity floor, not the bf16 bound (that is the drift test below, against transformers' own bf16):
     # a broken bf16 kernel drops cosines far lower. The seed-2 0.8b folder as every CPU writes it since
-    # 2026-12-02 gives 0.9947 at AVX2 (0.995 was set on the old folder).
+    # 2026-12-02 gives 0.9947 at AVX2 (0.995 was set on the old folder); 0.8b-shapes is one block of
+    # each kind, so its floor is no looser a check.
     assert c16 >= 0.99, f"bf16 mode: lowest per-position cosine {c16:.6f}"
 
 
@@ -211,15 +219,12 @@ class Int8BoundMissed(AssertionError):
     below expects exactly this; any other failure (a crash, answers of another shape) fails the test."""
 
 
-# Both folders miss the int8 goal today: strict xfails that accept only Int8BoundMissed, so each turns red
-# both when a change meets the goal and on any other error (a crash, answers of another shape). The
-# 0.8b-shapes case is what runs int8 on the long requests (12, 13, 14).
+# The int8 goal is missed today: a strict xfail that accepts only Int8BoundMissed, so it turns red both
+# when a change meets the goal and on any other error (a crash, answers of another shape). It runs on the
+# 0.8b-shapes folder, every request (the long ones 12, 13, 14 included); the full 0.8b missed it too on its
+# 21 requests up to 600 tokens (max |dp| 0.0343 at request 3, 3 argmax flips outside ties; docs/NUMERICS.md),
+# and that case left CI for time (docs/TESTING.md).
 INT8_CASES = [
-    pytest.param("0.8b", id="0.8b", marks=[pytest.mark.slow, pytest.mark.xfail(
-        strict=True, raises=Int8BoundMissed,
-        reason="the int8 goal is not met on this random-weight folder: on these 21 requests max |dp| 0.0343 "
-               "(request 3) > 0.02, 3 argmax flips outside ties; on the golden's 23 requests 0.0343 (request 3; "
-               "docs/NUMERICS.md, int8 drift)")]),
     pytest.param("0.8b-shapes", id="0.8b-shapes", marks=[pytest.mark.shapes08b, pytest.mark.xfail(
         strict=True, raises=Int8BoundMissed,
         reason="the int8 goal is not met on the 0.8b-shapes folder: max |dp| 0.0074 (request 13) is within 0.02, "
@@ -234,9 +239,8 @@ INT8_CASES = [
 @pytest.mark.parametrize("which", INT8_CASES)
 def test_int8_head_probabilities_on_corpus(dump_bin, which, request, corpus_fp32_by_folder, tmp_path):  # noqa: F811
     """--precision int8 (Q8_0 weights made at load, dynamic per-block activations) against fp32 on the
-    requests of the bf16 drift test (_drift_requests: on the full 0.8b the 21 up to 600 tokens, on
-    0.8b-shapes all 24): the same questions and options, max |dp| <= 0.02 and no argmax flip outside
-    ties (Int8BoundMissed)."""
+    requests of the bf16 drift test on 0.8b-shapes (all 24): the same questions and options, max |dp| <= 0.02
+    and no argmax flip outside ties (Int8BoundMissed)."""
     folder = folder_for(request, which)
     indices, requests, fp32 = corpus_fp32_by_folder(which, folder)
     clef = dump_bin.parent / "clef"

@@ -182,7 +182,7 @@ TEST(Safetensors, DeepNestingIsRefusedWithoutRecursion) {
 // Many entries (a hostile but legal header) parse in time linear in the header size.
 TEST(Safetensors, ManyTensorsParse) {
   std::string header = "{";
-  const int n = 200000;
+  const int n = 20000;  // a 1.3 MB header
   for (int i = 0; i < n; ++i) {
     if (i) header += ",";
     header += "\"t" + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})";

@@ -510,10 +510,11 @@ TEST_F(EngineStateCacheTest, HitMissAndOffGiveBitIdenticalLogits) {
 // cache budget, padded readout).
 TEST_F(EngineStateCacheTest, LentAndCopiedRestoresGiveTheColdLogitsInBothPrecisions) {
   // Warm requests on states of odd and even length, in fp32 and bf16 (bf16 pair words), each
-  // asked twice (the second sees the buffers the first gave back), and one whose questions add more
-  // rows than the entry reserved (the copying restore): all bit-identical to a cache-off engine.
+  // asked twice (the second sees the buffers the first gave back), and, on the first state of each
+  // precision, one whose question adds more rows than the entry reserved (the copying restore; about
+  // 300 rows, over three times the ~90-row state's room): all bit-identical to a cache-off engine.
   std::string long_question = "Is a refund due";
-  for (int i = 0; i < 60; ++i) long_question += ", and is order A-" + std::to_string(55000 + i) + " affected";
+  for (int i = 0; i < 30; ++i) long_question += ", and is order A-" + std::to_string(55000 + i) + " affected";
   long_question += "?";
   for (const ops::Precision precision : {ops::Precision::kF32, ops::Precision::kBF16}) {
     EngineOptions o = options(64);
@@ -525,6 +526,7 @@ TEST_F(EngineStateCacheTest, LentAndCopiedRestoresGiveTheColdLogitsInBothPrecisi
     // States longer than the questions' rows (an entry never reserves more rows than its state has).
     std::string history;
     for (int i = 0; i < 8; ++i) history += "Ticket " + std::to_string(900 + i) + ": the customer wrote again. ";
+    bool first_state = true;
     for (const char* tail : {"Order A-55120 was charged twice.", "Order A-55120 was charged twice!!",
                              "Two charges on order A-55120, one refund.", "Charged twice."}) {
       const std::string state = history + tail;
@@ -532,12 +534,14 @@ TEST_F(EngineStateCacheTest, LentAndCopiedRestoresGiveTheColdLogitsInBothPrecisi
       const Decision cold = on.decide(request(state, "Is a refund due?"));
       ASSERT_EQ(cold.state_cache, StateCacheUse::kMiss);
       EXPECT_TRUE(cold.state_lent);  // the entry it just computed, with room for twice its rows
-      for (const std::string& q :
-           {std::string("Should a human look at it?"), std::string("Is a refund due?"), long_question}) {
+      std::vector<std::string> questions = {"Should a human look at it?", "Is a refund due?"};
+      if (first_state) questions.push_back(long_question);
+      first_state = false;
+      for (const std::string& q : questions) {
         const Decision warm = on.decide(request(state, q));
         ASSERT_EQ(warm.state_cache, StateCacheUse::kHit);
         parity_seen[warm.reused_tokens % 2] = true;
-        EXPECT_EQ(warm.state_lent, q != long_question);  // 500+ new rows: more than the room
+        EXPECT_EQ(warm.state_lent, q != long_question);  // ~300 new rows: more than the room
         EXPECT_TRUE(same_bits(warm.logits, off.decide(request(state, q)).logits)) << q.substr(0, 40);
       }
     }

@@ -66,6 +66,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
+import functools
 import json
 import math
 import pathlib
@@ -231,7 +232,22 @@ def _pre_name(tj: Dict[str, Any]) -> str:
 
 
 def tokenizer_metadata(model_dir: pathlib.Path, vocab_size: int) -> Dict[str, Tuple[Any, V]]:
-    """tokenizer.ggml.* from tokenizer.json + tokenizer_config.json."""
+    """tokenizer.ggml.* from tokenizer.json + tokenizer_config.json. The arrays are tuples shared by every
+    call on the same files (unchanged size, mtime and inode), so a caller that edits one copies it first
+    (`list(tokens)`), and _Writer packs each only once per process."""
+    stamp = tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in
+                  ((model_dir / n).stat() for n in ("tokenizer.json", "tokenizer_config.json")))
+    return dict(_tokenizer_metadata(str(model_dir.resolve()), vocab_size, stamp))
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer_metadata(model_dir: str, vocab_size: int, stamp: tuple) -> Tuple[Tuple[str, Tuple[Any, V]], ...]:
+    """tokenizer_metadata's items, read once per (folder, vocab size, file stamp); arrays as tuples."""
+    md = _read_tokenizer_metadata(pathlib.Path(model_dir), vocab_size)
+    return tuple((k, (tuple(v) if vt == V.ARRAY else v, vt)) for k, (v, vt) in md.items())
+
+
+def _read_tokenizer_metadata(model_dir: pathlib.Path, vocab_size: int) -> Dict[str, Tuple[Any, V]]:
     tj = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
     tc = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
     vocab = tj["model"]["vocab"]
@@ -390,12 +406,32 @@ def head_tensors(head: Dict[str, np.ndarray], routing: int) -> Dict[str, np.ndar
     return out
 
 
+class _Writer(gguf.GGUFWriter):
+    """gguf-py's writer, packing each large metadata tuple once per process. gguf-py packs an array item by
+    item in Python: the tokenizer's 248,320 tokens, their types and its merges took 10-18 s per file on a
+    2-core Zen 1, and a test session writes dozens of files with the very same tuples
+    (tokenizer_metadata). The bytes are gguf-py's own, made by its first call; a list, or a tuple
+    made anew, is packed as gguf-py always does."""
+
+    _packed: Dict[Tuple[int, bool, Any], Tuple[tuple, bytes]] = {}
+
+    def _pack_val(self, val: Any, vtype: V, add_vtype: bool, sub_type: Optional[V] = None) -> bytes:
+        if vtype != V.ARRAY or not isinstance(val, tuple) or len(val) < 4096:
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+        key = (id(val), add_vtype, sub_type)
+        hit = _Writer._packed.get(key)
+        if hit is None or hit[0] is not val:  # the tuple is held, so its id is not reused while cached
+            hit = (val, super()._pack_val(val, vtype, add_vtype, sub_type))
+            _Writer._packed[key] = hit
+        return hit[1]
+
+
 def write_gguf(out: pathlib.Path, arch: str, md: Dict[str, Tuple[Any, V]],
                tensors: Dict[str, Tuple[np.ndarray, Q]]) -> Dict[str, Q]:
     """Writes `out` with general.architecture `arch`, the metadata {key: (value, GGUFValueType)} (arrays:
     *dimension_sections as INT32, the rest as gguf infers) and the tensors {name: (data, ggml type)} in
     order; returns {name: ggml type written}."""
-    w = gguf.GGUFWriter(str(out), arch)
+    w = _Writer(str(out), arch)
     for key, (val, vt) in md.items():
         if vt == V.ARRAY:
             if key.endswith("dimension_sections"):
