@@ -140,7 +140,7 @@ kernel_tests=(tests/reference/test_backbone.py tests/reference/test_vision_tower
 isa_level() {
   local isa=$1 marks="not slow and not shapes08b"
   [[ $isa == avx2 ]] && marks="not slow"
-  CLEF_ISA=$isa "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" -m "$marks" "${kernel_tests[@]}"
+  CLEF_ISA=$isa "$PY" -m pytest -q -p no:cacheprovider --durations=10 "${XDIST[@]}" -m "$marks" "${kernel_tests[@]}"
 }
 for isa in ${CLEF_TEST_ISA_LEVELS:-$supported}; do
   [[ "$isa" == "$native_isa" ]] && continue

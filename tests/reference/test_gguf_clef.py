@@ -10,10 +10,10 @@ Then `clef decide` over the corpus must print byte-identical JSON for the folder
   * qwen35-layout F32 and BF16 GGUFs (head files beside), and
   * clef-layout F32 and BF16 GGUFs (head inside; the BF16 file's 2-D head tensors are bf16, so it is
     compared with the folder whose head matrices are rounded to bf16, as the file stores them),
-in fp32 mode and in bf16 mode (records longer than the Gated DeltaNet's 64-token chunks, where a
-one-ulp decay difference used to show). Plus: head tensors of every block type load (dequantized to
-fp32 at load: answers equal a folder holding those dequantized values), a 1-D scorer_out, inspect's
-layout report, and the refusal of unknown layouts.
+in fp32 mode and in bf16 mode (the corpus's 21 short requests, 145-550 tokens: records longer than the
+Gated DeltaNet's 64-token chunks, where a one-ulp decay difference used to show). Plus: head tensors of
+every block type load (dequantized to fp32 at load: answers equal a folder holding those dequantized
+values), a 1-D scorer_out, inspect's layout report, and the refusal of unknown layouts.
 """
 
 from __future__ import annotations
@@ -107,20 +107,14 @@ def write(folder: pathlib.Path, out_dir: pathlib.Path, layout: str, outtype: str
     return path
 
 
-# The head-loading tests compare answers, not long-record numerics: they skip the corpus requests over
-# this many bytes (the three of several thousand tokens), which cost most of the run.
-SHORT_REQUEST_BYTES = 4000
-
-
-def decide(model, tmp: pathlib.Path, precision: str, short: bool = False) -> bytes:
+def decide(model, tmp: pathlib.Path, precision: str) -> bytes:
+    """`clef decide` on the corpus's short requests (corpus_bodies(short=True): these tests compare
+    answers and GDN chunk boundaries, which requests of 145-550 tokens cross several times)."""
     tmp.mkdir(parents=True, exist_ok=True)
     out = tmp / f"answers-{precision}.jsonl"
     out.unlink(missing_ok=True)
-    bodies = corpus_bodies(tmp)
+    bodies = corpus_bodies(tmp, short=True)
     lines = bodies.read_text(encoding="utf-8").splitlines(keepends=True)
-    if short:
-        lines = [x for x in lines if len(x.encode("utf-8")) <= SHORT_REQUEST_BYTES]
-        bodies.write_text("".join(lines), encoding="utf-8")
     r = run("decide", "--model", model, "--jsonl", bodies, "--out", out, "--no-progress", "--threads", "2",
             "--precision", precision)
     assert r.returncode in (0, 1), r.stderr.decode()
@@ -131,15 +125,14 @@ def decide(model, tmp: pathlib.Path, precision: str, short: bool = False) -> byt
 
 def test_the_folder_is_adversarial(tricky, tmp_path):
     """The written ssm_a differs from -expf(A_log) somewhere: the test below can fail without the fix."""
-    import gguf
-
     libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
     libm.expf.restype, libm.expf.argtypes = ctypes.c_float, [ctypes.c_float]
     from safetensors.torch import load_file
 
-    g = write(tricky, tmp_path, "clef", "f32", a_exp="torch")
-    a = np.sort(np.concatenate([np.asarray(t.data, dtype=np.float32) for t in gguf.GGUFReader(str(g)).tensors
-                                if t.name.endswith("ssm_a")]))
+    written = {}
+    write(tricky, tmp_path, "clef", "f32", a_exp="torch", written=written)
+    a = np.sort(np.concatenate([np.asarray(data, dtype=np.float32).ravel() for name, (data, _) in written.items()
+                                if name.endswith("ssm_a")]))
     logs = [v for k, t in load_file(str(tricky / "model.safetensors")).items() if k.endswith("A_log")
             for v in t.float().tolist()]
     folder_a = np.sort(np.array([-libm.expf(v) for v in logs], dtype=np.float32))
@@ -177,14 +170,15 @@ def test_quantized_head_tensors_load_dequantized(tiny_dir, tmp_path, head_type):
     qt = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0,
           "q4_1": gguf.GGMLQuantizationType.Q4_1, "q5_0": gguf.GGMLQuantizationType.Q5_0,
           "q5_1": gguf.GGMLQuantizationType.Q5_1, "f16": None}[head_type]
-    g = write(tiny_dir, tmp_path / "g", "clef", "f32", head_type=head_type, scorer_out_1d=True)
-    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(g)).tensors}
+    written = {}
+    g = write(tiny_dir, tmp_path / "g", "clef", "f32", head_type=head_type, scorer_out_1d=True, written=written)
+    types = {name: qt.name for name, (_, qt) in written.items()}
     assert types["decision.proj_memory.weight"] == head_type.upper()
     assert types["decision.scorer_out.weight"] == "F32"  # stored 1-D
     rounding = (lambda x: x.astype(np.float16).astype(np.float32)) if qt is None else \
         (lambda x: dequantize(quantize(x, qt), qt))
     ref = head_rounded(tiny_dir, tmp_path / "ref", lambda x: x if x.shape[0] == 1 else rounding(x))
-    assert decide(g, tmp_path / "gr", "fp32", short=True) == decide(ref, tmp_path / "rr", "fp32", short=True)
+    assert decide(g, tmp_path / "gr", "fp32") == decide(ref, tmp_path / "rr", "fp32")
 
 
 def test_inspect_names_the_layout(tiny_dir, tmp_path):
@@ -232,8 +226,9 @@ def test_backbone_tensor_of_a_type_without_matmul_is_refused_by_name(tiny_dir, t
         raw = np.random.default_rng(0).integers(0, 255, (x.shape[0], x.shape[1] // 32 * 18), dtype=np.uint8)
         tensors["blk.0.ffn_gate.weight"] = (raw, gguf.GGMLQuantizationType.IQ4_NL)
 
-    g = write(tiny_dir, tmp_path, "clef", "f32", mutate=iq4_nl_gate)
-    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(g)).tensors}
+    written = {}
+    g = write(tiny_dir, tmp_path, "clef", "f32", mutate=iq4_nl_gate, written=written)
+    types = {name: qt.name for name, (_, qt) in written.items()}
     assert types["blk.0.ffn_gate.weight"] == "IQ4_NL"
     r = run("decide", "--model", g, "--jsonl", corpus_bodies(tmp_path), "--out", tmp_path / "a.jsonl",
             "--no-progress", "--threads", "2")

@@ -45,20 +45,19 @@ def kq(tmp_path_factory) -> dict:
         d = root / t
         d.mkdir()
         path = d / f"model-{t}.gguf"
-        files[t + " types"] = make_gguf.convert(folder, path, t, layout="clef", a_exp="expf")
+        stored = {}  # {name: (the blocks handed to gguf-py's writer, type)}
+        files[t + " types"] = make_gguf.convert(folder, path, t, layout="clef", a_exp="expf", written=stored)
         (d / "random_weights.json").write_bytes((folder / "random_weights.json").read_bytes())
         files[t] = path
         # The twin: every quantized tensor as gguf-py's dequantized fp32 values.
-        stored = {x.name: x for x in gguf.GGUFReader(str(path)).tensors}
 
         def dequantized(tensors, md, stored=stored):
             for name, (arr, qt) in list(tensors.items()):
-                s = stored[name]
-                if s.tensor_type not in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
-                    shape = tuple(int(v) for v in reversed(s.shape))
-                    tensors[name] = (dequantize(np.asarray(s.data), s.tensor_type).reshape(shape), gguf.GGMLQuantizationType.F32)
-                elif s.tensor_type == gguf.GGMLQuantizationType.F16:
-                    tensors[name] = (np.asarray(s.data).astype(np.float32).reshape(arr.shape), gguf.GGMLQuantizationType.F32)
+                data, st = stored[name]
+                if st not in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+                    tensors[name] = (dequantize(np.asarray(data), st).reshape(arr.shape), gguf.GGMLQuantizationType.F32)
+                elif st == gguf.GGMLQuantizationType.F16:
+                    tensors[name] = (np.asarray(data).astype(np.float32).reshape(arr.shape), gguf.GGMLQuantizationType.F32)
 
         twin = root / f"{t}-twin"
         twin.mkdir()
@@ -71,10 +70,11 @@ def kq(tmp_path_factory) -> dict:
 def answers(model, tmp: pathlib.Path) -> list:
     tmp.mkdir(parents=True, exist_ok=True)
     out = tmp / "answers.jsonl"
-    r = run("decide", "--model", model, "--jsonl", corpus_bodies(tmp), "--out", out, "--no-progress", "--threads", "2")
+    r = run("decide", "--model", model, "--jsonl", corpus_bodies(tmp, short=True), "--out", out, "--no-progress",
+            "--threads", "2")
     assert r.returncode in (0, 1), r.stderr.decode()
     lines = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
-    assert sum("answers" in x for x in lines) >= 20, lines[:2]
+    assert sum("answers" in x for x in lines) >= 18, lines[:2]
     return lines
 
 

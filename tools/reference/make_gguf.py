@@ -465,8 +465,12 @@ def neg_exp(a_log: np.ndarray, how: str) -> np.ndarray:
 def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
             mutate: Optional[Callable[[Dict[str, Tuple[np.ndarray, Q]], Dict[str, Tuple[Any, V]]], None]] = None,
             arch: Optional[str] = None, layout: str = "qwen35", scorer_out_1d: bool = False,
-            head_type: Optional[str] = None, a_exp: str = "torch") -> Dict[str, Q]:
-    """Writes `out`; returns {gguf tensor name: ggml type written}. `arch` overrides
+            head_type: Optional[str] = None, a_exp: str = "torch",
+            written: Optional[Dict[str, Tuple[np.ndarray, Q]]] = None) -> Dict[str, Q]:
+    """Writes `out`; returns {gguf tensor name: ggml type written}, and fills `written` when given with
+    {name: (the array handed to gguf-py's writer, ggml type)}: a quantized tensor's blocks as uint8
+    [rows, bytes per row], as gguf-py's reader would give them back, without its reader's item-by-item
+    decoding of the tokenizer metadata (~40 s a file on a 2-core Zen 1). `arch` overrides
     general.architecture (tests of refused files); `scorer_out_1d` stores decision.scorer_out.weight
     1-D [W] (F32), as some converters do; `head_type` gives the head's 2-D tensors another type.
     `a_exp` is the exp behind ssm_a = -exp(A_log): "torch" (torch's fp32 exp, as llama.cpp's converter)
@@ -579,6 +583,8 @@ def convert(model_dir: pathlib.Path, out: pathlib.Path, outtype: str = "bf16",
 
     types = write_gguf(out, arch, md, tensors)
     copy_random_weights(model_dir, out)
+    if written is not None:
+        written.update(tensors)
     return types
 
 
