@@ -4,7 +4,9 @@
 # what each stage proves and what it costs):
 #   setup         scripts/setup.sh --dev: test libraries, clang, clang-format, ccache, the Python reference
 #                 toolkit in the virtual environment .venv/ ($CLEF_VENV), whose python runs every Python step;
-#   layer check   scripts/check_layers.py: no engine layer (src/<layer>) includes a higher one;
+#   layer check   scripts/check_layers.py: no engine layer (src/<layer>) includes a layer it does not link;
+#   function length
+#                 scripts/check_function_length.py: no function in src/ or apps/ over 120 lines;
 #   format check  scripts/check_format.sh: the C++ sources follow .clang-format;
 #   release build release build with -Werror (every target: clef, test drivers, benchmarks; unity batches);
 #   ctest (native) all GoogleTest unit tests at the native kernel level (the op tests switch every level);
@@ -77,8 +79,10 @@ stage() {
 }
 
 stage setup bash scripts/setup.sh --dev
-# No engine layer includes a higher one (src/CMakeLists.txt lists the order): seconds, before any build.
+# No engine layer includes a layer it does not link (src/CMakeLists.txt lists the order): seconds, before any build.
 stage "layer check" python3 scripts/check_layers.py
+# No function over 120 lines in src/ or apps/: about 2 s.
+stage "function length" python3 scripts/check_function_length.py
 # The C++ sources follow .clang-format (clang-format-14): seconds.
 stage "format check" bash scripts/check_format.sh
 # Every Python step (and anything the tests start by name, e.g. `jevcompat`) uses the venv.

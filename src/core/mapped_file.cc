@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <mutex>
@@ -28,7 +29,11 @@ Registry& registry() {
   return *r;
 }
 
+std::atomic<std::uint64_t> g_files_mapped{0};
+
 }  // namespace
+
+std::uint64_t MappedFile::files_mapped() noexcept { return g_files_mapped.load(std::memory_order_relaxed); }
 
 std::size_t MappedFile::drop_pages(const void* p, std::size_t n) noexcept {
   if (p == nullptr || n == 0) return 0;
@@ -60,6 +65,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     throw IoError(path + ": not a regular file");
   }
   size_ = static_cast<std::size_t>(st.st_size);
+  g_files_mapped.fetch_add(1, std::memory_order_relaxed);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -30,6 +31,11 @@ class MappedFile {
   /// into an owned copy (int8), so resident memory holds the copy only. Returns the bytes released
   /// (0 when the range is not mapped by a MappedFile, e.g. heap memory, which is never touched).
   static std::size_t drop_pages(const void* p, std::size_t n) noexcept;
+
+  /// Files this process has opened as a MappedFile so far (each successful construction counts
+  /// one, empty files included; moves count nothing). Loading a model maps each of its weight
+  /// files once: a test and `clef serve`'s /metrics (clef_files_mapped_total) read this to prove it.
+  static std::uint64_t files_mapped() noexcept;
 
  private:
   void release() noexcept;

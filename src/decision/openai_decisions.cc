@@ -265,6 +265,176 @@ JsonValue render_openai_input(const JsonValue& input, std::vector<JsonValue>& im
   return JsonValue::array(std::move(items));
 }
 
+namespace {
+
+/// The array `key` of a question at `qp` with between `min` and `max` items (docs/PROTOCOL.md §7.2):
+/// missing -> missing_field, not an array -> invalid_type, too few / too many -> `too_few` / `too_many`,
+/// whose messages read "<type> needs at least MIN <key>, got K" and "<many_prefix> MAX <key>, got K".
+const JsonValue& sized_array(const JsonValue& q, const JsonPath& qp, const char* key, const char* type, std::size_t min,
+                             std::size_t max, RequestErrorCode too_few, RequestErrorCode too_many,
+                             const char* many_prefix) {
+  const JsonPath ap = qp.key(key);
+  const JsonValue* a = q.find(key);
+  if (a == nullptr) reject(RequestErrorCode::kMissingField, ap, std::string(key) + " is required");
+  if (!a->is_array())
+    reject(RequestErrorCode::kInvalidType, ap, std::string(key) + " must be an array, got " + a->describe());
+  const std::size_t k = a->size();
+  if (k < min) {
+    reject(too_few, ap,
+           std::string(type) + " needs at least " + std::to_string(min) + " " + key + ", got " + std::to_string(k));
+  }
+  if (k > max)
+    reject(too_many, ap,
+           std::string(many_prefix) + " " + std::to_string(max) + " " + key + ", got " + std::to_string(k));
+  return *a;
+}
+
+/// A choice question's `choices` -> the System One question's criteria (option id -> description) and
+/// `oq.values`, the typed values in model order (docs/PROTOCOL.md §7.2).
+void translate_choice(const JsonValue& q, const JsonPath& p, const RequestLimits& limits, JsonValue::Object& sq,
+                      OpenAIQuestion& oq) {
+  const JsonPath cp = p.key("choices");
+  const JsonValue& choices =
+      sized_array(q, p, "choices", "choice", limits.min_choice_options, limits.max_choice_options,
+                  RequestErrorCode::kTooFewOptions, RequestErrorCode::kTooManyOptions, "choice allows at most");
+  const std::size_t k = choices.size();
+  JsonValue::Object criteria;
+  std::vector<std::pair<std::string, JsonValue>> by_id;  // option id -> typed value
+  for (std::size_t j = 0; j < k; ++j) {
+    const JsonValue& c = choices.items()[j];
+    const JsonPath vp = cp.index(j);
+    need_object(c, vp, "a choice");
+    const JsonValue* value = c.find("value");
+    if (value == nullptr) reject(RequestErrorCode::kMissingField, vp.key("value"), "value is required");
+    if (!value->is_string() && !value->is_bool()) {
+      reject(RequestErrorCode::kInvalidType, vp.key("value"),
+             "value must be a string or a boolean, got " + value->describe());
+    }
+    const std::string oid = option_id_of(*value);
+    for (const auto& [seen_id, seen] : by_id) {
+      if (seen_id != oid) continue;
+      if (seen.kind() == value->kind()) {
+        reject(RequestErrorCode::kDuplicateChoice, vp.key("value"),
+               "choice values must be unique; " + value_text(*value) + " appears twice");
+      }
+      reject(RequestErrorCode::kIndistinctChoices, vp.key("value"),
+             "the boolean and the string \"" + oid +
+                 "\" are distinct values in this contract, but Clef's prompt names both option \"" + oid +
+                 "\"; it cannot tell them apart");
+    }
+    by_id.emplace_back(oid, *value);
+    const std::optional<std::string> desc = opt_string(c, "description", vp);
+    criteria.emplace_back(oid, desc ? str(*desc) : JsonValue());
+  }
+  sq.emplace_back("type", str("choice"));
+  sq.emplace_back("criteria", JsonValue::object(std::move(criteria)));
+  // Model order is by option id (§3.4): the typed values follow it.
+  std::sort(by_id.begin(), by_id.end(),
+            [](const auto& a, const auto& b) { return std::string_view(a.first) < std::string_view(b.first); });
+  for (auto& [oid, v] : by_id) oq.values.push_back(v);
+}
+
+/// A score question's `levels` -> the System One question's criteria (label, or {label, description})
+/// and `oq.labels`, lowest first (docs/PROTOCOL.md §7.2).
+void translate_score(const JsonValue& q, const JsonPath& p, const RequestLimits& limits, JsonValue::Object& sq,
+                     OpenAIQuestion& oq) {
+  const JsonPath lp = p.key("levels");
+  const JsonValue& levels =
+      sized_array(q, p, "levels", "score", limits.min_score_levels, limits.max_score_levels,
+                  RequestErrorCode::kTooFewLevels, RequestErrorCode::kTooManyLevels, "Clef's score head takes at most");
+  const std::size_t k = levels.size();
+  JsonValue::Array criteria;
+  for (std::size_t j = 0; j < k; ++j) {
+    const JsonValue& l = levels.items()[j];
+    const JsonPath vp = lp.index(j);
+    need_object(l, vp, "a level");
+    std::string label = need_string(l, "label", vp);
+    const std::optional<std::string> desc = opt_string(l, "description", vp);
+    // The level's legend value: its label, or {"description", "label"} when it has a description.
+    if (desc) {
+      criteria.push_back(JsonValue::object({{"label", str(label)}, {"description", str(*desc)}}));
+    } else {
+      criteria.push_back(str(label));
+    }
+    oq.labels.push_back(std::move(label));
+  }
+  sq.emplace_back("type", str("score"));
+  sq.emplace_back("criteria", JsonValue::array(std::move(criteria)));
+}
+
+/// Question i of `questions` (at `p`) -> its System One question (appended to req.questions) and its
+/// contract record (appended to contract.questions).
+void translate_question(const JsonValue& q, const JsonPath& p, std::size_t i, const RequestLimits& limits,
+                        SystemOneRequest& req, OpenAIContract& contract) {
+  need_object(q, p, "a question");
+  OpenAIQuestion oq;
+  oq.name = opt_string(q, "name", p);
+  if (oq.name && oq.name->empty()) reject(RequestErrorCode::kEmptyQuestionId, p.key("name"), "name must not be empty");
+  if (oq.name && oq.name->size() > limits.max_question_id_bytes) {
+    reject(RequestErrorCode::kQuestionIdTooLong, p.key("name"),
+           "name of " + std::to_string(oq.name->size()) + " bytes exceeds the limit of " +
+               std::to_string(limits.max_question_id_bytes) + " bytes");
+  }
+  // The prompt's ID line: the name, or the question's 1-based position when unnamed (§7.2).
+  const std::string id = oq.name ? *oq.name : std::to_string(i + 1);
+  const std::string_view type = type_of(q, p, true);
+  const std::string instructions = instructions_text(q, p);
+  JsonValue::Object sq;  // the System One question
+  sq.emplace_back("instructions", str(instructions));
+  if (type == "predicate") {
+    sq.emplace_back("type", str("noul"));  // default criteria
+  } else if (type == "choice") {
+    translate_choice(q, p, limits, sq, oq);
+  } else if (type == "score") {
+    translate_score(q, p, limits, sq, oq);
+  } else {
+    reject(RequestErrorCode::kInvalidQuestionType, p.key("type"),
+           "type must be predicate, choice or score, got \"" + std::string(type) + "\"");
+  }
+  try {
+    req.questions.push_back(build_systemone_question(id, JsonValue::object(std::move(sq)), limits));
+  } catch (const RequestError& e) {
+    throw RequestError(e.code(), p, e.message());  // a rule the checks above missed: name the question
+  }
+  contract.questions.push_back(std::move(oq));
+}
+
+/// The caching options (docs/PROTOCOL.md §7.6) into `contract`; the ignored safety_identifier is
+/// only type-checked. `input` is the request's input (its parts may carry cache breakpoints).
+void read_cache_options(const JsonValue& body, const JsonValue& input, OpenAIContract& contract) {
+  const JsonPath kpath = JsonPath().key("prompt_cache_key");
+  contract.prompt_cache_key = opt_string(body, "prompt_cache_key", JsonPath());
+  if (contract.prompt_cache_key && contract.prompt_cache_key->size() > kOpenAIMaxPromptCacheKeyBytes) {
+    reject(RequestErrorCode::kInvalidValue, kpath,
+           "prompt_cache_key allows at most " + std::to_string(kOpenAIMaxPromptCacheKeyBytes) + " characters");
+  }
+  (void)opt_string(body, "safety_identifier", JsonPath());
+  if (const JsonValue* o = body.find("prompt_cache_options"); o != nullptr && !o->is_null()) {
+    const JsonPath op = JsonPath().key("prompt_cache_options");
+    need_object(*o, op, "prompt_cache_options");
+    const std::optional<std::string> mode = opt_string(*o, "mode", op);
+    if (mode && *mode != "implicit" && *mode != "explicit") {
+      reject(RequestErrorCode::kInvalidValue, op.key("mode"),
+             "mode must be implicit or explicit, got \"" + *mode + "\"");
+    }
+    const std::optional<std::string> ttl = opt_string(*o, "ttl", op);
+    if (ttl && *ttl != "30m") reject(RequestErrorCode::kInvalidValue, op.key("ttl"), "ttl must be \"30m\"");
+    bool breakpoints = false;
+    if (input.is_array()) {
+      for (const JsonValue& item : input.items()) {
+        for (const char* k : {"content", "output"}) {
+          const JsonValue* c = item.find(k);
+          if (c == nullptr || !c->is_array()) continue;
+          for (const JsonValue& part : c->items()) breakpoints = breakpoints || has_breakpoint(part);
+        }
+      }
+    }
+    contract.cache_disabled = mode && *mode == "explicit" && !breakpoints;
+  }
+}
+
+}  // namespace
+
 SystemOneRequest translate_openai_request(const JsonValue& body, const RequestLimits& limits,
                                           const ServedModel& served) {
   if (!body.is_object()) {
@@ -312,154 +482,10 @@ SystemOneRequest translate_openai_request(const JsonValue& body, const RequestLi
     reject(RequestErrorCode::kTooManyQuestions, qpath,
            "at most " + std::to_string(kOpenAIMaxQuestions) + " questions are allowed, got " + std::to_string(n));
   }
-  RequestLimits qlimits = limits;
-  for (std::size_t i = 0; i < n; ++i) {
-    const JsonValue& q = questions->items()[i];
-    const JsonPath p = qpath.index(i);
-    need_object(q, p, "a question");
-    OpenAIQuestion oq;
-    oq.name = opt_string(q, "name", p);
-    if (oq.name && oq.name->empty())
-      reject(RequestErrorCode::kEmptyQuestionId, p.key("name"), "name must not be empty");
-    if (oq.name && oq.name->size() > limits.max_question_id_bytes) {
-      reject(RequestErrorCode::kQuestionIdTooLong, p.key("name"),
-             "name of " + std::to_string(oq.name->size()) + " bytes exceeds the limit of " +
-                 std::to_string(limits.max_question_id_bytes) + " bytes");
-    }
-    // The prompt's ID line: the name, or the question's 1-based position when unnamed (§7.2).
-    const std::string id = oq.name ? *oq.name : std::to_string(i + 1);
-    const std::string_view type = type_of(q, p, true);
-    const std::string instructions = instructions_text(q, p);
-    JsonValue::Object sq;  // the System One question
-    sq.emplace_back("instructions", str(instructions));
-    if (type == "predicate") {
-      sq.emplace_back("type", str("noul"));  // default criteria
-    } else if (type == "choice") {
-      const JsonPath cp = p.key("choices");
-      const JsonValue* choices = q.find("choices");
-      if (choices == nullptr) reject(RequestErrorCode::kMissingField, cp, "choices is required");
-      if (!choices->is_array())
-        reject(RequestErrorCode::kInvalidType, cp, "choices must be an array, got " + choices->describe());
-      const std::size_t k = choices->size();
-      if (k < limits.min_choice_options) {
-        reject(RequestErrorCode::kTooFewOptions, cp,
-               "choice needs at least " + std::to_string(limits.min_choice_options) + " choices, got " +
-                   std::to_string(k));
-      }
-      if (k > limits.max_choice_options) {
-        reject(RequestErrorCode::kTooManyOptions, cp,
-               "choice allows at most " + std::to_string(limits.max_choice_options) + " choices, got " +
-                   std::to_string(k));
-      }
-      JsonValue::Object criteria;
-      std::vector<std::pair<std::string, JsonValue>> by_id;  // option id -> typed value
-      for (std::size_t j = 0; j < k; ++j) {
-        const JsonValue& c = choices->items()[j];
-        const JsonPath vp = cp.index(j);
-        need_object(c, vp, "a choice");
-        const JsonValue* value = c.find("value");
-        if (value == nullptr) reject(RequestErrorCode::kMissingField, vp.key("value"), "value is required");
-        if (!value->is_string() && !value->is_bool()) {
-          reject(RequestErrorCode::kInvalidType, vp.key("value"),
-                 "value must be a string or a boolean, got " + value->describe());
-        }
-        const std::string oid = option_id_of(*value);
-        for (const auto& [seen_id, seen] : by_id) {
-          if (seen_id != oid) continue;
-          if (seen.kind() == value->kind()) {
-            reject(RequestErrorCode::kDuplicateChoice, vp.key("value"),
-                   "choice values must be unique; " + value_text(*value) + " appears twice");
-          }
-          reject(RequestErrorCode::kIndistinctChoices, vp.key("value"),
-                 "the boolean and the string \"" + oid +
-                     "\" are distinct values in this contract, but Clef's prompt names both option \"" + oid +
-                     "\"; it cannot tell them apart");
-        }
-        by_id.emplace_back(oid, *value);
-        const std::optional<std::string> desc = opt_string(c, "description", vp);
-        criteria.emplace_back(oid, desc ? str(*desc) : JsonValue());
-      }
-      sq.emplace_back("type", str("choice"));
-      sq.emplace_back("criteria", JsonValue::object(std::move(criteria)));
-      // Model order is by option id (§3.4): the typed values follow it.
-      std::sort(by_id.begin(), by_id.end(),
-                [](const auto& a, const auto& b) { return std::string_view(a.first) < std::string_view(b.first); });
-      for (auto& [oid, v] : by_id) oq.values.push_back(v);
-    } else if (type == "score") {
-      const JsonPath lp = p.key("levels");
-      const JsonValue* levels = q.find("levels");
-      if (levels == nullptr) reject(RequestErrorCode::kMissingField, lp, "levels is required");
-      if (!levels->is_array())
-        reject(RequestErrorCode::kInvalidType, lp, "levels must be an array, got " + levels->describe());
-      const std::size_t k = levels->size();
-      if (k < limits.min_score_levels) {
-        reject(RequestErrorCode::kTooFewLevels, lp,
-               "score needs at least " + std::to_string(limits.min_score_levels) + " levels, got " + std::to_string(k));
-      }
-      if (k > limits.max_score_levels) {
-        reject(RequestErrorCode::kTooManyLevels, lp,
-               "Clef's score head takes at most " + std::to_string(limits.max_score_levels) + " levels, got " +
-                   std::to_string(k));
-      }
-      JsonValue::Array criteria;
-      for (std::size_t j = 0; j < k; ++j) {
-        const JsonValue& l = levels->items()[j];
-        const JsonPath vp = lp.index(j);
-        need_object(l, vp, "a level");
-        std::string label = need_string(l, "label", vp);
-        const std::optional<std::string> desc = opt_string(l, "description", vp);
-        // The level's legend value: its label, or {"description", "label"} when it has a description.
-        if (desc) {
-          criteria.push_back(JsonValue::object({{"label", str(label)}, {"description", str(*desc)}}));
-        } else {
-          criteria.push_back(str(label));
-        }
-        oq.labels.push_back(std::move(label));
-      }
-      sq.emplace_back("type", str("score"));
-      sq.emplace_back("criteria", JsonValue::array(std::move(criteria)));
-    } else {
-      reject(RequestErrorCode::kInvalidQuestionType, p.key("type"),
-             "type must be predicate, choice or score, got \"" + std::string(type) + "\"");
-    }
-    try {
-      req.questions.push_back(build_systemone_question(id, JsonValue::object(std::move(sq)), qlimits));
-    } catch (const RequestError& e) {
-      throw RequestError(e.code(), p, e.message());  // a rule the checks above missed: name the question
-    }
-    contract->questions.push_back(std::move(oq));
-  }
+  for (std::size_t i = 0; i < n; ++i)
+    translate_question(questions->items()[i], qpath.index(i), i, limits, req, *contract);
 
-  // Caching options (docs/PROTOCOL.md §7.6) and the ignored safety_identifier.
-  const JsonPath kpath = JsonPath().key("prompt_cache_key");
-  contract->prompt_cache_key = opt_string(body, "prompt_cache_key", JsonPath());
-  if (contract->prompt_cache_key && contract->prompt_cache_key->size() > kOpenAIMaxPromptCacheKeyBytes) {
-    reject(RequestErrorCode::kInvalidValue, kpath,
-           "prompt_cache_key allows at most " + std::to_string(kOpenAIMaxPromptCacheKeyBytes) + " characters");
-  }
-  (void)opt_string(body, "safety_identifier", JsonPath());
-  if (const JsonValue* o = body.find("prompt_cache_options"); o != nullptr && !o->is_null()) {
-    const JsonPath op = JsonPath().key("prompt_cache_options");
-    need_object(*o, op, "prompt_cache_options");
-    const std::optional<std::string> mode = opt_string(*o, "mode", op);
-    if (mode && *mode != "implicit" && *mode != "explicit") {
-      reject(RequestErrorCode::kInvalidValue, op.key("mode"),
-             "mode must be implicit or explicit, got \"" + *mode + "\"");
-    }
-    const std::optional<std::string> ttl = opt_string(*o, "ttl", op);
-    if (ttl && *ttl != "30m") reject(RequestErrorCode::kInvalidValue, op.key("ttl"), "ttl must be \"30m\"");
-    bool breakpoints = false;
-    if (input->is_array()) {
-      for (const JsonValue& item : input->items()) {
-        for (const char* k : {"content", "output"}) {
-          const JsonValue* c = item.find(k);
-          if (c == nullptr || !c->is_array()) continue;
-          for (const JsonValue& part : c->items()) breakpoints = breakpoints || has_breakpoint(part);
-        }
-      }
-    }
-    contract->cache_disabled = mode && *mode == "explicit" && !breakpoints;
-  }
+  read_cache_options(body, *input, *contract);
   req.openai = std::move(contract);
   return req;
 }

@@ -10,11 +10,24 @@
 #include <string>
 #include <vector>
 
-#include "decision/joint_head.h"
 #include "decision/request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace clef {
+
+/// Half-open token range [begin, end) inside a record.
+struct TokenSpan {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+  std::int64_t size() const noexcept { return end - begin; }
+};
+
+/// One question of a record as the head sees it (docs/PROTOCOL.md §4.3).
+struct HeadQuestion {
+  int type_id = 0;                 ///< 0 noul, 1 choice, 2 score (rows of type_embedding)
+  TokenSpan span;                  ///< tokens of render(instructions or id)
+  std::vector<TokenSpan> options;  ///< tokens of render({option_id, description}), model order
+};
 
 /// The fixed prompt strings (docs/PROTOCOL.md §3.1; docs/MODEL.md §14).
 inline constexpr const char* kSystemPrompt =

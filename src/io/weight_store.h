@@ -68,7 +68,7 @@ class WeightStore {
   static WeightStore open_gguf(const std::string& path, const std::string& label);
 
   /// Adds an fp32 tensor held in memory under `name` (PyTorch-order `shape`, data.size() = its
-  /// element count): a GGUF head tensor after dequantization or re-assembly (decision/joint_head_gguf.h).
+  /// element count): a GGUF head tensor after dequantization or re-assembly (models/joint_head/gguf.h).
   /// take() then finds it like a mapped tensor; `file` names it in errors. Throws ModelLoadError for
   /// a duplicate name or a size mismatch.
   void add_owned_f32(const std::string& name, std::vector<std::int64_t> shape, std::vector<float> data,

@@ -139,7 +139,7 @@ OpenReleaseOptions release_options(const EngineOptions& o) {
 Engine::Engine(const std::string& model_dir, const EngineOptions& options)
     : options_(options),
       release_(open_release(model_dir, release_options(options))),
-      tokenizer_(load_model_tokenizer(model_dir, nullptr, options.tokenizer)) {
+      tokenizer_(load_release_tokenizer(release_, options.tokenizer)) {
   if (options.state_cache_mb < 0 || options.state_cache_mb > (std::int64_t{1} << 30)) {
     throw InvalidArgument("state cache budget must be in [0, 2^30] MiB, got " + std::to_string(options.state_cache_mb));
   }

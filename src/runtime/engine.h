@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "decision/answers.h"
-#include "decision/joint_head.h"
+#include "models/joint_head/joint_head.h"
 #include "decision/record.h"
 #include "decision/request.h"
 #include "runtime/backbone.h"

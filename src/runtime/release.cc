@@ -6,12 +6,13 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/json_reader.h"
 #include "core/paths.h"
 #include "core/sha256.h"
-#include "decision/joint_head_gguf.h"
+#include "models/joint_head/gguf.h"
 
 namespace fs = std::filesystem;
 
@@ -226,11 +227,29 @@ void read_name(ReleaseFolder& r, const fs::path& d, const std::string& fallback_
   }
 }
 
+/// The folder holding a GGUF file ("." for a bare file name).
+std::string folder_of(const std::string& gguf) {
+  const fs::path parent = fs::path(gguf).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+/// The one rule for where a model's tokenizer comes from (docs/GGUF.md): a release folder's own
+/// tokenizer.json; for a GGUF model (`gguf` non-empty, in folder `dir`) the tokenizer.json beside
+/// it when there is one (the release's own file wins), else the GGUF's tokenizer.ggml.* metadata.
+const char* tokenizer_source_of(const std::string& gguf, const std::string& dir) {
+  if (gguf.empty() || path_exists((fs::path(dir) / "tokenizer.json").string())) return kTokenizerFromJson;
+  return kTokenizerFromGguf;
+}
+
+/// The tokenizer a GGUF's metadata describes, from an already-open file (nothing is mapped again).
+Tokenizer tokenizer_from_gguf(const GgufFile& g, const TokenizerLoadOptions& options) {
+  return Tokenizer::from_json(tokenizer_json_from_gguf(g), "", options, g.label() + " tokenizer.ggml.*");
+}
+
 ReleaseFolder open_gguf_release(const std::string& gguf, const OpenReleaseOptions& options) {
   ReleaseFolder r;
   r.gguf = gguf;
-  fs::path parent = fs::path(gguf).parent_path();
-  r.dir = parent.empty() ? std::string(".") : parent.string();
+  r.dir = folder_of(gguf);
   const fs::path d(r.dir);
   if (options.verify) {
     r.verified_files =
@@ -253,13 +272,9 @@ ReleaseFolder open_gguf_release(const std::string& gguf, const OpenReleaseOption
   } else {
     open_head(r, d, r.dir);
   }
-  if (path_exists((d / "tokenizer.json").string())) {
-    r.tokenizer = read_tokenizer_summary(r.dir, r.config);
-    r.tokenizer_source = "tokenizer.json";
-  } else {
-    r.tokenizer = tokenizer_summary_from_gguf(*r.weights->gguf());
-    r.tokenizer_source = "GGUF metadata";
-  }
+  r.tokenizer_source = tokenizer_source_of(gguf, r.dir);
+  r.tokenizer = r.tokenizer_source == kTokenizerFromJson ? read_tokenizer_summary(r.dir, r.config)
+                                                         : tokenizer_summary_from_gguf(*r.weights->gguf());
   read_name(r, d, r.dir);
   try {
     r.model = qwen35::bind_gguf_model_weights(*r.weights, r.config);
@@ -313,19 +328,17 @@ std::optional<std::string> find_gguf_model(const std::string& path) {
 
 Tokenizer load_model_tokenizer(const std::string& path, std::string* source, const TokenizerLoadOptions& options) {
   const std::optional<std::string> gguf = find_gguf_model(path);
-  if (!gguf) {
-    if (source != nullptr) *source = "tokenizer.json";
-    return Tokenizer::load(path, options);
-  }
-  fs::path parent = fs::path(*gguf).parent_path();
-  const std::string dir = parent.empty() ? std::string(".") : parent.string();
-  if (path_exists((fs::path(dir) / "tokenizer.json").string())) {
-    if (source != nullptr) *source = "tokenizer.json";
-    return Tokenizer::load(dir, options);
-  }
-  if (source != nullptr) *source = "GGUF metadata";
+  const std::string dir = gguf ? folder_of(*gguf) : path;
+  const std::string_view from = tokenizer_source_of(gguf.value_or(""), dir);
+  if (source != nullptr) *source = std::string(from);
+  if (from == kTokenizerFromJson) return Tokenizer::load(dir, options);
   const GgufFile g(*gguf, printable(fs::path(*gguf).filename().string()));
-  return Tokenizer::from_json(tokenizer_json_from_gguf(g), "", options, g.label() + " tokenizer.ggml.*");
+  return tokenizer_from_gguf(g, options);
+}
+
+Tokenizer load_release_tokenizer(const ReleaseFolder& r, const TokenizerLoadOptions& options) {
+  if (r.tokenizer_source == kTokenizerFromJson) return Tokenizer::load(r.dir, options);
+  return tokenizer_from_gguf(*r.weights->gguf(), options);
 }
 
 std::vector<std::string> verify_manifest(const std::string& dir, const std::string& manifest_path) {

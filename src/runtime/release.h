@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "decision/joint_head_weights.h"
+#include "models/joint_head/weights.h"
 #include "io/gguf_model.h"
 #include "io/hf_config.h"
 #include "io/tokenizer_files.h"
@@ -43,15 +43,19 @@ struct RandomWeightsInfo {
   std::string tokenizer;  ///< provenance of the tokenizer files
 };
 
+/// ReleaseFolder::tokenizer_source's two values (also what `clef inspect` prints).
+inline constexpr const char* kTokenizerFromJson = "tokenizer.json";
+inline constexpr const char* kTokenizerFromGguf = "GGUF metadata";
+
 /// A loaded release folder. Weights stay memory-mapped; every view points into the mappings
 /// owned here, so a ReleaseFolder must outlive anything that reads its weights. Move-only.
 struct ReleaseFolder {
   std::string dir;          ///< the release folder; for a GGUF model, the folder holding the .gguf
   std::string gguf;         ///< the GGUF file's path when the backbone comes from one, else ""
   GgufModelInfo gguf_info;  ///< its general.* / block metadata (gguf only)
-  /// Where the tokenizer comes from: "tokenizer.json" (the folder, or beside the GGUF) or
-  /// "GGUF metadata" (a GGUF with no tokenizer.json beside it).
-  std::string tokenizer_source = "tokenizer.json";
+  /// Where the tokenizer comes from: kTokenizerFromJson (the folder's, or the one beside the GGUF)
+  /// or kTokenizerFromGguf (a GGUF with no tokenizer.json beside it).
+  std::string tokenizer_source = kTokenizerFromJson;
   std::string model_name;  ///< random_weights.json's name, else the folder's base name
   ModelConfig config;
   JointHeadConfig head_config;
@@ -108,11 +112,17 @@ std::optional<std::string> find_gguf_model(const std::string& path);
 /// The tokenizer of the model at `path` (a release folder or a GGUF model, see find_gguf_model):
 /// tokenizer.json (+ tokenizer_config.json) of the folder, or beside the GGUF when present (it
 /// wins: it is the release's own file), else the GGUF's tokenizer.ggml.* metadata
-/// (tokenizer_json_from_gguf). `source` receives "tokenizer.json" or "GGUF metadata".
+/// (tokenizer_json_from_gguf). `source` receives kTokenizerFromJson or kTokenizerFromGguf.
 /// Throws what Tokenizer::load / tokenizer_json_from_gguf throw.
 /// `options` go to Tokenizer::load / from_json (the split regex override, the config union).
 Tokenizer load_model_tokenizer(const std::string& path, std::string* source = nullptr,
                                const TokenizerLoadOptions& options = {});
+
+/// The tokenizer of an opened release `r`, from the source open_release chose
+/// (r.tokenizer_source, the same rule as load_model_tokenizer): tokenizer.json of r.dir, or the
+/// metadata of the GGUF r already holds mapped, so loading a model maps each file once
+/// (MappedFile::files_mapped). Throws what load_model_tokenizer throws.
+Tokenizer load_release_tokenizer(const ReleaseFolder& r, const TokenizerLoadOptions& options = {});
 
 /// Checks the files named in a coreutils-format manifest (`<sha256>  <name>` lines) and that
 /// every file the loader reads is covered. Returns the names checked. Throws ModelLoadError on a

@@ -28,7 +28,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "decision/joint_head.h"
+#include "models/joint_head/joint_head.h"
 #include "runtime/state.h"
 
 namespace clef {

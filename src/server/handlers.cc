@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/mapped_file.h"
 #include "decision/dialects.h"
 #include "decision/json_value.h"
 #include "decision/render.h"
@@ -78,6 +79,7 @@ Reply metrics_reply(const HandlerContext& ctx) {
   g.running = ctx.scheduler.running();
   g.cancelled = ctx.scheduler.cancelled();
   g.json_texts_parsed = json_texts_parsed();
+  g.files_mapped = MappedFile::files_mapped();
   Reply r;
   r.body = ctx.metrics.render(g, ctx.engine.state_cache_stats());
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";

@@ -102,6 +102,9 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
                 "JSON texts parsed; each decision body is parsed once (validation, route key and decision read "
                 "that one parse).",
                 "counter", g.json_texts_parsed);
+  append_scalar(out, "clef_files_mapped_total",
+                "Files memory-mapped by this process; loading a model maps each of its files once.", "counter",
+                g.files_mapped);
   append_scalar(out, "clef_decisions_total", "Decisions the engine answered.", "counter", decisions_);
   append_scalar(out, "clef_input_tokens_total", "Model input tokens processed (usage.input_tokens summed).", "counter",
                 input_tokens_);

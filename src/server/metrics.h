@@ -35,6 +35,7 @@ struct QueueGauges {
   int running = 0;                      ///< 1 while the engine decides
   std::uint64_t cancelled = 0;          ///< jobs dropped (client gone, queue deadline)
   std::uint64_t json_texts_parsed = 0;  ///< decision/json_value.h json_texts_parsed(): one per decision body
+  std::uint64_t files_mapped = 0;       ///< core/mapped_file.h MappedFile::files_mapped(): one per model file
 };
 
 /// The server's metrics.

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "decision/joint_head.h"
+#include "models/joint_head/joint_head.h"
 #include "io/npy.h"
 #include "runtime/release.h"
 

@@ -386,9 +386,10 @@ def test_q8_0_gguf_as_llama_cpp_writes_it(folder, gguf_root, tmp_path):
     assert hidden(g, tmp_path / "g", "int8") == hidden(g32, tmp_path / "f", "int8")
 
 
-def serve_matches_decide(model, tmp_path: pathlib.Path, n: int, *flags: str) -> None:
+def serve_matches_decide(model, tmp_path: pathlib.Path, n: int, *flags: str, files_mapped: int | None = None) -> None:
     """`clef serve --model MODEL FLAGS`: the HTTP answers to the first n corpus requests are the bytes
-    `clef decide --model MODEL FLAGS` prints for each."""
+    `clef decide --model MODEL FLAGS` prints for each. With `files_mapped`, /metrics must also say the
+    server mapped exactly that many files (clef_files_mapped_total): each model file once."""
     import http.client
     import re
     import time
@@ -420,6 +421,13 @@ def serve_matches_decide(model, tmp_path: pathlib.Path, n: int, *flags: str) -> 
             c.close()
             assert resp.status == 200, body[:300]
             assert body == r.stdout.rstrip(b"\n"), i
+        if files_mapped is not None:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request("GET", "/metrics")
+            text = c.getresponse().read().decode()
+            c.close()
+            m = re.search(r"^clef_files_mapped_total (\d+)$", text, re.M)
+            assert m and int(m.group(1)) == files_mapped, text
     finally:
         proc.terminate()
         assert proc.wait(timeout=60) == 0, log.read_text(errors="replace")[-2000:]
@@ -427,8 +435,14 @@ def serve_matches_decide(model, tmp_path: pathlib.Path, n: int, *flags: str) -> 
 
 def test_serve_answers_from_a_q8_0_gguf_in_int8_as_decide_does(cpp_tiny, gguf_root, tmp_path):
     """`clef serve --model FILE.gguf --precision int8`: the HTTP answers are the bytes `clef decide`
-    prints for the same GGUF and flags (the folder's int8 answers, per the test above)."""
-    serve_matches_decide(cached_gguf(cpp_tiny, "q8_0", gguf_root), tmp_path, 4, "--precision", "int8")
+    prints for the same GGUF and flags (the folder's int8 answers, per the test above). Loading maps two
+    files, each once: the GGUF (whose metadata also gives the tokenizer: no tokenizer.json beside it) and
+    joint_head.safetensors beside it."""
+    gguf = cached_gguf(cpp_tiny, "q8_0", gguf_root)
+    assert not (gguf.parent / "tokenizer.json").exists()
+    assert sorted(p.name for p in gguf.parent.iterdir() if p.suffix in (".gguf", ".safetensors")) == sorted(
+        [gguf.name, "joint_head.safetensors"])
+    serve_matches_decide(gguf, tmp_path, 4, "--precision", "int8", files_mapped=2)
 
 
 MAKE_GGUF = REPO_ROOT / "tools" / "reference" / "make_gguf.py"

@@ -7,10 +7,12 @@
 #include <functional>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "core/sha256.h"
-#include "decision/joint_head_weights.h"
+#include "models/joint_head/weights.h"
 #include "io/safetensors.h"
 #include "inspect_report.h"  // apps/clef
+#include "runtime/engine.h"
 #include "runtime/release.h"
 #include "test_util.h"
 #include "runtime/make_model.h"
@@ -288,6 +290,24 @@ TEST_F(ReleaseTest, ImageSettingsFromProcessorConfig) {
   const ReleaseFolder r = open_release(dir_.str());
   EXPECT_FALSE(r.preprocessor.has_value());
   EXPECT_NE(cli::format_inspect_report(r, summarize(r), 512, 4096).find("preprocessor none"), std::string::npos);
+}
+
+// Loading a model maps each of its files once: the release (open_release) and the engine's tokenizer
+// (load_release_tokenizer) share the mappings, and moving a ReleaseFolder maps nothing.
+TEST_F(ReleaseTest, EachModelFileIsMappedOncePerLoad) {
+  std::uint64_t weight_files = 0;
+  for (const auto& e : fs::directory_iterator(dir_.path())) weight_files += e.path().extension() == ".safetensors";
+  ASSERT_GE(weight_files, 2u);  // the backbone's weights and joint_head.safetensors
+  std::uint64_t before = MappedFile::files_mapped();
+  {
+    const Engine engine(dir_.str(), EngineOptions{});
+    EXPECT_EQ(MappedFile::files_mapped() - before, weight_files);
+  }
+  before = MappedFile::files_mapped();
+  ReleaseFolder r = open_release(dir_.str());
+  const ReleaseFolder moved = std::move(r);
+  EXPECT_EQ(MappedFile::files_mapped() - before, weight_files);
+  EXPECT_EQ(moved.model_name, "clef-tiny-random");
 }
 
 }  // namespace

@@ -23,7 +23,7 @@
 #include "core/error.h"
 #include "core/huge_pages.h"
 #include "nn/state.h"
-#include "decision/joint_head.h"
+#include "models/joint_head/joint_head.h"
 #include "ops/parallel.h"
 #include "runtime/engine.h"
 #include "runtime/release.h"

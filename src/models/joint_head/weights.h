@@ -57,7 +57,7 @@ struct JointHeadWeights {
 };
 
 /// Binds joint_head.safetensors against `cfg`. A store holding `decision.scales` [3] (the head of a
-/// clef-layout GGUF, decision/joint_head_gguf.h) binds it instead of the three 0-d scalars.
+/// clef-layout GGUF, models/joint_head/gguf.h) binds it instead of the three 0-d scalars.
 /// Throws ModelLoadError naming the tensor.
 JointHeadWeights bind_joint_head_weights(WeightStore& store, const JointHeadConfig& cfg);
 

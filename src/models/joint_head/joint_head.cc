@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "decision/joint_head.h"
+#include "models/joint_head/joint_head.h"
 
 #include <algorithm>
 #include <cmath>
@@ -335,6 +335,76 @@ void JointHeadRecord::feed(std::span<const float> hidden) {
   fed_ = r1;
 }
 
+namespace {
+
+/// docs/PROTOCOL.md §4.4 steps 8-9: per question q, the softmax over its options k of
+/// <Z_k, f0_q> / sqrt(W) weights the option rows Z_k into the summary s_q. z [N, W], f0 [Q, W],
+/// owner[k] the question of option k; returns s [Q, W] fp32 (exp in float, the sum in double).
+std::vector<float> option_summary(const std::vector<float>& z, const std::vector<float>& f0,
+                                  const std::vector<std::size_t>& owner, std::size_t Q, std::int64_t W) {
+  const auto Ws = static_cast<std::size_t>(W);
+  const std::size_t N = owner.size();
+  std::vector<float> s(Q * Ws, 0.0f);
+  const float inv_sqrt_w = 1.0f / std::sqrt(static_cast<float>(W));
+  for (std::size_t q = 0; q < Q; ++q) {
+    std::vector<float> a;
+    std::vector<std::size_t> members;
+    for (std::size_t k = 0; k < N; ++k) {
+      if (owner[k] != q) continue;
+      members.push_back(k);
+      a.push_back(dot(z.data() + k * Ws, f0.data() + q * Ws, W) * inv_sqrt_w);
+    }
+    const float mx = *std::max_element(a.begin(), a.end());
+    double sum = 0.0;
+    for (auto& e : a) {
+      e = std::exp(e - mx);
+      sum += static_cast<double>(e);
+    }
+    for (std::size_t j = 0; j < members.size(); ++j) {
+      const auto w = static_cast<float>(static_cast<double>(a[j]) / sum);
+      for (std::size_t i = 0; i < Ws; ++i) s[q * Ws + i] += w * z[members[j] * Ws + i];
+    }
+  }
+  return s;
+}
+
+/// Step 13's anchors: normalize(u_q + g) per question, u [Q, H], g [H]; returns [Q, H].
+std::vector<float> prior_anchors(const std::vector<float>& u, const std::vector<float>& g, std::size_t Q,
+                                 std::int64_t H) {
+  const auto Hs = static_cast<std::size_t>(H);
+  std::vector<float> anchor(Q * Hs);
+  for (std::size_t q = 0; q < Q; ++q) {
+    std::vector<float> ug(Hs);
+    for (std::size_t i = 0; i < Hs; ++i) ug[i] = u[q * Hs + i] + g[i];
+    const auto nrm = l2_normalize(ug.data(), H);
+    std::copy(nrm.begin(), nrm.end(), anchor.begin() + static_cast<std::ptrdiff_t>(q * Hs));
+  }
+  return anchor;
+}
+
+/// Step 14's residual scorer input per option k: [F_q, O_k, F_q ⊙ O_k, |F_q − O_k|] with q = owner[k];
+/// fq [Q, W], on [N, W]; returns [N, 4W].
+std::vector<float> pair_features(const std::vector<float>& fq, const std::vector<float>& on,
+                                 const std::vector<std::size_t>& owner, std::int64_t W) {
+  const auto Ws = static_cast<std::size_t>(W);
+  const std::size_t N = owner.size();
+  std::vector<float> pair(N * 4 * Ws);
+  for (std::size_t k = 0; k < N; ++k) {
+    const float* fk = fq.data() + owner[k] * Ws;
+    const float* ok = on.data() + k * Ws;
+    float* p = pair.data() + k * 4 * Ws;
+    for (std::size_t i = 0; i < Ws; ++i) {
+      p[i] = fk[i];
+      p[Ws + i] = ok[i];
+      p[2 * Ws + i] = fk[i] * ok[i];
+      p[3 * Ws + i] = std::fabs(fk[i] - ok[i]);
+    }
+  }
+  return pair;
+}
+
+}  // namespace
+
 std::vector<float> JointHeadRecord::logits() const {
   if (fed_ != total_) {
     throw InternalError("joint head: logits() after " + std::to_string(fed_) + " of " + std::to_string(total_) +
@@ -392,27 +462,7 @@ std::vector<float> JointHeadRecord::logits() const {
   }
   // Step 8-9: base fields and the per-question option summary (softmax scaled by sqrt(W)).
   const std::vector<float> f0 = linear_rows(hd.question_, u);
-  std::vector<float> s(Q * Ws, 0.0f);
-  const float inv_sqrt_w = 1.0f / std::sqrt(static_cast<float>(W));
-  for (std::size_t q = 0; q < Q; ++q) {
-    std::vector<float> a;
-    std::vector<std::size_t> members;
-    for (std::size_t k = 0; k < N; ++k) {
-      if (owner[k] != q) continue;
-      members.push_back(k);
-      a.push_back(dot(z.data() + k * Ws, f0.data() + q * Ws, W) * inv_sqrt_w);
-    }
-    const float mx = *std::max_element(a.begin(), a.end());
-    double sum = 0.0;
-    for (auto& e : a) {
-      e = std::exp(e - mx);
-      sum += static_cast<double>(e);
-    }
-    for (std::size_t j = 0; j < members.size(); ++j) {
-      const auto w = static_cast<float>(static_cast<double>(a[j]) / sum);
-      for (std::size_t i = 0; i < Ws; ++i) s[q * Ws + i] += w * z[members[j] * Ws + i];
-    }
-  }
+  const std::vector<float> s = option_summary(z, f0, owner, Q, W);
   // Step 10: F = f0 + LN_summary(s) + Wglob g + type_embedding[t].
   std::vector<float> f = f0;
   add_into(f, layer_norm(hd.option_summary_norm_, s));
@@ -433,27 +483,9 @@ std::vector<float> JointHeadRecord::logits() const {
   const std::vector<float> fq = layer_norm(hd.field_norm_, f);
   const std::vector<float> on = layer_norm(hd.option_norm_, z);
   // Step 13: prior = P · <normalize(ℓ_o), normalize(u_q + g)>.
-  std::vector<float> anchor(Q * Hs);
-  for (std::size_t q = 0; q < Q; ++q) {
-    std::vector<float> ug(Hs);
-    for (std::size_t i = 0; i < Hs; ++i) ug[i] = u[q * Hs + i] + last_row_[i];
-    const auto nrm = l2_normalize(ug.data(), H);
-    std::copy(nrm.begin(), nrm.end(), anchor.begin() + static_cast<std::ptrdiff_t>(q * Hs));
-  }
+  const std::vector<float> anchor = prior_anchors(u, last_row_, Q, H);
   // Steps 14-15: joint = J·cos(F_q, O_o) + residual scorer; logit = prior + sigmoid(gate)·joint.
-  std::vector<float> pair(N * 4 * Ws);
-  for (std::size_t k = 0; k < N; ++k) {
-    const float* fk = fq.data() + owner[k] * Ws;
-    const float* ok = on.data() + k * Ws;
-    float* p = pair.data() + k * 4 * Ws;
-    for (std::size_t i = 0; i < Ws; ++i) {
-      p[i] = fk[i];
-      p[Ws + i] = ok[i];
-      p[2 * Ws + i] = fk[i] * ok[i];
-      p[3 * Ws + i] = std::fabs(fk[i] - ok[i]);
-    }
-  }
-  std::vector<float> hidden = linear_rows(hd.scorer1_, pair);
+  std::vector<float> hidden = linear_rows(hd.scorer1_, pair_features(fq, on, owner, W));
   gelu_inplace(hidden);
   const std::vector<float> r = linear_rows(hd.scorer2_, hidden);
   std::vector<float> out(N);

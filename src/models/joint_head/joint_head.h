@@ -19,25 +19,12 @@
 #include <span>
 #include <vector>
 
-#include "decision/joint_head_weights.h"
+#include "decision/record.h"
+#include "models/joint_head/weights.h"
 #include "io/hf_config.h"
 #include "ops/gemm.h"
 
 namespace clef {
-
-/// Half-open token range [begin, end) inside a record.
-struct TokenSpan {
-  std::int64_t begin = 0;
-  std::int64_t end = 0;
-  std::int64_t size() const noexcept { return end - begin; }
-};
-
-/// One question of a record as the head sees it (docs/PROTOCOL.md §4.3).
-struct HeadQuestion {
-  int type_id = 0;                 ///< 0 noul, 1 choice, 2 score (rows of type_embedding)
-  TokenSpan span;                  ///< tokens of render(instructions or id)
-  std::vector<TokenSpan> options;  ///< tokens of render({option_id, description}), model order
-};
 
 /// The attention keys and values of the joint head over memory rows [0, rows) (docs/PROTOCOL.md
 /// §4.4): for each routing layer i (step 7) K = LN_mem_i(M)·Wkᵀ + bk and V = LN_mem_i(M)·Wvᵀ + bv,

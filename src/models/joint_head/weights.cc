@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "decision/joint_head_weights.h"
+#include "models/joint_head/weights.h"
 
 namespace clef {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "decision/joint_head_gguf.h"
+#include "models/joint_head/gguf.h"
 
 #include <cmath>
 #include <string>
