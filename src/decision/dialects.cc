@@ -25,12 +25,6 @@ CloudflareCode cloudflare_code(RequestErrorCode c) {
   }
 }
 
-std::string json_string(std::string_view s) {
-  std::string out;
-  append_json_string(out, s);
-  return out;
-}
-
 /// The FastAPI `loc` list: "body" then the path's keys and indices.
 std::string loc_list(const JsonPath& path, const RequestError& e) {
   std::string out = "[\"body\"";

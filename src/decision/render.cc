@@ -64,6 +64,12 @@ std::string python_float_repr(double v) {
   return out;
 }
 
+std::string json_string(std::string_view s) {
+  std::string out;
+  append_json_string(out, s);
+  return out;
+}
+
 void append_json_string(std::string& out, std::string_view s) {
   static const char* hex = "0123456789abcdef";
   out.push_back('"');

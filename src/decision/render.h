@@ -38,6 +38,8 @@ void append_echo_json(std::string& out, const JsonValue& value);
 /// ensure_ascii=False: `"` and `\` escaped, \n \r \t \b \f as two-character escapes, every other
 /// byte below 0x20 as \u00xx (lower-case hex), everything else (DEL, U+2028, non-ASCII) raw.
 void append_json_string(std::string& out, std::string_view s);
+/// append_json_string's literal as a new string.
+std::string json_string(std::string_view s);
 
 /// Python repr() of a finite double (docs/PROTOCOL.md §3.3): the shortest digits that round-trip;
 /// positional when the decimal exponent of the leading digit is in [-4, 15] ("1.0", "0.0001",

@@ -316,6 +316,16 @@ const GgufTensorInfo* GgufFile::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &header_.tensors[it->second];
 }
 
+const GgufTensorInfo& GgufFile::need_tensor(const std::string& name, std::size_t dims, const std::string& why) const {
+  const GgufTensorInfo* t = find(name);
+  if (t == nullptr) throw ModelLoadError(label_ + ": missing tensor " + name + " (" + why + ")");
+  if (t->ne.size() != dims) {
+    throw ModelLoadError(label_ + ": tensor " + name + " has " + std::to_string(t->ne.size()) + " dims, expected " +
+                         std::to_string(dims));
+  }
+  return *t;
+}
+
 std::span<const std::byte> GgufFile::data(const GgufTensorInfo& t) const noexcept {
   return map_.bytes().subspan(static_cast<std::size_t>(header_.data_offset + t.offset),
                               static_cast<std::size_t>(t.nbytes));

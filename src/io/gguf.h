@@ -123,6 +123,9 @@ class GgufFile {
   std::uint64_t file_bytes() const noexcept { return map_.size(); }
   /// nullptr when the file has no tensor of that name.
   const GgufTensorInfo* find(const std::string& name) const;
+  /// The tensor `name` with `dims` dimensions. Throws ModelLoadError "LABEL: missing tensor NAME
+  /// (WHY)" when absent and "LABEL: tensor NAME has N dims, expected DIMS" when it has another rank.
+  const GgufTensorInfo& need_tensor(const std::string& name, std::size_t dims, const std::string& why) const;
   /// The tensor's bytes inside the mapping (zero-copy; aligned to the file's alignment relative
   /// to the mapping's start).
   std::span<const std::byte> data(const GgufTensorInfo& t) const noexcept;

@@ -15,12 +15,6 @@
 namespace clef::server {
 namespace {
 
-std::string json_string(std::string_view s) {
-  std::string out;
-  append_json_string(out, s);
-  return out;
-}
-
 /// The headers a decision answer carries besides the body (exact state reuse:
 /// docs/ARCHITECTURE.md "Exact state reuse"). Adding a header computed engine-side into Decision is one line here.
 std::string decision_headers(const Decision& d, const std::string& route_key) {

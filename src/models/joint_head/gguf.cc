@@ -13,15 +13,6 @@
 namespace clef {
 namespace {
 
-const GgufTensorInfo& need_tensor(const GgufFile& g, const std::string& name, std::size_t dims) {
-  const GgufTensorInfo* t = g.find(name);
-  if (t == nullptr || t->ne.size() != dims) {
-    throw ModelLoadError(g.label() + ": missing tensor " + name + " (" + std::to_string(dims) +
-                         "-D; the clef layout's head sizes come from its shape)");
-  }
-  return *t;
-}
-
 /// Moves head tensors from the GGUF store into the fp32 head store under new names.
 class HeadCopier {
  public:
@@ -76,8 +67,9 @@ JointHeadConfig joint_head_config_from_gguf(const GgufFile& g, std::int64_t hidd
                            std::to_string(eps) + "; clef's joint head uses 1e-5 (torch.nn.LayerNorm's default)");
     }
   }
-  const GgufTensorInfo& mem = need_tensor(g, "decision.proj_memory.weight", 2);
-  const GgufTensorInfo& up = need_tensor(g, "dec.blk.0.ffn_up.weight", 2);
+  const std::string why = "the clef layout's head sizes come from its shape";
+  const GgufTensorInfo& mem = g.need_tensor("decision.proj_memory.weight", 2, why);
+  const GgufTensorInfo& up = g.need_tensor("dec.blk.0.ffn_up.weight", 2, why);
   if (mem.ne[0] != hidden_size) {
     throw ModelLoadError(g.label() + ": tensor decision.proj_memory.weight reads " + std::to_string(mem.ne[0]) +
                          " features but the backbone's embedding_length is " + std::to_string(hidden_size));

@@ -47,16 +47,6 @@ std::array<float, 3> three_floats(const GgufFile& g, const std::string& key) {
   return out;
 }
 
-const GgufTensorInfo& need_tensor(const GgufFile& g, const std::string& name, std::size_t dims) {
-  const GgufTensorInfo* t = g.find(name);
-  if (t == nullptr) throw ModelLoadError(g.label() + ": missing tensor " + name + " (a Qwen3.5 projector has it)");
-  if (t->ne.size() != dims) {
-    throw ModelLoadError(g.label() + ": tensor " + name + " has " + std::to_string(t->ne.size()) + " dims, expected " +
-                         std::to_string(dims));
-  }
-  return *t;
-}
-
 /// A tensor as the tower consumes it: float types as they are (zero-copy), block types dequantized
 /// to fp32 into `s` under "NAME (fp32)".
 WeightView take_float(WeightStore& s, const std::string& name, const Shape& shape) {
@@ -150,7 +140,8 @@ MmprojInfo mmproj_info(const GgufFile& g, std::int64_t text_hidden_size) {
   }
 
   // Shapes the metadata does not carry: channels and the position grid.
-  const GgufTensorInfo& patch = need_tensor(g, "v.patch_embd.weight", 4);  // ne [P, P, C, D]
+  const GgufTensorInfo& patch =
+      g.need_tensor("v.patch_embd.weight", 4, "a Qwen3.5 projector has it");  // ne [P, P, C, D]
   if (patch.ne[0] != v.patch_size || patch.ne[1] != v.patch_size || patch.ne[3] != v.hidden_size) {
     throw ModelLoadError(g.label() + ": tensor v.patch_embd.weight has shape " + shape_to_string(patch.torch_shape()) +
                          ", expected [" + std::to_string(v.hidden_size) + ", C, " + std::to_string(v.patch_size) +
@@ -158,7 +149,7 @@ MmprojInfo mmproj_info(const GgufFile& g, std::int64_t text_hidden_size) {
   }
   v.in_channels = patch.ne[2];
   if (v.in_channels > 16) throw ModelLoadError(g.label() + ": tensor v.patch_embd.weight has more than 16 channels");
-  const GgufTensorInfo& pos = need_tensor(g, "v.position_embd.weight", 2);  // ne [D, N]
+  const GgufTensorInfo& pos = g.need_tensor("v.position_embd.weight", 2, "a Qwen3.5 projector has it");  // ne [D, N]
   v.num_position_embeddings = pos.ne[1];
   const auto side = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(v.num_position_embeddings))));
   if (side * side != v.num_position_embeddings) {
