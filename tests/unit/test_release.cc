@@ -13,7 +13,7 @@
 #include "inspect_report.h"  // apps/clef
 #include "runtime/release.h"
 #include "test_util.h"
-#include "runtime/make_model.h"
+#include "clef_tools/make_model.h"
 
 namespace clef {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "runtime/make_model.h"
+#include "clef_tools/make_model.h"
 
 #include <algorithm>
 #include <cmath>
