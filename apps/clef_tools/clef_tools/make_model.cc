@@ -25,14 +25,13 @@
 #include "core/paths.h"
 #include "core/sha256.h"
 #include "io/safetensors.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
 namespace clef {
-
-const char* const kQwen35SplitRegex =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 namespace {
 
@@ -269,25 +268,6 @@ constexpr AddedToken kAddedTokens[] = {
     {"<|audio_pad|>", true, false},
 };
 
-ojson added_token_json(std::int64_t id, const AddedToken& a, bool with_id) {
-  ojson j;
-  if (with_id) j["id"] = id;
-  j["content"] = a.content;
-  j["single_word"] = false;
-  j["lstrip"] = false;
-  j["rstrip"] = false;
-  j["normalized"] = false;
-  j["special"] = a.special;
-  return j;
-}
-
-ojson byte_level(bool add_prefix_space) {
-  return ojson{{"type", "ByteLevel"},
-               {"add_prefix_space", add_prefix_space},
-               {"trim_offsets", false},
-               {"use_regex", false}};
-}
-
 // ---------------------------------------------------------------------------------------------
 
 /// Writes a file of the staging folder (the folder is published atomically as a whole).
@@ -449,36 +429,16 @@ void write_release_files(const fs::path& dir, const MakeModelOptions& o) {
   ojson added = ojson::array();
   ojson decoder = ojson::object();
   for (std::int64_t i = 0; i < n_added; ++i) {
-    if (kAddedTokens[i].in_tokenizer_json) added.push_back(added_token_json(first_added + i, kAddedTokens[i], true));
-    decoder[std::to_string(first_added + i)] = added_token_json(first_added + i, kAddedTokens[i], false);
+    const AddedToken& a = kAddedTokens[i];
+    if (a.in_tokenizer_json) added.push_back(added_token_json<ojson>(first_added + i, a.content, a.special));
+    decoder[std::to_string(first_added + i)] = added_token_json<ojson>(first_added + i, a.content, a.special, false);
   }
   ojson vocab = ojson::object();
   for (std::size_t i = 0; i < tok.vocab.size(); ++i) vocab[tok.vocab[i]] = i;
   ojson merges = ojson::array();
   for (const auto& [a, b] : tok.merges) merges.push_back({a, b});
-  ojson tj;
-  tj["version"] = "1.0";
-  tj["truncation"] = nullptr;
-  tj["padding"] = nullptr;
-  tj["added_tokens"] = added;
-  tj["normalizer"] = {{"type", "NFC"}};
-  tj["pre_tokenizer"] = {
-      {"type", "Sequence"},
-      {"pretokenizers",
-       {{{"type", "Split"}, {"pattern", {{"Regex", kQwen35SplitRegex}}}, {"behavior", "Isolated"}, {"invert", false}},
-        byte_level(false)}}};
-  tj["post_processor"] = byte_level(false);
-  tj["decoder"] = byte_level(false);
-  tj["model"] = {{"type", "BPE"},
-                 {"dropout", nullptr},
-                 {"unk_token", nullptr},
-                 {"continuing_subword_prefix", ""},
-                 {"end_of_word_suffix", ""},
-                 {"fuse_unk", false},
-                 {"byte_fallback", false},
-                 {"ignore_merges", false},
-                 {"vocab", vocab},
-                 {"merges", merges}};
+  const ojson tj =
+      byte_level_bpe_tokenizer_json<ojson>(std::move(added), kSplitRegexQwen35, std::move(vocab), std::move(merges));
   write_text(dir / "tokenizer.json", tj.dump(2) + "\n");
   ojson tc;
   tc["add_bos_token"] = false;
