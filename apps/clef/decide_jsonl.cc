@@ -164,79 +164,119 @@ void watch_jsonl_interrupts() {
   }).detach();
 }
 
+namespace {
+
+/// The input of a run: a regular file (size known: ETA), standard input, or a pipe; never a directory.
+struct JsonlInput {
+  File file;
+  std::uint64_t size = 0;   ///< bytes of a regular file; 0 when unknown
+  std::int64_t lines = -1;  ///< lines of a regular file; -1 when unknown
+};
+
+JsonlInput open_input(const JsonlRunOptions& options) {
+  JsonlInput in;
+  if (options.input == "-") {
+    in.file.reset(stdin);
+    return in;
+  }
+  std::error_code ec;
+  const auto st = std::filesystem::status(options.input, ec);
+  if (ec || !std::filesystem::exists(st) || std::filesystem::is_directory(st)) {
+    throw InvalidArgument("--jsonl: " + printable(options.input) + " is not a readable file" +
+                          (ec ? std::string(" (") + ec.message() + ")" : std::string()));
+  }
+  if (std::filesystem::is_regular_file(st)) {
+    in.size = std::filesystem::file_size(options.input, ec);
+    in.lines = count_lines(options.input);
+  }
+  in.file.reset(std::fopen(options.input.c_str(), "rb"));
+  if (!in.file) {
+    throw InvalidArgument("--jsonl: cannot open " + printable(options.input) + " (" + std::strerror(errno) + ")");
+  }
+  return in;
+}
+
+/// Refuses an --out file with more answers than its input has lines: it belongs to another input.
+[[noreturn]] void refuse_foreign_output(const std::string& output, std::int64_t answers, std::int64_t input_lines) {
+  throw InvalidArgument("--out " + printable(output) + " holds " + std::to_string(answers) +
+                        " answers but the input has only " + std::to_string(input_lines) +
+                        " lines: it belongs to another input (use --restart)");
+}
+
+/// Opens --out into `out`: read/write without truncation (resumption needs the old lines), one
+/// writer at a time (flock), never the input file; truncated with --restart, else validated for
+/// resumption (prepare_resume); positioned at its end. Returns the answers it already holds.
+ExistingOutput open_output(const JsonlRunOptions& options, const JsonlInput& in, File& out) {
+  ExistingOutput existing;
+  std::error_code ec;
+  if (std::filesystem::exists(options.output, ec) && !std::filesystem::is_regular_file(options.output, ec)) {
+    throw InvalidArgument("--out: " + printable(options.output) + " exists and is not a regular file");
+  }
+  const int fd = ::open(options.output.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw IoError("cannot open the output file " + printable(options.output) + ": " + std::strerror(errno));
+  }
+  out.reset(::fdopen(fd, "r+b"));
+  if (!out) {
+    ::close(fd);
+    throw IoError("cannot open the output file " + printable(options.output) + ": " + std::strerror(errno));
+  }
+  struct stat so {
+  }, si{};
+  if (::fstat(fd, &so) == 0 && ::fstat(::fileno(in.file.get()), &si) == 0 && so.st_dev == si.st_dev &&
+      so.st_ino == si.st_ino) {
+    throw InvalidArgument("--out names the input file " +
+                          printable(options.input == "-" ? std::string("(standard input)") : options.input));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    throw InvalidArgument("--out " + printable(options.output) + " is being written by another clef decide");
+  }
+  if (options.restart) {
+    if (::ftruncate(fd, 0) != 0) {
+      throw IoError("cannot truncate " + printable(options.output) + ": " + std::strerror(errno));
+    }
+  } else {
+    existing = prepare_resume(out.get(), options.output);
+  }
+  if (in.lines >= 0 && existing.lines > in.lines) refuse_foreign_output(options.output, existing.lines, in.lines);
+  if (std::fseek(out.get(), 0, SEEK_END) != 0) {
+    throw IoError("cannot seek in " + printable(options.output) + ": " + std::strerror(errno));
+  }
+  return existing;
+}
+
+/// The progress line: "records done, tokens, tokens/s, ETA"; live (redrawn) on a terminal.
+void print_progress(const JsonlRunSummary& sum, double s, const std::string& eta, bool tty, bool final_line) {
+  std::fprintf(stderr, "%sclef: %lld record(s) done (%lld refused), %lld tokens, %.1f tokens/s, elapsed %s, ETA %s%s",
+               tty ? "\r" : "", static_cast<long long>(sum.answered + sum.refused), static_cast<long long>(sum.refused),
+               static_cast<long long>(sum.tokens), s > 0 ? static_cast<double>(sum.tokens) / s : 0.0,
+               format_duration(s).c_str(), eta.c_str(), tty && !final_line ? "\x1b[K" : "\n");
+  std::fflush(stderr);
+}
+
+/// --timings: one line per answered request on stderr.
+void print_timings(std::int64_t line, const Decision& d, const char* prefix) {
+  std::fprintf(stderr,
+               "%sclef: line %lld: %lld tokens: tokenize %.3f s, prefill %.3f s, head %.3f s, total %.3f s; "
+               "state cache %s (%lld tokens reused, restore %.3f s)\n",
+               prefix, static_cast<long long>(line), static_cast<long long>(d.input_tokens), d.timings.tokenize,
+               d.timings.prefill, d.timings.head, d.timings.total, state_cache_use_name(d.state_cache),
+               static_cast<long long>(d.reused_tokens), d.timings.state_restore);
+}
+
+}  // namespace
+
 JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options) {
-  const bool from_stdin = options.input == "-";
   const bool to_file = !options.output.empty() && options.output != "-";
   if (options.restart && !to_file) throw InvalidArgument("--restart needs --out FILE");
-
-  // Input: a regular file (size known: ETA), standard input, or a pipe; never a directory.
-  File in(from_stdin ? stdin : nullptr);
-  std::uint64_t input_size = 0;
-  std::int64_t input_lines = -1;
-  if (!from_stdin) {
-    std::error_code ec;
-    const auto st = std::filesystem::status(options.input, ec);
-    if (ec || !std::filesystem::exists(st) || std::filesystem::is_directory(st)) {
-      throw InvalidArgument("--jsonl: " + printable(options.input) + " is not a readable file" +
-                            (ec ? std::string(" (") + ec.message() + ")" : std::string()));
-    }
-    if (std::filesystem::is_regular_file(st)) {
-      input_size = std::filesystem::file_size(options.input, ec);
-      input_lines = count_lines(options.input);
-    }
-    in.reset(std::fopen(options.input.c_str(), "rb"));
-    if (!in) {
-      throw InvalidArgument("--jsonl: cannot open " + printable(options.input) + " (" + std::strerror(errno) + ")");
-    }
-  }
-
+  const JsonlInput in = open_input(options);
   ExistingOutput existing;
   File out(to_file ? nullptr : stdout);
-  if (to_file) {
-    std::error_code ec;
-    if (std::filesystem::exists(options.output, ec) && !std::filesystem::is_regular_file(options.output, ec)) {
-      throw InvalidArgument("--out: " + printable(options.output) + " exists and is not a regular file");
-    }
-    // Read/write without truncation: resumption needs the old lines, and one writer at a time.
-    const int fd = ::open(options.output.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      throw IoError("cannot open the output file " + printable(options.output) + ": " + std::strerror(errno));
-    }
-    out.reset(::fdopen(fd, "r+b"));
-    if (!out) {
-      ::close(fd);
-      throw IoError("cannot open the output file " + printable(options.output) + ": " + std::strerror(errno));
-    }
-    struct stat so {
-    }, si{};
-    if (::fstat(fd, &so) == 0 && ::fstat(::fileno(in.get()), &si) == 0 && so.st_dev == si.st_dev &&
-        so.st_ino == si.st_ino) {
-      throw InvalidArgument("--out names the input file " +
-                            printable(from_stdin ? std::string("(standard input)") : options.input));
-    }
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      throw InvalidArgument("--out " + printable(options.output) + " is being written by another clef decide");
-    }
-    if (options.restart) {
-      if (::ftruncate(fd, 0) != 0) {
-        throw IoError("cannot truncate " + printable(options.output) + ": " + std::strerror(errno));
-      }
-    } else {
-      existing = prepare_resume(out.get(), options.output);
-    }
-    if (input_lines >= 0 && existing.lines > input_lines) {
-      throw InvalidArgument("--out " + printable(options.output) + " holds " + std::to_string(existing.lines) +
-                            " answers but the input has only " + std::to_string(input_lines) +
-                            " lines: it belongs to another input (use --restart)");
-    }
-    if (std::fseek(out.get(), 0, SEEK_END) != 0) {
-      throw IoError("cannot seek in " + printable(options.output) + ": " + std::strerror(errno));
-    }
-  }
+  if (to_file) existing = open_output(options, in, out);
 
   InterruptState& interrupted = interrupt_state();
   interrupted.done = existing.lines;
-  interrupted.total = input_lines;
+  interrupted.total = in.lines;
   interrupted.resumable = to_file;
   interrupted.running = true;
 
@@ -249,27 +289,22 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
                  static_cast<long long>(existing.lines), printable(options.output).c_str());
   }
 
-  LineReader reader(in.get(), kMaxLineBytes);
+  LineReader reader(in.file.get(), kMaxLineBytes);
   const bool tty = ::isatty(STDERR_FILENO) == 1;
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   double last_report = 0;
   std::uint64_t resumed_bytes = 0;  // input bytes of the skipped lines (not part of this run's speed)
-  // "records done, tokens, tokens/s, ETA" (ETA from this run's input bytes per second).
+  // The ETA comes from this run's input bytes per second.
   auto report = [&](bool final_line) {
     const double s = elapsed();
     std::string eta = final_line ? "0:00:00" : "?";
-    if (!final_line && input_size > 0) {
+    if (!final_line && in.size > 0) {
       const double processed = static_cast<double>(reader.bytes_read() - resumed_bytes);
-      const double remaining = static_cast<double>(input_size) - static_cast<double>(reader.bytes_read());
+      const double remaining = static_cast<double>(in.size) - static_cast<double>(reader.bytes_read());
       if (processed > 0 && s > 0) eta = format_duration(remaining / (processed / s));
     }
-    std::fprintf(stderr, "%sclef: %lld record(s) done (%lld refused), %lld tokens, %.1f tokens/s, elapsed %s, ETA %s%s",
-                 tty ? "\r" : "", static_cast<long long>(sum.answered + sum.refused),
-                 static_cast<long long>(sum.refused), static_cast<long long>(sum.tokens),
-                 s > 0 ? static_cast<double>(sum.tokens) / s : 0.0, format_duration(s).c_str(), eta.c_str(),
-                 tty && !final_line ? "\x1b[K" : "\n");
-    std::fflush(stderr);
+    print_progress(sum, s, eta, tty, final_line);
   };
 
   // Answers on the same terminal as the live progress line: clear that line first.
@@ -306,15 +341,7 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
         write_line(d.body);
         ++sum.answered;
         sum.tokens += d.input_tokens;
-        if (options.timings) {
-          std::fprintf(stderr,
-                       "%sclef: line %lld: %lld tokens: tokenize %.3f s, prefill %.3f s, head %.3f s, total %.3f s; "
-                       "state cache %s (%lld tokens reused, restore %.3f s)\n",
-                       tty && options.progress ? "\r\x1b[K" : "", static_cast<long long>(sum.lines),
-                       static_cast<long long>(d.input_tokens), d.timings.tokenize, d.timings.prefill, d.timings.head,
-                       d.timings.total, state_cache_use_name(d.state_cache), static_cast<long long>(d.reused_tokens),
-                       d.timings.state_restore);
-        }
+        if (options.timings) print_timings(sum.lines, d, tty && options.progress ? "\r\x1b[K" : "");
       } catch (const RequestError& e) {
         const std::string at = e.offset() ? " (at byte " + std::to_string(*e.offset()) + ")" : std::string();
         write_line(error_line(e.code_name(), e.message() + at, e.path().str(), sum.lines));
@@ -328,11 +355,7 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
       last_report = s;
     }
   }
-  if (existing.lines > sum.lines) {
-    throw InvalidArgument("--out " + printable(options.output) + " holds " + std::to_string(existing.lines) +
-                          " answers but the input has only " + std::to_string(sum.lines) +
-                          " lines: it belongs to another input (use --restart)");
-  }
+  if (existing.lines > sum.lines) refuse_foreign_output(options.output, existing.lines, sum.lines);
   sum.seconds = elapsed();
   if (options.progress) report(true);
   return sum;

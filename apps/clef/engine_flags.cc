@@ -8,7 +8,7 @@
 #include "core/paths.h"
 #include "hub/cache.h"
 #include "hub/pull.h"
-#include "runtime/make_model.h"
+#include "clef_tools/make_model.h"
 
 namespace clef::cli {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // `clef hidden`: the backbone's final-norm hidden states for token ids, as .npy files (debugging and
-// parity work; runtime/backbone_dump.h computes and writes them).
+// parity work; clef_tools/backbone_dump.h computes and writes them).
 #include "hidden_command.h"
 
 #include <exception>
@@ -12,7 +12,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "engine_flags.h"
-#include "runtime/backbone_dump.h"
+#include "clef_tools/backbone_dump.h"
 
 namespace clef::cli {
 

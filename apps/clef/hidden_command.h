@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // `clef hidden` flags, shared with the test tool clef_backbone_dump (tests/drivers): the parsing of
-// the command line into runtime/backbone_dump.h's options, which compute and write the dump.
+// the command line into clef_tools/backbone_dump.h's options, which compute and write the dump.
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// `clef make-model`: write the random-weight tiny release folder (runtime/make_model.h).
+// `clef make-model`: write the random-weight tiny release folder (clef_tools/make_model.h).
 #include <charconv>
 #include <cstdint>
 #include <iostream>
@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/paths.h"
-#include "runtime/make_model.h"
+#include "clef_tools/make_model.h"
 
 namespace clef::cli {
 

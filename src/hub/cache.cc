@@ -175,6 +175,28 @@ std::string repo_folder(const std::string& cache_dir, const std::string& repo_id
   return cache_dir + "/" + folder;
 }
 
+std::string ref_file(const std::string& folder, const std::string& revision) { return folder + "/refs/" + revision; }
+
+std::string snapshot_dir(const std::string& folder, const std::string& commit) {
+  return folder + "/snapshots/" + commit;
+}
+
+std::string snapshot_file(const std::string& folder, const std::string& commit, const std::string& path) {
+  return snapshot_dir(folder, commit) + "/" + path;
+}
+
+std::string blobs_dir(const std::string& folder) { return folder + "/blobs"; }
+
+std::string blob_file(const std::string& folder, const std::string& etag) { return blobs_dir(folder) + "/" + etag; }
+
+std::string incomplete_blob_file(const std::string& folder, const std::string& etag) {
+  return blob_file(folder, etag) + ".incomplete";
+}
+
+std::string blob_lock_file(const std::string& cache_dir, const std::string& folder, const std::string& etag) {
+  return cache_dir + "/.locks/" + fs::path(folder).filename().string() + "/" + etag + ".lock";
+}
+
 bool is_commit_hash(const std::string& revision) {
   return revision.size() == 40 && std::all_of(revision.begin(), revision.end(), [](char c) {
            return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
@@ -367,7 +389,7 @@ ModelFiles select_model_files(const std::vector<std::string>& repo_files, const 
 
 void link_snapshot_file(const std::string& folder, const std::string& commit, const std::string& path,
                         const std::string& etag) {
-  const fs::path pointer = fs::path(folder) / "snapshots" / commit / path;
+  const fs::path pointer = snapshot_file(folder, commit, path);
   std::error_code ec;
   fs::create_directories(pointer.parent_path(), ec);
   if (ec) throw IoError("cannot create " + pointer.parent_path().string() + ": " + ec.message());
@@ -388,7 +410,7 @@ void link_snapshot_file(const std::string& folder, const std::string& commit, co
 }
 
 void write_ref(const std::string& folder, const std::string& revision, const std::string& commit) {
-  const fs::path ref = fs::path(folder) / "refs" / revision;
+  const fs::path ref = ref_file(folder, revision);
   std::error_code ec;
   fs::create_directories(ref.parent_path(), ec);
   if (ec) throw IoError("cannot create " + ref.parent_path().string() + ": " + ec.message());
@@ -462,13 +484,13 @@ ResolvedModel resolve_cached(const ModelName& name, const std::string& revision,
   if (is_commit_hash(rev)) {
     r.commit = rev;
   } else {
-    std::ifstream ref(folder + "/refs/" + rev);
+    std::ifstream ref(ref_file(folder, rev));
     if (!ref || !(ref >> r.commit) || !is_commit_hash(r.commit)) {
       throw InvalidArgument(name.display() + ": revision " + rev + " is not in the Hugging Face cache " + cache_dir +
                             how);
     }
   }
-  r.snapshot = folder + "/snapshots/" + r.commit;
+  r.snapshot = snapshot_dir(folder, r.commit);
   if (!fs::is_directory(r.snapshot, ec)) {
     throw InvalidArgument(name.display() + ": snapshot " + r.commit + " is not in the Hugging Face cache " + cache_dir +
                           how);

@@ -48,6 +48,22 @@ bool hub_offline();
 /// The folder of a model repository inside `cache_dir`: models--ORG--REPO.
 std::string repo_folder(const std::string& cache_dir, const std::string& repo_id);
 
+/// The paths of the cache layout inside a repository folder `folder` (repo_folder), as
+/// huggingface_hub lays them out (docs/MODELS.md "The cache layout"); the one place that spells
+/// them, for the reader (resolve_cached) and the writer (`clef pull`, link_snapshot_file, write_ref):
+///   refs/<revision>                  a text file holding the revision's commit id;
+///   snapshots/<commit>/<path>        the files of a commit, each a relative link into blobs/;
+///   blobs/<etag>                     the bytes, named by the hub's etag (sha256 or git blob id);
+///   blobs/<etag>.incomplete          a partial download, resumed with a Range request;
+/// and, beside the repository folders, <cache_dir>/.locks/models--ORG--REPO/<etag>.lock.
+std::string ref_file(const std::string& folder, const std::string& revision);
+std::string snapshot_dir(const std::string& folder, const std::string& commit);
+std::string snapshot_file(const std::string& folder, const std::string& commit, const std::string& path);
+std::string blobs_dir(const std::string& folder);
+std::string blob_file(const std::string& folder, const std::string& etag);
+std::string incomplete_blob_file(const std::string& folder, const std::string& etag);
+std::string blob_lock_file(const std::string& cache_dir, const std::string& folder, const std::string& etag);
+
 /// True for a 40-character lower-case hex commit id.
 bool is_commit_hash(const std::string& revision);
 

@@ -270,17 +270,15 @@ std::int64_t partial_size(const fs::path& partial) {
   return ec ? 0 : static_cast<std::int64_t>(n);
 }
 
-/// Fetches one file into the cache (see pull_model).
-void fetch_file(PullContext& ctx, RemoteFile& f) {
-  const fs::path pointer = fs::path(ctx.folder) / "snapshots" / ctx.commit / f.path;
-  std::error_code ec;
-  if (fs::is_regular_file(pointer, ec)) {
-    f.done = std::max<std::int64_t>(0, f.size.load());
-    f.state = 2;
-    ++ctx.cached;
-    return;
-  }
-  // 1. HEAD resolve/<commit>/<path>: the blob's etag and size, and where its bytes are.
+/// Where a file's bytes are: what the HEAD answer for resolve/<commit>/<path> says.
+struct BlobSource {
+  std::string etag;   ///< the blob's name in blobs/ (safe_blob_name)
+  std::int64_t size;  ///< declared bytes: bounds the transfer
+  std::string url;    ///< where to GET them (the hub, or the storage host it redirects to)
+};
+
+/// Step 1 of fetch_file: HEAD resolve/<commit>/<path>: the blob's etag and size, and where its bytes are.
+BlobSource resolve_blob(PullContext& ctx, RemoteFile& f) {
   const std::string resolve =
       ctx.endpoint + "/" + ctx.name.repo_id + "/resolve/" + ctx.commit + "/" + url_encode(f.path, true);
   HttpResponse head;
@@ -340,91 +338,118 @@ void fetch_file(PullContext& ctx, RemoteFile& f) {
     url = header("location");
     if (!url.empty() && url[0] == '/') url = origin_of(location) + url;
   }
+  return {etag, size, url};
+}
 
-  const fs::path blobs = fs::path(ctx.folder) / "blobs";
-  fs::create_directories(blobs);
-  const fs::path blob = blobs / etag;
-  const fs::path partial = blobs / (etag + ".incomplete");
-  const BlobLock lock(ctx.cache + "/.locks/" + fs::path(ctx.folder).filename().string() + "/" + etag + ".lock",
-                      ctx.deadline);
+/// Downloads the blob's bytes into `partial`, resuming what is there with a Range request and
+/// retrying transient failures, until it holds `src.size` bytes (or the server says it is complete).
+void download_blob(PullContext& ctx, RemoteFile& f, const BlobSource& src, const fs::path& partial) {
+  const std::int64_t size = src.size;
+  const std::string& url = src.url;
+  std::error_code ec;
+  const bool same_host = origin_of(url) == origin_of(ctx.endpoint);
+  for (int attempt = 0;; ++attempt) {
+    std::int64_t have = partial_size(partial);
+    if (have > size) {
+      fs::remove(partial, ec);  // longer than the file: not a prefix of it
+      have = 0;
+    }
+    f.resumed_from = have;
+    f.done = have;
+    if (have == size) break;  // complete already: verify below
+    Sink sink;
+    sink.file_path = partial.string();
+    sink.have = have;
+    sink.declared = size;
+    sink.counter = &f.done;
+    sink.total_counter = &ctx.received;
+    Request req = make_request(ctx, url, f.path);
+    if (same_host) req.headers = auth_headers(ctx);
+    req.follow = true;
+    req.range_from = have > 0 ? have : -1;
+    HttpResponse r = http(req, sink);
+    if (sink.over_declared) {
+      fs::remove(partial, ec);
+      throw ModelLoadError(
+          ctx.name.display() + ": the server sent more than the declared size of " + f.path + " (" +
+          std::to_string(size) + " bytes): " +
+          (sink.announced >= 0
+               ? "it announced " + std::to_string(sink.announced) + (sink.have > 0 ? " more" : "") + " bytes"
+               : "the transfer was stopped at byte " + std::to_string(sink.have + sink.received)) +
+          "; its partial download was deleted and nothing was stored under its name");
+    }
+    if (sink.write_errno != 0) {
+      const int e = sink.write_errno;
+      const std::int64_t kept = partial_size(partial);
+      if (kept == 0) fs::remove(partial, ec);
+      throw IoError(std::string(e == ENOSPC ? "disk full" : std::strerror(e)) + " while writing " + partial.string() +
+                    " (" + std::to_string(kept) + " bytes kept; free space and run clef pull again to resume)");
+    }
+    if (r.code == CURLE_OK && (r.status == 200 || r.status == 206)) break;
+    if (r.code == CURLE_OK && r.status == 416) {
+      fs::remove(partial, ec);  // the range is past the file: start over
+      if (attempt < ctx.opt.retries) continue;
+    }
+    if (r.code == CURLE_OPERATION_TIMEDOUT && past_deadline(ctx)) throw_deadline(ctx, f.path);
+    if (!transient(r) || attempt >= ctx.opt.retries) throw_http(ctx, r, f.path);
+    log_line(ctx, f.path + ": " + (r.code != CURLE_OK ? r.error : "HTTP " + std::to_string(r.status)) +
+                      "; resuming at byte " + std::to_string(partial_size(partial)));
+    wait_before_retry(ctx, r, attempt, f.path);
+  }
+}
+
+/// Step 2 of fetch_file: verifies the downloaded `partial` (size, then sha256 or git blob id)
+/// before the file gets its real name; a mismatch discards the download.
+void verify_blob(PullContext& ctx, const RemoteFile& f, std::int64_t size, const fs::path& partial) {
+  std::error_code ec;
+  if (size == 0 && !fs::exists(partial, ec)) std::ofstream(partial, std::ios::binary).close();  // no body to write
+  const std::int64_t got = partial_size(partial);
+  const bool lfs = !f.sha256.empty();
+  const std::string want = lfs ? lower(f.sha256) : lower(f.oid);
+  if (got != size) {
+    throw IoError(ctx.name.display() + ": " + f.path + " ended after " + std::to_string(got) + " of " +
+                  std::to_string(size) + " bytes" +
+                  (got > 0 ? " (kept in " + partial.string() + "; run clef pull again to resume)" : ""));
+  }
+  if (!want.empty()) {
+    const std::string have_hash = file_digest(partial.string(), !lfs);
+    if (have_hash != want) {
+      fs::remove(partial, ec);
+      throw ModelLoadError(ctx.name.display() + ": " + f.path + " does not match its published " +
+                           (lfs ? "sha256 " : "git blob id ") + want + " (got " + have_hash +
+                           "); the download was discarded and nothing was stored under its name");
+    }
+  }
+}
+
+/// Fetches one file into the cache (see pull_model): resolve its blob, download and verify it
+/// under the blob's lock unless the blob is there already, then link it into the snapshot.
+void fetch_file(PullContext& ctx, RemoteFile& f) {
+  const fs::path pointer = snapshot_file(ctx.folder, ctx.commit, f.path);
+  std::error_code ec;
+  if (fs::is_regular_file(pointer, ec)) {
+    f.done = std::max<std::int64_t>(0, f.size.load());
+    f.state = 2;
+    ++ctx.cached;
+    return;
+  }
+  const BlobSource src = resolve_blob(ctx, f);
+  fs::create_directories(blobs_dir(ctx.folder));
+  const fs::path blob = blob_file(ctx.folder, src.etag);
+  const fs::path partial = incomplete_blob_file(ctx.folder, src.etag);
+  const BlobLock lock(blob_lock_file(ctx.cache, ctx.folder, src.etag), ctx.deadline);
   if (!lock.held()) throw_deadline(ctx, f.path + " (another process held its lock)");
   if (!fs::is_regular_file(blob, ec)) {
     f.started = Clock::now();
     f.state = 1;
-    const bool same_host = origin_of(url) == origin_of(ctx.endpoint);
-    for (int attempt = 0;; ++attempt) {
-      std::int64_t have = partial_size(partial);
-      if (have > size) {
-        fs::remove(partial, ec);  // longer than the file: not a prefix of it
-        have = 0;
-      }
-      f.resumed_from = have;
-      f.done = have;
-      if (have == size) break;  // complete already: verify below
-      Sink sink;
-      sink.file_path = partial.string();
-      sink.have = have;
-      sink.declared = size;
-      sink.counter = &f.done;
-      sink.total_counter = &ctx.received;
-      Request req = make_request(ctx, url, f.path);
-      if (same_host) req.headers = auth_headers(ctx);
-      req.follow = true;
-      req.range_from = have > 0 ? have : -1;
-      HttpResponse r = http(req, sink);
-      if (sink.over_declared) {
-        fs::remove(partial, ec);
-        throw ModelLoadError(
-            ctx.name.display() + ": the server sent more than the declared size of " + f.path + " (" +
-            std::to_string(size) + " bytes): " +
-            (sink.announced >= 0
-                 ? "it announced " + std::to_string(sink.announced) + (sink.have > 0 ? " more" : "") + " bytes"
-                 : "the transfer was stopped at byte " + std::to_string(sink.have + sink.received)) +
-            "; its partial download was deleted and nothing was stored under its name");
-      }
-      if (sink.write_errno != 0) {
-        const int e = sink.write_errno;
-        const std::int64_t kept = partial_size(partial);
-        if (kept == 0) fs::remove(partial, ec);
-        throw IoError(std::string(e == ENOSPC ? "disk full" : std::strerror(e)) + " while writing " + partial.string() +
-                      " (" + std::to_string(kept) + " bytes kept; free space and run clef pull again to resume)");
-      }
-      if (r.code == CURLE_OK && (r.status == 200 || r.status == 206)) break;
-      if (r.code == CURLE_OK && r.status == 416) {
-        fs::remove(partial, ec);  // the range is past the file: start over
-        if (attempt < ctx.opt.retries) continue;
-      }
-      if (r.code == CURLE_OPERATION_TIMEDOUT && past_deadline(ctx)) throw_deadline(ctx, f.path);
-      if (!transient(r) || attempt >= ctx.opt.retries) throw_http(ctx, r, f.path);
-      log_line(ctx, f.path + ": " + (r.code != CURLE_OK ? r.error : "HTTP " + std::to_string(r.status)) +
-                        "; resuming at byte " + std::to_string(partial_size(partial)));
-      wait_before_retry(ctx, r, attempt, f.path);
-    }
-    // 2. Verify before the file gets its real name.
-    if (size == 0 && !fs::exists(partial, ec)) std::ofstream(partial, std::ios::binary).close();  // no body to write
-    const std::int64_t got = partial_size(partial);
-    const bool lfs = !f.sha256.empty();
-    const std::string want = lfs ? lower(f.sha256) : lower(f.oid);
-    if (got != size) {
-      throw IoError(ctx.name.display() + ": " + f.path + " ended after " + std::to_string(got) + " of " +
-                    std::to_string(size) + " bytes" +
-                    (got > 0 ? " (kept in " + partial.string() + "; run clef pull again to resume)" : ""));
-    }
-    if (!want.empty()) {
-      const std::string have_hash = file_digest(partial.string(), !lfs);
-      if (have_hash != want) {
-        fs::remove(partial, ec);
-        throw ModelLoadError(ctx.name.display() + ": " + f.path + " does not match its published " +
-                             (lfs ? "sha256 " : "git blob id ") + want + " (got " + have_hash +
-                             "); the download was discarded and nothing was stored under its name");
-      }
-    }
+    download_blob(ctx, f, src, partial);
+    verify_blob(ctx, f, src.size, partial);
     fs::rename(partial, blob);
     ++ctx.fetched;
   } else {
     ++ctx.cached;
   }
-  link_snapshot_file(ctx.folder, ctx.commit, f.path, etag);
+  link_snapshot_file(ctx.folder, ctx.commit, f.path, src.etag);
   if (f.size.load() > 0) f.done = f.size.load();
   f.state = 2;
   log_line(ctx, "verified " + f.path + " (" + human_bytes(static_cast<double>(f.size.load())) + ")");
@@ -487,6 +512,51 @@ std::map<std::string, std::unique_ptr<RemoteFile>> list_files(PullContext& ctx) 
     next = link;
   }
   return listing;
+}
+
+/// Step 3 of pull_model: fetches ctx.files, `parallel` at a time; after all have ended, throws the
+/// first failure (of its kind) saying how many more failed and how many files are kept.
+void fetch_files(PullContext& ctx) {
+  std::atomic<std::size_t> next_file{0};
+  ctx.progress->start();
+  auto worker = [&] {
+    for (std::size_t i; (i = next_file++) < ctx.files.size();) {
+      try {
+        fetch_file(ctx, *ctx.files[i]);
+      } catch (const Error& e) {
+        std::lock_guard<std::mutex> lock(ctx.mu);
+        ctx.errors.emplace_back(e.what());
+        if (!ctx.first_error) {
+          if (e.kind() == ErrorKind::kInvalidArgument) ctx.first_error = std::make_unique<InvalidArgument>(e.what());
+          else if (e.kind() == ErrorKind::kModelLoad) ctx.first_error = std::make_unique<ModelLoadError>(e.what());
+          else ctx.first_error = std::make_unique<IoError>(e.what());
+        }
+        ctx.files[i]->state = 2;
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(ctx.mu);
+        ctx.errors.emplace_back(ctx.files[i]->path + ": " + e.what());
+        if (!ctx.first_error) ctx.first_error = std::make_unique<IoError>(ctx.files[i]->path + ": " + e.what());
+        ctx.files[i]->state = 2;
+      }
+    }
+  };
+  std::vector<std::thread> workers;
+  const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(ctx.opt.parallel), ctx.files.size());
+  for (std::size_t i = 0; i < n; ++i) workers.emplace_back(worker);
+  for (auto& w : workers) w.join();
+  ctx.progress->finish();
+
+  if (ctx.first_error) {
+    std::string msg = ctx.first_error->what();
+    if (ctx.errors.size() > 1) msg += " (and " + std::to_string(ctx.errors.size() - 1) + " more failed files)";
+    msg += "; " + std::to_string(ctx.fetched.load() + ctx.cached.load()) + " of " + std::to_string(ctx.files.size()) +
+           " files are verified in the cache and kept";
+    switch (ctx.first_error->kind()) {
+      case ErrorKind::kInvalidArgument: throw InvalidArgument(msg);
+      case ErrorKind::kModelLoad: throw ModelLoadError(msg);
+      default: throw IoError(msg);
+    }
+  }
 }
 
 }  // namespace
@@ -574,46 +644,7 @@ PullReport pull_model(const ModelName& name, const PullOptions& options) {
                     " files, " + human_bytes(static_cast<double>(total)));
 
   // 3. The files, `parallel` at a time.
-  std::atomic<std::size_t> next_file{0};
-  ctx.progress->start();
-  auto worker = [&] {
-    for (std::size_t i; (i = next_file++) < ctx.files.size();) {
-      try {
-        fetch_file(ctx, *ctx.files[i]);
-      } catch (const Error& e) {
-        std::lock_guard<std::mutex> lock(ctx.mu);
-        ctx.errors.emplace_back(e.what());
-        if (!ctx.first_error) {
-          if (e.kind() == ErrorKind::kInvalidArgument) ctx.first_error = std::make_unique<InvalidArgument>(e.what());
-          else if (e.kind() == ErrorKind::kModelLoad) ctx.first_error = std::make_unique<ModelLoadError>(e.what());
-          else ctx.first_error = std::make_unique<IoError>(e.what());
-        }
-        ctx.files[i]->state = 2;
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(ctx.mu);
-        ctx.errors.emplace_back(ctx.files[i]->path + ": " + e.what());
-        if (!ctx.first_error) ctx.first_error = std::make_unique<IoError>(ctx.files[i]->path + ": " + e.what());
-        ctx.files[i]->state = 2;
-      }
-    }
-  };
-  std::vector<std::thread> workers;
-  const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(ctx.opt.parallel), ctx.files.size());
-  for (std::size_t i = 0; i < n; ++i) workers.emplace_back(worker);
-  for (auto& w : workers) w.join();
-  ctx.progress->finish();
-
-  if (ctx.first_error) {
-    std::string msg = ctx.first_error->what();
-    if (ctx.errors.size() > 1) msg += " (and " + std::to_string(ctx.errors.size() - 1) + " more failed files)";
-    msg += "; " + std::to_string(ctx.fetched.load() + ctx.cached.load()) + " of " + std::to_string(ctx.files.size()) +
-           " files are verified in the cache and kept";
-    switch (ctx.first_error->kind()) {
-      case ErrorKind::kInvalidArgument: throw InvalidArgument(msg);
-      case ErrorKind::kModelLoad: throw ModelLoadError(msg);
-      default: throw IoError(msg);
-    }
-  }
+  fetch_files(ctx);
   PullReport rep;
   rep.files_fetched = ctx.fetched.load();
   rep.files_cached = ctx.cached.load();

@@ -9,6 +9,7 @@
 #include "core/json_reader.h"
 #include "core/paths.h"
 #include "tokenizer/pretokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 #include "tokenizer/unicode.h"
 
 namespace clef {
@@ -223,13 +224,7 @@ GgufVocab read_gguf_vocab(const GgufFile& g) {
         break;
       case 3:  // control
       case 4:  // user defined
-        v.added.push_back({{"id", id},
-                           {"content", *text},
-                           {"single_word", false},
-                           {"lstrip", false},
-                           {"rstrip", false},
-                           {"normalized", false},
-                           {"special", type == 3}});
+        v.added.push_back(added_token_json<nlohmann::json>(id, *text, type == 3));
         v.added_map[id] = *text;
         v.max_id = id;
         break;
@@ -271,42 +266,12 @@ TokenizerSummary tokenizer_summary_from_gguf(const GgufFile& g) {
 
 std::string tokenizer_json_from_gguf(const GgufFile& g) {
   GgufVocab v = read_gguf_vocab(g);
-  nlohmann::json vocab = std::move(v.vocab), added = std::move(v.added), m = std::move(v.merges);
-  const nlohmann::json byte_level = {{"type", "ByteLevel"},
-                                     {"add_prefix_space", false},
-                                     {"trim_offsets", false},
-                                     {"use_regex", false}};
-  nlohmann::json j;
-  j["version"] = "1.0";
-  j["truncation"] = nullptr;
-  j["padding"] = nullptr;
-  j["added_tokens"] = std::move(added);
-  j["normalizer"] = {{"type", "NFC"}};
-  nlohmann::json split = nlohmann::json::object();
-  split["type"] = "Split";
-  split["pattern"] = nlohmann::json::object();
   // tokenizer.ggml.pre names the split regex (read_gguf_vocab accepts these two; docs/TOKENIZER.md
   // "Which split regex").
-  split["pattern"]["Regex"] = g.get_string("tokenizer.ggml.pre") == "qwen2" ? kSplitRegexQwen2 : kSplitRegexQwen35;
-  split["behavior"] = "Isolated";
-  split["invert"] = false;
-  nlohmann::json pre = nlohmann::json::object();
-  pre["type"] = "Sequence";
-  pre["pretokenizers"] = nlohmann::json::array({split, byte_level});
-  j["pre_tokenizer"] = std::move(pre);
-  j["post_processor"] = byte_level;
-  j["decoder"] = byte_level;
-  j["model"] = {{"type", "BPE"},
-                {"dropout", nullptr},
-                {"unk_token", nullptr},
-                {"continuing_subword_prefix", ""},
-                {"end_of_word_suffix", ""},
-                {"fuse_unk", false},
-                {"byte_fallback", false},
-                {"ignore_merges", false},
-                {"vocab", std::move(vocab)},
-                {"merges", std::move(m)}};
-  return j.dump();
+  const char* const regex = g.get_string("tokenizer.ggml.pre") == "qwen2" ? kSplitRegexQwen2 : kSplitRegexQwen35;
+  return byte_level_bpe_tokenizer_json<nlohmann::json>(std::move(v.added), regex, std::move(v.vocab),
+                                                       std::move(v.merges))
+      .dump();
 }
 
 }  // namespace clef

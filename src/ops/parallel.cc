@@ -2,7 +2,6 @@
 #include "ops/parallel.h"
 
 #include <omp.h>
-#include <sched.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -14,18 +13,11 @@
 #include <cstring>
 #include <initializer_list>
 
+#include "core/platform.h"
+
 namespace clef::ops {
 
-int hardware_threads() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    const int n = CPU_COUNT(&set);
-    if (n > 0) return n;
-  }
-  const int n = omp_get_num_procs();
-  return n > 0 ? n : 1;
-}
+int hardware_threads() { return usable_cpus(); }
 
 int set_num_threads(int n) {
   // More OpenMP threads than CPUs never helps these compute-bound kernels and, with spinning

@@ -22,7 +22,7 @@ int set_num_threads(int n);
 /// Threads the next parallel region will use.
 int num_threads();
 
-/// Logical CPUs available to this process (sched_getaffinity), at least 1.
+/// Logical CPUs available to this process, at least 1 (core/platform.h usable_cpus: the affinity mask).
 int hardware_threads();
 
 /// The OpenMP wait policy clef runs with unless the user set one (docs/PERFORMANCE.md

@@ -83,8 +83,8 @@ bool fp32_weights_resident(Fp32Weights policy, ops::Precision precision, std::ui
                            std::uint64_t memory_bytes) noexcept;
 
 /// Memory this process may use, in bytes: the physical memory, or the smallest memory limit of
-/// this process's cgroup and its ancestors when that is smaller (cgroup v2 memory.max, v1
-/// memory.limit_in_bytes, found through /proc/self/cgroup).
+/// this process's cgroup and its ancestors when that is smaller (core/platform.h:
+/// physical_memory_bytes, memory_limit_bytes).
 std::uint64_t usable_memory_bytes();
 
 class Backbone {

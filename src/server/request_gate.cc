@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 
 namespace clef::server {
 namespace {
@@ -56,21 +57,11 @@ std::string too_large_message(std::size_t max_body_bytes) {
 
 }  // namespace
 
-GateVerdict gate_request(const RequestHead& head, const GateConfig& config) {
-  GateVerdict v;
-  const std::string_view m = head.method;
-  // Method names are from a fixed set once logged; anything else is logged as "-".
-  const bool known =
-      m == "GET" || m == "HEAD" || m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE" || m == "OPTIONS";
-  v.method_label = known ? std::string(m) : "-";
-  v.head = m == "HEAD";
-  const bool http11 = head.version == 11;
-  if (head.version != 11 && head.version != 10) {
-    return refuse(std::move(v), http_error::kVersion, "only HTTP/1.0 and HTTP/1.1 are served", true);
-  }
+namespace {
 
-  // Strict framing (RFC 9112 §6): one plain Content-Length, or Transfer-Encoding exactly "chunked"
-  // (never both); a bad header set ends the connection after a 400.
+/// What gate_request needs of the header fields: how often each field it checks occurs and the
+/// first value of each.
+struct HeaderFacts {
   std::size_t lengths = 0;
   std::size_t encodings = 0;
   std::size_t hosts = 0;
@@ -85,42 +76,54 @@ GateVerdict gate_request(const RequestHead& head, const GateConfig& config) {
   std::string_view authorization;
   std::string_view content_encoding;
   std::string_view content_type;
+};
+
+HeaderFacts scan_fields(const RequestHead& head) {
+  HeaderFacts f;
   for (const auto& [name, value] : head.fields) {
     if (iequals(name, "content-length")) {
-      ++lengths;
-      const LengthParse p = parse_content_length(value, length);
-      if (p != LengthParse::kOk) bad_length = true;
-      if (p == LengthParse::kOverflow) length_overflow = true;
+      ++f.lengths;
+      const LengthParse p = parse_content_length(value, f.length);
+      if (p != LengthParse::kOk) f.bad_length = true;
+      if (p == LengthParse::kOverflow) f.length_overflow = true;
     } else if (iequals(name, "transfer-encoding")) {
-      ++encodings;
-      if (!transfer_encoding_is_chunked(value)) bad_encoding = true;
+      ++f.encodings;
+      if (!transfer_encoding_is_chunked(value)) f.bad_encoding = true;
     } else if (iequals(name, "host")) {
-      if (++hosts == 1) host = value;
+      if (++f.hosts == 1) f.host = value;
     } else if (iequals(name, "content-encoding")) {
-      if (++codings == 1) content_encoding = value;
+      if (++f.codings == 1) f.content_encoding = value;
     } else if (iequals(name, "content-type")) {
-      if (++content_types == 1) content_type = value;
+      if (++f.content_types == 1) f.content_type = value;
     } else if (iequals(name, "authorization")) {
-      if (++authorizations == 1) authorization = value;
+      if (++f.authorizations == 1) f.authorization = value;
     }
   }
+  return f;
+}
+
+/// The refusal of a head whose framing, Host or credentials are faulty (each ends the connection),
+/// or nullopt when they are sound.
+std::optional<GateVerdict> refuse_bad_head(GateVerdict& v, const RequestHead& head, const HeaderFacts& f,
+                                           const GateConfig& config) {
+  const bool http11 = head.version == 11;
   if (head.fields.size() > kMaxHeaderFields) {
     return refuse(std::move(v), http_error::kHeadersTooLarge,
                   "more than " + std::to_string(kMaxHeaderFields) + " header fields", true);
   }
   // One all-digit length too large for any body is an over-limit length (413), not bad framing.
-  if (lengths == 1 && length_overflow && encodings == 0) {
+  if (f.lengths == 1 && f.length_overflow && f.encodings == 0) {
     return refuse(std::move(v), http_error::kTooLarge, too_large_message(config.max_body_bytes), true);
   }
   // Transfer-Encoding in an HTTP/1.0 request is faulty framing (RFC 9112 §6.1).
-  if (lengths > 1 || bad_length || encodings > 1 || bad_encoding || (lengths > 0 && encodings > 0) ||
-      (encodings > 0 && !head.chunked) || (encodings > 0 && !http11)) {
+  if (f.lengths > 1 || f.bad_length || f.encodings > 1 || f.bad_encoding || (f.lengths > 0 && f.encodings > 0) ||
+      (f.encodings > 0 && !head.chunked) || (f.encodings > 0 && !http11)) {
     return refuse(std::move(v), http_error::kMalformed,
                   "malformed HTTP request (Content-Length must be one decimal number; Transfer-Encoding only "
                   "\"chunked\", never with Content-Length)",
                   true);
   }
-  if ((http11 && hosts != 1) || hosts > 1) {
+  if ((http11 && f.hosts != 1) || f.hosts > 1) {
     return refuse(std::move(v), http_error::kMalformed,
                   "malformed HTTP request (HTTP/1.1 needs exactly one Host header)", true);
   }
@@ -131,8 +134,8 @@ GateVerdict gate_request(const RequestHead& head, const GateConfig& config) {
     return refuse(std::move(v), http_error::kMalformed,
                   "malformed HTTP request (an absolute request target must use http or https)", true);
   }
-  const bool check_host = form == TargetForm::kAbsolute || hosts == 1;
-  if (check_host && !host_allowed(form == TargetForm::kAbsolute ? std::string_view(authority) : host, *config.hosts,
+  const bool check_host = form == TargetForm::kAbsolute || f.hosts == 1;
+  if (check_host && !host_allowed(form == TargetForm::kAbsolute ? std::string_view(authority) : f.host, *config.hosts,
                                   config.local_address)) {
     return refuse(std::move(v), http_error::kMisdirected,
                   "the Host header does not name this server (loopback names and the bound address are accepted; "
@@ -140,20 +143,68 @@ GateVerdict gate_request(const RequestHead& head, const GateConfig& config) {
                   true);
   }
   // Two credentials are ambiguous (RFC 9110 §11.6.2 allows one field).
-  if (authorizations > 1) {
+  if (f.authorizations > 1) {
     return refuse(std::move(v), http_error::kMalformed, "malformed HTTP request (more than one Authorization header)",
                   true);
   }
+  return std::nullopt;
+}
+
+/// A decision POST: its body must be framed, within --max-body, in one accepted coding and JSON.
+GateVerdict gate_decision_post(GateVerdict v, const RequestHead& head, const HeaderFacts& f, const GateConfig& config) {
+  const bool chunked = head.chunked;
+  const Dialect dialect = v.route.dialect;
+  if (!chunked && !head.has_content_length) {
+    return refuse(std::move(v), http_error::kLengthRequired,
+                  "a request body needs Content-Length or Transfer-Encoding: chunked", true, dialect);
+  }
+  if (!chunked && f.length > config.max_body_bytes) {
+    return refuse(std::move(v), http_error::kTooLarge, too_large_message(config.max_body_bytes), true, dialect);
+  }
+  // One coding at most: a list ("gzip, gzip") or several fields (which form a list) are refused.
+  if (f.codings > 1 || !parse_body_encoding(f.content_encoding, v.encoding)) {
+    const bool has_body = v.has_body;
+    return refuse(std::move(v), http_error::kUnsupportedMedia,
+                  "unsupported Content-Encoding (accepted: identity, gzip, deflate, br)", has_body, dialect);
+  }
+  if (!is_json_media_type(f.content_type)) {
+    const bool has_body = v.has_body;
+    return refuse(std::move(v), http_error::kUnsupportedMedia,
+                  "the request body must be JSON (Content-Type: application/json or application/*+json)", has_body,
+                  dialect);
+  }
+  v.action = GateAction::kReadDecisionBody;
+  return v;
+}
+
+}  // namespace
+
+GateVerdict gate_request(const RequestHead& head, const GateConfig& config) {
+  GateVerdict v;
+  const std::string_view m = head.method;
+  // Method names are from a fixed set once logged; anything else is logged as "-".
+  const bool known =
+      m == "GET" || m == "HEAD" || m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE" || m == "OPTIONS";
+  v.method_label = known ? std::string(m) : "-";
+  v.head = m == "HEAD";
+  if (head.version != 11 && head.version != 10) {
+    return refuse(std::move(v), http_error::kVersion, "only HTTP/1.0 and HTTP/1.1 are served", true);
+  }
+
+  // Strict framing (RFC 9112 §6): one plain Content-Length, or Transfer-Encoding exactly "chunked"
+  // (never both); a bad header set ends the connection after a 400.
+  const HeaderFacts f = scan_fields(head);
+  if (auto refused = refuse_bad_head(v, head, f, config)) return std::move(*refused);
 
   const bool chunked = head.chunked;
-  v.has_body = chunked || length > 0;
+  v.has_body = chunked || f.length > 0;
   v.route = match_route(target_path(head.target));
   const RouteMatch& route = v.route;
   const bool body_method = m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE";
-  const bool small_body = !v.has_body || (!chunked && length <= kDiscardLimit);
+  const bool small_body = !v.has_body || (!chunked && f.length <= kDiscardLimit);
   // /health (liveness) and /ready (readiness) are the balancer's checks: no key.
   const bool want_auth = route.needs_key && !config.api_key.empty() &&
-                         (authorizations == 0 || !bearer_matches(authorization, config.api_key));
+                         (f.authorizations == 0 || !bearer_matches(f.authorization, config.api_key));
 
   // Refusals decided from the headers alone. Auth comes first (no route or method is revealed to
   // a client without the key); /health stays open.
@@ -173,27 +224,7 @@ GateVerdict gate_request(const RequestHead& head, const GateConfig& config) {
     v.action = small_body ? GateAction::kDropBody : GateAction::kAnswerThenClose;
     return v;
   }
-
-  // A decision POST.
-  if (!chunked && !head.has_content_length) {
-    return refuse(std::move(v), http_error::kLengthRequired,
-                  "a request body needs Content-Length or Transfer-Encoding: chunked", true, route.dialect);
-  }
-  if (!chunked && length > config.max_body_bytes) {
-    return refuse(std::move(v), http_error::kTooLarge, too_large_message(config.max_body_bytes), true, route.dialect);
-  }
-  // One coding at most: a list ("gzip, gzip") or several fields (which form a list) are refused.
-  if (codings > 1 || !parse_body_encoding(content_encoding, v.encoding)) {
-    return refuse(std::move(v), http_error::kUnsupportedMedia,
-                  "unsupported Content-Encoding (accepted: identity, gzip, deflate, br)", v.has_body, route.dialect);
-  }
-  if (!is_json_media_type(content_type)) {
-    return refuse(std::move(v), http_error::kUnsupportedMedia,
-                  "the request body must be JSON (Content-Type: application/json or application/*+json)", v.has_body,
-                  route.dialect);
-  }
-  v.action = GateAction::kReadDecisionBody;
-  return v;
+  return gate_decision_post(std::move(v), head, f, config);
 }
 
 GateVerdict gate_parse_error(ParseFailure failure, std::string_view parser_message, std::string_view raw,

@@ -390,39 +390,27 @@ bool byte_level_decode(std::string_view s, std::string& out) {
 
 std::atomic<std::uint64_t> g_serial{0};
 
-}  // namespace
-
-std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_json, std::string_view config_json,
-                                                     const TokenizerLoadOptions& options, const std::string& label) {
-  const std::string& file = label;
-  TokenizerSax sax;
-  sax.text.reserve(tokenizer_json.size() / 2);
-  const bool ok = json::sax_parse(tokenizer_json.begin(), tokenizer_json.end(), &sax, json::input_format_t::json, true);
-  if (!ok || !sax.error.empty()) bad(file, sax.error.empty() ? "malformed JSON" : sax.error);
-  const json& root = sax.root;
-  if (!root.is_object()) bad(file, "expected a JSON object at the top level");
-
-  auto impl = std::make_unique<Tokenizer::Impl>();
-  impl->options = options;
-  impl->serial = ++g_serial;
-
-  // --- pipeline checks (docs/TOKENIZER.md §1.1, "Refused at load") ---
+/// The pipeline checks of tokenizer.json (docs/TOKENIZER.md §1.1, "Refused at load"): truncation,
+/// padding, normalizer, pre-tokenizer (the split pattern), post-processor, decoder and the BPE
+/// model's settings.
+void check_pipeline(const std::string& file, const json& root, const TokenizerSax& sax,
+                    const TokenizerLoadOptions& options, Tokenizer::Impl& impl) {
   for (const char* k : {"truncation", "padding"}) {
     if (!is_null_or_absent(root, k)) unsupported(file, std::string(k) + ": must be null");
   }
   {
     auto n = root.find("normalizer");
     if (n == root.end() || n->is_null()) {
-      impl->nfc = false;
+      impl.nfc = false;
     } else if (n->is_object() && n->value("type", std::string()) == "NFC") {
-      impl->nfc = true;
+      impl.nfc = true;
     } else {
       unsupported(file, "normalizer: only NFC or null is supported, got " + short_dump(*n));
     }
   }
-  impl->pattern = check_pre_tokenizer(file, root);
-  impl->file_pattern = impl->pattern;
-  if (options.split_override) impl->pattern = *options.split_override;
+  impl.pattern = check_pre_tokenizer(file, root);
+  impl.file_pattern = impl.pattern;
+  if (options.split_override) impl.pattern = *options.split_override;
   if (auto pp = root.find("post_processor"); pp != root.end() && !pp->is_null()) {
     check_byte_level(file, *pp, "post_processor");
   }
@@ -447,12 +435,62 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
     unsupported(file, "model.end_of_word_suffix: must be empty");
   if (auto im = model.find("ignore_merges"); im != model.end() && !im->is_null()) {
     if (!im->is_boolean()) bad(file, "model.ignore_merges: expected a boolean");
-    impl->ignore_merges = im->get<bool>();
+    impl.ignore_merges = im->get<bool>();
   }
   if (!sax.saw_vocab) bad(file, "model.vocab: missing or not an object");
   if (!sax.saw_merges) bad(file, "model.merges: missing or not an array");
+}
 
-  // --- added tokens: tokenizer.json, then tokenizer_config.json's added_tokens_decoder ---
+/// Merges tokenizer_config.json's added_tokens_decoder into `added`: an id tokenizer.json has must
+/// name the same content; another is added when options.merge_config_added_tokens.
+void merge_config_added_tokens(std::string_view config_json, const TokenizerLoadOptions& options,
+                               std::vector<AddedSpec>& added) {
+  const std::string cfile = "tokenizer_config.json";
+  json cfg;
+  try {
+    cfg = json::parse(config_json);
+  } catch (const json::exception& e) {
+    bad(cfile, "malformed JSON: " + json_library_message(e));
+  }
+  if (!cfg.is_object()) bad(cfile, "expected a JSON object at the top level");
+  if (auto sst = cfg.find("split_special_tokens"); sst != cfg.end() && sst->is_boolean() && sst->get<bool>()) {
+    unsupported(cfile, "split_special_tokens: true is not supported (special tokens are always recognized)");
+  }
+  auto dec = cfg.find("added_tokens_decoder");
+  if (dec != cfg.end() && !dec->is_null()) {
+    if (!dec->is_object()) bad(cfile, "added_tokens_decoder: expected an object");
+    for (auto it = dec->begin(); it != dec->end(); ++it) {
+      const std::string where = "added_tokens_decoder[\"" + it.key() + "\"]";
+      std::int64_t id = -1;
+      try {
+        std::size_t used = 0;
+        id = std::stoll(it.key(), &used);
+        if (used != it.key().size()) id = -1;
+      } catch (const std::exception&) {
+        id = -1;
+      }
+      if (id < 0 || id > std::numeric_limits<std::int32_t>::max() - 1) bad(cfile, where + ": key is not a token id");
+      AddedSpec spec = read_added(cfile, it.value(), where, id);
+      spec.in_tokenizer_json = false;
+      bool known = false;
+      for (const auto& a : added) {
+        if (a.id == id) {
+          if (a.content != spec.content) {
+            bad(cfile,
+                where + ": content \"" + spec.content + "\" disagrees with tokenizer.json (\"" + a.content + "\")");
+          }
+          known = true;
+        }
+      }
+      if (!known && options.merge_config_added_tokens) added.push_back(std::move(spec));
+    }
+  }
+}
+
+/// The added tokens: tokenizer.json's, then tokenizer_config.json's added_tokens_decoder; sorted
+/// by id, each id once.
+std::vector<AddedSpec> read_added_tokens(const std::string& file, const json& root, std::string_view config_json,
+                                         const TokenizerLoadOptions& options) {
   std::vector<AddedSpec> added;
   if (auto at = root.find("added_tokens"); at != root.end() && !at->is_null()) {
     if (!at->is_array()) bad(file, "added_tokens: expected an array");
@@ -467,56 +505,21 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
       added.push_back(read_added(file, a, where, id));
     }
   }
-  if (!config_json.empty()) {
-    const std::string cfile = "tokenizer_config.json";
-    json cfg;
-    try {
-      cfg = json::parse(config_json);
-    } catch (const json::exception& e) {
-      bad(cfile, "malformed JSON: " + json_library_message(e));
-    }
-    if (!cfg.is_object()) bad(cfile, "expected a JSON object at the top level");
-    if (auto sst = cfg.find("split_special_tokens"); sst != cfg.end() && sst->is_boolean() && sst->get<bool>()) {
-      unsupported(cfile, "split_special_tokens: true is not supported (special tokens are always recognized)");
-    }
-    auto dec = cfg.find("added_tokens_decoder");
-    if (dec != cfg.end() && !dec->is_null()) {
-      if (!dec->is_object()) bad(cfile, "added_tokens_decoder: expected an object");
-      for (auto it = dec->begin(); it != dec->end(); ++it) {
-        const std::string where = "added_tokens_decoder[\"" + it.key() + "\"]";
-        std::int64_t id = -1;
-        try {
-          std::size_t used = 0;
-          id = std::stoll(it.key(), &used);
-          if (used != it.key().size()) id = -1;
-        } catch (const std::exception&) {
-          id = -1;
-        }
-        if (id < 0 || id > std::numeric_limits<std::int32_t>::max() - 1) bad(cfile, where + ": key is not a token id");
-        AddedSpec spec = read_added(cfile, it.value(), where, id);
-        spec.in_tokenizer_json = false;
-        bool known = false;
-        for (const auto& a : added) {
-          if (a.id == id) {
-            if (a.content != spec.content) {
-              bad(cfile,
-                  where + ": content \"" + spec.content + "\" disagrees with tokenizer.json (\"" + a.content + "\")");
-            }
-            known = true;
-          }
-        }
-        if (!known && options.merge_config_added_tokens) added.push_back(std::move(spec));
-      }
-    }
-  }
+  if (!config_json.empty()) merge_config_added_tokens(config_json, options, added);
   std::sort(added.begin(), added.end(), [](const AddedSpec& a, const AddedSpec& b) { return a.id < b.id; });
   for (std::size_t i = 1; i < added.size(); ++i) {
     if (added[i].id == added[i - 1].id) bad(file, "added_tokens: id " + std::to_string(added[i].id) + " is used twice");
   }
+  return added;
+}
 
-  // --- vocabulary (token strings stay in the SAX arena, which becomes impl->strings) ---
+/// The vocabulary: token strings stay in the SAX arena, which becomes impl.strings (the added
+/// tokens' strings appended; their spans are returned); ids get their kind and string; the table
+/// by string. Sizes the per-id arrays to the largest id + 1.
+std::vector<Span> build_vocabulary(const std::string& file, TokenizerSax& sax, const std::vector<AddedSpec>& added,
+                                   Tokenizer::Impl& impl) {
   const std::size_t nv = sax.vocab_keys.size();
-  impl->vocab_entries = nv;
+  impl.vocab_entries = nv;
   std::int64_t max_id = -1;
   for (const auto id : sax.vocab_ids) max_id = std::max(max_id, id);
   for (const auto& a : added) max_id = std::max(max_id, a.id);
@@ -531,12 +534,12 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
     sax.text += a.content;
   }
   if (sax.text.size() > std::numeric_limits<std::uint32_t>::max() / 2) bad(file, "vocabulary too large");
-  impl->strings = std::move(sax.text);
-  const std::string_view arena(impl->strings);
-  impl->kind.assign(limit, IdKind::kUnknown);
-  impl->str_off.assign(limit, 0);
-  impl->str_len.assign(limit, 0);
-  impl->by_string.reserve(nv + added.size(), impl->strings.data());
+  impl.strings = std::move(sax.text);
+  const std::string_view arena(impl.strings);
+  impl.kind.assign(limit, IdKind::kUnknown);
+  impl.str_off.assign(limit, 0);
+  impl.str_len.assign(limit, 0);
+  impl.by_string.reserve(nv + added.size(), impl.strings.data());
   {
     constexpr std::size_t kBlock = 32;  // hash and prefetch a block of keys, then insert them
     std::uint64_t h[kBlock];
@@ -545,23 +548,28 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
       for (std::size_t k = 0; k < n; ++k) {
         const Span key = sax.vocab_keys[first + k];
         h[k] = tokenizer_detail::hash_bytes(arena.data() + key.off, key.len);
-        impl->by_string.prefetch(h[k]);
+        impl.by_string.prefetch(h[k]);
       }
       for (std::size_t k = 0; k < n; ++k) {
         const auto id = static_cast<std::size_t>(sax.vocab_ids[first + k]);
         const Span key = sax.vocab_keys[first + k];
-        if (impl->kind[id] != IdKind::kUnknown) bad(file, "model.vocab: id " + std::to_string(id) + " is used twice");
-        impl->kind[id] = IdKind::kVocab;
-        impl->str_off[id] = key.off;
-        impl->str_len[id] = key.len;
-        if (impl->by_string.insert(key.off, key.len, static_cast<std::int32_t>(id), h[k], false) >= 0) {
+        if (impl.kind[id] != IdKind::kUnknown) bad(file, "model.vocab: id " + std::to_string(id) + " is used twice");
+        impl.kind[id] = IdKind::kVocab;
+        impl.str_off[id] = key.off;
+        impl.str_len[id] = key.len;
+        if (impl.by_string.insert(key.off, key.len, static_cast<std::int32_t>(id), h[k], false) >= 0) {
           bad(file, "model.vocab: token \"" + std::string(arena.substr(key.off, key.len)) + "\" appears twice");
         }
       }
     }
   }
-  // merges are resolved against the model vocabulary only (added tokens are inserted below)
-  impl->merges.reserve(sax.merges.size());
+  return added_span;
+}
+
+/// The merges, resolved against the model vocabulary only (added tokens are inserted later).
+void resolve_merges(const std::string& file, const TokenizerSax& sax, Tokenizer::Impl& impl) {
+  const std::string_view arena(impl.strings);
+  impl.merges.reserve(sax.merges.size());
   {
     // Blocks of merges: hash and prefetch all lookups of a block first, then resolve them (the
     // vocabulary table is far larger than the caches; this hides most of the misses).
@@ -581,74 +589,108 @@ std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_
         ha[k] = tokenizer_detail::hash_bytes(a.data(), a.size());
         hb[k] = tokenizer_detail::hash_bytes(b.data(), b.size());
         hc[k] = tokenizer_detail::hash_bytes(concat.data() + cat_off[k], a.size() + b.size());
-        impl->by_string.prefetch(ha[k]);
-        impl->by_string.prefetch(hb[k]);
-        impl->by_string.prefetch(hc[k]);
+        impl.by_string.prefetch(ha[k]);
+        impl.by_string.prefetch(hb[k]);
+        impl.by_string.prefetch(hc[k]);
       }
       for (std::size_t k = 0; k < n; ++k) {
         const std::size_t i = first + k;
         const auto& [sa, sb] = sax.merges[i];
         const std::string_view a = arena.substr(sa.off, sa.len), b = arena.substr(sb.off, sb.len);
         const std::string_view ab = std::string_view(concat).substr(cat_off[k], a.size() + b.size());
-        const std::int32_t ia = impl->by_string.find(a, ha[k]), ib = impl->by_string.find(b, hb[k]);
-        const std::int32_t iab = impl->by_string.find(ab, hc[k]);
+        const std::int32_t ia = impl.by_string.find(a, ha[k]), ib = impl.by_string.find(b, hb[k]);
+        const std::int32_t iab = impl.by_string.find(ab, hc[k]);
         if (ia < 0 || ib < 0 || iab < 0) {
           const std::string missing(ia < 0 ? a : ib < 0 ? b : ab);
           bad(file, "model.merges[" + std::to_string(i) + "]: \"" + std::string(a) + " " + std::string(b) +
                         "\": token \"" + missing + "\" is not in the vocabulary");
         }
         ids[k] = {ia, ib, iab};
-        impl->merges.prefetch(ia, ib);
+        impl.merges.prefetch(ia, ib);
       }
       for (std::size_t k = 0; k < n; ++k) {
-        impl->merges.put(ids[k][0], ids[k][1], {static_cast<std::uint32_t>(first + k), ids[k][2]});
+        impl.merges.put(ids[k][0], ids[k][1], {static_cast<std::uint32_t>(first + k), ids[k][2]});
       }
     }
   }
+}
+
+/// The byte-level ids of the 256 bytes, then the added tokens, which override ids and strings
+/// (HF looks at added tokens first both ways).
+void add_byte_ids_and_added_tokens(const std::vector<AddedSpec>& added, const std::vector<Span>& added_span,
+                                   Tokenizer::Impl& impl) {
   std::string tmp;
   for (unsigned b = 0; b < 256; ++b) {
     tmp.clear();
     unicode::append_utf8(byte_level_char(static_cast<unsigned char>(b)), tmp);
-    impl->byte_id[b] = impl->by_string.find(tmp);
+    impl.byte_id[b] = impl.by_string.find(tmp);
   }
 
-  // --- added tokens override ids and strings (HF looks at added tokens first both ways) ---
   for (std::size_t k = 0; k < added.size(); ++k) {
     const auto& a = added[k];
     const auto id = static_cast<std::size_t>(a.id);
-    impl->kind[id] = a.special ? IdKind::kAddedSpecial : IdKind::kAdded;
-    impl->str_off[id] = added_span[k].off;
-    impl->str_len[id] = added_span[k].len;
-    impl->by_string.insert(added_span[k].off, added_span[k].len, static_cast<std::int32_t>(a.id), true);
-    impl->added.push_back(AddedTokenInfo{static_cast<std::int32_t>(a.id), a.content, a.special, a.in_tokenizer_json});
+    impl.kind[id] = a.special ? IdKind::kAddedSpecial : IdKind::kAdded;
+    impl.str_off[id] = added_span[k].off;
+    impl.str_len[id] = added_span[k].len;
+    impl.by_string.insert(added_span[k].off, added_span[k].len, static_cast<std::int32_t>(a.id), true);
+    impl.added.push_back(AddedTokenInfo{static_cast<std::int32_t>(a.id), a.content, a.special, a.in_tokenizer_json});
   }
-  for (const auto& a : impl->added) impl->trie.add(a.content, a.id);
+  for (const auto& a : impl.added) impl.trie.add(a.content, a.id);
+}
 
-  // --- decoded bytes per id ---
-  impl->bytes.reserve(impl->strings.size());
-  impl->bytes_off.resize(limit + 1);
+/// The decoded bytes of every id, the longest vocabulary token, and with ignore_merges the table
+/// of vocabulary tokens by their bytes.
+void decode_id_bytes(Tokenizer::Impl& impl) {
+  const std::size_t limit = impl.kind.size();
+  const std::size_t nv = impl.vocab_entries;
+  std::string tmp;
+  impl.bytes.reserve(impl.strings.size());
+  impl.bytes_off.resize(limit + 1);
   std::vector<std::uint8_t> byte_level_ok(limit, 0);
   for (std::size_t id = 0; id < limit; ++id) {
-    impl->bytes_off[id] = static_cast<std::uint32_t>(impl->bytes.size());
-    byte_level_ok[id] = byte_level_decode(impl->string_of(static_cast<std::int32_t>(id)), tmp) ? 1 : 0;
-    impl->bytes.append(tmp);
+    impl.bytes_off[id] = static_cast<std::uint32_t>(impl.bytes.size());
+    byte_level_ok[id] = byte_level_decode(impl.string_of(static_cast<std::int32_t>(id)), tmp) ? 1 : 0;
+    impl.bytes.append(tmp);
   }
-  impl->bytes_off[limit] = static_cast<std::uint32_t>(impl->bytes.size());
-  if (std::all_of(std::begin(impl->byte_id), std::end(impl->byte_id), [](std::int32_t id) { return id >= 0; })) {
+  impl.bytes_off[limit] = static_cast<std::uint32_t>(impl.bytes.size());
+  if (std::all_of(std::begin(impl.byte_id), std::end(impl.byte_id), [](std::int32_t id) { return id >= 0; })) {
     for (std::size_t id = 0; id < limit; ++id) {
-      if (impl->kind[id] == IdKind::kVocab)
-        impl->max_token_bytes = std::max<std::size_t>(impl->max_token_bytes, impl->str_len[id]);
+      if (impl.kind[id] == IdKind::kVocab)
+        impl.max_token_bytes = std::max<std::size_t>(impl.max_token_bytes, impl.str_len[id]);
     }
   }
-  if (impl->ignore_merges) {
-    impl->by_bytes.reserve(nv, impl->bytes.data());
+  if (impl.ignore_merges) {
+    impl.by_bytes.reserve(nv, impl.bytes.data());
     for (std::size_t id = 0; id < limit; ++id) {
-      if (impl->kind[id] == IdKind::kVocab && byte_level_ok[id]) {
-        impl->by_bytes.insert(impl->bytes_off[id], impl->bytes_off[id + 1] - impl->bytes_off[id],
-                              static_cast<std::int32_t>(id));
+      if (impl.kind[id] == IdKind::kVocab && byte_level_ok[id]) {
+        impl.by_bytes.insert(impl.bytes_off[id], impl.bytes_off[id + 1] - impl.bytes_off[id],
+                             static_cast<std::int32_t>(id));
       }
     }
   }
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view tokenizer_json, std::string_view config_json,
+                                                     const TokenizerLoadOptions& options, const std::string& label) {
+  const std::string& file = label;
+  TokenizerSax sax;
+  sax.text.reserve(tokenizer_json.size() / 2);
+  const bool ok = json::sax_parse(tokenizer_json.begin(), tokenizer_json.end(), &sax, json::input_format_t::json, true);
+  if (!ok || !sax.error.empty()) bad(file, sax.error.empty() ? "malformed JSON" : sax.error);
+  const json& root = sax.root;
+  if (!root.is_object()) bad(file, "expected a JSON object at the top level");
+
+  auto impl = std::make_unique<Tokenizer::Impl>();
+  impl->options = options;
+  impl->serial = ++g_serial;
+  check_pipeline(file, root, sax, options, *impl);
+  const std::vector<AddedSpec> added = read_added_tokens(file, root, config_json, options);
+  const std::vector<Span> added_span = build_vocabulary(file, sax, added, *impl);
+  resolve_merges(file, sax, *impl);
+  add_byte_ids_and_added_tokens(added, added_span, *impl);
+  decode_id_bytes(*impl);
   return impl;
 }
 

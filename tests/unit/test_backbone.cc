@@ -14,7 +14,7 @@
 #include "runtime/backbone.h"
 #include "runtime/release.h"
 #include "test_util.h"
-#include "runtime/make_model.h"
+#include "clef_tools/make_model.h"
 
 namespace clef {
 namespace {

@@ -15,7 +15,7 @@
 #include "runtime/engine.h"
 #include "runtime/release.h"
 #include "test_util.h"
-#include "runtime/make_model.h"
+#include "clef_tools/make_model.h"
 
 namespace clef {
 namespace {

@@ -20,7 +20,7 @@
 #include "server/routes.h"
 #include "server/scheduler.h"
 #include "test_util.h"
-#include "runtime/make_model.h"
+#include "clef_tools/make_model.h"
 
 namespace clef::server {
 namespace {

@@ -29,7 +29,7 @@
 #include "runtime/release.h"
 #include "runtime/state_cache.h"
 #include "test_util.h"
-#include "runtime/make_model.h"
+#include "clef_tools/make_model.h"
 
 namespace clef {
 namespace {

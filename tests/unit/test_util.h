@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/make_model.h"
+#include "clef_tools/make_model.h"
 
 namespace clef::test {
 

@@ -17,7 +17,7 @@
 #include "ops/parallel.h"
 #include "runtime/release.h"
 #include "test_util.h"
-#include "runtime/make_model.h"
+#include "clef_tools/make_model.h"
 
 namespace clef {
 namespace {

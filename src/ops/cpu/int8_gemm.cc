@@ -33,6 +33,7 @@
 #include "core/quant_blocks.h"
 #include "ops/int8_gemm.h"
 #include "ops/isa.h"
+#include "ops/parallel.h"
 #include "ops/profile.h"
 
 namespace clef::ops {
@@ -445,7 +446,8 @@ void quantize_activation_span(const float* x, std::int64_t count, std::int64_t r
 
 void quantize_activations(const float* x, std::int64_t m, std::int64_t k, Int8Activations& out) {
   prepare_activations(m, k, out);
-#pragma omp parallel for schedule(static) if (m * k > (1 << 15))
+  // Row-independent element-wise work, so the element-wise kernels' threshold (ops/parallel.h).
+#pragma omp parallel for schedule(static) if (m * k > kParallelMin)
   for (std::int64_t r = 0; r < m; ++r) quantize_activation_span(x + r * k, k, r, 0, out);
 }
 

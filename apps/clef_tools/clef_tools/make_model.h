@@ -33,7 +33,4 @@ std::string default_model_dir();
 /// returns its path.
 std::string ensure_default_model();
 
-/// The Qwen3.5 pre-tokenizer split pattern (docs/TOKENIZER.md §1.2), as written in tokenizer.json.
-extern const char* const kQwen35SplitRegex;
-
 }  // namespace clef

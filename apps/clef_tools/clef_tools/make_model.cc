@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "runtime/make_model.h"
+#include "clef_tools/make_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,14 +25,13 @@
 #include "core/paths.h"
 #include "core/sha256.h"
 #include "io/safetensors.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
 namespace clef {
-
-const char* const kQwen35SplitRegex =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 namespace {
 
@@ -269,25 +268,6 @@ constexpr AddedToken kAddedTokens[] = {
     {"<|audio_pad|>", true, false},
 };
 
-ojson added_token_json(std::int64_t id, const AddedToken& a, bool with_id) {
-  ojson j;
-  if (with_id) j["id"] = id;
-  j["content"] = a.content;
-  j["single_word"] = false;
-  j["lstrip"] = false;
-  j["rstrip"] = false;
-  j["normalized"] = false;
-  j["special"] = a.special;
-  return j;
-}
-
-ojson byte_level(bool add_prefix_space) {
-  return ojson{{"type", "ByteLevel"},
-               {"add_prefix_space", add_prefix_space},
-               {"trim_offsets", false},
-               {"use_regex", false}};
-}
-
 // ---------------------------------------------------------------------------------------------
 
 /// Writes a file of the staging folder (the folder is published atomically as a whole).
@@ -431,54 +411,49 @@ std::vector<Spec> head_specs(const TinyDims& d) {
 
 namespace {
 
-/// Writes every file of the tiny release into the existing, empty folder `dir`.
-void write_release_files(const fs::path& dir, const MakeModelOptions& o) {
-  const TinyDims d;
-  const StandInTokenizer tok = train_stand_in(700);
-  const auto first_added = static_cast<std::int64_t>(tok.vocab.size());
-  const std::int64_t n_added = static_cast<std::int64_t>(std::size(kAddedTokens));
-  const std::int64_t vocab_size = (first_added + n_added + 63) / 64 * 64;
-  auto id_of = [&](std::string_view content) {
-    for (std::int64_t i = 0; i < n_added; ++i) {
-      if (content == kAddedTokens[i].content) return first_added + i;
+/// The release's tokenizer: the stand-in vocabulary and merges, then the Qwen3.5 added tokens
+/// from id `tok.vocab.size()` on.
+struct TinyVocab {
+  StandInTokenizer tok;
+  std::int64_t first_added = 0;  ///< id of kAddedTokens[0]
+  std::int64_t vocab_size = 0;   ///< embedding rows: every id, rounded up to a multiple of 64
+
+  /// The id of an added token by its content.
+  std::int64_t id_of(std::string_view content) const {
+    for (std::size_t i = 0; i < std::size(kAddedTokens); ++i) {
+      if (content == kAddedTokens[i].content) return first_added + static_cast<std::int64_t>(i);
     }
     throw InternalError("stand-in tokenizer lacks " + std::string(content));
-  };
+  }
+};
 
-  // tokenizer.json / tokenizer_config.json
+TinyVocab make_tiny_vocab() {
+  TinyVocab v;
+  v.tok = train_stand_in(700);
+  v.first_added = static_cast<std::int64_t>(v.tok.vocab.size());
+  const std::int64_t n_added = static_cast<std::int64_t>(std::size(kAddedTokens));
+  v.vocab_size = (v.first_added + n_added + 63) / 64 * 64;
+  return v;
+}
+
+/// tokenizer.json and tokenizer_config.json.
+void write_tokenizer_files(const fs::path& dir, const TinyVocab& v) {
+  const StandInTokenizer& tok = v.tok;
+  const std::int64_t first_added = v.first_added;
+  const std::int64_t n_added = static_cast<std::int64_t>(std::size(kAddedTokens));
   ojson added = ojson::array();
   ojson decoder = ojson::object();
   for (std::int64_t i = 0; i < n_added; ++i) {
-    if (kAddedTokens[i].in_tokenizer_json) added.push_back(added_token_json(first_added + i, kAddedTokens[i], true));
-    decoder[std::to_string(first_added + i)] = added_token_json(first_added + i, kAddedTokens[i], false);
+    const AddedToken& a = kAddedTokens[i];
+    if (a.in_tokenizer_json) added.push_back(added_token_json<ojson>(first_added + i, a.content, a.special));
+    decoder[std::to_string(first_added + i)] = added_token_json<ojson>(first_added + i, a.content, a.special, false);
   }
   ojson vocab = ojson::object();
   for (std::size_t i = 0; i < tok.vocab.size(); ++i) vocab[tok.vocab[i]] = i;
   ojson merges = ojson::array();
   for (const auto& [a, b] : tok.merges) merges.push_back({a, b});
-  ojson tj;
-  tj["version"] = "1.0";
-  tj["truncation"] = nullptr;
-  tj["padding"] = nullptr;
-  tj["added_tokens"] = added;
-  tj["normalizer"] = {{"type", "NFC"}};
-  tj["pre_tokenizer"] = {
-      {"type", "Sequence"},
-      {"pretokenizers",
-       {{{"type", "Split"}, {"pattern", {{"Regex", kQwen35SplitRegex}}}, {"behavior", "Isolated"}, {"invert", false}},
-        byte_level(false)}}};
-  tj["post_processor"] = byte_level(false);
-  tj["decoder"] = byte_level(false);
-  tj["model"] = {{"type", "BPE"},
-                 {"dropout", nullptr},
-                 {"unk_token", nullptr},
-                 {"continuing_subword_prefix", ""},
-                 {"end_of_word_suffix", ""},
-                 {"fuse_unk", false},
-                 {"byte_fallback", false},
-                 {"ignore_merges", false},
-                 {"vocab", vocab},
-                 {"merges", merges}};
+  const ojson tj =
+      byte_level_bpe_tokenizer_json<ojson>(std::move(added), kSplitRegexQwen35, std::move(vocab), std::move(merges));
   write_text(dir / "tokenizer.json", tj.dump(2) + "\n");
   ojson tc;
   tc["add_bos_token"] = false;
@@ -494,8 +469,12 @@ void write_release_files(const fs::path& dir, const MakeModelOptions& o) {
   tc["tokenizer_class"] = "Qwen2Tokenizer";
   tc["unk_token"] = nullptr;
   write_text(dir / "tokenizer_config.json", tc.dump(2) + "\n");
+}
 
-  // config.json, in the composite form transformers writes for Qwen3_5Config.
+/// config.json, in the composite form transformers writes for Qwen3_5Config.
+void write_model_config(const fs::path& dir, const TinyDims& d, const TinyVocab& v) {
+  const std::int64_t vocab_size = v.vocab_size;
+  const auto id_of = [&v](std::string_view content) { return v.id_of(content); };
   ojson layer_types = ojson::array();
   for (std::int64_t i = 0; i < d.layers; ++i)
     layer_types.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
@@ -557,7 +536,10 @@ void write_release_files(const fs::path& dir, const MakeModelOptions& o) {
   cfg["vision_end_token_id"] = id_of("<|vision_end|>");
   cfg["vision_start_token_id"] = id_of("<|vision_start|>");
   write_text(dir / "config.json", cfg.dump(2) + "\n");
+}
 
+/// preprocessor_config.json (Qwen2VLImageProcessor's settings).
+void write_preprocessor_config(const fs::path& dir) {
   ojson pre;
   pre["do_convert_rgb"] = true;
   pre["do_normalize"] = true;
@@ -573,18 +555,24 @@ void write_release_files(const fs::path& dir, const MakeModelOptions& o) {
   pre["size"] = {{"longest_edge", 16777216}, {"shortest_edge", 65536}};
   pre["temporal_patch_size"] = 2;
   write_text(dir / "preprocessor_config.json", pre.dump(2) + "\n");
+}
 
+/// joint_head_config.json, model.safetensors and joint_head.safetensors.
+void write_weights(const fs::path& dir, const TinyDims& d, std::int64_t vocab_size, std::uint64_t seed) {
   ojson head_cfg = {{"hidden_size", d.hidden}, {"width", d.h_width}, {"routing_layers", d.h_routing},
                     {"layers", d.h_layers},    {"heads", d.h_heads}, {"feedforward", d.h_ff}};
   write_text(dir / "joint_head_config.json", head_cfg.dump(2) + "\n");
 
   std::vector<TensorToWrite> tensors;
-  for (const auto& s : backbone_specs(d, vocab_size)) tensors.push_back(generate(s, o.seed));
+  for (const auto& s : backbone_specs(d, vocab_size)) tensors.push_back(generate(s, seed));
   write_safetensors((dir / "model.safetensors").string(), tensors, {{"format", "pt"}});
   tensors.clear();
-  for (const auto& s : head_specs(d)) tensors.push_back(generate(s, o.seed));
+  for (const auto& s : head_specs(d)) tensors.push_back(generate(s, seed));
   write_safetensors((dir / "joint_head.safetensors").string(), tensors, {{"format", "pt"}});
+}
 
+/// random_weights.json: what generated the folder.
+void write_random_weights_note(const fs::path& dir, const MakeModelOptions& o, const StandInTokenizer& tok) {
   ojson rw;
   rw["model_name"] = "clef-tiny-random";
   rw["preset"] = "tiny";
@@ -593,8 +581,10 @@ void write_release_files(const fs::path& dir, const MakeModelOptions& o) {
   rw["tokenizer"] = "stand-in byte-level BPE with the Qwen3.5 structure (" + std::to_string(tok.merges.size()) +
                     " merges trained on embedded text, Qwen3.5 added-token names); not the real Qwen3.5 vocabulary";
   write_text(dir / "random_weights.json", rw.dump(2) + "\n");
+}
 
-  // SHA256SUMS last, over every other file (coreutils format, sorted by name).
+/// SHA256SUMS last, over every other file (coreutils format, sorted by name).
+void write_sha256sums(const fs::path& dir) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string n = e.path().filename().string();
@@ -604,6 +594,18 @@ void write_release_files(const fs::path& dir, const MakeModelOptions& o) {
   std::string sums;
   for (const auto& n : names) sums += sha256_file_hex((dir / n).string()) + "  " + n + "\n";
   write_text(dir / "SHA256SUMS", sums);
+}
+
+/// Writes every file of the tiny release into the existing, empty folder `dir`.
+void write_release_files(const fs::path& dir, const MakeModelOptions& o) {
+  const TinyDims d;
+  const TinyVocab v = make_tiny_vocab();
+  write_tokenizer_files(dir, v);
+  write_model_config(dir, d, v);
+  write_preprocessor_config(dir);
+  write_weights(dir, d, v.vocab_size, o.seed);
+  write_random_weights_note(dir, o, v.tok);
+  write_sha256sums(dir);
 }
 
 bool looks_like_release(const fs::path& dir) {
