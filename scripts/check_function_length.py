@@ -2,10 +2,10 @@
 # SPDX-License-Identifier: MIT
 """Checks that no C++ function in src/ or apps/ is longer than 120 lines.
 
-A function that long does several things; split it along the steps its comments name (docs/ARCHITECTURE.md
-"Code style"). A function is a top-level brace block (outside any other function) whose head ends in ")"
-plus qualifiers (const, noexcept, override, a trailing return type, a member-initializer list ends in ")"
-too); its length runs from the first line of its head to its closing brace. Comments, string and
+A function that long does several things; split it along the steps its comments name. A function
+is a top-level brace block (outside any other function) whose head ends in ")" plus qualifiers
+(const, noexcept, override, a trailing return type; a member-initializer list ends in ")" too);
+its length runs from the first line of its head to its closing brace. Comments, string and
 character literals (raw strings included) are blanked first, so braces inside them do not count.
 Lambdas and blocks inside a function count toward the function that holds them.
 Prints one line per long function (FILE:LINE: N lines: HEAD) and exits 1 when there is any; exits 0
