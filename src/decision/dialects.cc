@@ -111,4 +111,15 @@ WireReply wire_error(const RequestError& e, Dialect dialect) {
   return {422, "{}"};
 }
 
+SystemOneRequest parse_request(std::string_view body, const RequestLimits& limits, Dialect dialect,
+                               const ServedModel& served, Dialect* contract, std::vector<JsonMemberText>* top_members) {
+  // A body that is not JSON has no shape: where both contracts are accepted it is System One's.
+  if (contract != nullptr) *contract = dialect == Dialect::kDecisions ? Dialect::kSystemOne : dialect;
+  const JsonValue json = parse_json(body, limits.json, top_members);
+  if (dialect == Dialect::kDecisions) dialect = is_openai_body(json) ? Dialect::kOpenAI : Dialect::kSystemOne;
+  if (contract != nullptr) *contract = dialect;
+  if (dialect == Dialect::kOpenAI) return translate_openai_request(json, limits, served);
+  return validate_request(json, limits, dialect, served);
+}
+
 }  // namespace clef

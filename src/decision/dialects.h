@@ -64,4 +64,19 @@ WireReply wire_error(const RequestError& error, Dialect dialect);
 /// HTTP status of a refused request in a dialect (what wire_error() uses).
 int wire_error_status(RequestErrorCode code, Dialect dialect) noexcept;
 
+/// Parses and validates a request body (UTF-8 JSON text).
+///
+/// Args: `body` the HTTP body; `limits` the counts of §1.3; `dialect` the route's wire form
+/// (kOpenAI: translate_openai_request(); kDecisions: the body's shape chooses, §7.1); `served`
+/// the model names this server answers to; `contract`, when given, receives the dialect the body
+/// is read in (kDecisions resolved to kOpenAI or kSystemOne; a body that is not JSON is System
+/// One's), set before any RequestError is thrown; `top_members`, when given, the body's top-level
+/// members as sent (parse_json(), views into `body`).
+/// Returns the typed request. Throws RequestError (code + JSON path) for every rejection:
+///   parse_json's codes (invalid_json, lone_surrogate, non_finite_number, number_out_of_range,
+///   nesting_too_deep), then validate_request's.
+SystemOneRequest parse_request(std::string_view body, const RequestLimits& limits, Dialect dialect,
+                               const ServedModel& served, Dialect* contract = nullptr,
+                               std::vector<JsonMemberText>* top_members = nullptr);
+
 }  // namespace clef

@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "decision/render.h"
+#include "core/json_text.h"
 #include "decision/request_error.h"
 
 namespace clef {
@@ -296,7 +296,9 @@ void append_preview(std::string& out, const JsonValue& v) {
       out.push_back('}');
       return;
     case JsonValue::Kind::kInt: out.append(utf8_prefix(v.int_text(), kPreviewBytes)); return;
-    default: append_dump_json(out, v); return;
+    case JsonValue::Kind::kFloat: out += python_float_repr(v.as_float()); return;  // as dump_json writes it
+    case JsonValue::Kind::kBool: out += v.as_bool() ? "true" : "false"; return;
+    case JsonValue::Kind::kNull: out += "null"; return;
   }
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/json_text.h"  // python_float_repr, append_json_string: the scalars of a dump
 #include "decision/json_value.h"
 
 namespace clef {
@@ -33,18 +34,5 @@ void append_dump_json(std::string& out, const JsonValue& value);
 /// strings, numbers and literals exactly as dump_json writes them. Returns UTF-8; never throws for
 /// a JsonValue.
 void append_echo_json(std::string& out, const JsonValue& value);
-
-/// Appends `s` (valid UTF-8) as a JSON string literal the way Python's json.dumps does with
-/// ensure_ascii=False: `"` and `\` escaped, \n \r \t \b \f as two-character escapes, every other
-/// byte below 0x20 as \u00xx (lower-case hex), everything else (DEL, U+2028, non-ASCII) raw.
-void append_json_string(std::string& out, std::string_view s);
-/// append_json_string's literal as a new string.
-std::string json_string(std::string_view s);
-
-/// Python repr() of a finite double (docs/PROTOCOL.md §3.3): the shortest digits that round-trip;
-/// positional when the decimal exponent of the leading digit is in [-4, 15] ("1.0", "0.0001",
-/// "-0.0", "1e+16" is the first exponent form), else "d[.ddd]e±XX" with at least two exponent
-/// digits ("1e-05", "1.2345e+20", "5e-324"). Throws InternalError for NaN and infinities.
-std::string python_float_repr(double v);
 
 }  // namespace clef

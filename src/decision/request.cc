@@ -6,7 +6,6 @@
 #include <numeric>
 #include <span>
 
-#include "decision/openai_decisions.h"
 #include "decision/render.h"
 
 namespace clef {
@@ -417,17 +416,6 @@ SystemOneRequest validate_request(const JsonValue& body, const RequestLimits& li
 
   check_media(body, dialect, limits, req);
   return req;
-}
-
-SystemOneRequest parse_request(std::string_view body, const RequestLimits& limits, Dialect dialect,
-                               const ServedModel& served, Dialect* contract, std::vector<JsonMemberText>* top_members) {
-  // A body that is not JSON has no shape: where both contracts are accepted it is System One's.
-  if (contract != nullptr) *contract = dialect == Dialect::kDecisions ? Dialect::kSystemOne : dialect;
-  const JsonValue json = parse_json(body, limits.json, top_members);
-  if (dialect == Dialect::kDecisions) dialect = is_openai_body(json) ? Dialect::kOpenAI : Dialect::kSystemOne;
-  if (contract != nullptr) *contract = dialect;
-  if (dialect == Dialect::kOpenAI) return translate_openai_request(json, limits, served);
-  return validate_request(json, limits, dialect, served);
 }
 
 }  // namespace clef

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The SystemOne request model and its validation (docs/PROTOCOL.md §1, §5.3, §6).
 //
-// parse_request() turns a request body into typed questions with their options in model order
+// validate_request() (a parsed body) and parse_request() (decision/dialects.h: the body's bytes, in
+// any of the routes' dialects) turn a request into typed questions with their options in model order
 // (§3.4), or throws a RequestError naming a machine-readable code and the JSON path of the
 // offending value. It accepts what the reference accepts except where the reference crashes or
 // silently computes garbage (§5.3 items 5-6, §6 items 6-8), which become RequestErrors; see
@@ -121,21 +122,6 @@ struct SystemOneRequest {
   /// options); null for System One bodies.
   std::shared_ptr<const OpenAIContract> openai;
 };
-
-/// Parses and validates a request body (UTF-8 JSON text).
-///
-/// Args: `body` the HTTP body; `limits` the counts of §1.3; `dialect` the route's wire form
-/// (kOpenAI: translate_openai_request(); kDecisions: the body's shape chooses, §7.1); `served`
-/// the model names this server answers to; `contract`, when given, receives the dialect the body
-/// is read in (kDecisions resolved to kOpenAI or kSystemOne; a body that is not JSON is System
-/// One's), set before any RequestError is thrown; `top_members`, when given, the body's top-level
-/// members as sent (parse_json(), views into `body`).
-/// Returns the typed request. Throws RequestError (code + JSON path) for every rejection:
-///   parse_json's codes (invalid_json, lone_surrogate, non_finite_number, number_out_of_range,
-///   nesting_too_deep), then validate_request's.
-SystemOneRequest parse_request(std::string_view body, const RequestLimits& limits, Dialect dialect,
-                               const ServedModel& served, Dialect* contract = nullptr,
-                               std::vector<JsonMemberText>* top_members = nullptr);
 
 /// One question from its SystemOne form: what validate_request() does for `questions.<id>`
 /// (limits, criteria, model order, the instructions fallback). Throws RequestError with the

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "decision/dialects.h"
 #include "decision/openai_decisions.h"
 #include "models/qwen35/mrope_positions.h"
 #include "ops/parallel.h"

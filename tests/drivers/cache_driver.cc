@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "decision/dialects.h"
 #include "decision/record.h"
 #include "decision/request.h"
 #include "decision/request_error.h"

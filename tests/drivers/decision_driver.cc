@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "decision/answers.h"
+#include "decision/dialects.h"
 #include "decision/render.h"
 #include "decision/record.h"
 #include "decision/request.h"

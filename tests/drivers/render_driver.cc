@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "decision/dialects.h"
 #include "decision/json_value.h"
 #include "decision/render.h"
 #include "decision/request.h"

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "decision/dialects.h"
 #include "decision/json_value.h"
 #include "decision/openai_decisions.h"
 #include "decision/render.h"

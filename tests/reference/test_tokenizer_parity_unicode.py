@@ -28,22 +28,10 @@ CHUNK = 100_000  # contexts per joined text
 
 def _split_only_json(regex: str) -> dict:
     """tokenizer.json with no normalizer, the given split regex and a 256-byte BPE vocab."""
-    from clef_ref.tokenizer_build import bytes_to_unicode
+    from clef_ref.tokenizer_build import byte_level_bpe_json, bytes_to_unicode
 
     b2u = bytes_to_unicode()
-    return {
-        "version": "1.0", "truncation": None, "padding": None,
-        "added_tokens": [],
-        "normalizer": None,
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
-            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
-        "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": {b2u[b]: b for b in range(256)}, "merges": []},
-    }
+    return byte_level_bpe_json([], regex, {b2u[b]: b for b in range(256)}, [], normalizer=None, post_processor=False)
 
 
 def test_unicode_versions_recorded():

@@ -46,7 +46,7 @@ CONTINUED_MERGE_WORDS = [
     " المصدر", " элементов", " نسبة", " элементы", " появляется", " сверху", " появляются", " melanjutkan",
     " подска", " وهناك", " مقتل", "いっぱい",
 ]
-FIXTURE_VERSION = 1
+FIXTURE_VERSION = 2
 
 
 def batch_binary() -> pathlib.Path:
@@ -186,29 +186,10 @@ def qwen3_tokenizer_json_bytes() -> bytes:
     ranks = tb.load_tiktoken_ranks(path)
     assert sorted(ranks.values()) == list(range(QWEN3_BASE_VOCAB)), "unexpected qwen.tiktoken contents"
     b2u = tb.bytes_to_unicode()
-
-    def enc(b: bytes) -> str:
-        return "".join(b2u[x] for x in b)
-
     merges, _unreachable, _continued = tb.derive_merges(ranks)
-    obj = {
-        "version": "1.0", "truncation": None, "padding": None,
-        "added_tokens": [
-            {"id": QWEN3_BASE_VOCAB + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
-             "normalized": False, "special": sp}
-            for i, (c, sp) in enumerate(tb.ADDED_TOKENS[: tb.N_ADDED_QWEN35])
-        ],
-        "normalizer": {"type": "NFC"},
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT_REGEX}, "behavior": "Isolated", "invert": False},
-            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
-        "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": {enc(t): r for t, r in sorted(ranks.items(), key=lambda kv: kv[1])},
-                  "merges": [[enc(a), enc(b)] for a, b in merges]},
-    }
+    obj = tb.byte_level_bpe_json(tb.added_tokens_json(QWEN3_BASE_VOCAB, tb.ADDED_TOKENS[: tb.N_ADDED_QWEN35]),
+                                 QWEN2_SPLIT_REGEX, tb.vocab_by_id(ranks),
+                                 [["".join(b2u[x] for x in a), "".join(b2u[x] for x in b)] for a, b in merges])
     data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
     cached.parent.mkdir(parents=True, exist_ok=True)
     tmp = cached.with_suffix(f".tmp{os.getpid()}")

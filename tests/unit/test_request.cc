@@ -9,6 +9,7 @@
 #include <string>
 
 #include "decide_tool.h"
+#include "decision/dialects.h"
 #include "decision/render.h"
 #include "decision/request.h"
 

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "decision/answers.h"
+#include "decision/dialects.h"
 #include "decision/json_value.h"
 #include "decision/render.h"
 #include "decision/request.h"

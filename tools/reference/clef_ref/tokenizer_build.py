@@ -290,6 +290,61 @@ def _byte_level(add_prefix_space: bool, trim_offsets: bool, use_regex: bool) -> 
             "use_regex": use_regex}
 
 
+NFC = {"type": "NFC"}
+
+
+def added_tokens_json(first_id: int, tokens) -> list:
+    """tokenizer.json's ``added_tokens`` entries for ``(content, special)`` pairs, ids from ``first_id`` on."""
+    return [
+        {
+            "id": first_id + i,
+            "content": content,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": special,
+        }
+        for i, (content, special) in enumerate(tokens)
+    ]
+
+
+def byte_level_bpe_json(added: list, split_regex: str, vocab: Dict[str, int], merges: list,
+                        normalizer: dict | None = NFC, post_processor: bool = True) -> dict:
+    """The one skeleton of a byte-level BPE ``tokenizer.json`` object (key order as the release has it):
+    ``added`` from :func:`added_tokens_json`, the split regex, the byte-to-unicode-encoded ``vocab``
+    (token -> rank) and ``merges`` (pairs of encoded tokens); ``normalizer`` None and ``post_processor``
+    False write null, as the split-only test files need."""
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": normalizer,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": split_regex}, "behavior": "Isolated", "invert": False},
+                _byte_level(False, True, False),
+            ],
+        },
+        "post_processor": _byte_level(False, False, False) if post_processor else None,
+        "decoder": _byte_level(True, True, True),
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": "",
+            "end_of_word_suffix": "",
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": merges,
+        },
+    }
+
+
 def build_tokenizer_json(ranks: Dict[bytes, int], split_regex: str = QWEN2_SPLIT_REGEX,
                          merges: List[Tuple[bytes, bytes]] | None = None) -> dict:
     """The clef-flash ``tokenizer.json`` object (key order as released) from rank data.
@@ -302,46 +357,8 @@ def build_tokenizer_json(ranks: Dict[bytes, int], split_regex: str = QWEN2_SPLIT
     b2u = bytes_to_unicode()
     if merges is None:
         merges = derive_merges(ranks)[0]
-    added = [
-        {
-            "id": BASE_VOCAB_SIZE + i,
-            "content": content,
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "special": special,
-        }
-        for i, (content, special) in enumerate(ADDED_TOKENS)
-    ]
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": {"type": "NFC"},
-        "pre_tokenizer": {
-            "type": "Sequence",
-            "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": split_regex}, "behavior": "Isolated", "invert": False},
-                _byte_level(False, True, False),
-            ],
-        },
-        "post_processor": _byte_level(False, False, False),
-        "decoder": _byte_level(True, True, True),
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": "",
-            "end_of_word_suffix": "",
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": vocab_by_id(ranks),
-            "merges": [[_enc(a, b2u), _enc(b, b2u)] for a, b in merges],
-        },
-    }
+    return byte_level_bpe_json(added_tokens_json(BASE_VOCAB_SIZE, ADDED_TOKENS), split_regex, vocab_by_id(ranks),
+                               [[_enc(a, b2u), _enc(b, b2u)] for a, b in merges])
 
 
 def tokenizer_json_bytes(obj: dict) -> bytes:
