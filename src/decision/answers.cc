@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "decision/render.h"
 
 namespace clef {

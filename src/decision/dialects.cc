@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "decision/dialects.h"
 
+#include "core/json_text.h"
 #include "decision/openai_decisions.h"
-#include "decision/render.h"
 
 namespace clef {
 namespace {

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
-// The three wire dialects of a decision (docs/PROTOCOL.md §2.4, §2.5): how a SystemOne response
-// body is wrapped, and how a refused request is reported (HTTP status + body in the dialect's
-// shape). Pure string building: the HTTP server picks the dialect from the route and sends what
-// this returns; nothing here knows about sockets or tensors.
+// The wire dialects of a decision (docs/PROTOCOL.md §2.4, §2.5, §7): how a body of any dialect is
+// read (parse_request: parse, then validate or translate OpenAI's contract), how a SystemOne
+// response body is wrapped, and how a refused request is reported (HTTP status + body in the
+// dialect's shape). The HTTP server picks the dialect from the route and sends what this returns;
+// nothing here knows about sockets or tensors.
 #pragma once
 
 #include <string>

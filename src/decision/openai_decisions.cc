@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "decision/render.h"
 
 namespace clef {

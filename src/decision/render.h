@@ -8,7 +8,6 @@
 #include <string>
 #include <string_view>
 
-#include "core/json_text.h"  // python_float_repr, append_json_string: the scalars of a dump
 #include "decision/json_value.h"
 
 namespace clef {

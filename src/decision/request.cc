@@ -6,7 +6,7 @@
 #include <numeric>
 #include <span>
 
-#include "decision/render.h"
+#include "core/json_text.h"
 
 namespace clef {
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "core/json_text.h"
 #include "core/mapped_file.h"
 #include "decision/dialects.h"
 #include "decision/json_value.h"

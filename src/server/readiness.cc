@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "server/readiness.h"
 
-#include "decision/render.h"
+#include "core/json_text.h"
 
 namespace clef::server {
 

@@ -21,9 +21,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.h"
 #include "decision/answers.h"
 #include "decision/dialects.h"
-#include "decision/render.h"
 #include "decision/record.h"
 #include "decision/request.h"
 #include "decision/request_error.h"

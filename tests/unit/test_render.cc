@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "core/json_text.h"
 #include "decision/json_value.h"
 #include "decision/render.h"
 #include "decision/request_error.h"

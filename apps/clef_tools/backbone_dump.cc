@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The hidden-state dump behind `clef hidden` and clef_backbone_dump (clef_tools/backbone_dump.h).
+#include "clef_tools/backbone_dump.h"
+
 #include <sys/resource.h>
 
 #include <charconv>
@@ -16,7 +18,6 @@
 
 #include "core/error.h"
 #include "ops/parallel.h"
-#include "clef_tools/backbone_dump.h"
 
 namespace clef {
 
