@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Checks that the C++ sources (src/, apps/, tests/, bench/) follow .clang-format with clang-format-14
+# Checks that the C++ sources (src/, apps/, python/, tests/, bench/) follow .clang-format with clang-format-14
 # (setup.sh --dev installs it). Prints each file that differs and exits 1; `--fix` rewrites them.
 # Needs a git checkout (the files are git's tracked ones). scripts/test.sh runs it before any build.
 # Also checks that every source file carries the license line (scripts/check_spdx.py; LICENSE).
@@ -14,14 +14,14 @@ if ! command -v clang-format-14 >/dev/null; then
 fi
 listing=$(mktemp)
 trap 'rm -f "$listing"' EXIT
-if ! git ls-files -z -- 'src/*.cc' 'src/*.h' 'apps/*.cc' 'apps/*.h' 'tests/*.cc' 'tests/*.h' 'bench/*.cc' \
+if ! git ls-files -z -- 'src/*.cc' 'src/*.h' 'apps/*.cc' 'apps/*.h' 'python/*.cc' 'tests/*.cc' 'tests/*.h' 'bench/*.cc' \
      'bench/*.h' >"$listing"; then
   echo "check_format: git ls-files failed: run it in a git checkout of clef.cpp" >&2
   exit 2
 fi
 mapfile -d '' -t files <"$listing"
 if ((${#files[@]} == 0)); then
-  echo "check_format: no C++ files found under src/ apps/ tests/ bench/" >&2
+  echo "check_format: no C++ files found under src/ apps/ python/ tests/ bench/" >&2
   exit 2
 fi
 if [[ ${1:-} == --fix ]]; then

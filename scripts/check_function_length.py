@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Checks that no C++ function in src/ or apps/ is longer than 120 lines.
+"""Checks that no C++ function in src/, apps/ or python/ is longer than 120 lines.
 
 A function that long does several things; split it along the steps its comments name. A function
 is a top-level brace block (outside any other function) whose head ends in ")" plus qualifiers
@@ -17,7 +17,7 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-FOLDERS = ("src", "apps")
+FOLDERS = ("src", "apps", "python")
 SUFFIXES = (".cc", ".h", ".inc")
 RAW_STRING = re.compile(r'R"([^()\\\s]{0,16})\((.*?)\)\1"', re.S)
 SCOPE = re.compile(r"\b(namespace|struct|class|enum|union)\b[^;(){}]*$")

@@ -7,9 +7,12 @@
 #   bash scripts/setup.sh --dev   full tier: the main tier, plus what the tests and benchmarks need
 #                                 (GoogleTest/GoogleMock, Google Benchmark, clang-14 + libFuzzer
 #                                 runtime + libomp for the fuzz preset, clang-format-14, ccache,
-#                                 python3-venv) and the Python
+#                                 python3-venv, python3-dev) and the Python
 #                                 reference toolkit (tools/reference/requirements.txt, from PyPI)
 #                                 in a virtual environment, .venv/ at the repository root.
+#   bash scripts/setup.sh --python adds (to either tier) what `pip install .` of the Python package
+#                                 needs besides the main tier: Python's headers and venv module
+#                                 (python3-dev, python3-venv); docs/PYTHON.md.
 #   bash scripts/setup.sh --arm64 adds (to either tier) what cross-building for ARM64 (aarch64) and
 #                                 testing under emulation needs: the arm64 architecture in dpkg
 #                                 (multiarch), Debian's GCC 12 cross compiler, qemu-user-static, and the
@@ -32,11 +35,13 @@ cd "$(dirname "$0")/.."
 
 tier=main
 arm64=0
+python=0
 for arg in "$@"; do
   case "$arg" in
     --dev|--full) tier=dev ;;
     --arm64) arm64=1 ;;
-    -h|--help) sed -n '3,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --python) python=1 ;;
+    -h|--help) sed -n '3,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup: unknown argument: $arg (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -58,7 +63,7 @@ DEV_PACKAGES=(
   clang-14 libclang-rt-14-dev libomp-14-dev
   clang-format-14   # scripts/check_format.sh: the C++ sources follow .clang-format
   ccache   # compiler cache: every preset compiles through it when installed (CMakeLists.txt, CLEF_CCACHE)
-  python3 python3-venv ca-certificates
+  python3 python3-venv python3-dev ca-certificates   # python3-dev: the Python package stage (pip install .)
   haproxy
   git   # tests/hub: `git check-ref-format` is the reference for --revision names
 )
@@ -78,7 +83,11 @@ ARM64_TARGET_PACKAGES=(
   libgtest-dev libgmock-dev
 )
 
+# --python: building the Python extension (pip install .; python/CMakeLists.txt) with Debian's Python.
+PYTHON_PACKAGES=(python3-dev python3-venv)
+
 packages=("${MAIN_PACKAGES[@]}")
+((python)) && packages+=("${PYTHON_PACKAGES[@]}")
 [[ $tier == dev ]] && packages+=("${DEV_PACKAGES[@]}")
 ((arm64)) && packages+=("${ARM64_HOST_PACKAGES[@]}")
 
@@ -130,12 +139,12 @@ if ((${#missing[@]})); then
   plan=$(LC_ALL=C apt-get install -s --no-install-recommends "${missing[@]}" 2>/dev/null || true)
   n=$(grep -c '^Inst ' <<<"$plan" || true)
   minutes=$(( (2 * n + 59) / 60 ))
-  echo "setup: installing ${#missing[@]} Debian packages ($tier tier$( ((arm64)) && echo ' + arm64'); $n with their dependencies, about $minutes min): ${missing[*]} ..."
+  echo "setup: installing ${#missing[@]} Debian packages ($tier tier$( ((arm64)) && echo ' + arm64')$( ((python)) && echo ' + python'); $n with their dependencies, about $minutes min): ${missing[*]} ..."
   # --no-remove: an arm64 library may upgrade its amd64 twin in lockstep (multiarch versions must
   # match) but never removes one.
   step apt-install.log as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --no-remove "${missing[@]}"
 else
-  echo "setup: Debian packages present ($tier tier$( ((arm64)) && echo ' + arm64'))"
+  echo "setup: Debian packages present ($tier tier$( ((arm64)) && echo ' + arm64')$( ((python)) && echo ' + python'))"
 fi
 
 [[ $tier == dev ]] || exit 0

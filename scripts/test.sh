@@ -17,6 +17,8 @@
 #                 live comparisons against the Python reference toolkit, the CLI tests (`clef mcp`
 #                 included), the live `clef serve` tests and the `clef pull` / shared-cache tests against a
 #                 local hub;
+#   python package (pip install .), pytest tests/python
+#                 the Python package built by pip into a fresh venv, checked against the CLI (Ray too);
 #   isa LEVEL     for every other kernel level the CPU has (CLEF_ISA): the kernel-dependent live
 #                 comparisons; AVX2 also runs the 0.8b layer shapes end to end (the "0.8b-shapes" preset).
 #                 Every op against its scalar oracle at every level is the native ctest's job;
@@ -128,6 +130,23 @@ stage "pytest tests/reference" "$PY" -m pytest -q -p no:cacheprovider --duration
 stage "pytest tests/cli" "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/cli
 stage "pytest tests/server" "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/server
 stage "pytest tests/hub" "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/hub
+
+# The Python package (docs/PYTHON.md), installed as a user installs it: `pip install .` into a fresh
+# venv (made from the interpreter .venv was made from), with the ray and test extras. pip builds in
+# build/python through the compiler cache, so the release build's objects serve it (the flags match:
+# CLEF_WERROR as above, and the same compiler name, which ccache hashes: c++ and g++ miss each other).
+# Then tests/python checks it against the CLI, Ray included.
+python_package() {
+  local base v=build/pyvenv
+  base=$("$PY" -c 'import sys; print(sys._base_executable)')
+  rm -rf "$v"
+  "$base" -m venv "$v"
+  CXX=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' build/release/CMakeCache.txt) \
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$v/bin/pip" install -q --progress-bar off \
+    -C cmake.define.CLEF_WERROR=ON ".[ray,test]"
+}
+stage "python package (pip install .)" python_package
+stage "pytest tests/python" build/pyvenv/bin/python -m pytest -q -p no:cacheprovider --durations=5 tests/python
 
 # Every other kernel level this CPU has: the unit tests above switched levels in-process for the
 # kernels (every op against its scalar oracle at every level); here the whole engine (oneDNN capped too)

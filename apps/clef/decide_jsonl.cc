@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <thread>
@@ -30,8 +31,7 @@
 namespace clef::cli {
 namespace {
 
-/// Longest line read as a request (the same cap as a single `clef decide` body).
-constexpr std::size_t kMaxLineBytes = std::size_t{64} << 20;
+constexpr std::size_t kMaxLineBytes = kMaxRequestLineBytes;
 
 struct FileCloser {
   void operator()(std::FILE* f) const noexcept {
@@ -266,6 +266,23 @@ void print_timings(std::int64_t line, const Decision& d, const char* prefix) {
 
 }  // namespace
 
+std::string answer_request_line(Engine& engine, std::string_view line, std::int64_t line_no, bool too_long,
+                                std::optional<Decision>* decision) {
+  if (too_long) {
+    return error_line("request_too_large", "the line is longer than " + std::to_string(kMaxLineBytes >> 20) + " MiB",
+                      "", line_no);
+  }
+  try {
+    Decision d = engine.decide(line, Dialect::kDecisions);  // either contract, by the line's shape
+    std::string text = d.body;
+    if (decision != nullptr) *decision = std::move(d);
+    return text;
+  } catch (const RequestError& e) {
+    const std::string at = e.offset() ? " (at byte " + std::to_string(*e.offset()) + ")" : std::string();
+    return error_line(e.code_name(), e.message() + at, e.path().str(), line_no);
+  }
+}
+
 JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options) {
   const bool to_file = !options.output.empty() && options.output != "-";
   if (options.restart && !to_file) throw InvalidArgument("--restart needs --out FILE");
@@ -331,22 +348,14 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
       resumed_bytes = reader.bytes_read();
       continue;
     }
-    if (too_long) {
-      write_line(error_line("request_too_large",
-                            "the line is longer than " + std::to_string(kMaxLineBytes >> 20) + " MiB", "", sum.lines));
-      ++sum.refused;
+    std::optional<Decision> d;
+    write_line(answer_request_line(engine, line, sum.lines, too_long, &d));
+    if (d) {
+      ++sum.answered;
+      sum.tokens += d->input_tokens;
+      if (options.timings) print_timings(sum.lines, *d, tty && options.progress ? "\r\x1b[K" : "");
     } else {
-      try {
-        const Decision d = engine.decide(line, Dialect::kDecisions);  // either contract, by the line's shape
-        write_line(d.body);
-        ++sum.answered;
-        sum.tokens += d.input_tokens;
-        if (options.timings) print_timings(sum.lines, d, tty && options.progress ? "\r\x1b[K" : "");
-      } catch (const RequestError& e) {
-        const std::string at = e.offset() ? " (at byte " + std::to_string(*e.offset()) + ")" : std::string();
-        write_line(error_line(e.code_name(), e.message() + at, e.path().str(), sum.lines));
-        ++sum.refused;
-      }
+      ++sum.refused;
     }
     // A live line on a terminal; a line every 10 s in a log.
     const double s = elapsed();

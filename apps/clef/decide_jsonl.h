@@ -4,8 +4,11 @@
 // line on stderr, and resumption of an interrupted run.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "runtime/engine.h"
 
@@ -29,6 +32,20 @@ struct JsonlRunSummary {
   std::int64_t tokens = 0;    ///< input tokens decided in this run
   double seconds = 0;         ///< wall time of this run
 };
+
+/// Longest request line answered (the same cap as a single `clef decide` body); a longer line is
+/// refused with code "request_too_large" without being held in memory.
+inline constexpr std::size_t kMaxRequestLineBytes = std::size_t{64} << 20;
+
+/// The output line (without its '\n') for request line `line_no` (1-based) of a --jsonl run, also
+/// what the Python package's Model.decide_many yields (docs/PYTHON.md): the compact response, or
+///   {"error":{"code":<wire code>,"message":<text>,"path":<JSON path>},"line":<line_no>}
+/// for a line the engine refuses (a RequestError) or one marked `too_long` (over
+/// kMaxRequestLineBytes; `line` is then ignored). The request is SystemOne or OpenAI's Decisions
+/// contract, by its shape. `decision`, when given, receives an answered line's Decision (left empty
+/// for a refused one). Any other exception is an engine fault and is rethrown.
+std::string answer_request_line(Engine& engine, std::string_view line, std::int64_t line_no, bool too_long,
+                                std::optional<Decision>* decision = nullptr);
 
 /// Runs every line of `options.input` through `engine`, writing for line N (1-based) exactly one
 /// output line: the compact SystemOne response, or

@@ -318,6 +318,13 @@ PreparedRequest Engine::prepare(std::string_view request_body, Dialect dialect, 
   return p;
 }
 
+std::vector<float> Engine::hidden_states(std::span<const std::int32_t> ids) {
+  if (ids.empty()) throw InvalidArgument("hidden states need at least one token id");
+  return backbone_->hidden_states(ids);
+}
+
+std::int64_t Engine::hidden_size() const noexcept { return backbone_->hidden_size(); }
+
 Decision Engine::decide(std::string_view request_body, Dialect dialect) {
   return decide(prepare(request_body, dialect));
 }

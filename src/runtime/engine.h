@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -160,6 +161,15 @@ class Engine {
   /// The second half: the vision tower, the record, the prefill and the answer. decide(body) is
   /// decide(prepare(body)), with the same result bit for bit.
   Decision decide(PreparedRequest prepared);
+
+  /// The backbone's final-norm hidden states of `ids` from a fresh state: [ids.size(), hidden_size()]
+  /// float32, row-major, in the engine's precision, chunk size and threads, so equal to what
+  /// `clef hidden` writes for the same ids and options (docs/ARCHITECTURE.md "Data flow, request to answer"). Touches
+  /// no cache. Throws InvalidArgument for no ids or an id outside the embedding table. Not
+  /// thread-safe (one call or decision at a time, like decide()).
+  std::vector<float> hidden_states(std::span<const std::int32_t> ids);
+  /// Width of a hidden-state row (the backbone's hidden_size).
+  std::int64_t hidden_size() const noexcept;
 
   /// The name responses carry: a random-weight model's "-random" name, else the folder's name.
   const std::string& model_name() const noexcept { return release_.model_name; }

@@ -1,0 +1,209 @@
+# SPDX-License-Identifier: MIT
+"""clef: Clef decision models in-process, on the clef.cpp engine (docs/PYTHON.md).
+
+    import clef
+    model = clef.Model("Cloudflare/clef-flash", precision="bf16")
+    answer = model.decide({"state": "...", "questions": {...}})
+
+``Model.decide`` answers exactly what ``clef decide`` prints for the same request bytes (as a dict);
+``Model.decide_many`` answers a stream as ``clef decide --jsonl`` does, line for line.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+
+from . import _core
+from ._errors import Error, InternalError, InvalidArgument, IoError, ModelError, RequestError, Unsupported
+
+__version__: str = _core.__version__
+
+__all__ = [
+    "Decision", "Error", "InternalError", "InvalidArgument", "IoError", "Model", "ModelError", "RequestError",
+    "Unsupported", "pull", "__version__",
+]
+
+Decision = _core.Decision
+Request = Union[Mapping[str, Any], str, bytes]
+Progress = Callable[[int, int, float], None]
+
+
+def _request_text(request: Request) -> bytes:
+    """The request body's bytes: JSON text as given (a str as UTF-8; lone surrogates stay invalid
+    UTF-8, which the engine refuses with the byte offset), or a mapping written as json.dumps writes
+    it (keys in order, floats as repr: the bytes Python's HTTP clients send)."""
+    if isinstance(request, str):
+        return request.encode("utf-8", "surrogatepass")
+    if isinstance(request, (bytes, bytearray, memoryview)):
+        return bytes(request)
+    if isinstance(request, Mapping):
+        try:
+            return json.dumps(request, allow_nan=False).encode("ascii")
+        except ValueError as e:  # NaN or infinity: not JSON
+            raise InvalidArgument(f"the request cannot be written as JSON: {e}") from None
+    raise TypeError(f"a request is a dict, JSON text or UTF-8 bytes, not {type(request).__name__}")
+
+
+def _flags(options: Mapping[str, Any]) -> List[str]:
+    """Keyword options as `clef decide` flags: precision="bf16" -> --precision bf16, a True flag -> --flag."""
+    args: List[str] = []
+    for key, value in options.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+class Model:
+    """A loaded Clef model: a release folder, a ``.gguf`` file, or a Hugging Face name resolved in the
+    shared cache exactly as ``clef -m NAME`` resolves it (docs/MODELS.md "Names"); ``None`` is the
+    embedded default model (tiny, random weights: its answers are meaningless).
+
+    Options are ``clef decide``'s flags by their Python names (``precision="bf16"``, ``threads=2``,
+    ``chunk=256``, ``max_tokens=...``, ``overflow="truncate"``, ``confidence="jev"``,
+    ``fp32_weights=...``, ``split_regex=...``, ``image_backend=...``, ``max_image_pixels=...``,
+    ``vision_grid=...``, ``no_images=True``, ``jev_legend=True``), with the same checks and defaults
+    (``clef decide --help``). ``state_cache_mb`` sizes the exact state cache (default 2048 MiB; 0 off):
+    requests about a state already seen skip its prefill and answer bit-identically. ``pull=True``
+    fetches a hub name the cache lacks first. Raises ModelError, InvalidArgument, IoError, Unsupported.
+
+    Thread-safe: calls from several threads are answered one decision at a time (the engine uses all
+    its threads for each); parsing a request and decoding its images run concurrently. The engine
+    runs without the GIL.
+    """
+
+    def __init__(self, model: Optional[str] = None, *, precision: str = "fp32", threads: int = 0,
+                 state_cache_mb: int = 2048, revision: Optional[str] = None, mmproj: Optional[str] = None,
+                 pull: bool = False, **options: Any) -> None:
+        if model is not None and not isinstance(model, (str, bytes)) and not hasattr(model, "__fspath__"):
+            raise TypeError(f"model is a path or a hub name, not {type(model).__name__}")
+        flags: Dict[str, Any] = {"precision": precision, "threads": threads, "state_cache_mb": state_cache_mb,
+                                 "revision": revision, "mmproj": mmproj, "pull": pull, **options}
+        args = _flags(flags)
+        if model is not None:
+            import os
+            args = ["--model", os.fsdecode(os.fspath(model))] + args
+        self._engine = _core.Engine(args)
+        self._options = flags
+
+    @property
+    def path(self) -> str:
+        """The local folder or file the model was loaded from."""
+        return self._engine.path
+
+    @property
+    def name(self) -> str:
+        """The name answers carry (a random-weight model's ends in ``-random``)."""
+        return self._engine.name
+
+    @property
+    def random_weights(self) -> bool:
+        return self._engine.random_weights
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        """What ``clef inspect --json`` reports about the model (sizes, dtypes, head, tokenizer, memory)."""
+        return json.loads(self._engine.info_json())
+
+    def __repr__(self) -> str:
+        return f"clef.Model({self.path!r}, name={self.name!r})"
+
+    def decide(self, request: Optional[Request] = None, *, state: Any = None,
+               questions: Optional[Mapping[str, Any]] = None, **fields: Any) -> Dict[str, Any]:
+        """Answers one request and returns the answer as a dict: ``json.dumps(answer,
+        separators=(",", ":"), ensure_ascii=False)`` is the line ``clef decide`` prints.
+
+        ``request`` is a SystemOne request (dict, JSON text or UTF-8 bytes) or OpenAI's Decisions
+        body, answered in its own contract (docs/PROTOCOL.md). Or give ``state=`` and ``questions=``
+        (and any other request field as a keyword) instead. Raises RequestError for a request the
+        engine refuses (``code``, ``path``), like a 4xx of ``clef serve``."""
+        return json.loads(self.decision(request, state=state, questions=questions, **fields).body)
+
+    def decision(self, request: Optional[Request] = None, *, state: Any = None,
+                 questions: Optional[Mapping[str, Any]] = None, **fields: Any) -> Decision:
+        """As :meth:`decide`, returning the engine's Decision: ``body`` (the answer's JSON text),
+        ``input_tokens``, ``state_cache`` ('hit', 'miss' or 'off'), ``reused_tokens``, ``state_key``
+        and ``seconds`` per stage."""
+        if request is None:
+            if questions is None:
+                raise TypeError("decide() needs a request, or state= and questions=")
+            request = {"state": state, "questions": questions, **fields}
+        elif state is not None or questions is not None or fields:
+            raise TypeError("give either a request or state= and questions=, not both")
+        return self._engine.decide(_request_text(request))
+
+    def decide_many(self, requests: Iterable[Request], *,
+                    progress: Union[bool, Progress, None] = None) -> Iterator[Dict[str, Any]]:
+        """Answers a stream of requests in order, one result per request, as ``clef decide --jsonl``
+        answers a file line for line: the answer dict, or for a request the engine refuses
+        ``{"error": {"code", "message", "path"}, "line": N}`` (N counts from 1), and the stream goes on.
+        Requests about a state already seen reuse it through the state cache.
+
+        ``progress``: True prints a line to stderr every 10 s (requests, tokens/s); a callable is
+        called after each request with (requests done, input tokens, seconds). Ctrl-C (or closing the
+        iterator) stops after the request in progress; the model stays usable."""
+        report: Optional[Progress]
+        if progress is True:
+            report = _stderr_progress()
+        elif callable(progress):
+            report = progress
+        else:
+            report = None
+        t0 = time.monotonic()
+        tokens = 0
+        for n, request in enumerate(requests, start=1):
+            text, decision = self._engine.decide_line(_request_text(request), n)
+            if decision is not None:
+                tokens += decision.input_tokens
+            if report is not None:
+                report(n, tokens, time.monotonic() - t0)
+            yield json.loads(text)
+
+    def tokenize(self, text: str) -> List[int]:
+        """Token ids of ``text`` (UTF-8) with the model's tokenizer, as ``clef tokenize`` prints them."""
+        if not isinstance(text, str):
+            raise TypeError(f"tokenize() takes a str, not {type(text).__name__}")
+        return self._engine.tokenize(text)
+
+    def hidden(self, ids: Sequence[int]) -> "Any":
+        """The backbone's final-norm hidden states of token ids from a fresh state: a float32
+        numpy.ndarray [len(ids), hidden_size], handed over without a copy; what ``clef hidden``
+        writes for the same ids, precision, chunk and threads. Raises InvalidArgument for an id
+        outside the vocabulary."""
+        try:
+            ids = [int(i) for i in ids]
+        except (TypeError, ValueError) as e:
+            raise InvalidArgument(f"token ids are integers: {e}") from None
+        if any(i < 0 or i >= 2**31 for i in ids):
+            raise InvalidArgument("a token id is negative or not below 2^31")
+        return self._engine.hidden(ids)
+
+    def cache_stats(self) -> Dict[str, int]:
+        """State cache counters of this model: {"hits": ..., "misses": ...}."""
+        hits, misses = self._engine.cache_counts()
+        return {"hits": hits, "misses": misses}
+
+
+def _stderr_progress() -> Progress:
+    last = [0.0]
+
+    def report(done: int, tokens: int, seconds: float) -> None:
+        if seconds - last[0] >= 10.0:
+            last[0] = seconds
+            rate = tokens / seconds if seconds > 0 else 0.0
+            print(f"clef: {done} requests, {tokens} tokens, {rate:,.0f} tokens/s", file=sys.stderr, flush=True)
+
+    return report
+
+
+def pull(name: str, *, revision: Optional[str] = None) -> str:
+    """Fetches a Hugging Face model (ORG/REPO, ORG/REPO:QUANT or ORG/REPO/FILE.gguf) into the shared
+    cache as ``clef pull`` does (HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE apply) and returns its local
+    path. Raises InvalidArgument for a bad name, IoError for network and disk errors."""
+    return _core.pull(name, revision or "")

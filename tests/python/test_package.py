@@ -1,0 +1,155 @@
+# SPDX-License-Identifier: MIT
+"""The Python package against the CLI (docs/PYTHON.md): the same answers byte for byte, the same
+refusals, the same hidden states, token ids and model report; errors as typed exceptions; threads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import clef
+from conftest import dumps, run_clef
+
+
+def test_decide_equals_clef_decide(model, tiny, corpus_lines):
+    """Every corpus request, given as JSON text and as a dict, answers what `clef decide` prints."""
+    for i, line in enumerate(corpus_lines):
+        cli = run_clef("decide", "-m", str(tiny), "--threads", "1", "-", stdin=line).stdout.rstrip(b"\n")
+        assert dumps(model.decide(line)) == cli, f"corpus line {i + 1} (text)"
+        assert dumps(model.decide(json.loads(line))) == cli, f"corpus line {i + 1} (dict)"
+
+
+def test_decide_many_equals_jsonl(model, stream_lines, cli_jsonl):
+    """decide_many over corpus + bad + corpus yields what `clef decide --jsonl` writes, line for line,
+    refused requests as error objects in place; the repeated states hit the state cache."""
+    before = model.cache_stats()
+    got = list(model.decide_many(stream_lines))
+    assert len(got) == len(cli_jsonl)
+    for n, (answer, cli) in enumerate(zip(got, cli_jsonl), start=1):
+        assert answer == json.loads(cli), f"line {n}"
+        assert dumps(answer) == cli, f"line {n}"
+    refused = [a for a in got if "error" in a]
+    assert len(refused) == len(stream_lines) - 48 and all(a["line"] > 24 for a in refused)
+    assert model.cache_stats()["hits"] - before["hits"] >= 24
+
+
+def test_state_and_questions_keywords(model, corpus_lines):
+    request = json.loads(corpus_lines[0])
+    assert model.decide(state=request["state"], questions=request["questions"]) == model.decide(
+        {"state": request["state"], "questions": request["questions"]})
+    with pytest.raises(TypeError):
+        model.decide(request, state="x")
+
+
+def test_request_errors_carry_code_and_path(model, tiny):
+    """A refused request raises RequestError with the wire code and JSON path the CLI reports."""
+    bad = {"state": "s", "questions": {"q": {"type": "choice", "instructions": "pick", "criteria": {}}}}
+    cli = json.loads(run_clef("decide", "-m", str(tiny), "--no-progress", "--jsonl", "-",
+                              stdin=json.dumps(bad).encode() + b"\n").stdout)
+    with pytest.raises(clef.RequestError) as e:
+        model.decide(bad)
+    assert (e.value.code, e.value.path) == (cli["error"]["code"], cli["error"]["path"])
+    assert e.value.exit_code == 2 and isinstance(e.value, ValueError)
+    with pytest.raises(clef.RequestError) as e:
+        model.decide(b'{"state": "s", "questions": ')
+    assert e.value.code == "invalid_json" and e.value.offset is not None
+    with pytest.raises(clef.RequestError) as e:
+        model.decide(b'{"state": "\xff"}')  # invalid UTF-8 reaches the engine's check
+    assert e.value.offset is not None
+    with pytest.raises(clef.InvalidArgument):
+        model.decide({"state": float("nan"), "questions": {}})
+    with pytest.raises(TypeError):
+        model.decide(42)
+
+
+def test_model_errors(tmp_path, tiny):
+    with pytest.raises(clef.ModelError) as e:
+        clef.Model(str(tmp_path))  # an empty folder
+    assert e.value.exit_code == 3 and str(tmp_path) in str(e.value)
+    with pytest.raises(clef.InvalidArgument) as e:
+        clef.Model(str(tiny), precision="fp16")
+    assert "--precision" in str(e.value)
+    with pytest.raises(clef.InvalidArgument):
+        clef.Model(str(tiny), threads=-1)
+    with pytest.raises(clef.InvalidArgument):
+        clef.Model(str(tiny), no_such_option=1)
+    with pytest.raises(clef.InvalidArgument) as e:
+        clef.Model("NoSuchOrg/no-such-model")  # a hub name the cache lacks: says how to pull it
+    assert "clef pull" in str(e.value)
+
+
+def test_threads_get_sequential_answers(model, corpus_lines):
+    """8 Python threads calling one Model get exactly the sequential answers."""
+    lines = corpus_lines[:8]
+    want = [model.decide(line) for line in lines]
+    got: dict[tuple[int, int], dict] = {}
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for k in range(len(lines)):
+                i = (k + t) % len(lines)
+                got[(t, i)] = model.decide(lines[i])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(got) == 64 and all(got[(t, i)] == want[i] for (t, i) in got)
+
+
+def test_hidden_equals_clef_hidden(model, tiny, tmp_path):
+    """Model.hidden returns the rows `clef hidden` writes, bit for bit (same threads, chunk 512)."""
+    ids = model.tokenize("The customer was charged twice for the same order.") * 3
+    h = model.hidden(ids)
+    assert h.dtype == np.float32 and h.shape[0] == len(ids) and h.flags["C_CONTIGUOUS"]
+    run_clef("hidden", "-m", str(tiny), "--threads", "1", "--ids-list", ",".join(map(str, ids)),
+             "--out", str(tmp_path / "h"))
+    np.testing.assert_array_equal(h, np.load(tmp_path / "h.chunk512.npy"))
+    with pytest.raises(clef.InvalidArgument):
+        model.hidden([])
+    with pytest.raises(clef.InvalidArgument):
+        model.hidden([10**9])
+
+
+def test_tokenize_and_info_equal_the_cli(model, tiny):
+    text = "naïve café 東京 🚀 <|im_start|>"
+    cli = run_clef("tokenize", "-m", str(tiny), text).stdout.decode()
+    assert model.tokenize(text) == [int(t) for t in cli.replace(",", " ").split()]
+    info, cli_info = model.info, json.loads(run_clef("inspect", "--json", str(tiny)).stdout)
+    # The runtime section names the engine pool's threads: 1 here, all CPUs in `clef inspect`.
+    assert info.pop("runtime")["isa"] == cli_info.pop("runtime")["isa"]
+    assert info == cli_info
+    assert model.name.endswith("-random") and model.random_weights
+
+
+def test_ctrl_c_stops_decide_many_cleanly(tiny, tmp_path):
+    """SIGINT during decide_many ends it with KeyboardInterrupt after the request in progress; the
+    answers before it stand and the Model answers again afterwards."""
+    script = tmp_path / "run.py"
+    script.write_text(f"""
+import os, signal, sys, clef
+m = clef.Model({str(tiny)!r}, threads=1)
+req = {{"state": "a long state " * 200, "questions": {{"q": {{"type": "noul", "instructions": "ok?"}}}}}}
+n = 0
+try:
+    for answer in m.decide_many(dict(req, state=req["state"] + str(i)) for i in range(10**6)):
+        n += 1
+        if n == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+except KeyboardInterrupt:
+    print("interrupted after", n, m.decide(req)["answers"]["q"]["type"])
+""")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("interrupted after ") and r.stdout.split()[3] == "noul"
+    assert 3 <= int(r.stdout.split()[2]) <= 4
