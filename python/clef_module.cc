@@ -32,6 +32,7 @@
 #include "hub/cache.h"
 #include "hub/pull.h"
 #include "inspect_report.h"
+#include "ops/parallel.h"
 #include "runtime/engine.h"
 #include "runtime/inspect.h"
 
@@ -110,6 +111,7 @@ class PyModel {
     eo.state_cache_mb = f.state_cache_mb;
     eo.accept_any_model = true;  // the folder chooses the model, as in `clef decide`
     engine_ = clef::cli::with_default_hint(path_, is_default, [&] { return std::make_unique<Engine>(path_, eo); });
+    threads_ = clef::ops::num_threads();  // what the engine set on this thread (0 = all usable CPUs)
     chunk_ = f.engine.chunk;
     context_ = f.engine.max_tokens;
   }
@@ -118,6 +120,7 @@ class PyModel {
   Decision decide(nb::bytes request) {
     const std::string body(request.c_str(), request.size());
     nb::gil_scoped_release unlocked;
+    clef::ops::set_num_threads(threads_);  // image preprocessing runs on the pool too
     clef::PreparedRequest prepared = engine_->prepare(body, clef::Dialect::kDecisions);
     const std::lock_guard<std::mutex> lock(mutex_);
     return engine_->decide(std::move(prepared));
@@ -130,6 +133,7 @@ class PyModel {
     const bool too_long = line.size() > clef::cli::kMaxRequestLineBytes;
     std::optional<Decision> d;
     const std::lock_guard<std::mutex> lock(mutex_);
+    clef::ops::set_num_threads(threads_);
     std::string text = clef::cli::answer_request_line(*engine_, line, line_no, too_long, &d);
     return {std::move(text), std::move(d)};
   }
@@ -145,6 +149,7 @@ class PyModel {
     {
       nb::gil_scoped_release unlocked;
       const std::lock_guard<std::mutex> lock(mutex_);
+      clef::ops::set_num_threads(threads_);
       *rows = engine_->hidden_states(ids);
     }
     const std::size_t shape[2] = {ids.size(), static_cast<std::size_t>(engine_->hidden_size())};
@@ -155,11 +160,13 @@ class PyModel {
 
   /// `clef inspect --json`'s report of the loaded folder, as JSON text.
   std::string info_json() const {
+    clef::ops::set_num_threads(threads_);  // the report names the pool's size on this thread
     const clef::ModelSummary s = clef::summarize(engine_->release());
     return clef::cli::inspect_json(engine_->release(), s, chunk_, context_).dump();
   }
 
   const std::string& path() const noexcept { return path_; }
+  int threads() const noexcept { return threads_; }
   const std::string& name() const noexcept { return engine_->model_name(); }
   bool random_weights() const noexcept { return engine_->random_weights(); }
   std::pair<std::int64_t, std::int64_t> cache_counts() const {
@@ -171,6 +178,10 @@ class PyModel {
   std::string path_;
   std::unique_ptr<Engine> engine_;
   std::mutex mutex_;
+  /// The engine pool's size. OpenMP keeps it per calling thread, so every call sets it on its own
+  /// thread: a decision from any Python thread runs on this many threads, whatever other Models of
+  /// the process use.
+  int threads_ = 1;
   std::int64_t chunk_ = 512, context_ = 16384;
 };
 
@@ -224,6 +235,7 @@ NB_MODULE(_core, m) {
       .def("info_json", &PyModel::info_json)
       .def("cache_counts", &PyModel::cache_counts)
       .def_prop_ro("path", &PyModel::path)
+      .def_prop_ro("threads", &PyModel::threads)
       .def_prop_ro("name", &PyModel::name)
       .def_prop_ro("random_weights", &PyModel::random_weights);
 

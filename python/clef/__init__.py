@@ -98,6 +98,12 @@ class Model:
         return self._engine.path
 
     @property
+    def threads(self) -> int:
+        """Threads each decision of this model runs on (``threads=0`` resolved to the usable CPUs),
+        whichever Python thread calls it."""
+        return self._engine.threads
+
+    @property
     def name(self) -> str:
         """The name answers carry (a random-weight model's ends in ``-random``)."""
         return self._engine.name

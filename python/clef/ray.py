@@ -2,8 +2,8 @@
 """Batch decisions across a Ray cluster (docs/PYTHON.md "A cluster job on Ray").
 
     import ray, clef.ray
-    ds = ray.data.read_json("requests.jsonl")            # one request per row, in a "request" column
-    out = clef.ray.decide_dataset(ds, "Cloudflare/clef-flash", num_actors=8, threads=4)
+    ds = ray.data.read_text("requests.jsonl")            # one request per row, JSON text in "text"
+    out = clef.ray.decide_dataset(ds, "Cloudflare/clef-flash", request_column="text", num_actors=8, threads=4)
 
 Each actor loads one :class:`clef.Model`. Rows are grouped by their state (a SHA-256 of the request's
 state and images), and every group goes whole to one actor, so requests about the same state meet
@@ -22,9 +22,25 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from . import Model, _request_text
+from . import InvalidArgument, Model, _request_text
 
 __all__ = ["Decider", "decide_dataset", "decide_jsonl", "state_group"]
+
+
+def _request_value(request: Any) -> Any:
+    """A request cell as sent: JSON text (str or bytes). A dict is refused: Arrow stores the dicts of a
+    column as one struct type, the union of every row's keys, so a row comes back with the other
+    rows' keys added as None (a question that is null, a criteria that is null): another request."""
+    if isinstance(request, (str, bytes)):
+        return request
+    if isinstance(request, np.bytes_):
+        return bytes(request)
+    if isinstance(request, np.str_):
+        return str(request)
+    raise InvalidArgument(
+        f"clef.ray: a request cell is {type(request).__name__}, not JSON text; Ray Data stores objects as one Arrow "
+        "struct type whose missing keys come back as None, which changes the request. Store each request as JSON "
+        "text (json.dumps when making the rows, or ray.data.read_text on a .jsonl file)")
 
 
 def state_group(request: Any) -> str:
@@ -62,7 +78,7 @@ class Decider:
         answers, errors, cache = [], [], []
         for i, request in enumerate(requests):
             line = int(lines[i]) if lines is not None else 0
-            text, decision = self.model._engine.decide_line(_request_text(request), line)
+            text, decision = self.model._engine.decide_line(_request_text(_request_value(request)), line)
             answers.append(text if decision is not None else None)
             errors.append(text if decision is None else None)
             cache.append(decision.state_cache if decision is not None else "")
@@ -75,14 +91,14 @@ class Decider:
 
 def _with_group(batch: Dict[str, np.ndarray], request_column: str) -> Dict[str, np.ndarray]:
     batch = dict(batch)
-    batch["clef_state"] = np.array([state_group(r) for r in batch[request_column]], dtype=object)
+    batch["clef_state"] = np.array([state_group(_request_value(r)) for r in batch[request_column]], dtype=object)
     return batch
 
 
 def decide_dataset(ds: Any, model: Optional[str] = None, *, request_column: str = "request",
                    line_column: Optional[str] = "line", num_actors: int = 1,
                    num_cpus: Optional[float] = None, **options: Any) -> Any:
-    """Answers every row's ``request_column`` (a request dict or JSON text) of the ray.data Dataset
+    """Answers every row's ``request_column`` (a request as JSON text, str or bytes) of the ray.data Dataset
     ``ds`` with ``num_actors`` actors, each holding one Model (``model`` and ``options`` as
     :class:`clef.Model` takes them; give ``threads`` = the CPUs each actor may use, and ``num_cpus``
     to reserve them in Ray). Rows about the same state go to the same actor (see the module docs).

@@ -83,28 +83,38 @@ def test_model_errors(tmp_path, tiny):
     assert "clef pull" in str(e.value)
 
 
-def test_threads_get_sequential_answers(model, corpus_lines):
-    """8 Python threads calling one Model get exactly the sequential answers."""
+def test_threads_get_sequential_answers(model, tiny, corpus_lines):
+    """8 Python threads calling one Model get exactly the sequential answers; 2 more threads call a
+    second Model (bf16) at the same time, which decides beside the first and answers as it does alone."""
     lines = corpus_lines[:8]
-    want = [model.decide(line) for line in lines]
+    other = clef.Model(str(tiny), threads=1, precision="bf16")
+    want = {id(model): [model.decide(line) for line in lines], id(other): [other.decide(line) for line in lines]}
     got: dict[tuple[int, int], dict] = {}
     errors: list[BaseException] = []
 
     def work(t: int) -> None:
+        m = model if t < 8 else other
         try:
             for k in range(len(lines)):
                 i = (k + t) % len(lines)
-                got[(t, i)] = model.decide(lines[i])
+                got[(t, i)] = m.decide(lines[i])
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(10)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors
-    assert len(got) == 64 and all(got[(t, i)] == want[i] for (t, i) in got)
+    assert len(got) == 80
+    assert all(got[(t, i)] == want[id(model if t < 8 else other)][i] for (t, i) in got)
+    # The pool size is the model's on every calling thread (OpenMP keeps it per thread).
+    seen: list[str] = []
+    worker = threading.Thread(target=lambda: seen.append(model.info["runtime"]["gemm"]))
+    worker.start()
+    worker.join()
+    assert model.threads == 1 and "1 threads" in seen[0], seen
 
 
 def test_hidden_equals_clef_hidden(model, tiny, tmp_path):
