@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
@@ -26,6 +27,9 @@ __all__ = [
 ]
 
 Decision = _core.Decision
+#: The largest request body decide() takes, as `clef decide` (decide_many answers a longer one with
+#: the error object "request_too_large", as `clef decide --jsonl` does).
+MAX_REQUEST_BYTES = 64 << 20
 Request = Union[Mapping[str, Any], str, bytes]
 Progress = Callable[[int, int, float], None]
 
@@ -87,7 +91,6 @@ class Model:
                                  "revision": revision, "mmproj": mmproj, "pull": pull, **options}
         args = _flags(flags)
         if model is not None:
-            import os
             args = ["--model", os.fsdecode(os.fspath(model))] + args
         self._engine = _core.Engine(args)
         self._options = flags
@@ -142,7 +145,10 @@ class Model:
             request = {"state": state, "questions": questions, **fields}
         elif state is not None or questions is not None or fields:
             raise TypeError("give either a request or state= and questions=, not both")
-        return self._engine.decide(_request_text(request))
+        body = _request_text(request)
+        if len(body) > MAX_REQUEST_BYTES:
+            raise InvalidArgument(f"the request body exceeds {MAX_REQUEST_BYTES >> 20} MiB")
+        return self._engine.decide(body)
 
     def decide_many(self, requests: Iterable[Request], *,
                     progress: Union[bool, Progress, None] = None) -> Iterator[Dict[str, Any]]:
