@@ -3,8 +3,9 @@
 // engine: the model options are parsed by the CLI's own flag table (apps/clef/engine_flags.h), the
 // model is resolved as `clef -m` resolves it, and every answer comes from Engine::decide or the
 // --jsonl line function, so the package answers what the CLI answers, byte for byte. The engine
-// runs with the GIL released; one mutex per model serialises decisions (Engine is not thread-safe),
-// while parsing a request and decoding its images (Engine::prepare) run concurrently.
+// runs with the GIL released; one mutex for the whole process serialises the engine's work
+// (engine_mutex()), while parsing a request and decoding its images (Engine::prepare) run
+// concurrently.
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -96,7 +97,17 @@ void parse_model_flags(ModelFlags& f, std::vector<std::string> args) {
   app.parse(args);
 }
 
-/// A loaded model: the engine and the lock that serialises its decisions.
+/// The lock every engine call of the process takes, whichever Model it is for. An Engine is not
+/// thread-safe, and two engines are not either when they run at once: the kernels' work buffers and
+/// the GEMM library's scratchpad are per process, not per engine (two Models deciding at the same time
+/// from two threads gave wrong hidden states, max |diff| 2.8-4.9 on the tiny model). The CLI and
+/// `clef serve` run one engine thread; this makes the package do the same.
+std::mutex& engine_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+/// A loaded model: the engine, run under engine_mutex().
 class PyModel {
  public:
   /// `args` are `clef decide` engine flags (see ModelFlags); `--model` absent = the embedded default.
@@ -109,7 +120,8 @@ class PyModel {
                                          &is_default);
     clef::EngineOptions eo = clef::cli::engine_options(f.engine);
     eo.state_cache_mb = f.state_cache_mb;
-    eo.accept_any_model = true;  // the folder chooses the model, as in `clef decide`
+    eo.accept_any_model = true;                              // the folder chooses the model, as in `clef decide`
+    const std::lock_guard<std::mutex> lock(engine_mutex());  // loading runs the kernels too (int8, fp32 copies)
     engine_ = clef::cli::with_default_hint(path_, is_default, [&] { return std::make_unique<Engine>(path_, eo); });
     threads_ = clef::ops::num_threads();  // what the engine set on this thread (0 = all usable CPUs)
     chunk_ = f.engine.chunk;
@@ -122,7 +134,7 @@ class PyModel {
     nb::gil_scoped_release unlocked;
     clef::ops::set_num_threads(threads_);  // image preprocessing runs on the pool too
     clef::PreparedRequest prepared = engine_->prepare(body, clef::Dialect::kDecisions);
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const std::lock_guard<std::mutex> lock(engine_mutex());
     return engine_->decide(std::move(prepared));
   }
 
@@ -132,13 +144,15 @@ class PyModel {
     nb::gil_scoped_release unlocked;
     const bool too_long = line.size() > clef::cli::kMaxRequestLineBytes;
     std::optional<Decision> d;
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const std::lock_guard<std::mutex> lock(engine_mutex());
     clef::ops::set_num_threads(threads_);
     std::string text = clef::cli::answer_request_line(*engine_, line, line_no, too_long, &d);
     return {std::move(text), std::move(d)};
   }
 
-  std::vector<std::int32_t> tokenize(std::string text) const {
+  /// Token ids of UTF-8 `text`; invalid UTF-8 (a lone surrogate passed through) is an InvalidArgument.
+  std::vector<std::int32_t> tokenize(nb::bytes utf8) const {
+    const std::string text(utf8.c_str(), utf8.size());
     nb::gil_scoped_release unlocked;
     return engine_->tokenizer().encode(text);  // const and thread-safe
   }
@@ -148,7 +162,7 @@ class PyModel {
     auto rows = std::make_unique<std::vector<float>>();
     {
       nb::gil_scoped_release unlocked;
-      const std::lock_guard<std::mutex> lock(mutex_);
+      const std::lock_guard<std::mutex> lock(engine_mutex());
       clef::ops::set_num_threads(threads_);
       *rows = engine_->hidden_states(ids);
     }
@@ -177,7 +191,6 @@ class PyModel {
  private:
   std::string path_;
   std::unique_ptr<Engine> engine_;
-  std::mutex mutex_;
   /// The engine pool's size. OpenMP keeps it per calling thread, so every call sets it on its own
   /// thread: a decision from any Python thread runs on this many threads, whatever other Models of
   /// the process use.
@@ -204,9 +217,16 @@ NB_MODULE(_core, m) {
   m.attr("__version__") = clef::kVersion;
 
   nb::class_<Decision>(m, "Decision", "One decision: the answer body and how it was computed.")
+      .def("__repr__",
+           [](const Decision& d) {
+             return "Decision(input_tokens=" + std::to_string(d.input_tokens) + ", state_cache='" +
+                    clef::state_cache_use_name(d.state_cache) + "', reused_tokens=" + std::to_string(d.reused_tokens) +
+                    ", body=<" + std::to_string(d.body.size()) + " bytes>)";
+           })
       .def_ro("body", &Decision::body, "The answer as compact JSON text (what `clef decide` prints).")
       .def_ro("input_tokens", &Decision::input_tokens)
-      .def_ro("state_tokens_dropped", &Decision::state_tokens_dropped)
+      .def_ro("state_tokens_dropped", &Decision::state_tokens_dropped,
+              "State tokens cut off to fit the token budget (overflow='truncate'; else 0).")
       .def_ro("reused_tokens", &Decision::reused_tokens, "Prefix + state tokens restored from the state cache.")
       .def_ro("state_key", &Decision::state_key, "SHA-256 (hex) of the model and the prefix + state tokens.")
       .def_prop_ro(
@@ -230,7 +250,7 @@ NB_MODULE(_core, m) {
       .def(nb::init<std::vector<std::string>>(), nb::arg("args"))
       .def("decide", &PyModel::decide, nb::arg("body"))
       .def("decide_line", &PyModel::decide_line, nb::arg("line"), nb::arg("line_no"))
-      .def("tokenize", &PyModel::tokenize, nb::arg("text"))
+      .def("tokenize", &PyModel::tokenize, nb::arg("utf8"))
       .def("hidden", &PyModel::hidden, nb::arg("ids"))
       .def("info_json", &PyModel::info_json)
       .def("cache_counts", &PyModel::cache_counts)

@@ -79,13 +79,15 @@ int parse_command_line(CLI::App& app, int argc, char** argv, const char* help_hi
 std::string model_dir_or_default(const std::string& dir, bool given, bool* is_default);
 
 /// Runs `load` (which opens the model folder `dir`); when `dir` is the embedded default model, a
-/// load error gets a hint on how to regenerate it (ModelLoadError).
+/// model-file or I/O error gets a hint on how to regenerate it (ModelLoadError); other errors (bad
+/// options) pass unchanged.
 template <typename Load>
 auto with_default_hint(const std::string& dir, bool is_default, Load load) {
   try {
     return load();
   } catch (const Error& e) {
-    if (!is_default) throw;
+    // Only a file problem can mean a damaged folder; a bad option (e.g. --mmproj with a folder) is the caller's.
+    if (!is_default || (e.kind() != ErrorKind::kModelLoad && e.kind() != ErrorKind::kIo)) throw;
     throw ModelLoadError(std::string(e.what()) + " (the embedded default model is damaged; delete " + printable(dir) +
                          " and run again to regenerate it)");
   }

@@ -11,10 +11,15 @@
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+
+if TYPE_CHECKING:
+    import numpy
+    from numpy.typing import NDArray
 
 from . import _core
 from ._errors import Error, InternalError, InvalidArgument, IoError, ModelError, RequestError, Unsupported
@@ -31,6 +36,7 @@ Decision = _core.Decision
 #: the error object "request_too_large", as `clef decide --jsonl` does).
 MAX_REQUEST_BYTES = 64 << 20
 Request = Union[Mapping[str, Any], str, bytes]
+_UNSET: Any = object()  # "no state= given" (None is a valid state: JSON null)
 Progress = Callable[[int, int, float], None]
 
 
@@ -50,18 +56,44 @@ def _request_text(request: Request) -> bytes:
     raise TypeError(f"a request is a dict, JSON text or UTF-8 bytes, not {type(request).__name__}")
 
 
+#: Model()'s options that are `clef decide` flags taking a value, and those that are on/off switches.
+_VALUE_OPTIONS = frozenset({"precision", "threads", "chunk", "max_tokens", "overflow", "confidence", "fp32_weights",
+                            "split_regex", "image_backend", "max_image_pixels", "vision_grid", "mmproj", "revision",
+                            "state_cache_mb"})
+_SWITCH_OPTIONS = frozenset({"jev_legend", "no_images", "pull"})
+
+
 def _flags(options: Mapping[str, Any]) -> List[str]:
-    """Keyword options as `clef decide` flags: precision="bf16" -> --precision bf16, a True flag -> --flag."""
+    """Keyword options as `clef decide` flags: precision="bf16" -> --precision bf16, a True switch -> --switch.
+    An unknown name or a value of the wrong kind is a TypeError, as for any Python call."""
     args: List[str] = []
     for key, value in options.items():
-        if value is None or value is False:
-            continue
         flag = "--" + key.replace("_", "-")
-        if value is True:
-            args.append(flag)
+        if key in _SWITCH_OPTIONS:
+            if not isinstance(value, bool):
+                raise TypeError(f"Model() option {key} is True or False, not {value!r}")
+            args += [flag] if value else []
+        elif key in _VALUE_OPTIONS:
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (str, int, os.PathLike)):
+                raise TypeError(f"Model() option {key} takes a str or int value, not {value!r}")
+            args += [flag, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
         else:
-            args += [flag, str(value)]
+            raise TypeError(f"Model() got an unexpected keyword argument {key!r}")
     return args
+
+
+_LOADED_IN_PID: Optional[int] = None  # the process that started the engine (its OpenMP pool)
+
+
+def _check_process() -> None:
+    """Refuses to run the engine in a child fork()ed from a process that already ran it: the OpenMP
+    thread pool does not survive fork(), and the child would hang in its first parallel loop."""
+    if _LOADED_IN_PID is not None and _LOADED_IN_PID != os.getpid():
+        raise Error("clef: this process was fork()ed from one that already ran the engine, whose thread pool does "
+                    "not survive fork(); load models in the child only, with multiprocessing's 'spawn' or "
+                    "'forkserver' start method (docs/PYTHON.md \"Threads, the GIL, interrupts\")")
 
 
 class Model:
@@ -92,7 +124,11 @@ class Model:
         args = _flags(flags)
         if model is not None:
             args = ["--model", os.fsdecode(os.fspath(model))] + args
+        global _LOADED_IN_PID
+        _check_process()
         self._engine = _core.Engine(args)
+        if _LOADED_IN_PID is None:
+            _LOADED_IN_PID = os.getpid()
         self._options = flags
 
     @property
@@ -123,7 +159,7 @@ class Model:
     def __repr__(self) -> str:
         return f"clef.Model({self.path!r}, name={self.name!r})"
 
-    def decide(self, request: Optional[Request] = None, *, state: Any = None,
+    def decide(self, request: Optional[Request] = None, *, state: Any = _UNSET,
                questions: Optional[Mapping[str, Any]] = None, **fields: Any) -> Dict[str, Any]:
         """Answers one request and returns the answer as a dict: ``json.dumps(answer,
         separators=(",", ":"), ensure_ascii=False)`` is the line ``clef decide`` prints.
@@ -134,7 +170,7 @@ class Model:
         engine refuses (``code``, ``path``), like a 4xx of ``clef serve``."""
         return json.loads(self.decision(request, state=state, questions=questions, **fields).body)
 
-    def decision(self, request: Optional[Request] = None, *, state: Any = None,
+    def decision(self, request: Optional[Request] = None, *, state: Any = _UNSET,
                  questions: Optional[Mapping[str, Any]] = None, **fields: Any) -> Decision:
         """As :meth:`decide`, returning the engine's Decision: ``body`` (the answer's JSON text),
         ``input_tokens``, ``state_cache`` ('hit', 'miss' or 'off'), ``reused_tokens``, ``state_key``
@@ -142,9 +178,11 @@ class Model:
         if request is None:
             if questions is None:
                 raise TypeError("decide() needs a request, or state= and questions=")
-            request = {"state": state, "questions": questions, **fields}
-        elif state is not None or questions is not None or fields:
+            # state=None is a null state (allowed); no state= at all is a request without one (refused).
+            request = {**({} if state is _UNSET else {"state": state}), "questions": questions, **fields}
+        elif state is not _UNSET or questions is not None or fields:
             raise TypeError("give either a request or state= and questions=, not both")
+        _check_process()
         body = _request_text(request)
         if len(body) > MAX_REQUEST_BYTES:
             raise InvalidArgument(f"the request body exceeds {MAX_REQUEST_BYTES >> 20} MiB")
@@ -160,17 +198,29 @@ class Model:
         ``progress``: True prints a line to stderr every 10 s (requests, tokens/s); a callable is
         called after each request with (requests done, input tokens, seconds). Ctrl-C (or closing the
         iterator) stops after the request in progress; the model stays usable."""
+        if isinstance(requests, (str, bytes, bytearray, Mapping)):
+            raise TypeError("decide_many() takes an iterable of requests (a list, a generator, a file); "
+                            "for one request call decide()")
         report: Optional[Progress]
         if progress is True:
             report = _stderr_progress()
         elif callable(progress):
             report = progress
-        else:
+        elif progress is None or progress is False:
             report = None
+        else:
+            raise TypeError(f"progress is True, False, None or a callable, not {progress!r}")
+        _check_process()
+        return self._answer_stream(requests, report)
+
+    def _answer_stream(self, requests: Iterable[Request], report: Optional[Progress]) -> Iterator[Dict[str, Any]]:
         t0 = time.monotonic()
         tokens = 0
         for n, request in enumerate(requests, start=1):
-            text, decision = self._engine.decide_line(_request_text(request), n)
+            body = _request_text(request)
+            if body.endswith(b"\n"):  # a file's line: its '\n' is not part of the request (as --jsonl reads it)
+                body = body[:-1]
+            text, decision = self._engine.decide_line(body, n)
             if decision is not None:
                 tokens += decision.input_tokens
             if report is not None:
@@ -181,19 +231,20 @@ class Model:
         """Token ids of ``text`` (UTF-8) with the model's tokenizer, as ``clef tokenize`` prints them."""
         if not isinstance(text, str):
             raise TypeError(f"tokenize() takes a str, not {type(text).__name__}")
-        return self._engine.tokenize(text)
+        return self._engine.tokenize(text.encode("utf-8", "surrogatepass"))
 
-    def hidden(self, ids: Sequence[int]) -> "Any":
+    def hidden(self, ids: Sequence[int]) -> "NDArray[numpy.float32]":
         """The backbone's final-norm hidden states of token ids from a fresh state: a float32
         numpy.ndarray [len(ids), hidden_size], handed over without a copy; what ``clef hidden``
         writes for the same ids, precision, chunk and threads. Raises InvalidArgument for an id
         outside the vocabulary."""
-        try:
-            ids = [int(i) for i in ids]
-        except (TypeError, ValueError) as e:
-            raise InvalidArgument(f"token ids are integers: {e}") from None
+        if isinstance(ids, (str, bytes, bytearray)) or not all(
+                isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in ids):
+            raise InvalidArgument("token ids are a sequence of integers (list, tuple, NumPy integer array)")
+        ids = [int(i) for i in ids]
         if any(i < 0 or i >= 2**31 for i in ids):
             raise InvalidArgument("a token id is negative or not below 2^31")
+        _check_process()
         return self._engine.hidden(ids)
 
     def cache_stats(self) -> Dict[str, int]:

@@ -109,10 +109,12 @@ def decide_dataset(ds: Any, model: Optional[str] = None, *, request_column: str 
     kwargs: Dict[str, Any] = {}
     if num_cpus is not None:
         kwargs["num_cpus"] = num_cpus
+    import ray.data
+
     return grouped.groupby("clef_state").map_groups(
         Decider, fn_constructor_args=(model,),
         fn_constructor_kwargs={"request_column": request_column, "line_column": line_column, **options},
-        batch_format="numpy", concurrency=num_actors, **kwargs)
+        batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=num_actors), **kwargs)
 
 
 def decide_jsonl(input_path: str, output_path: str, model: Optional[str] = None, *, num_actors: int = 1,

@@ -28,7 +28,7 @@ def test_decide_many_equals_jsonl(model, stream_lines, cli_jsonl):
     """decide_many over corpus + bad + corpus yields what `clef decide --jsonl` writes, line for line,
     refused requests as error objects in place; the repeated states hit the state cache."""
     before = model.cache_stats()
-    got = list(model.decide_many(stream_lines))
+    got = list(model.decide_many(line + b"\n" for line in stream_lines))  # as a file's lines come
     assert len(got) == len(cli_jsonl)
     for n, (answer, cli) in enumerate(zip(got, cli_jsonl), start=1):
         assert answer == json.loads(cli), f"line {n}"
@@ -44,6 +44,11 @@ def test_state_and_questions_keywords(model, corpus_lines):
         {"state": request["state"], "questions": request["questions"]})
     with pytest.raises(TypeError):
         model.decide(request, state="x")
+    with pytest.raises(clef.RequestError) as e:  # no state= is a request without a state, as a dict would be
+        model.decide(questions=request["questions"])
+    assert e.value.path == "state"
+    with pytest.raises(TypeError):  # one request is not a stream of them
+        model.decide_many(corpus_lines[0])
 
 
 def test_request_errors_carry_code_and_path(model, tiny):
@@ -76,8 +81,10 @@ def test_model_errors(tmp_path, tiny):
     assert "--precision" in str(e.value)
     with pytest.raises(clef.InvalidArgument):
         clef.Model(str(tiny), threads=-1)
-    with pytest.raises(clef.InvalidArgument):
+    with pytest.raises(TypeError):
         clef.Model(str(tiny), no_such_option=1)
+    with pytest.raises(TypeError):
+        clef.Model(str(tiny), threads=True)
     with pytest.raises(clef.InvalidArgument) as e:
         clef.Model("NoSuchOrg/no-such-model")  # a hub name the cache lacks: says how to pull it
     assert "clef pull" in str(e.value)
@@ -117,6 +124,22 @@ def test_threads_get_sequential_answers(model, tiny, corpus_lines):
     assert model.threads == 1 and "1 threads" in seen[0], seen
 
 
+def test_two_models_at_once(model, tiny):
+    """Two Models called from two threads at the same time compute what each computes alone (the
+    engine's work buffers are per process: the package runs one engine call at a time)."""
+    other = clef.Model(str(tiny), threads=1)
+    ids = list(range(1, 500)) * 4
+    want = model.hidden(ids)
+    out: dict[int, np.ndarray] = {}
+    threads = [threading.Thread(target=lambda k=k, m=m: out.__setitem__(k, m.hidden(ids)))
+               for k, m in enumerate((model, other, model, other))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(out) == 4 and all(np.array_equal(h, want) for h in out.values())
+
+
 def test_hidden_equals_clef_hidden(model, tiny, tmp_path):
     """Model.hidden returns the rows `clef hidden` writes, bit for bit (same threads, chunk 512)."""
     ids = model.tokenize("The customer was charged twice for the same order.") * 3
@@ -129,6 +152,10 @@ def test_hidden_equals_clef_hidden(model, tiny, tmp_path):
         model.hidden([])
     with pytest.raises(clef.InvalidArgument):
         model.hidden([10**9])
+    with pytest.raises(clef.InvalidArgument):
+        model.hidden([1.5, 2.0])
+    with pytest.raises(clef.InvalidArgument):
+        model.tokenize("\udc80")  # a lone surrogate is not UTF-8
 
 
 def test_tokenize_and_info_equal_the_cli(model, tiny):
@@ -163,3 +190,23 @@ except KeyboardInterrupt:
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("interrupted after ") and r.stdout.split()[3] == "noul"
     assert 3 <= int(r.stdout.split()[2]) <= 4
+
+
+def test_a_fork_child_is_refused(tiny, tmp_path):
+    """A child fork()ed after the engine ran gets an error instead of hanging in the thread pool."""
+    script = tmp_path / "fork.py"
+    script.write_text(f"""
+import os, clef
+m = clef.Model({str(tiny)!r}, threads=1)
+m.decide({{"state": "s", "questions": {{"q": {{"type": "noul", "instructions": "ok?"}}}}}})
+pid = os.fork()
+if pid == 0:
+    try:
+        clef.Model({str(tiny)!r}, threads=1)
+    except clef.Error as e:
+        os._exit(3 if "fork" in str(e) else 4)
+    os._exit(5)
+print(os.waitpid(pid, 0)[1] >> 8)
+""")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "3", (r.stdout, r.stderr)
