@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <iostream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "core/paths.h"
 #include "hub/cache.h"
@@ -11,6 +13,49 @@
 #include "clef_tools/make_model.h"
 
 namespace clef::cli {
+
+namespace {
+
+/// Levenshtein distance between `a` and `b` (option names: a few dozen characters).
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// After a usage error over unexpected arguments: "unknown option --thread (did you mean --threads?)"
+/// for the first one that looks like an option, with the nearest long option (at most 2 edits) of
+/// the command the user chose; "" when no unexpected argument is an option (CLI11's own message
+/// then says which arguments were not expected).
+std::string unknown_option_message(const CLI::App& app) {
+  const CLI::App* command = &app;
+  while (!command->get_subcommands().empty()) command = command->get_subcommands().front();
+  for (const std::string& arg : app.remaining(true)) {
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    const std::string name = arg.substr(0, arg.find('='));
+    std::string nearest;
+    std::size_t best = 3;
+    for (const CLI::Option* option : command->get_options()) {
+      for (const std::string& long_name : option->get_lnames()) {
+        const std::size_t d = edit_distance(name, "--" + long_name);
+        if (d < best) best = d, nearest = "--" + long_name;
+      }
+    }
+    return "unknown option " + name + (nearest.empty() ? std::string() : " (did you mean " + nearest + "?)");
+  }
+  return "";
+}
+
+}  // namespace
 
 int parse_command_line(CLI::App& app, int argc, char** argv, const char* help_hint) {
   try {
@@ -22,8 +67,10 @@ int parse_command_line(CLI::App& app, int argc, char** argv, const char* help_hi
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    // One line, like every other error; usage errors exit 2.
-    std::string what = e.what();
+    // One line, like every other error; usage errors exit 2. A misspelt option is named as such,
+    // rather than as a list of "arguments not expected" that starts with whatever followed it.
+    std::string what = dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr ? unknown_option_message(app) : "";
+    if (what.empty()) what = e.what();
     std::replace(what.begin(), what.end(), '\n', ' ');
     std::cerr << "clef: error: " << printable(what) << " (see " << help_hint << ")\n";
     return 2;

@@ -382,6 +382,19 @@ def test_bad_flags_are_one_line_exit_2(args, tmp_path):
     _one_error_line(run_clef(*args), code=2)
 
 
+@pytest.mark.parametrize("args, message", [
+    (["decide", "--thread", "2", "examples/request.json"], "unknown option --thread (did you mean --threads?)"),
+    (["serve", "--prot", "8000"], "unknown option --prot (did you mean --port?)"),
+    (["decide", "--xyzzy=3", "-"], "unknown option --xyzzy (see"),
+    (["decide", "examples/request.json", "extra"], "not expected: extra"),
+])
+def test_a_misspelt_option_is_named(args, message):
+    """A misspelt option is named with its nearest real one, not listed after the words that followed it."""
+    r = run_clef(*args)
+    _one_error_line(r, code=2)
+    assert message in r.stderr, r.stderr
+
+
 # --- regressions from the attack on `clef decide` / `clef tokenize` ---
 
 def _req(tmp_path):
