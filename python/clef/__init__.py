@@ -143,6 +143,11 @@ class Model:
         return self._engine.threads
 
     @property
+    def precision(self) -> str:
+        """The precision mode the model was loaded with (``fp32``, ``bf16`` or ``int8``)."""
+        return "fp32" if self._options["precision"] == "f32" else str(self._options["precision"])
+
+    @property
     def name(self) -> str:
         """The name answers carry (a random-weight model's ends in ``-random``)."""
         return self._engine.name
@@ -198,9 +203,10 @@ class Model:
         ``progress``: True prints a line to stderr every 10 s (requests, tokens/s); a callable is
         called after each request with (requests done, input tokens, seconds). Ctrl-C (or closing the
         iterator) stops after the request in progress; the model stays usable."""
-        if isinstance(requests, (str, bytes, bytearray, Mapping)):
+        if isinstance(requests, (str, bytes, bytearray, memoryview, Mapping)):
             raise TypeError("decide_many() takes an iterable of requests (a list, a generator, a file); "
                             "for one request call decide()")
+        requests = iter(requests)  # not iterable: TypeError now, not at the first next()
         report: Optional[Progress]
         if progress is True:
             report = _stderr_progress()
@@ -238,8 +244,10 @@ class Model:
         numpy.ndarray [len(ids), hidden_size], handed over without a copy; what ``clef hidden``
         writes for the same ids, precision, chunk and threads. Raises InvalidArgument for an id
         outside the vocabulary."""
-        if isinstance(ids, (str, bytes, bytearray)) or not all(
-                isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in ids):
+        if isinstance(ids, (str, bytes, bytearray, memoryview)):
+            raise InvalidArgument("token ids are a sequence of integers, not text")
+        ids = list(ids)
+        if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in ids):
             raise InvalidArgument("token ids are a sequence of integers (list, tuple, NumPy integer array)")
         ids = [int(i) for i in ids]
         if any(i < 0 or i >= 2**31 for i in ids):

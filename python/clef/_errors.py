@@ -45,6 +45,14 @@ class RequestError(InvalidArgument):
         self.detail = detail
         self.offset = offset
 
+    def __reduce__(self):  # type: ignore[override]
+        # Pickled with its fields (multiprocessing and Ray send exceptions between processes).
+        return _rebuild_request_error, (self.message, self.code, self.path, self.detail, self.offset)
+
+
+def _rebuild_request_error(message: str, code: str, path: str, detail: str, offset: Optional[int]) -> RequestError:
+    return RequestError(message, code=code, path=path, detail=detail, offset=offset)
+
 
 class ModelError(Error):
     """A model file or folder is malformed, missing or inconsistent (exit code 3)."""

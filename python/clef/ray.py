@@ -37,6 +37,8 @@ def _request_value(request: Any) -> Any:
         return bytes(request)
     if isinstance(request, np.str_):
         return str(request)
+    if request is None or (isinstance(request, (float, np.floating)) and np.isnan(request)):
+        raise InvalidArgument("clef.ray: a request cell is empty (None or NaN); every row needs a request")
     raise InvalidArgument(
         f"clef.ray: a request cell is {type(request).__name__}, not JSON text; Ray Data stores objects as one Arrow "
         "struct type whose missing keys come back as None, which changes the request. Store each request as JSON "
@@ -90,6 +92,9 @@ class Decider:
 
 
 def _with_group(batch: Dict[str, np.ndarray], request_column: str) -> Dict[str, np.ndarray]:
+    if request_column not in batch:
+        raise InvalidArgument(f"clef.ray: the dataset has no column {request_column!r} (its columns: "
+                              f"{', '.join(sorted(batch))}); name the requests' column with request_column=")
     batch = dict(batch)
     batch["clef_state"] = np.array([state_group(_request_value(r)) for r in batch[request_column]], dtype=object)
     return batch

@@ -5,6 +5,7 @@ refusals, the same hidden states, token ids and model report; errors as typed ex
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 import threading
@@ -49,6 +50,8 @@ def test_state_and_questions_keywords(model, corpus_lines):
     assert e.value.path == "state"
     with pytest.raises(TypeError):  # one request is not a stream of them
         model.decide_many(corpus_lines[0])
+    with pytest.raises(TypeError):  # refused at the call, not at the first next()
+        model.decide_many(None)
 
 
 def test_request_errors_carry_code_and_path(model, tiny):
@@ -60,6 +63,10 @@ def test_request_errors_carry_code_and_path(model, tiny):
         model.decide(bad)
     assert (e.value.code, e.value.path) == (cli["error"]["code"], cli["error"]["path"])
     assert e.value.exit_code == 2 and isinstance(e.value, ValueError)
+    # Exceptions cross process boundaries (multiprocessing, Ray) pickled: the fields survive.
+    again = pickle.loads(pickle.dumps(e.value))
+    assert type(again) is clef.RequestError and (again.code, again.path, str(again)) == (
+        e.value.code, e.value.path, str(e.value))
     with pytest.raises(clef.RequestError) as e:
         model.decide(b'{"state": "s", "questions": ')
     assert e.value.code == "invalid_json" and e.value.offset is not None
@@ -166,7 +173,7 @@ def test_tokenize_and_info_equal_the_cli(model, tiny):
     # The runtime section names the engine pool's threads: 1 here, all CPUs in `clef inspect`.
     assert info.pop("runtime")["isa"] == cli_info.pop("runtime")["isa"]
     assert info == cli_info
-    assert model.name.endswith("-random") and model.random_weights
+    assert model.name.endswith("-random") and model.random_weights and model.precision == "fp32"
 
 
 def test_ctrl_c_stops_decide_many_cleanly(tiny, tmp_path):
