@@ -143,7 +143,7 @@ python_package() {
   "$base" -m venv "$v"
   CXX=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' build/release/CMakeCache.txt) \
   PIP_DISABLE_PIP_VERSION_CHECK=1 "$v/bin/pip" install -q --progress-bar off \
-    -C cmake.define.CLEF_WERROR=ON ".[ray,test]"
+    --config-settings=cmake.define.CLEF_WERROR=ON ".[ray,test]"
 }
 stage "python package (pip install .)" python_package
 stage "pytest tests/python" build/pyvenv/bin/python -m pytest -q -p no:cacheprovider --durations=5 tests/python
