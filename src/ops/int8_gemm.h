@@ -18,7 +18,8 @@
 // itself, the baseline level), kAvx2 (vpmaddubsw/vpmaddwd with the sign trick: |qa| · sign(qw, qa),
 // no int16 saturation since |qa|, |qw| ≤ 127), kAvxVnni (256-bit vpdpbusd, AVX-VNNI) and
 // kAvx512Vnni (512-bit vpdpbusd); the VNNI kernels feed qw + 128 as the unsigned operand and
-// subtract 128 · Σ qa per block (exact).
+// subtract 128 · Σ qa per block (exact). ARM64: kNeon (SMULL + SADALP), kNeonDot (SDOT) and
+// kNeonI8mm (SMMLA), all on the same packed weights (cpu/int8_gemm_neon-inl.h).
 //
 // k need not be a multiple of 32: rows are zero-padded to the next block (zeros add nothing).
 #pragma once
@@ -85,15 +86,19 @@ class Int8Weight {
 };
 
 /// The int8 kernels of this binary.
-enum class Int8Kernel : std::uint8_t { kScalar, kAvx2, kAvxVnni, kAvx512Vnni };
+/// x86-64: kAvx2, kAvxVnni, kAvx512Vnni; ARM64: kNeon (SMULL/SADALP), kNeonDot (SDOT),
+/// kNeonI8mm (SMMLA); see cpu/int8_gemm_neon-inl.h.
+enum class Int8Kernel : std::uint8_t { kScalar, kAvx2, kAvxVnni, kAvx512Vnni, kNeon, kNeonDot, kNeonI8mm };
 
-/// "scalar", "avx2", "avxvnni", "avx512vnni".
+/// "scalar", "avx2", "avxvnni", "avx512vnni", "neon", "neon-dotprod", "neon-i8mm".
 const char* int8_kernel_name(Int8Kernel k) noexcept;
 /// The kernels this CPU can run (kScalar first).
 std::vector<Int8Kernel> int8_kernels_supported();
 /// The kernel int8_linear uses: by the ISA level in use (ops/isa.h): baseline → scalar; avx2 →
 /// avx2, or avxvnni on a CPU with AVX-VNNI but no AVX-512; avx512/avx512bf16 → avx512vnni when the
-/// CPU has AVX512-VNNI, else as avx2. CLEF_INT8_KERNEL (a name above) forces one the CPU supports
+/// CPU has AVX512-VNNI, else as avx2. ARM64: baseline → scalar, neon → neon, neon-dotprod →
+/// neon-dotprod, neon-i8mm and the SVE levels → neon-i8mm when the CPU has I8MM, else
+/// neon-dotprod (every SVE core has SDOT). CLEF_INT8_KERNEL (a name above) forces one the CPU supports
 /// (Unsupported otherwise; InvalidArgument for an unknown name).
 Int8Kernel active_int8_kernel();
 

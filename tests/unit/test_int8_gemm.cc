@@ -2,6 +2,7 @@
 // int8 (Q8_0) linear layer: every kernel this CPU runs against the scalar oracle (bit-identical,
 // odd shapes), quantization round-trip bounds, the int8 result against fp32 within the bound the
 // quantization steps allow, Q8_0 repacking, GemmWeight plumbing and page dropping.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -128,7 +129,11 @@ class Int8Kernels : public ::testing::TestWithParam<Int8Kernel> {
  protected:
   void SetUp() override {
 #if defined(__aarch64__)
-    const IsaLevel need = IsaLevel::kBaseline;  // ARM64 has the scalar kernel only (ops/isa.h)
+    const Int8Kernel k = GetParam();
+    const IsaLevel need = k == Int8Kernel::kScalar    ? IsaLevel::kBaseline
+                          : k == Int8Kernel::kNeon    ? IsaLevel::kNeon
+                          : k == Int8Kernel::kNeonDot ? IsaLevel::kNeonDotprod
+                                                      : IsaLevel::kNeonI8mm;
 #else
     const Int8Kernel k = GetParam();
     const IsaLevel need = k == Int8Kernel::kScalar       ? IsaLevel::kBaseline
@@ -177,7 +182,11 @@ TEST_P(Int8Kernels, NonFiniteActivationsGiveNaNNotZero) {
   }
 }
 
-std::string kernel_param_name(const ::testing::TestParamInfo<Int8Kernel>& info) { return int8_kernel_name(info.param); }
+std::string kernel_param_name(const ::testing::TestParamInfo<Int8Kernel>& info) {
+  std::string s = int8_kernel_name(info.param);
+  std::replace(s.begin(), s.end(), '-', '_');  // "neon-dotprod" -> neon_dotprod (gtest names)
+  return s;
+}
 INSTANTIATE_TEST_SUITE_P(Supported, Int8Kernels, ::testing::ValuesIn(int8_kernels_supported()), kernel_param_name);
 
 TEST(Int8, CloseToFp32WithinTheQuantizationBound) {
@@ -247,7 +256,12 @@ class Int8AtLevel : public test::AtIsaLevel {};
 TEST_P(Int8AtLevel, ActiveKernelFollowsTheLevelAndMatchesTheOracle) {
   const Int8Kernel k = active_int8_kernel();
 #if defined(__aarch64__)
-  EXPECT_EQ(k, Int8Kernel::kScalar);  // ARM64: the portable kernel at every level (ops/isa.h)
+  switch (GetParam()) {  // ops/int8_gemm.h active_int8_kernel
+    case IsaLevel::kBaseline: EXPECT_EQ(k, Int8Kernel::kScalar); break;
+    case IsaLevel::kNeon: EXPECT_EQ(k, Int8Kernel::kNeon); break;
+    case IsaLevel::kNeonDotprod: EXPECT_EQ(k, Int8Kernel::kNeonDot); break;
+    default: EXPECT_TRUE(k == Int8Kernel::kNeonI8mm || k == Int8Kernel::kNeonDot) << int8_kernel_name(k); break;
+  }
 #else
   if (GetParam() == IsaLevel::kBaseline) {
     EXPECT_EQ(k, Int8Kernel::kScalar);

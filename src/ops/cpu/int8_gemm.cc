@@ -28,6 +28,12 @@
 #include <immintrin.h>
 #define CLEF_INT8_X86 1
 #endif
+#if defined(__aarch64__) && !defined(CLEF_INT8_SCALAR_ONLY)
+#include <arm_neon.h>
+
+#include "ops/cpu/arm_features.h"
+#define CLEF_INT8_ARM 1
+#endif
 
 #include "core/error.h"
 #include "core/quant_blocks.h"
@@ -135,6 +141,9 @@ const char* int8_kernel_name(Int8Kernel k) noexcept {
     case Int8Kernel::kAvx2: return "avx2";
     case Int8Kernel::kAvxVnni: return "avxvnni";
     case Int8Kernel::kAvx512Vnni: return "avx512vnni";
+    case Int8Kernel::kNeon: return "neon";
+    case Int8Kernel::kNeonDot: return "neon-dotprod";
+    case Int8Kernel::kNeonI8mm: return "neon-i8mm";
     case Int8Kernel::kScalar: break;
   }
   return "scalar";
@@ -164,23 +173,51 @@ bool probe_cpu(Int8Kernel k) {
     case Int8Kernel::kAvx512Vnni:
       return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && cpuid_bit(7, 0, 2, 11);
+    default: return false;  // the ARM64 kernels
   }
-  return false;
+#elif defined(CLEF_INT8_ARM)
+  const cpu::ArmFeatures f = cpu::arm_features();
+  switch (k) {
+    case Int8Kernel::kScalar: return true;
+    case Int8Kernel::kNeon: return f.asimd;
+    case Int8Kernel::kNeonDot: return f.asimd && f.dotprod;
+    case Int8Kernel::kNeonI8mm: return f.asimd && f.i8mm;
+    default: return false;
+  }
 #else
   return k == Int8Kernel::kScalar;
 #endif
 }
 
+constexpr Int8Kernel kAllKernels[] = {Int8Kernel::kScalar,   Int8Kernel::kAvx2,      Int8Kernel::kAvxVnni,
+                                      Int8Kernel::kAvx512Vnni, Int8Kernel::kNeon,     Int8Kernel::kNeonDot,
+                                      Int8Kernel::kNeonI8mm};
+
 bool cpu_has(Int8Kernel k) {
-  static const std::array<bool, 4> has = {probe_cpu(Int8Kernel::kScalar), probe_cpu(Int8Kernel::kAvx2),
-                                          probe_cpu(Int8Kernel::kAvxVnni), probe_cpu(Int8Kernel::kAvx512Vnni)};
+  static const std::array<bool, std::size(kAllKernels)> has = [] {
+    std::array<bool, std::size(kAllKernels)> h{};
+    for (Int8Kernel c : kAllKernels) h[static_cast<std::size_t>(c)] = probe_cpu(c);
+    return h;
+  }();
   return has[static_cast<std::size_t>(k)];
 }
 
 Int8Kernel kernel_for_level(IsaLevel level) {
 #if defined(__aarch64__)
-  // ARM64: the portable kernel at every level for now (ops/isa.h; the same bits as every kernel).
-  (void)level;
+  // The level's own instructions; the SVE levels take the best dot product the CPU has (every SVE
+  // core has SDOT; Neoverse V1/V2/N2 also SMMLA). All kernels give the same bits (ops/int8_gemm.h).
+  const auto best_dot = [] {
+    if (cpu_has(Int8Kernel::kNeonI8mm)) return Int8Kernel::kNeonI8mm;
+    return cpu_has(Int8Kernel::kNeonDot) ? Int8Kernel::kNeonDot : Int8Kernel::kNeon;
+  };
+  switch (level) {
+    case IsaLevel::kBaseline: return Int8Kernel::kScalar;
+    case IsaLevel::kNeon: return cpu_has(Int8Kernel::kNeon) ? Int8Kernel::kNeon : Int8Kernel::kScalar;
+    case IsaLevel::kNeonDotprod: return cpu_has(Int8Kernel::kNeonDot) ? Int8Kernel::kNeonDot : Int8Kernel::kNeon;
+    case IsaLevel::kNeonI8mm:
+    case IsaLevel::kSve256:
+    case IsaLevel::kSve2_128: return best_dot();
+  }
   return Int8Kernel::kScalar;
 #else
   switch (level) {
@@ -202,7 +239,7 @@ Int8Kernel choose_kernel() {
   const char* env = std::getenv("CLEF_INT8_KERNEL");
   if (env != nullptr && *env != '\0') {
     const std::string s(env);
-    for (Int8Kernel k : {Int8Kernel::kScalar, Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni}) {
+    for (Int8Kernel k : kAllKernels) {
       if (s == int8_kernel_name(k)) {
         if (!cpu_has(k)) {
           throw Unsupported("CLEF_INT8_KERNEL=" + s + ": this CPU cannot run that kernel");
@@ -210,8 +247,9 @@ Int8Kernel choose_kernel() {
         return k;
       }
     }
-    throw InvalidArgument("CLEF_INT8_KERNEL must be scalar, avx2, avxvnni or avx512vnni (got '" + s.substr(0, 40) +
-                          "')");
+    throw InvalidArgument(
+        "CLEF_INT8_KERNEL must be scalar, avx2, avxvnni, avx512vnni, neon, neon-dotprod or neon-i8mm (got '" +
+        s.substr(0, 40) + "')");
   }
   return kernel_for_level(active_isa());
 }
@@ -220,7 +258,7 @@ Int8Kernel choose_kernel() {
 
 std::vector<Int8Kernel> int8_kernels_supported() {
   std::vector<Int8Kernel> out;
-  for (Int8Kernel k : {Int8Kernel::kScalar, Int8Kernel::kAvx2, Int8Kernel::kAvxVnni, Int8Kernel::kAvx512Vnni}) {
+  for (Int8Kernel k : kAllKernels) {
     if (cpu_has(k)) out.push_back(k);
   }
   return out;
@@ -400,6 +438,51 @@ __attribute__((target("avx2,fma"))) float quantize_block_avx2(const float* x, st
 }
 #endif
 
+#ifdef CLEF_INT8_ARM
+/// ref::quantize_activation_block for a full block on Advanced SIMD (the same operations per
+/// element: |x| max, d = amax / 127, id = 1 / d, x · id rounded to nearest even (FRINTN, as
+/// nearbyint), clamp); also |q| and Σ q as block_abs_and_sum. A block with a NaN or infinity goes
+/// to the scalar code (which returns NaN).
+inline float quantize_block_neon(const float* x, std::int8_t* q32, std::uint8_t* aq32, std::int32_t* sum) {
+  float32x4_t v[8];
+  float32x4_t amax = vdupq_n_f32(0.0f);
+  uint32x4_t finite = vdupq_n_u32(~0u);
+  const float32x4_t inf = vdupq_n_f32(INFINITY);
+  for (int i = 0; i < 8; ++i) {
+    v[i] = vld1q_f32(x + 4 * i);
+    const float32x4_t a = vabsq_f32(v[i]);
+    finite = vandq_u32(finite, vcltq_f32(a, inf));  // false for NaN and ±inf
+    amax = vmaxq_f32(amax, a);
+  }
+  if (vminvq_u32(finite) == 0) {
+    const float d = ref::quantize_activation_block(x, kInt8Block, q32);
+    *sum = block_abs_and_sum(q32, aq32);
+    return d;
+  }
+  const float d = vmaxvq_f32(amax) / 127.0f;
+  const float id = d == 0.0f ? 0.0f : 1.0f / d;
+  const float32x4_t lo = vdupq_n_f32(-127.0f), up = vdupq_n_f32(127.0f);
+  int16x8_t h[4];
+  for (int i = 0; i < 4; ++i) {
+    int32x4_t qi[2];
+    for (int u = 0; u < 2; ++u) {
+      const float32x4_t t = vminq_f32(up, vmaxq_f32(lo, vrndnq_f32(vmulq_n_f32(v[2 * i + u], id))));
+      qi[u] = vcvtq_s32_f32(t);  // integral already: exact
+    }
+    h[i] = vcombine_s16(vmovn_s32(qi[0]), vmovn_s32(qi[1]));
+  }
+  const int8x16_t q0 = vcombine_s8(vmovn_s16(h[0]), vmovn_s16(h[1]));
+  const int8x16_t q1 = vcombine_s8(vmovn_s16(h[2]), vmovn_s16(h[3]));
+  vst1q_s8(q32, q0);
+  vst1q_s8(q32 + 16, q1);
+  vst1q_u8(aq32, vreinterpretq_u8_s8(vabsq_s8(q0)));  // |q| ≤ 127: no overflow
+  vst1q_u8(aq32 + 16, vreinterpretq_u8_s8(vabsq_s8(q1)));
+  *sum = static_cast<std::int32_t>(vaddlvq_s8(q0)) + static_cast<std::int32_t>(vaddlvq_s8(q1));
+  return d;
+}
+
+#endif
+
 }  // namespace
 
 void prepare_activations(std::int64_t m, std::int64_t k, Int8Activations& out) {
@@ -411,7 +494,7 @@ void prepare_activations(std::int64_t m, std::int64_t k, Int8Activations& out) {
   if (out.absq.size() < need * kInt8Block) out.absq.resize(need * kInt8Block);
   if (out.d.size() < need) out.d.resize(need);
   if (out.sum128.size() < need) out.sum128.resize(need);
-#ifdef CLEF_INT8_X86
+#if defined(CLEF_INT8_X86) || defined(CLEF_INT8_ARM)
   out.simd = active_int8_kernel() != Int8Kernel::kScalar;  // once per call, not per row
 #else
   out.simd = false;
@@ -432,6 +515,10 @@ void quantize_activation_span(const float* x, std::int64_t count, std::int64_t r
 #ifdef CLEF_INT8_X86
     if (simd && cnt == kInt8Block) {
       d = quantize_block_avx2(x + c0, q, aq, &s);
+    } else
+#elif defined(CLEF_INT8_ARM)
+    if (simd && cnt == kInt8Block) {
+      d = quantize_block_neon(x + c0, q, aq, &s);
     } else
 #endif
     {
@@ -690,6 +777,8 @@ void tiles_avx512vnni(const Job& j, std::int64_t p0, std::int64_t m) {
 
 #endif  // CLEF_INT8_X86
 
+#include "ops/cpu/int8_gemm_neon-inl.h"  // NOLINT(build/include): ARM64 kernels, inside this namespace
+
 void tiles_scalar(const Job& j, std::int64_t p0, std::int64_t m) {
   for (std::int64_t r = 0; r < m; r += 4) tile_scalar(j, r, static_cast<int>(std::min<std::int64_t>(4, m - r)), p0);
 }
@@ -719,6 +808,11 @@ void run_int8(Int8Kernel kernel, const Int8Activations& act, const Int8Weight& w
           tiles_avx512vnni<1>(job, p0, m);
         }
         break;
+#endif
+#ifdef CLEF_INT8_ARM
+      case Int8Kernel::kNeon: tiles_neon(job, p0, m); break;
+      case Int8Kernel::kNeonDot: tiles_neon_dot(job, p0, m); break;
+      case Int8Kernel::kNeonI8mm: tiles_neon_i8mm(job, p0, m); break;
 #endif
       default: tiles_scalar(job, p0, m); break;
     }
