@@ -189,8 +189,8 @@ bool probe_cpu(Int8Kernel k) {
 #endif
 }
 
-constexpr Int8Kernel kAllKernels[] = {Int8Kernel::kScalar,   Int8Kernel::kAvx2,      Int8Kernel::kAvxVnni,
-                                      Int8Kernel::kAvx512Vnni, Int8Kernel::kNeon,     Int8Kernel::kNeonDot,
+constexpr Int8Kernel kAllKernels[] = {Int8Kernel::kScalar,     Int8Kernel::kAvx2, Int8Kernel::kAvxVnni,
+                                      Int8Kernel::kAvx512Vnni, Int8Kernel::kNeon, Int8Kernel::kNeonDot,
                                       Int8Kernel::kNeonI8mm};
 
 bool cpu_has(Int8Kernel k) {

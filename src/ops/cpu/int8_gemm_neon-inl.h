@@ -79,8 +79,8 @@ void tile_neon(const Job& j, std::int64_t r0, std::int64_t p0) {
 /// SDOT step for group L (0..3) of a 16-byte activation load: 4 column quads per row.
 template <int MR, int L>
 __attribute__((target("arch=armv8.2-a+dotprod"), always_inline)) inline void dot_group(const std::int8_t* qw_g,
-                                                                         const int8x16_t (&a)[MR],
-                                                                         int32x4_t (&is)[MR][4]) {
+                                                                                       const int8x16_t (&a)[MR],
+                                                                                       int32x4_t (&is)[MR][4]) {
   int8x16_t w[4];
   for (int q = 0; q < 4; ++q) w[q] = vld1q_s8(qw_g + L * 64 + 16 * q);
   for (int r = 0; r < MR; ++r)
@@ -118,7 +118,8 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void tile_neon_dot(const Job& 
 
 /// FEAT_I8MM: MR (2 or 4) rows × one panel; rows past `mr` multiply zeros and are not stored.
 template <int MR>
-__attribute__((target("arch=armv8.2-a+i8mm"))) void tile_neon_i8mm(const Job& j, std::int64_t r0, int mr, std::int64_t p0) {
+__attribute__((target("arch=armv8.2-a+i8mm"))) void tile_neon_i8mm(const Job& j, std::int64_t r0, int mr,
+                                                                   std::int64_t p0) {
   static_assert(MR % 2 == 0, "row pairs");
   constexpr int RP = MR / 2;
   static const std::int8_t kZeros[kInt8Block] = {};
