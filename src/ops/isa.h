@@ -24,9 +24,9 @@
 //   neon-i8mm    NEON             + I8MM (SMMLA) and BF16 (BFMMLA) (Apple M2+, recent Cortex-A)
 //   sve256       SVE_256          + SVE with 256-bit vectors (Neoverse V1: Graviton3)
 //   sve2-128     SVE2_128         + SVE2 with 128-bit vectors (Neoverse V2/N2: Graviton4, Grace)
-// The dot-product levels run the neon kernels for now: they name what the CPU offers, and the
-// int8/bf16 kernels that use SDOT, SMMLA and BFMMLA are still to come; the int8 and
-// block-quantized GEMMs run their portable scalar kernels on ARM64 (the same bits as on x86).
+// The Highway kernels of the dot-product levels are the neon ones; what those levels add are the
+// int8 and block-quantized GEMM kernels (SDOT at neon-dotprod, SMMLA at neon-i8mm; the SVE levels
+// take the best the CPU has), which give the same bits as on x86. bf16 has no BFMMLA kernel yet.
 //
 // On x86-64 the GEMM library (oneDNN) is capped at the same level (dnnl::set_max_cpu_isa), so a
 // forced level runs every op of the backbone at that level. On ARM64 the GEMM library is OpenBLAS
@@ -83,8 +83,8 @@ IsaLevel init_isa();
 IsaLevel active_isa();
 
 /// One line for --version / inspect, e.g. "avx512bf16 (Highway AVX3_DL; CPU best avx512bf16)";
-/// says "forced by CLEF_ISA" when the variable chose it, and on ARM64's dot-product levels that
-/// they run the neon kernels.
+/// says "forced by CLEF_ISA" when the variable chose it (the GEMM line of --version names the
+/// int8 and block-quantized kernels).
 std::string isa_description();
 
 /// Every level this binary can run on this CPU, lowest first, comma-separated.

@@ -2,9 +2,9 @@
 // int8 (Q8_0) linear layer: every kernel this CPU runs against the scalar oracle (bit-identical,
 // odd shapes), quantization round-trip bounds, the int8 result against fp32 within the bound the
 // quantization steps allow, Q8_0 repacking, GemmWeight plumbing and page dropping.
-#include <algorithm>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>

@@ -7,6 +7,7 @@
 // tests/reference/test_quant_decode.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -132,7 +133,11 @@ class QuantKernels : public ::testing::TestWithParam<QuantKernel> {
  protected:
   void SetUp() override {
 #if defined(__aarch64__)
-    const IsaLevel need = IsaLevel::kBaseline;  // ARM64 has the scalar kernel only (ops/isa.h)
+    const QuantKernel k = GetParam();
+    const IsaLevel need = k == QuantKernel::kScalar    ? IsaLevel::kBaseline
+                          : k == QuantKernel::kNeon    ? IsaLevel::kNeon
+                          : k == QuantKernel::kNeonDot ? IsaLevel::kNeonDotprod
+                                                       : IsaLevel::kNeonI8mm;
 #else
     const QuantKernel k = GetParam();
     const IsaLevel need = k == QuantKernel::kScalar   ? IsaLevel::kBaseline
@@ -190,7 +195,9 @@ TEST_P(QuantKernels, NonFiniteActivationsGiveNaN) {
 }
 
 std::string kernel_param_name(const ::testing::TestParamInfo<QuantKernel>& info) {
-  return quant_kernel_name(info.param);
+  std::string s = quant_kernel_name(info.param);
+  std::replace(s.begin(), s.end(), '-', '_');  // gtest names
+  return s;
 }
 INSTANTIATE_TEST_SUITE_P(Supported, QuantKernels, ::testing::ValuesIn(quant_kernels_supported()), kernel_param_name);
 
@@ -248,7 +255,13 @@ class QuantAtLevel : public test::AtIsaLevel {};
 TEST_P(QuantAtLevel, ActiveKernelFollowsTheLevelAndMatchesTheOracle) {
   const QuantKernel k = active_quant_kernel();
 #if defined(__aarch64__)
-  const QuantKernel want = QuantKernel::kScalar;  // ARM64: the portable kernel at every level (ops/isa.h)
+  const auto have = quant_kernels_supported();
+  const bool has_i8mm = std::find(have.begin(), have.end(), QuantKernel::kNeonI8mm) != have.end();
+  const QuantKernel want = GetParam() == IsaLevel::kBaseline      ? QuantKernel::kScalar
+                           : GetParam() == IsaLevel::kNeon        ? QuantKernel::kNeon
+                           : GetParam() == IsaLevel::kNeonDotprod ? QuantKernel::kNeonDot
+                           : has_i8mm                             ? QuantKernel::kNeonI8mm
+                                                                  : QuantKernel::kNeonDot;
 #else
   const QuantKernel want = GetParam() == IsaLevel::kBaseline ? QuantKernel::kScalar
                            : GetParam() == IsaLevel::kAvx2 ? QuantKernel::kAvx2

@@ -250,11 +250,6 @@ std::string isa_description() {
                     isa_name(best_supported_isa());
   if (state().forced) out += "; forced by CLEF_ISA";
   if (!state().onednn_capped) out += "; oneDNN not capped";
-#if defined(__aarch64__)
-  if (level == IsaLevel::kNeonDotprod || level == IsaLevel::kNeonI8mm) {
-    out += "; no SDOT/SMMLA/BFMMLA kernels yet: runs the neon kernels";
-  }
-#endif
   return out + ")";
 }
 

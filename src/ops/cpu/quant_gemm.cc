@@ -20,6 +20,12 @@
 #include <immintrin.h>
 #define CLEF_QUANT_X86 1
 #endif
+#if defined(__aarch64__) && !defined(CLEF_INT8_SCALAR_ONLY)
+#include <arm_neon.h>
+
+#include "ops/cpu/arm_features.h"
+#define CLEF_QUANT_ARM 1
+#endif
 
 #include "core/error.h"
 #include "ops/cpu/quant_layout.h"
@@ -178,6 +184,9 @@ const char* quant_kernel_name(QuantKernel k) noexcept {
   switch (k) {
     case QuantKernel::kAvx2: return "avx2";
     case QuantKernel::kAvx512: return "avx512";
+    case QuantKernel::kNeon: return "neon";
+    case QuantKernel::kNeonDot: return "neon-dotprod";
+    case QuantKernel::kNeonI8mm: return "neon-i8mm";
     case QuantKernel::kScalar: break;
   }
   return "scalar";
@@ -192,8 +201,17 @@ bool cpu_has(QuantKernel k) {
     case QuantKernel::kScalar: return true;
     case QuantKernel::kAvx2: return best >= IsaLevel::kAvx2 && __builtin_cpu_supports("f16c");
     case QuantKernel::kAvx512: return best >= IsaLevel::kAvx512 && __builtin_cpu_supports("avx512bw");
+    default: return false;  // the ARM64 kernels
   }
-  return false;
+#elif defined(CLEF_QUANT_ARM)
+  const cpu::ArmFeatures f = cpu::arm_features();
+  switch (k) {
+    case QuantKernel::kScalar: return true;
+    case QuantKernel::kNeon: return f.asimd;
+    case QuantKernel::kNeonDot: return f.asimd && f.dotprod;
+    case QuantKernel::kNeonI8mm: return f.asimd && f.i8mm;
+    default: return false;
+  }
 #else
   return k == QuantKernel::kScalar;
 #endif
@@ -203,7 +221,8 @@ bool cpu_has(QuantKernel k) {
 
 std::vector<QuantKernel> quant_kernels_supported() {
   std::vector<QuantKernel> out;
-  for (QuantKernel k : {QuantKernel::kScalar, QuantKernel::kAvx2, QuantKernel::kAvx512}) {
+  for (QuantKernel k : {QuantKernel::kScalar, QuantKernel::kAvx2, QuantKernel::kAvx512, QuantKernel::kNeon,
+                        QuantKernel::kNeonDot, QuantKernel::kNeonI8mm}) {
     if (cpu_has(k)) out.push_back(k);
   }
   return out;
@@ -211,7 +230,15 @@ std::vector<QuantKernel> quant_kernels_supported() {
 
 QuantKernel active_quant_kernel() {
 #if defined(__aarch64__)
-  return QuantKernel::kScalar;  // ARM64: the portable kernel at every level for now (ops/isa.h)
+  // As the int8 kernels (ops/int8_gemm.h): the level's dot product; the SVE levels the best one.
+  switch (active_isa()) {
+    case IsaLevel::kBaseline: return QuantKernel::kScalar;
+    case IsaLevel::kNeon: return cpu_has(QuantKernel::kNeon) ? QuantKernel::kNeon : QuantKernel::kScalar;
+    case IsaLevel::kNeonDotprod: return cpu_has(QuantKernel::kNeonDot) ? QuantKernel::kNeonDot : QuantKernel::kNeon;
+    default: break;
+  }
+  if (cpu_has(QuantKernel::kNeonI8mm)) return QuantKernel::kNeonI8mm;
+  return cpu_has(QuantKernel::kNeonDot) ? QuantKernel::kNeonDot : QuantKernel::kNeon;
 #else
   const IsaLevel level = active_isa();
   if (level >= IsaLevel::kAvx512 && cpu_has(QuantKernel::kAvx512)) return QuantKernel::kAvx512;
@@ -323,6 +350,8 @@ void panel_scalar(const QJob& j, std::int64_t p0, std::int64_t m, std::uint8_t* 
 #undef QG_512
 #endif
 
+#include "ops/cpu/quant_gemm_neon-inl.h"  // ARM64 kernels, inside this namespace
+
 /// The activations of one call: int8 mode's quantization plus the half-block sums.
 struct QuantActivations {
   Int8Activations a;
@@ -376,6 +405,11 @@ void quant_linear_with(QuantKernel kernel, const float* x, std::int64_t m, const
 #ifdef CLEF_QUANT_X86
         case QuantKernel::kAvx2: avx2::run_panel(job, p, m, buf.data()); break;
         case QuantKernel::kAvx512: avx512::run_panel(job, p, m, buf.data()); break;
+#endif
+#ifdef CLEF_QUANT_ARM
+        case QuantKernel::kNeon:
+        case QuantKernel::kNeonDot:
+        case QuantKernel::kNeonI8mm: run_panel_arm(kernel, job, p, m, buf.data()); break;
 #endif
         default: panel_scalar(job, p, m, buf.data()); break;
       }

@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: MIT
+// The ARM64 kernels of the block-quantized linear layer (cpu/quant_gemm.cc), included inside its
+// anonymous namespace after QJob, store_tile and panel_scalar (not a header of its own).
+//
+// Per call and thread, a panel of 16 columns is unpacked once into the buffer of
+// cpu/quant_layout.h, straight from the packed records (unpack_panel_arm: the bytes the scalar
+// kernel's accessor-based unpack writes). Its values are unsigned (0..63), so they are valid
+// signed bytes, and the buffer's [group of 4 k][16 columns][4] order is the int8 kernels' layout:
+//   neon-dotprod  SDOT by element: the row's 16 activation bytes of a half block (4 groups) are
+//                 loaded once; Slo and Shi are one half each.
+//   neon-i8mm     SMMLA: 2 rows × 8 k by 2 columns × 8 k (columns paired with ZIP1/ZIP2 of two
+//                 groups), two 8-k steps per half block.
+//   neon          SMULL/SMULL2 + SADALP, ADDP per half block (cores without dot products).
+// Then the integer and fp32 steps of ops/quant_gemm.h, lane for lane:
+//   I = sc_lo · Slo + sc_hi · Shi − (off·sc_lo · σlo + off·sc_hi · σhi)      (exact int32)
+//   u = fma(float(I), D, −(M·mb · float(σlo + σhi)))  or  float(I) · D;  acc = fma(u, da, acc)
+// so every kernel gives the bits of ref::quant_linear.
+#if defined(CLEF_QUANT_ARM)
+
+/// Unpacks panel p of w into `buf` (w.blocks() × kUnpackedBlock bytes, cpu/quant_layout.h) from the
+/// records (QuantWeight's layout, ops/quant_gemm.h); the same bytes as unpack_panel_scalar.
+void unpack_panel_arm(const QuantWeight& w, std::int64_t p, std::uint8_t* buf) {
+  constexpr std::size_t kQ = quant_detail::kUnpackedQ;
+  const Layout L = layout_of(w.type());
+  const auto group = static_cast<std::int64_t>(L.group);
+  for (std::int64_t s = 0; s < w.superblocks(); ++s) {
+    const std::uint8_t* rec = w.record(p, s);
+    float dcol[kQuantPanelCols], mcol[kQuantPanelCols];
+    for (int c = 0; c < kQuantPanelCols; ++c) {
+      std::uint16_t h;
+      std::memcpy(&h, rec + L.d_off + 2 * c, 2);
+      dcol[c] = f16_to_f32(h);
+      h = 0;
+      if (L.has_min) std::memcpy(&h, rec + L.m_off + 2 * c, 2);
+      mcol[c] = f16_to_f32(h);
+    }
+    for (std::int64_t g = 0; g < group; ++g) {
+      std::uint8_t* dst = buf + static_cast<std::size_t>(s * group + g) * quant_detail::kUnpackedBlock;
+      const std::uint8_t* qd = rec + static_cast<std::size_t>(g) * L.qbytes;
+      for (int e = 0; e < 256; ++e) {
+        dst[e] = static_cast<std::uint8_t>(qd[e] & 15);  // groups 0-3: k 0..15
+        dst[256 + e] = static_cast<std::uint8_t>(qd[e] >> 4);  // groups 4-7: k 16..31
+      }
+      for (int u = 0; u < 8; ++u) {
+        std::uint8_t* d8 = dst + 64 * u;
+        if (L.five) {
+          for (int e = 0; e < 64; ++e) d8[e] = static_cast<std::uint8_t>(d8[e] | ((qd[256 + e] >> u) & 1) << 4);
+        } else if (L.six) {
+          const std::uint8_t* plane = qd + 256 + 64 * (u / 4);
+          for (int e = 0; e < 64; ++e) {
+            d8[e] = static_cast<std::uint8_t>(d8[e] | ((plane[e] >> (2 * (u % 4))) & 3) << 4);
+          }
+        }
+      }
+      const auto gi = static_cast<std::size_t>(g);
+      for (int c = 0; c < kQuantPanelCols; ++c) {
+        const auto cc = static_cast<std::size_t>(c);
+        std::int32_t lo = 1, hi = 1;
+        float mb = L.has_min ? 1.0f : 0.0f;
+        if (L.kscale) {
+          lo = hi = static_cast<std::int8_t>(rec[L.sc_off + 16 * gi + cc]);
+          mb = static_cast<float>(rec[L.sc_off + 16 * (static_cast<std::size_t>(group) + gi) + cc]);
+        } else if (L.q6) {
+          lo = static_cast<std::int8_t>(rec[L.sc_off + 32 * gi + cc]);
+          hi = static_cast<std::int8_t>(rec[L.sc_off + 32 * gi + 16 + cc]);
+        }
+        const auto dup = [](std::int32_t v) {
+          const auto u = static_cast<std::uint32_t>(v) & 0xFFFFu;
+          return static_cast<std::int32_t>(u | u << 16);
+        };
+        const std::int32_t v[3] = {dup(lo), dup(hi),
+                                   static_cast<std::int32_t>((static_cast<std::uint32_t>(L.off * lo) & 0xFFFFu) |
+                                                             static_cast<std::uint32_t>(L.off * hi) << 16)};
+        const float f[2] = {dcol[c], mcol[c] * mb};
+        for (int t = 0; t < 3; ++t) std::memcpy(dst + kQ + 64 * t + 4 * c, &v[t], 4);
+        for (int t = 0; t < 2; ++t) std::memcpy(dst + kQ + 64 * (3 + t) + 4 * c, &f[t], 4);
+      }
+    }
+  }
+}
+
+/// The integer and fp32 steps of one block for MR rows × 16 columns: S[r][h][q] holds row r's
+/// half-h sums of column quad q. `r0` is the tile's first row; rows past `mr` are skipped.
+template <int MR>
+inline void fold_quant_block(const QJob& j, const std::uint8_t* bb, std::int64_t b, std::int64_t r0, int mr,
+                             const int32x4_t (&S)[MR][2][4], float32x4_t (&acc)[MR][4]) {
+  constexpr std::size_t kQ = quant_detail::kUnpackedQ;
+  const std::int64_t nb = j.w->blocks();
+  const bool has_min = j.w->has_min();
+  for (int q = 0; q < 4; ++q) {
+    const int32x4_t v0 = vld1q_s32(reinterpret_cast<const std::int32_t*>(bb + kQ + 16 * q));
+    const int32x4_t v1 = vld1q_s32(reinterpret_cast<const std::int32_t*>(bb + kQ + 64 + 16 * q));
+    const int32x4_t v2 = vld1q_s32(reinterpret_cast<const std::int32_t*>(bb + kQ + 128 + 16 * q));
+    const int32x4_t sc_lo = vshrq_n_s32(vshlq_n_s32(v0, 16), 16), sc_hi = vshrq_n_s32(vshlq_n_s32(v1, 16), 16);
+    const int32x4_t off_lo = vshrq_n_s32(vshlq_n_s32(v2, 16), 16), off_hi = vshrq_n_s32(v2, 16);
+    const float32x4_t dq = vld1q_f32(reinterpret_cast<const float*>(bb + kQ + 192 + 16 * q));
+    const float32x4_t mq = vld1q_f32(reinterpret_cast<const float*>(bb + kQ + 256 + 16 * q));
+    for (int r = 0; r < MR && r < mr; ++r) {
+      const std::int64_t at = (r0 + r) * nb + b;
+      const std::int32_t sp = j.spair[at];
+      const std::int32_t slo = static_cast<std::int16_t>(sp & 0xFFFF), shi = sp >> 16;
+      int32x4_t isum = vmulq_s32(sc_lo, S[r][0][q]);
+      isum = vmlaq_s32(isum, sc_hi, S[r][1][q]);
+      isum = vsubq_s32(isum, vmlaq_n_s32(vmulq_n_s32(off_lo, slo), off_hi, shi));
+      const float32x4_t fi = vcvtq_f32_s32(isum);
+      const float32x4_t u =
+          has_min ? vfmaq_f32(vnegq_f32(vmulq_n_f32(mq, j.sf[at])), fi, dq) : vmulq_f32(fi, dq);
+      acc[r][q] = vfmaq_n_f32(acc[r][q], u, j.da[at]);
+    }
+  }
+}
+
+/// Writes the tile (rows < mr) to y.
+template <int MR>
+inline void store_quant_tile(const QJob& j, std::int64_t r0, int mr, std::int64_t p0, const float32x4_t (&acc)[MR][4]) {
+  float out[MR * kQuantPanelCols];
+  for (int r = 0; r < MR; ++r)
+    for (int q = 0; q < 4; ++q) vst1q_f32(out + r * kQuantPanelCols + 4 * q, acc[r][q]);
+  store_tile(j, r0, mr, p0, out);
+}
+
+/// SDOT of group L (0..3 of a half block) for MR rows.
+template <int MR, int L>
+__attribute__((target("arch=armv8.2-a+dotprod"), always_inline)) inline void quant_dot_group(
+    const std::uint8_t* q_h, const int8x16_t (&a)[MR], int32x4_t (&s)[MR][4]) {
+  int8x16_t w[4];
+  for (int q = 0; q < 4; ++q) w[q] = vreinterpretq_s8_u8(vld1q_u8(q_h + L * 64 + 16 * q));
+  for (int r = 0; r < MR; ++r)
+    for (int q = 0; q < 4; ++q) s[r][q] = vdotq_laneq_s32(s[r][q], w[q], a[r], L);
+}
+
+/// FEAT_DotProd: MR rows × the unpacked panel.
+template <int MR>
+__attribute__((target("arch=armv8.2-a+dotprod"))) void quant_tile_dot(const QJob& j, const std::uint8_t* buf,
+                                                                      std::int64_t r0, std::int64_t p0) {
+  const std::int64_t nb = j.w->blocks();
+  float32x4_t acc[MR][4];
+  for (auto& row : acc)
+    for (auto& v : row) v = vdupq_n_f32(0.0f);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::uint8_t* bb = buf + static_cast<std::size_t>(b) * quant_detail::kUnpackedBlock;
+    int32x4_t S[MR][2][4];
+    for (int h = 0; h < 2; ++h) {
+      int8x16_t a[MR];
+      for (int r = 0; r < MR; ++r) a[r] = vld1q_s8(j.qa + ((r0 + r) * nb + b) * 32 + 16 * h);
+      int32x4_t s[MR][4];
+      for (auto& row : s)
+        for (auto& v : row) v = vdupq_n_s32(0);
+      const std::uint8_t* q_h = bb + 256 * h;
+      quant_dot_group<MR, 0>(q_h, a, s);
+      quant_dot_group<MR, 1>(q_h, a, s);
+      quant_dot_group<MR, 2>(q_h, a, s);
+      quant_dot_group<MR, 3>(q_h, a, s);
+      for (int r = 0; r < MR; ++r)
+        for (int q = 0; q < 4; ++q) S[r][h][q] = s[r][q];
+    }
+    fold_quant_block<MR>(j, bb, b, r0, MR, S, acc);
+  }
+  store_quant_tile<MR>(j, r0, MR, p0, acc);
+}
+
+/// FEAT_I8MM: MR (2 or 4) rows × the unpacked panel; rows past `mr` multiply zeros, never stored.
+template <int MR>
+__attribute__((target("arch=armv8.2-a+i8mm"))) void quant_tile_i8mm(const QJob& j, const std::uint8_t* buf,
+                                                                    std::int64_t r0, int mr, std::int64_t p0) {
+  static_assert(MR % 2 == 0, "row pairs");
+  constexpr int RP = MR / 2;
+  static const std::int8_t kZeros[32] = {};
+  const std::int64_t nb = j.w->blocks();
+  float32x4_t acc[MR][4];
+  for (auto& row : acc)
+    for (auto& v : row) v = vdupq_n_f32(0.0f);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::uint8_t* bb = buf + static_cast<std::size_t>(b) * quant_detail::kUnpackedBlock;
+    const std::int8_t* qa[MR];
+    for (int r = 0; r < MR; ++r) qa[r] = r < mr ? j.qa + ((r0 + r) * nb + b) * 32 : kZeros;
+    int32x4_t S[MR][2][4];
+    for (int h = 0; h < 2; ++h) {
+      int32x4_t t[RP][8];  // row pair × column pair: [r0c0, r0c1, r1c0, r1c1]
+      for (auto& row : t)
+        for (auto& v : row) v = vdupq_n_s32(0);
+      for (int k8 = 2 * h; k8 < 2 * h + 2; ++k8) {
+        int8x16_t a[RP];
+        for (int p = 0; p < RP; ++p) a[p] = vcombine_s8(vld1_s8(qa[2 * p] + 8 * k8), vld1_s8(qa[2 * p + 1] + 8 * k8));
+        for (int q = 0; q < 4; ++q) {
+          const int32x4_t g0 = vreinterpretq_s32_u8(vld1q_u8(bb + (2 * k8) * 64 + 16 * q));
+          const int32x4_t g1 = vreinterpretq_s32_u8(vld1q_u8(bb + (2 * k8 + 1) * 64 + 16 * q));
+          const int8x16_t c01 = vreinterpretq_s8_s32(vzip1q_s32(g0, g1));
+          const int8x16_t c23 = vreinterpretq_s8_s32(vzip2q_s32(g0, g1));
+          for (int p = 0; p < RP; ++p) {
+            t[p][2 * q] = vmmlaq_s32(t[p][2 * q], a[p], c01);
+            t[p][2 * q + 1] = vmmlaq_s32(t[p][2 * q + 1], a[p], c23);
+          }
+        }
+      }
+      for (int p = 0; p < RP; ++p) {
+        for (int q = 0; q < 4; ++q) {
+          const int64x2_t lo = vreinterpretq_s64_s32(t[p][2 * q]), hi = vreinterpretq_s64_s32(t[p][2 * q + 1]);
+          S[2 * p][h][q] = vreinterpretq_s32_s64(vzip1q_s64(lo, hi));
+          S[2 * p + 1][h][q] = vreinterpretq_s32_s64(vzip2q_s64(lo, hi));
+        }
+      }
+    }
+    fold_quant_block<MR>(j, bb, b, r0, mr, S, acc);
+  }
+  store_quant_tile<MR>(j, r0, mr, p0, acc);
+}
+
+/// Advanced SIMD without dot products: MR rows × the unpacked panel.
+template <int MR>
+void quant_tile_neon(const QJob& j, const std::uint8_t* buf, std::int64_t r0, std::int64_t p0) {
+  const std::int64_t nb = j.w->blocks();
+  float32x4_t acc[MR][4];
+  for (auto& row : acc)
+    for (auto& v : row) v = vdupq_n_f32(0.0f);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::uint8_t* bb = buf + static_cast<std::size_t>(b) * quant_detail::kUnpackedBlock;
+    int32x4_t S[MR][2][4];
+    for (int h = 0; h < 2; ++h) {
+      int32x4_t pair[MR][8];
+      for (auto& row : pair)
+        for (auto& v : row) v = vdupq_n_s32(0);
+      for (int g = 4 * h; g < 4 * h + 4; ++g) {
+        int8x16_t w[4];
+        for (int q = 0; q < 4; ++q) w[q] = vreinterpretq_s8_u8(vld1q_u8(bb + g * 64 + 16 * q));
+        for (int r = 0; r < MR; ++r) {
+          std::int32_t a4;
+          std::memcpy(&a4, j.qa + ((r0 + r) * nb + b) * 32 + 4 * g, 4);
+          const int8x16_t a = vreinterpretq_s8_s32(vdupq_n_s32(a4));
+          for (int q = 0; q < 4; ++q) {
+            pair[r][2 * q] = vpadalq_s16(pair[r][2 * q], vmull_s8(vget_low_s8(w[q]), vget_low_s8(a)));
+            pair[r][2 * q + 1] = vpadalq_s16(pair[r][2 * q + 1], vmull_high_s8(w[q], a));
+          }
+        }
+      }
+      for (int r = 0; r < MR; ++r)
+        for (int q = 0; q < 4; ++q) S[r][h][q] = vpaddq_s32(pair[r][2 * q], pair[r][2 * q + 1]);
+    }
+    fold_quant_block<MR>(j, bb, b, r0, MR, S, acc);
+  }
+  store_quant_tile<MR>(j, r0, MR, p0, acc);
+}
+
+/// Runs panel p0 with the chosen ARM kernel.
+void run_panel_arm(QuantKernel kernel, const QJob& j, std::int64_t p0, std::int64_t m, std::uint8_t* buf) {
+  unpack_panel_arm(*j.w, p0, buf);
+  std::int64_t r = 0;
+  switch (kernel) {
+    case QuantKernel::kNeonI8mm:
+      for (; r + 4 <= m; r += 4) quant_tile_i8mm<4>(j, buf, r, 4, p0);
+      if (m - r > 2) {
+        quant_tile_i8mm<4>(j, buf, r, static_cast<int>(m - r), p0);
+      } else if (m - r > 0) {
+        quant_tile_i8mm<2>(j, buf, r, static_cast<int>(m - r), p0);
+      }
+      break;
+    case QuantKernel::kNeonDot:
+      for (; r + 4 <= m; r += 4) quant_tile_dot<4>(j, buf, r, p0);
+      for (; r < m; ++r) quant_tile_dot<1>(j, buf, r, p0);
+      break;
+    default:
+      for (; r + 2 <= m; r += 2) quant_tile_neon<2>(j, buf, r, p0);
+      if (r < m) quant_tile_neon<1>(j, buf, r, p0);
+      break;
+  }
+}
+
+#endif  // CLEF_QUANT_ARM
