@@ -42,6 +42,14 @@ constexpr int kSdotChains = 16;
 constexpr int kSmmlaChains = 16;
 constexpr int kBfmmlaChains = 28;
 
+/// `v`, which the compiler may no longer assume it knows: the chains start from values it cannot
+/// tell apart, so it cannot merge identical chains into one (it would, from a shared constant).
+template <class V>
+inline V opaque(V v) {
+  asm volatile("" : "+w"(v));
+  return v;
+}
+
 double elapsed_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -54,7 +62,7 @@ __attribute__((noinline)) double fmla_chains(int threads, std::int64_t iters, fl
   {
     float32x4_t acc[kFmlaChains];
 #pragma GCC unroll 32
-    for (auto& a : acc) a = vdupq_n_f32(0.0f);
+    for (auto& a : acc) a = opaque(vdupq_n_f32(0.0f));
     float32x4_t x = vdupq_n_f32(0.999f), y = vdupq_n_f32(1e-3f);
     asm volatile("" : "+w"(x), "+w"(y));  // opaque inputs: nothing to fold
     for (std::int64_t i = 0; i < iters; ++i) {
@@ -77,7 +85,7 @@ __attribute__((noinline, target("arch=armv8.2-a+dotprod"))) double sdot_chains(i
   {
     int32x4_t acc[kSdotChains];
 #pragma GCC unroll 32
-    for (auto& a : acc) a = vdupq_n_s32(0);
+    for (auto& a : acc) a = opaque(vdupq_n_s32(0));
     int8x16_t x = vdupq_n_s8(3), y = vdupq_n_s8(-2);
     asm volatile("" : "+w"(x), "+w"(y));
     for (std::int64_t i = 0; i < iters; ++i) {
@@ -100,7 +108,7 @@ __attribute__((noinline, target("arch=armv8.2-a+i8mm"))) double smmla_chains(int
   {
     int32x4_t acc[kSmmlaChains];
 #pragma GCC unroll 32
-    for (auto& a : acc) a = vdupq_n_s32(0);
+    for (auto& a : acc) a = opaque(vdupq_n_s32(0));
     int8x16_t x = vdupq_n_s8(3), y = vdupq_n_s8(-2);
     asm volatile("" : "+w"(x), "+w"(y));
     for (std::int64_t i = 0; i < iters; ++i) {
@@ -123,7 +131,7 @@ __attribute__((noinline, target("arch=armv8.2-a+bf16"))) double bfmmla_chains(in
   {
     float32x4_t acc[kBfmmlaChains];
 #pragma GCC unroll 32
-    for (auto& a : acc) a = vdupq_n_f32(0.0f);
+    for (auto& a : acc) a = opaque(vdupq_n_f32(0.0f));
     // bf16 1e-3 (0x3a83) in every lane: the sums grow slowly and stay finite.
     bfloat16x8_t x = vreinterpretq_bf16_u16(vdupq_n_u16(0x3a83)), y = x;
     asm volatile("" : "+w"(x), "+w"(y));
