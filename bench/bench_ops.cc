@@ -5,10 +5,11 @@
 // in the same run so the ratios are comparable on a noisy machine), and the chunked gated delta
 // rule and blocked attention kernels; then the block-quantized GGUF kernels (ops/quant_gemm.h:
 // Q4_K, Q5_K, Q6_K, Q4_0) against the int8 Q8_0 path at M = --qm rows and at M = 1 (decode).
-// Prints tables; not a timed test. A bad CLEF_ISA or a shape too large for memory is an error
-// message and a non-zero exit (2 invalid argument, 4 unsupported level, 5 out of memory).
+// On ARM64 the peaks add each ARM instruction class's (fp32 FMLA, SDOT, SMMLA, BFMMLA; 0 where the
+// CPU lacks it). Prints tables; not a timed test. A bad CLEF_ISA or a shape too large for memory is
+// an error message and a non-zero exit (2 invalid argument, 4 unsupported level, 5 out of memory).
 //
-//   clef_bench_ops [--threads N] [--m 1024] [--qm 512] [--reps 5] [--quick]
+//   clef_bench_ops [--threads N] [--m 1024] [--qm 512] [--reps 5] [--peak-iters 20000000] [--quick]
 //                  [--peak-only | --quant-only | --attn-only | --gdn-only]
 #include <cblas.h>
 #include <CLI/CLI.hpp>
@@ -182,9 +183,28 @@ void bench_delta_rule(std::int64_t t, int reps, double pf, double pb) {
   }
 }
 
+#if defined(__aarch64__)
+/// The ARM instruction classes' measured peaks (ops/peak.h measure_arm_peak): 0 where the CPU lacks
+/// the instruction. Under qemu these numbers are the emulator's speed, not the CPU's.
+void print_arm_peaks(int threads, std::int64_t iters) {
+  using clef::ops::ArmPeak;
+  std::printf("measured ARM peaks (%d threads; 2 OP per multiply-add):\n", threads);
+  for (const ArmPeak p : {ArmPeak::kFp32Fmla, ArmPeak::kSdot, ArmPeak::kSmmla, ArmPeak::kBfmmla}) {
+    const double g = clef::ops::measure_arm_peak(p, threads, 3, iters);
+    const bool fp = p == ArmPeak::kFp32Fmla || p == ArmPeak::kBfmmla;
+    if (g > 0) {
+      std::printf("  %-12s %10.1f %s\n", clef::ops::arm_peak_name(p), g, fp ? "GFLOP/s" : "GOP/s");
+    } else {
+      std::printf("  %-12s %10.1f (not supported by this CPU)\n", clef::ops::arm_peak_name(p), 0.0);
+    }
+  }
+  std::printf("\n");
+}
+#endif
+
 int main(int argc, char** argv) try {
   int threads = 0, reps = 5;
-  std::int64_t m = 1024, qm = 512;
+  std::int64_t m = 1024, qm = 512, peak_iters = 20'000'000;
   bool quick = false, peak_only = false, quant_only = false, attn_only = false, gdn_only = false;
   CLI::App app{
       "Op micro-benchmarks: the measured peaks of the kernel level (CLEF_ISA forces one), the GEMM "
@@ -202,6 +222,9 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions per cell, best of (4x in the 1-row quantized table)")
       ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--peak-iters", peak_iters, "iterations of each peak measurement's chain loop (fewer under qemu)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
       ->capture_default_str();
   app.add_flag("--quick", quick, "fewer shapes (every table)");
   auto* peak_opt = app.add_flag("--peak-only", peak_only, "only the measured peaks");
@@ -235,14 +258,17 @@ int main(int argc, char** argv) try {
     return 0;
   }
 
-  const clef::ops::PeakGflops measured = clef::ops::measure_peak_gflops(threads);  // best of 3
+  const clef::ops::PeakGflops measured = clef::ops::measure_peak_gflops(threads, 3, peak_iters);  // best of 3
   const double pf = measured.fp32, pb = measured.bf16;
   const clef::ops::Int8Kernel i8k = clef::ops::active_int8_kernel();
-  const double p8 = clef::ops::measure_int8_peak_gops(i8k, threads);
+  const double p8 = clef::ops::measure_int8_peak_gops(i8k, threads, 3, peak_iters);
   std::printf(
       "measured peak: fp32 FMA %.1f GFLOP/s, bf16 %.1f GFLOP/s (%s), int8 %.1f GOP/s (%s kernel's sequence)\n\n", pf,
       pb, measured.bf16_dot ? "vdpbf16ps" : "fp32 FMA on bf16 values: no bf16 dot product at this level", p8,
       clef::ops::int8_kernel_name(i8k));
+#if defined(__aarch64__)
+  print_arm_peaks(threads, peak_iters);
+#endif
   if (peak_only) return 0;
   if (attn_only) {
     bench_attention(quick, reps, pf, pb);
