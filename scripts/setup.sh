@@ -75,6 +75,7 @@ ARM64_HOST_PACKAGES=(
   crossbuild-essential-arm64   # aarch64-linux-gnu-g++-12 and the arm64 C library
   qemu-user-static             # qemu-aarch64-static runs the arm64 tests (cmake/toolchains/aarch64-linux-gnu.cmake)
   ccache
+  llvm-19   # llvm-mca-19 / llvm-mc-19: tools/arm_mca.py (LLVM 14 has no Neoverse scheduling models)
 )
 ARM64_TARGET_PACKAGES=(
   libhwy-dev libopenblas-openmp-dev   # kernels; GEMM (OpenBLAS on the OpenMP runtime clef's loops use)
