@@ -549,6 +549,7 @@ struct Job {
   float* y;
   std::int64_t n;  ///< row stride of y
   bool accumulate;
+  const std::int8_t* pairs = nullptr;  ///< the neon-i8mm kernel's row-paired activations (pair_rows)
 };
 
 /// Writes the fp32 tile acc [mr][16·np] to y (only columns < n), adding when accumulating.
@@ -789,7 +790,14 @@ namespace {
 /// The GEMM of one call on quantized activations, with a chosen kernel the CPU has.
 void run_int8(Int8Kernel kernel, const Int8Activations& act, const Int8Weight& w, float* y, bool accumulate) {
   const std::int64_t m = act.m;
-  const Job job{&act, &w, y, w.n(), accumulate};
+  Job job{&act, &w, y, w.n(), accumulate};
+#ifdef CLEF_INT8_ARM
+  if (kernel == Int8Kernel::kNeonI8mm) {
+    thread_local std::vector<std::int8_t> pairs;
+    pair_rows(act, pairs);
+    job.pairs = pairs.data();
+  }
+#endif
   // Units of work: panels (pairs of panels for the 512-bit kernel), split over the threads.
   const std::int64_t step = kernel == Int8Kernel::kAvx512Vnni ? 2 : 1;
   const std::int64_t units = (w.panels() + step - 1) / step;

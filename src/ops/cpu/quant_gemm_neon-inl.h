@@ -38,7 +38,7 @@ void unpack_panel_arm(const QuantWeight& w, std::int64_t p, std::uint8_t* buf) {
       std::uint8_t* dst = buf + static_cast<std::size_t>(s * group + g) * quant_detail::kUnpackedBlock;
       const std::uint8_t* qd = rec + static_cast<std::size_t>(g) * L.qbytes;
       for (int e = 0; e < 256; ++e) {
-        dst[e] = static_cast<std::uint8_t>(qd[e] & 15);  // groups 0-3: k 0..15
+        dst[e] = static_cast<std::uint8_t>(qd[e] & 15);        // groups 0-3: k 0..15
         dst[256 + e] = static_cast<std::uint8_t>(qd[e] >> 4);  // groups 4-7: k 16..31
       }
       for (int u = 0; u < 8; ++u) {
@@ -103,8 +103,7 @@ inline void fold_quant_block(const QJob& j, const std::uint8_t* bb, std::int64_t
       isum = vmlaq_s32(isum, sc_hi, S[r][1][q]);
       isum = vsubq_s32(isum, vmlaq_n_s32(vmulq_n_s32(off_lo, slo), off_hi, shi));
       const float32x4_t fi = vcvtq_f32_s32(isum);
-      const float32x4_t u =
-          has_min ? vfmaq_f32(vnegq_f32(vmulq_n_f32(mq, j.sf[at])), fi, dq) : vmulq_f32(fi, dq);
+      const float32x4_t u = has_min ? vfmaq_f32(vnegq_f32(vmulq_n_f32(mq, j.sf[at])), fi, dq) : vmulq_f32(fi, dq);
       acc[r][q] = vfmaq_n_f32(acc[r][q], u, j.da[at]);
     }
   }
@@ -121,8 +120,9 @@ inline void store_quant_tile(const QJob& j, std::int64_t r0, int mr, std::int64_
 
 /// SDOT of group L (0..3 of a half block) for MR rows.
 template <int MR, int L>
-__attribute__((target("arch=armv8.2-a+dotprod"), always_inline)) inline void quant_dot_group(
-    const std::uint8_t* q_h, const int8x16_t (&a)[MR], int32x4_t (&s)[MR][4]) {
+__attribute__((target("arch=armv8.2-a+dotprod"), always_inline)) inline void quant_dot_group(const std::uint8_t* q_h,
+                                                                                             const int8x16_t (&a)[MR],
+                                                                                             int32x4_t (&s)[MR][4]) {
   int8x16_t w[4];
   for (int q = 0; q < 4; ++q) w[q] = vreinterpretq_s8_u8(vld1q_u8(q_h + L * 64 + 16 * q));
   for (int r = 0; r < MR; ++r)
