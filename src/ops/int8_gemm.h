@@ -106,7 +106,9 @@ Int8Kernel active_int8_kernel();
 /// multiply-add, as GFLOP/s counts an FMA): independent accumulator chains of the instruction
 /// sequence that kernel runs per 32 (or 64) products: avx2 vpsignb + vpmaddubsw + vpmaddwd + vpaddd
 /// on 256 bits, avxvnni one 256-bit vpdpbusd, avx512vnni one 512-bit vpdpbusd. Best of `repeats`
-/// runs of `iters` iterations. 0 for kScalar (no SIMD peak) and for a kernel this CPU lacks.
+/// runs of `iters` iterations; on ARM64 SDOT for neon-dotprod and SMMLA for neon-i8mm
+/// (measure_arm_peak, ops/peak.h). 0 for kScalar and kNeon (no dot-product peak) and for a kernel
+/// this CPU lacks.
 double measure_int8_peak_gops(Int8Kernel k, int threads, int repeats = 3, std::int64_t iters = 20'000'000);
 
 /// Activations of one call, quantized: qa [m, blocks·32] int8, |qa| (the AVX2 kernel's unsigned

@@ -40,6 +40,7 @@
 #include "ops/int8_gemm.h"
 #include "ops/isa.h"
 #include "ops/parallel.h"
+#include "ops/peak.h"
 #include "ops/profile.h"
 
 namespace clef::ops {
@@ -361,6 +362,12 @@ double measure_int8_peak_gops(Int8Kernel k, int threads, int repeats, std::int64
     best = std::max(best, 2.0 * macs_per_iter * static_cast<double>(iters) * threads / s / 1e9);
   }
   return best;
+#elif defined(CLEF_INT8_ARM)
+  // The ARM kernels' instructions: SDOT (neon-dotprod) and SMMLA (neon-i8mm), ops/peak.h.
+  if (!cpu_has(k)) return 0.0;
+  if (k == Int8Kernel::kNeonDot) return measure_arm_peak(ArmPeak::kSdot, threads, repeats, iters);
+  if (k == Int8Kernel::kNeonI8mm) return measure_arm_peak(ArmPeak::kSmmla, threads, repeats, iters);
+  return 0.0;
 #else
   (void)k, (void)threads, (void)repeats, (void)iters;
   return 0.0;
