@@ -113,25 +113,28 @@ version() {
 }
 
 # Two SystemOne responses (compare_answers WANT GOT TOL): the same keys and strings, every number
-# (probabilities, confidences, scores: printed with 4 decimals) within TOL (1e-4: at most one unit
-# of the last printed digit).
+# (probabilities and confidences, printed with 4 decimals) within TOL (1e-4: at most one unit of
+# the last printed digit), a score (sum_i i * p_i over its options 0..n-1) within TOL * sum_i i.
 compare_answers() {
   python3 - "$@" <<'EOF'
 import json, sys
 want, got = (json.load(open(p)) for p in sys.argv[1:3])
 tol = float(sys.argv[3])
-def walk(a, b, path):
+def walk(a, b, path, t):
     if isinstance(a, dict) and isinstance(b, dict):
         assert a.keys() == b.keys(), f"{path}: keys {sorted(a)} vs {sorted(b)}"
-        for k in a: walk(a[k], b[k], f"{path}.{k}")
+        for k in a:
+            # A score is sum_i i * p_i over its options 0..n-1: within tol * sum_i i when every p_i is.
+            st = tol * sum(range(len(a.get("probabilities", {})))) if k == "score" else t
+            walk(a[k], b[k], f"{path}.{k}", st)
     elif isinstance(a, list) and isinstance(b, list):
         assert len(a) == len(b), f"{path}: {len(a)} vs {len(b)} items"
-        for i, (x, y) in enumerate(zip(a, b)): walk(x, y, f"{path}[{i}]")
+        for i, (x, y) in enumerate(zip(a, b)): walk(x, y, f"{path}[{i}]", t)
     elif isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-        assert abs(a - b) <= tol + 1e-12, f"{path}: {a} vs {b}"  # slack for the decimal printing
+        assert abs(a - b) <= t + 1e-12, f"{path}: {a} vs {b} (tolerance {t})"  # slack for the decimal printing
     else:
         assert a == b, f"{path}: {a!r} vs {b!r}"
-walk(want, got, "$")
+walk(want, got, "$", tol)
 EOF
 }
 
