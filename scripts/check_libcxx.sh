@@ -59,13 +59,14 @@ mapfile -t files < <(git ls-files -- "${patterns[@]}" | grep -v '_test\.cc$' |
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 export CXX logs
-# compile LABEL FILE FLAGS...: one compiler run; a failure leaves its log behind, named after LABEL.
+# compile LABEL FILE FLAGS...: one compiler run; a failure leaves a log behind: LABEL, then the errors.
 compile() {
-  local log="$logs/${1//\//_}.log" file=$2
+  local label=$1 file=$2 out
   shift 2
-  if "$CXX" "$@" "$file" >"$log" 2>&1; then rm -f "$log"; fi
+  if ! out=$("$CXX" "$@" "$file" 2>&1); then printf '%s\n%s\n' "$label" "$out" >"$logs/${label//\//_}.log"; fi
 }
 export -f compile
+# shellcheck disable=SC2016  # $1 and $@ are the inner bash's
 printf '%s\0' "${files[@]}" | xargs -0 -P "$JOBS" -I{} bash -c 'compile "$1" "$@"' _ {} "${flags[@]}"
 # The seams' fallbacks: as on a system that is not Linux (libc++ then needs its thread API named).
 compile "src/core/platform.cc (not Linux)" src/core/platform.cc "${flags[@]}" -U__linux__ -U__linux -Ulinux \
@@ -74,8 +75,8 @@ compile "src/core/platform.cc (not Linux)" src/core/platform.cc "${flags[@]}" -U
 failed=("$logs"/*.log)
 if [[ -e ${failed[0]} ]]; then
   for log in "${failed[@]}"; do
-    echo "check_libcxx: $(basename "$log" .log) does not compile with $CXX -stdlib=libc++:" >&2
-    head -n 40 "$log" >&2
+    echo "check_libcxx: $(head -n 1 "$log") does not compile with $CXX -stdlib=libc++:" >&2
+    sed -n '2,41p' "$log" >&2
   done
   echo "check_libcxx: ${#failed[@]} of $((${#files[@]} + 1)) compilations failed" >&2
   exit 1
