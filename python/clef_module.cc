@@ -6,10 +6,6 @@
 // runs with the GIL released; one mutex for the whole process serialises the engine's work
 // (engine_mutex()), while parsing a request and decoding its images (Engine::prepare) run
 // concurrently.
-#if defined(__linux__)
-#include <malloc.h>  // malloc_trim (glibc)
-#endif
-
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -30,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/platform.h"
 #include "core/version.h"
 #include "decide_jsonl.h"
 #include "decision/request_error.h"
@@ -190,9 +187,7 @@ class PyModel {
       const std::lock_guard<std::mutex> lock(engine_mutex());
       engine_.reset();
     }
-#if defined(__GLIBC__)
-    malloc_trim(0);
-#endif
+    clef::release_free_heap();  // glibc: malloc_trim(0)
   }
   PyModel(const PyModel&) = delete;
   PyModel& operator=(const PyModel&) = delete;

@@ -6,7 +6,8 @@
 #                                 running the `clef` binary needs (Debian packages only; no Python).
 #   bash scripts/setup.sh --dev   full tier: the main tier, plus what the tests and benchmarks need
 #                                 (GoogleTest/GoogleMock, Google Benchmark, clang-14 + libFuzzer
-#                                 runtime + libomp for the fuzz preset, clang-format-14, ccache,
+#                                 runtime + libomp for the fuzz preset, libc++ for the libc++
+#                                 compile check, clang-format-14, ccache,
 #                                 python3-venv, python3-dev) and the Python
 #                                 reference toolkit (tools/reference/requirements.txt, from PyPI)
 #                                 in a virtual environment, .venv/ at the repository root.
@@ -61,6 +62,7 @@ MAIN_PACKAGES=(
 DEV_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev libomp-14-dev
+  libc++-14-dev libc++abi-14-dev   # scripts/check_libcxx.sh: the portable layers compile against libc++ (docs/ARM64.md)
   clang-format-14   # scripts/check_format.sh: the C++ sources follow .clang-format
   ccache   # compiler cache: every preset compiles through it when installed (CMakeLists.txt, CLEF_CCACHE)
   python3 python3-venv python3-dev ca-certificates   # python3-dev: the Python package stage (pip install .)

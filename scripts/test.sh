@@ -8,6 +8,9 @@
 #   function length
 #                 scripts/check_function_length.py: no function in src/ or apps/ over 120 lines;
 #   format check  scripts/check_format.sh: the C++ sources follow .clang-format;
+#   libc++ compile check
+#                 scripts/check_libcxx.sh: no Linux-only call outside the platform seams, and the engine
+#                 layers compile with clang-14 and libc++ (-fsyntax-only -Werror; macOS's standard library);
 #   release build release build with -Werror (every target: clef, test drivers, benchmarks; unity batches);
 #   ctest (native) all GoogleTest unit tests at the native kernel level (the op tests switch every level);
 #   models (0.8b, 0.8b-shapes)
@@ -87,6 +90,9 @@ stage "layer check" python3 scripts/check_layers.py
 stage "function length" python3 scripts/check_function_length.py
 # The C++ sources follow .clang-format (clang-format-14): seconds.
 stage "format check" bash scripts/check_format.sh
+# Linux-only calls stay in the platform seams; the engine layers compile against libc++ (clang-14,
+# -fsyntax-only): about 1 min on 2 idle CPUs, 2 min beside other builds (docs/TESTING.md).
+stage "libc++ compile check" bash scripts/check_libcxx.sh
 # Every Python step (and anything the tests start by name, e.g. `jevcompat`) uses the venv.
 export VIRTUAL_ENV=${CLEF_VENV:-$PWD/.venv}
 export PATH="$VIRTUAL_ENV/bin:$PATH"

@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: MIT
 #include "output.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <string>
 
 #include "core/error.h"
 #include "core/paths.h"
+#include "core/platform.h"
 
 namespace clef::cli {
 
@@ -17,11 +19,7 @@ namespace {
 
 /// What standard output is (the file or device it was opened on: "/dev/full", "/data/out.json"),
 /// or "" when the system cannot tell.
-std::string stdout_target() {
-  std::error_code ec;
-  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/fd/1", ec);
-  return ec ? std::string() : p.string();
-}
+std::string stdout_target() { return descriptor_path(STDOUT_FILENO); }
 
 [[noreturn]] void throw_stdout_error(int err) {
   const std::string target = stdout_target();

@@ -27,11 +27,19 @@ int exit_code_for(ErrorKind kind) noexcept {
   return 70;
 }
 
+namespace {
+
+// strerror_r comes in two shapes, chosen by overload on its result: GNU's (glibc with
+// _GNU_SOURCE, which g++ and clang++ define) returns a char* that may or may not point into buf;
+// the XSI one (macOS, musl) returns 0 and fills buf, or an error number.
+[[maybe_unused]] const char* strerror_text(const char* gnu, const char* /*buf*/) { return gnu; }
+[[maybe_unused]] const char* strerror_text(int xsi, const char* buf) { return xsi == 0 ? buf : "Unknown error"; }
+
+}  // namespace
+
 std::string errno_message(int err) {
-  char buf[256];
-  // GNU strerror_r returns a char* that may or may not point into buf.
-  const char* msg = strerror_r(err, buf, sizeof buf);
-  return std::string(msg);
+  char buf[256] = {};
+  return std::string(strerror_text(strerror_r(err, buf, sizeof buf), buf));
 }
 
 }  // namespace clef

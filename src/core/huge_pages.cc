@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "core/huge_pages.h"
 
-#include <sys/mman.h>
-
 #include <cstdlib>
+
+#include "core/platform.h"
 
 namespace clef {
 
@@ -12,7 +12,7 @@ void* huge_page_alloc(std::size_t bytes) {
   const std::size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   void* p = std::aligned_alloc(kHugePageBytes, rounded);
   if (p == nullptr) throw std::bad_alloc();
-  (void)::madvise(p, rounded, MADV_HUGEPAGE);  // advice: failure leaves ordinary pages
+  (void)advise_huge_pages(p, rounded);  // advice: failure leaves ordinary pages
   return p;
 }
 

@@ -2,9 +2,12 @@
 #include "decision/json_value.h"
 
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <system_error>
 #include <unordered_map>
 
@@ -15,6 +18,29 @@
 namespace clef {
 
 namespace {
+
+/// std::from_chars of a double where the standard library has it (__cpp_lib_to_chars: libstdc++
+/// 11 and later, the Linux builds). libc++ before LLVM 20, Apple's included, has no floating-point
+/// from_chars; there strtod reads the token (already checked to be a JSON number, so the locale's
+/// decimal point is never in play: clef never calls setlocale for LC_NUMERIC) and, as from_chars
+/// does, only a result of zero or infinity counts as out of range (a subnormal is a value).
+[[maybe_unused]] std::from_chars_result parse_double(std::string_view tok, double& d) {
+#if defined(__cpp_lib_to_chars)
+  return std::from_chars(tok.data(), tok.data() + tok.size(), d);
+#else
+  const std::string text(tok);
+  char* end = nullptr;
+  errno = 0;
+  d = std::strtod(text.c_str(), &end);
+  std::from_chars_result r{tok.data() + (end - text.c_str()), std::errc()};
+  if (end == text.c_str()) {
+    r.ec = std::errc::invalid_argument;
+  } else if (errno == ERANGE && (d == 0.0 || std::isinf(d))) {
+    r.ec = std::errc::result_out_of_range;
+  }
+  return r;
+#endif
+}
 
 enum class Utf8Status { kOk, kInvalid, kSurrogate };
 
@@ -552,7 +578,7 @@ class Parser {
       return JsonBuilder::int_text(std::string(tok));
     }
     double d = 0.0;
-    const auto r = std::from_chars(tok.data(), tok.data() + tok.size(), d);
+    const auto r = parse_double(tok, d);
     if (r.ec == std::errc::result_out_of_range) {
       if (overflows(tok)) {
         std::string shown(tok.substr(0, 40));

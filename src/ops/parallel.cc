@@ -3,14 +3,8 @@
 
 #include <omp.h>
 #include <strings.h>
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
-#include <unistd.h>
 
-#include <cstdint>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <initializer_list>
 
 #include "core/platform.h"
@@ -32,31 +26,6 @@ int num_threads() { return omp_get_max_threads(); }
 
 namespace {
 
-/// True when /proc/self/exe is the file this code was loaded from. Not so when the program was
-/// started through the dynamic loader (`ld.so PROGRAM ARGS`: /proc/self/exe is then ld.so), or
-/// when that cannot be told (no /proc): re-executing /proc/self/exe would then run something else.
-bool running_from_proc_self_exe() {
-  struct stat exe {};
-  if (stat("/proc/self/exe", &exe) != 0) return false;
-  std::FILE* maps = std::fopen("/proc/self/maps", "r");
-  if (maps == nullptr) return false;
-  const auto here = reinterpret_cast<std::uintptr_t>(&running_from_proc_self_exe);
-  bool same = false;
-  char line[4096];
-  while (std::fgets(line, sizeof line, maps) != nullptr) {
-    unsigned long long lo = 0, hi = 0, inode = 0;
-    unsigned major = 0, minor = 0;
-    // "lo-hi perms offset major:minor inode path"
-    if (std::sscanf(line, "%llx-%llx %*s %*s %x:%x %llu", &lo, &hi, &major, &minor, &inode) != 5) continue;
-    if (here < lo || here >= hi) continue;
-    same = inode == static_cast<unsigned long long>(exe.st_ino) && major == ::major(exe.st_dev) &&
-           minor == ::minor(exe.st_dev);
-    break;
-  }
-  std::fclose(maps);
-  return same;
-}
-
 bool opted_out(const char* v) {
   if (v == nullptr) return false;
   for (const char* no : {"0", "false", "off", "no"}) {
@@ -70,9 +39,9 @@ bool opted_out(const char* v) {
 void apply_default_wait_policy(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
   if (opted_out(std::getenv("CLEF_OMP_REEXEC"))) return;
-  if (!running_from_proc_self_exe()) return;  // e.g. started as `ld.so clef ...`
+  if (!can_reexec_self()) return;  // e.g. started as `ld.so clef ...`, or not Linux
   if (setenv("GOMP_SPINCOUNT", kDefaultGompSpinCount, 1) != 0) return;
-  execv("/proc/self/exe", argv);
+  reexec_self(argv);
   // exec failed (no /proc, say): run on with libgomp's defaults; leave the variable set so a
   // child process does not try again.
 }

@@ -32,10 +32,11 @@ inline constexpr const char* kDefaultGompSpinCount = "10000";
 
 /// Call first thing in main(). libgomp reads OMP_WAIT_POLICY / GOMP_SPINCOUNT once, when it is
 /// loaded (before main), so when neither is set (and CLEF_OMP_REEXEC is not 0/false/off/no) this
-/// sets GOMP_SPINCOUNT=kDefaultGompSpinCount and re-executes the program (/proc/self/exe) with the
-/// same arguments; it returns normally when there is nothing to do, when /proc/self/exe is not
-/// this program (started through ld.so) or the re-exec fails (the program then runs with
-/// libgomp's defaults). Any OMP_WAIT_POLICY or GOMP_SPINCOUNT the user sets wins.
+/// sets GOMP_SPINCOUNT=kDefaultGompSpinCount and re-executes the program (core/platform.h
+/// reexec_self: /proc/self/exe on Linux) with the same arguments; it returns normally when there is
+/// nothing to do, when the program cannot be re-executed (started through ld.so; systems other than
+/// Linux) or the re-exec fails (the program then runs with libgomp's defaults). Any
+/// OMP_WAIT_POLICY or GOMP_SPINCOUNT the user sets wins.
 void apply_default_wait_policy(char** argv);
 
 }  // namespace clef::ops

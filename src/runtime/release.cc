@@ -158,8 +158,8 @@ void open_mmproj(ReleaseFolder& r, const std::string& path) {
   PreprocessorConfig p;  // the Qwen3.5 processor's defaults: pixel bounds, rescale, resample
   p.image_processor_type = "Qwen2VLImageProcessor";
   for (std::size_t i = 0; i < 3; ++i) {
-    p.image_mean[i] = m.image_mean[i];
-    p.image_std[i] = m.image_std[i];
+    p.image_mean[i] = static_cast<double>(m.image_mean[i]);
+    p.image_std[i] = static_cast<double>(m.image_std[i]);
   }
   p.patch_size = m.vision.patch_size;
   p.merge_size = m.vision.spatial_merge_size;

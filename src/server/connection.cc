@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "server/connection.h"
 
-#include <malloc.h>
 #include <poll.h>
-#include <sys/socket.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -17,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include "core/platform.h"
 #include "decision/dialects.h"
 #include "server/request_gate.h"
 #include "server/route_key.h"
@@ -49,13 +48,14 @@ constexpr double kKeepAliveSeconds = 5;
 constexpr double kWriteSeconds = 30;
 /// Interval of the disconnect / queue-deadline check of a queued decision.
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
-/// Bodies at least this large are followed by malloc_trim(0) once freed (see docs/PERFORMANCE.md).
+/// Bodies at least this large are followed by release_free_heap() (glibc: malloc_trim(0)) once
+/// freed (see docs/PERFORMANCE.md).
 constexpr std::size_t kTrimAfterBytes = 1 << 20;
 /// The interim answer (RFC 9110 §15.2.1).
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 void trim_heap(std::size_t freed_bytes) {
-  if (freed_bytes >= kTrimAfterBytes) malloc_trim(0);
+  if (freed_bytes >= kTrimAfterBytes) release_free_heap();
 }
 
 std::int64_t now_ns() {
@@ -677,19 +677,19 @@ bool Connection::peer_gone() {
   if (gone_.load()) return true;
   pollfd p{};
   p.fd = socket_.native_handle();
-  p.events = POLLIN | POLLRDHUP;
+  const short peer_closed = poll_peer_closed_event();  // POLLRDHUP; 0 where the system has none
+  p.events = static_cast<short>(POLLIN | peer_closed);
   if (poll(&p, 1, 0) <= 0) return false;
   if ((p.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) {
     gone_.store(true);
     return true;
   }
-  if ((p.revents & POLLRDHUP) != 0 && !probed_ && http11_) {
+  if (peer_closed != 0 && (p.revents & peer_closed) != 0 && !probed_ && http11_) {
     // The client stopped sending: a half-close (it still reads) or a full close. An interim
     // 100 answer (which HTTP/1.1 clients skip) tells them apart: a closed socket answers it
     // with a reset, seen at the next check. Non-blocking: when it does not fit, it is not sent.
     probed_ = true;
-    if (::send(p.fd, kContinue.data(), kContinue.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN &&
-        errno != EWOULDBLOCK) {
+    if (send_nonblocking(p.fd, kContinue.data(), kContinue.size()) < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
       gone_.store(true);
       return true;
     }

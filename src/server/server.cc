@@ -3,7 +3,6 @@
 
 #include "ops/isa.h"
 
-#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -23,6 +22,7 @@
 
 #include "core/error.h"
 #include "core/paths.h"
+#include "core/platform.h"
 #include "server/body_decoder.h"
 #include "server/connection.h"
 #include "server/handlers.h"
@@ -40,7 +40,7 @@ using tcp = asio::ip::tcp;
 /// Connections admitted beyond --max-connections while the ones shed for them are closing.
 constexpr std::size_t kShedSlack = 64;
 /// After a burst of at least this many connections ends (the open count halves), the heap's free
-/// pages are returned to the system (malloc_trim), so memory returns to its idle level.
+/// pages are returned to the system (release_free_heap: glibc malloc_trim), so memory returns to its idle level.
 constexpr std::size_t kTrimAfterBurst = 256;
 /// Large bodies go straight to mmap and back to the system when freed (see docs/PERFORMANCE.md).
 constexpr int kMmapThreshold = 1 << 20;
@@ -187,7 +187,7 @@ void HttpServer::connection_ended() {
   const bool burst = peak >= kTrimAfterBurst || burst_draining_.load();
   if (burst && peak > 0 && (open <= peak / 2 || open == 0) && peak_open_.compare_exchange_strong(peak, open)) {
     burst_draining_.store(open != 0);
-    malloc_trim(0);
+    release_free_heap();
   }
 }
 
@@ -208,7 +208,7 @@ void HttpServer::begin_shutdown() {
 int HttpServer::run() {
   // Large bodies go straight to mmap and back to the system when freed (no dynamic threshold
   // growth that would keep a freed 64 MiB body on the heap).
-  mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
+  (void)set_heap_mmap_threshold(kMmapThreshold);
   // Connections need descriptors: use the hard limit.
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

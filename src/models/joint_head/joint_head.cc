@@ -492,7 +492,8 @@ std::vector<float> JointHeadRecord::logits() const {
   for (std::size_t k = 0; k < N; ++k) {
     const float* fk = fq.data() + owner[k] * Ws;
     const float* ok = on.data() + k * Ws;
-    const double ff = dot(fk, fk, W), oo = dot(ok, ok, W), fo = dot(fk, ok, W);
+    const auto ff = static_cast<double>(dot(fk, fk, W)), oo = static_cast<double>(dot(ok, ok, W)),
+               fo = static_cast<double>(dot(fk, ok, W));
     const auto cosv = static_cast<float>(fo / std::max(std::sqrt(ff * oo), 1e-8));
     const std::vector<float> lex = l2_normalize(lexical_.data() + k * Hs, H);
     const float prior = hd.prior_scale_ * dot(lex.data(), anchor.data() + owner[k] * Hs, H);
