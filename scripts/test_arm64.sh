@@ -43,7 +43,7 @@ trap 'rm -rf "$work"' EXIT
 # The per-level suites, and the ARM-relevant non-level tests of the op binaries (the int8 and
 # block-quantized kernels and their packing, the GEMM and its precisions, the level names).
 LEVEL_FILTER='Isa/*:Levels/*'
-OPS_EXTRA='IsaLevels.*:Supported/*:Int8.*:Quant.*:Ops.*:Peaks/*'
+OPS_EXTRA='IsaLevels.*:Supported/*:Int8.*:Quant.*:Ops.*:Peaks/*:Bf16Bfmmla.*'
 # Left out: a thread-count and a profile-timing test (nothing architecture-specific), and the
 # Highway op tests at neon-dotprod and neon-i8mm, whose Highway kernels are the neon ones
 # (docs/ARM64.md "Levels"; KernelsRunTheLevelsHighwayTarget, run at every level, checks that they

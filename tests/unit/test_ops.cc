@@ -28,6 +28,9 @@
 #include "ops/int8_gemm.h"
 #include "ops/isa.h"
 #include "isa_levels.h"
+#if defined(__aarch64__)
+#include "ops/cpu/bf16_gemm_arm.h"
+#endif
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/profile.h"
@@ -888,6 +891,50 @@ TEST(Ops, LinearAllDtypesAndPrecisions) {
   }
 }
 
+#if defined(__aarch64__)
+// The BFMMLA kernel against its error bound (ops/cpu/bf16_gemm_arm.h): products of bf16 values
+// exact, at most k additions rounded to odd (2^-23 relative each), so |y - exact| <=
+// k * 2^-23 * sum |x w|; one more fp32 rounding (2^-24) when adding to y. Exact = double sums of the
+// same bf16 values. Shapes cover every tile tail (row pairs 1-3, odd rows, 1-17 columns of a panel)
+// and k not a multiple of 4.
+TEST(Bf16Bfmmla, WithinItsErrorBound) {
+  if (!ops::cpu::bfmmla_gemm_available()) GTEST_SKIP() << "no FEAT_BF16 at level " << ops::isa_name(ops::active_isa());
+  Rng rng(21);
+  for (std::int64_t m : {1, 2, 3, 5, 6, 7, 13, 40}) {
+    for (std::int64_t n : {1, 15, 16, 17, 33}) {
+      for (std::int64_t k : {1, 3, 4, 5, 64, 100}) {
+        const Vec xf = rng.uniform(m * k, -2.0f, 2.0f), wf = rng.uniform(n * k, -2.0f, 2.0f);
+        std::vector<std::uint16_t> xb(xf.size()), wb(wf.size());
+        for (std::size_t i = 0; i < xf.size(); ++i) xb[i] = f32_to_bf16(xf[i]);
+        for (std::size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+        for (bool acc : {false, true}) {
+          const Vec y0 = rng.uniform(m * n);
+          Vec got = y0;
+          ops::cpu::bfmmla_gemm(m, n, k, xb.data(), wb.data(), got.data(), acc);
+          for (std::int64_t r = 0; r < m; ++r) {
+            for (std::int64_t j = 0; j < n; ++j) {
+              double exact = 0, mag = 0;
+              for (std::int64_t kk = 0; kk < k; ++kk) {
+                const double p = static_cast<double>(bf16_to_f32(xb[static_cast<std::size_t>(r * k + kk)])) *
+                                 static_cast<double>(bf16_to_f32(wb[static_cast<std::size_t>(j * k + kk)]));
+                exact += p;
+                mag += std::fabs(p);
+              }
+              const auto at = static_cast<std::size_t>(r * n + j);
+              const double want = acc ? static_cast<double>(y0[at]) + exact : exact;
+              const double bound =
+                  static_cast<double>(k) * 0x1p-23 * mag * (1 + 1e-6) + (acc ? 0x1p-24 * (std::fabs(want) + mag) : 0.0);
+              ASSERT_LE(std::fabs(static_cast<double>(got[at]) - want), bound)
+                  << "m,n,k=" << dims({m, n, k}) << " acc=" << acc << " r=" << r << " j=" << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+#endif
+
 TEST(Ops, LinearSharedIsOneLinearPerOutputBitForBit) {
   // Several weights reading one x (fp32, bf16 and int8 precisions, mixed in one group, with and
   // without accumulation): the same bits as a linear() call per output; each linear() precision
@@ -1003,6 +1050,14 @@ TEST(Ops, LinearZeroCopyBf16AndRejects) {
   EXPECT_THROW(ops::GemmWeight(DType::kBF16, w.data(), 0, 3, Precision::kF32), InvalidArgument);
   EXPECT_FALSE(ops::gemm_backend_name().empty());
 }
+
+#if defined(__aarch64__)
+TEST_P(OpsAtLevel, Bf16RunsBfmmlaFromNeonI8mmUp) {
+  // bf16 linear layers run the BFMMLA kernel at neon-i8mm and above on a CPU with FEAT_BF16 (every
+  // level from neon-i8mm up requires it), the fp32 matmul on bf16 values below (ops/gemm.h).
+  EXPECT_EQ(ops::bf16_gemm_emulated(), GetParam() < ops::IsaLevel::kNeonI8mm) << ops::isa_name(GetParam());
+}
+#endif
 
 CLEF_INSTANTIATE_AT_ISA_LEVELS(OpsAtLevel);
 

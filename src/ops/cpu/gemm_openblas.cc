@@ -4,8 +4,10 @@
 // dynamic-arch library that picks its kernels for the CPU at load: Cortex-A, Neoverse N1/V1/N2, ...).
 //
 // Debian's oneDNN for arm64 has only reference (non-vectorized) GEMMs, so it is not used on ARM64.
-// Debian builds OpenBLAS without its bf16 GEMM (no sbgemm), so bf16 always runs the fp32 fallback
-// of cpu/gemm.cc (bf16 values through the fp32 matmul; docs/NUMERICS.md "Precision modes").
+// Debian builds OpenBLAS without its bf16 GEMM (no sbgemm): bf16 runs clef's own BFMMLA kernel
+// (cpu/bf16_gemm_arm.h) where the CPU has FEAT_BF16 and the level is neon-i8mm or above, else the
+// fp32 fallback of cpu/gemm.cc (bf16 values through the fp32 matmul; docs/NUMERICS.md "Precision
+// modes").
 #include <omp.h>
 
 #include <climits>
@@ -14,6 +16,7 @@
 #include <cblas.h>
 
 #include "core/error.h"
+#include "ops/cpu/bf16_gemm_arm.h"
 #include "ops/cpu/gemm_backend.h"
 
 namespace clef::ops::gemm_backend {
@@ -37,20 +40,24 @@ void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, 
               blas_int(k, "k"), w, blas_int(k, "k"), accumulate ? 1.0f : 0.0f, y, blas_int(ldc, "ldc"));
 }
 
-bool bf16_matmul_possible() noexcept { return false; }
+bool bf16_matmul_possible() noexcept { return cpu::bfmmla_gemm_available(); }
 
-bool matmul_bf16(std::int64_t, std::int64_t, std::int64_t, const std::uint16_t*, const std::uint16_t*, float*, bool) {
-  return false;
+bool matmul_bf16(std::int64_t m, std::int64_t n, std::int64_t k, const std::uint16_t* x, const std::uint16_t* w,
+                 float* y, bool accumulate) {
+  if (!cpu::bfmmla_gemm_available()) return false;
+  cpu::bfmmla_gemm(m, n, k, x, w, y, accumulate);
+  return true;
 }
 
-bool bf16_matmul_emulated() { return true; }
+bool bf16_matmul_emulated() { return !cpu::bfmmla_gemm_available(); }
 
 std::string library_description() {
   // openblas_get_config() reads e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY neoversen1 MAX_THREADS=64".
   std::string config = openblas_get_config();
   const std::size_t version_end = config.find(' ', config.find(' ') + 1);
   return config.substr(0, version_end) + " (OpenMP, " + openblas_get_corename() + " kernels, " +
-         std::to_string(omp_get_max_threads()) + " threads";
+         std::to_string(omp_get_max_threads()) + " threads" +
+         (cpu::bfmmla_gemm_available() ? "; bf16: clef BFMMLA kernel" : "");
 }
 
 }  // namespace clef::ops::gemm_backend
