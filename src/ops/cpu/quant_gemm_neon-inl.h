@@ -79,22 +79,25 @@ void unpack_panel_arm(const QuantWeight& w, std::int64_t p, std::uint8_t* buf) {
   }
 }
 
-/// The integer and fp32 steps of one block for MR rows × 16 columns: S[r][h][q] holds row r's
-/// half-h sums of column quad q. `r0` is the tile's first row; rows past `mr` are skipped.
-template <int MR>
-inline void fold_quant_block(const QJob& j, const std::uint8_t* bb, std::int64_t b, std::int64_t r0, int mr,
-                             const int32x4_t (&S)[MR][2][4], float32x4_t (&acc)[MR][4]) {
+/// The integer and fp32 steps of one block for MR rows × NQ column quads from quad q0: S[r][h][q]
+/// holds row r's half-h sums of column quad q0 + q. `r0` is the tile's first row; rows past `mr`
+/// are skipped. `has_min`: j.w->has_min(), asked once per tile (it is a call).
+template <int MR, int NQ = 4>
+inline void fold_quant_block(const QJob& j, bool has_min, const std::uint8_t* bb, std::int64_t b, std::int64_t r0,
+                             int mr, int q0, const int32x4_t (&S)[MR][2][NQ], float32x4_t (&acc)[MR][NQ]) {
   constexpr std::size_t kQ = quant_detail::kUnpackedQ;
   const std::int64_t nb = j.w->blocks();
-  const bool has_min = j.w->has_min();
-  for (int q = 0; q < 4; ++q) {
-    const int32x4_t v0 = vld1q_s32(reinterpret_cast<const std::int32_t*>(bb + kQ + 16 * q));
-    const int32x4_t v1 = vld1q_s32(reinterpret_cast<const std::int32_t*>(bb + kQ + 64 + 16 * q));
-    const int32x4_t v2 = vld1q_s32(reinterpret_cast<const std::int32_t*>(bb + kQ + 128 + 16 * q));
+#pragma GCC unroll 4
+  for (int q = 0; q < NQ; ++q) {
+    const std::size_t at_q = kQ + 16 * static_cast<std::size_t>(q0 + q);
+    const int32x4_t v0 = vld1q_s32(reinterpret_cast<const std::int32_t*>(bb + at_q));
+    const int32x4_t v1 = vld1q_s32(reinterpret_cast<const std::int32_t*>(bb + at_q + 64));
+    const int32x4_t v2 = vld1q_s32(reinterpret_cast<const std::int32_t*>(bb + at_q + 128));
     const int32x4_t sc_lo = vshrq_n_s32(vshlq_n_s32(v0, 16), 16), sc_hi = vshrq_n_s32(vshlq_n_s32(v1, 16), 16);
     const int32x4_t off_lo = vshrq_n_s32(vshlq_n_s32(v2, 16), 16), off_hi = vshrq_n_s32(v2, 16);
-    const float32x4_t dq = vld1q_f32(reinterpret_cast<const float*>(bb + kQ + 192 + 16 * q));
-    const float32x4_t mq = vld1q_f32(reinterpret_cast<const float*>(bb + kQ + 256 + 16 * q));
+    const float32x4_t dq = vld1q_f32(reinterpret_cast<const float*>(bb + at_q + 192));
+    const float32x4_t mq = vld1q_f32(reinterpret_cast<const float*>(bb + at_q + 256));
+#pragma GCC unroll 4
     for (int r = 0; r < MR && r < mr; ++r) {
       const std::int64_t at = (r0 + r) * nb + b;
       const std::int32_t sp = j.spair[at];
@@ -109,54 +112,109 @@ inline void fold_quant_block(const QJob& j, const std::uint8_t* bb, std::int64_t
   }
 }
 
-/// Writes the tile (rows < mr) to y.
-template <int MR>
-inline void store_quant_tile(const QJob& j, std::int64_t r0, int mr, std::int64_t p0, const float32x4_t (&acc)[MR][4]) {
-  float out[MR * kQuantPanelCols];
-  for (int r = 0; r < MR; ++r)
-    for (int q = 0; q < 4; ++q) vst1q_f32(out + r * kQuantPanelCols + 4 * q, acc[r][q]);
-  store_tile(j, r0, mr, p0, out);
+/// fold_quant_block for a type whose block halves share their scale (every type but Q6_K):
+/// S[r][0][q] holds the whole block's sum Slo + Shi, and I = sc · S − off·sc · (σlo + σhi), the same
+/// integer as the two-half form (ops/quant_gemm.h).
+template <int MR, int NQ>
+inline void fold_quant_block_joint(const QJob& j, bool has_min, const std::uint8_t* bb, std::int64_t b, std::int64_t r0,
+                                   int q0, const int32x4_t (&S)[MR][2][NQ], float32x4_t (&acc)[MR][NQ]) {
+  constexpr std::size_t kQ = quant_detail::kUnpackedQ;
+  const std::int64_t nb = j.w->blocks();
+#pragma GCC unroll 4
+  for (int q = 0; q < NQ; ++q) {
+    const std::size_t at_q = kQ + 16 * static_cast<std::size_t>(q0 + q);
+    const int32x4_t v0 = vld1q_s32(reinterpret_cast<const std::int32_t*>(bb + at_q));
+    const int32x4_t v2 = vld1q_s32(reinterpret_cast<const std::int32_t*>(bb + at_q + 128));
+    const int32x4_t sc = vshrq_n_s32(vshlq_n_s32(v0, 16), 16);
+    const int32x4_t off_sc = vshrq_n_s32(vshlq_n_s32(v2, 16), 16);  // off · sc (the low half)
+    const float32x4_t dq = vld1q_f32(reinterpret_cast<const float*>(bb + at_q + 192));
+    const float32x4_t mq = vld1q_f32(reinterpret_cast<const float*>(bb + at_q + 256));
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      const std::int64_t at = (r0 + r) * nb + b;
+      const std::int32_t sp = j.spair[at];
+      const std::int32_t sigma = static_cast<std::int16_t>(sp & 0xFFFF) + (sp >> 16);
+      const int32x4_t isum = vmlsq_n_s32(vmulq_s32(sc, S[r][0][q]), off_sc, sigma);
+      const float32x4_t fi = vcvtq_f32_s32(isum);
+      const float32x4_t u = has_min ? vfmaq_f32(vnegq_f32(vmulq_n_f32(mq, j.sf[at])), fi, dq) : vmulq_f32(fi, dq);
+      acc[r][q] = vfmaq_n_f32(acc[r][q], u, j.da[at]);
+    }
+  }
 }
 
-/// SDOT of group L (0..3 of a half block) for MR rows.
-template <int MR, int L>
+/// Writes the tile (rows < mr; NQ column quads from quad q0) to y.
+template <int MR, int NQ = 4>
+inline void store_quant_tile(const QJob& j, std::int64_t r0, int mr, std::int64_t p0, int q0,
+                             const float32x4_t (&acc)[MR][NQ]) {
+  for (int r = 0; r < MR && r < mr; ++r) {
+    float* yr = j.y + (r0 + r) * j.n;
+    for (int q = 0; q < NQ; ++q) {
+      float out[4];
+      vst1q_f32(out, acc[r][q]);
+      for (int c = 0; c < 4; ++c) {
+        const std::int64_t col = p0 * kQuantPanelCols + 4 * (q0 + q) + c;
+        if (col >= j.n) break;
+        yr[col] = j.accumulate ? yr[col] + out[c] : out[c];
+      }
+    }
+  }
+}
+
+/// SDOT of group L (0..3 of a half block) for MR rows × NQ column quads.
+template <int MR, int NQ, int L>
 __attribute__((target("arch=armv8.2-a+dotprod"), always_inline)) inline void quant_dot_group(const std::uint8_t* q_h,
                                                                                              const int8x16_t (&a)[MR],
-                                                                                             int32x4_t (&s)[MR][4]) {
-  int8x16_t w[4];
-  for (int q = 0; q < 4; ++q) w[q] = vreinterpretq_s8_u8(vld1q_u8(q_h + L * 64 + 16 * q));
+                                                                                             int32x4_t (&s)[MR][NQ]) {
+  int8x16_t w[NQ];
+  for (int q = 0; q < NQ; ++q) w[q] = vreinterpretq_s8_u8(vld1q_u8(q_h + L * 64 + 16 * q));
   for (int r = 0; r < MR; ++r)
-    for (int q = 0; q < 4; ++q) s[r][q] = vdotq_laneq_s32(s[r][q], w[q], a[r], L);
+    for (int q = 0; q < NQ; ++q) s[r][q] = vdotq_laneq_s32(s[r][q], w[q], a[r], L);
 }
 
-/// FEAT_DotProd: MR rows × the unpacked panel.
-template <int MR>
+/// FEAT_DotProd: MR rows × 2 column quads (from quad q0) of the unpacked panel (4 × 16 would hold
+/// more sums than the 32 registers). kSplit: the halves of a block have different scales (Q6_K),
+/// so Slo and Shi are summed apart; every other type has sc_lo = sc_hi, and then
+/// I = sc · (Slo + Shi) − off·sc · (σlo + σhi) is the same integer from one sum per block (half the
+/// registers and half the fold).
+template <int MR, bool kSplit>
 __attribute__((target("arch=armv8.2-a+dotprod"))) void quant_tile_dot(const QJob& j, const std::uint8_t* buf,
-                                                                      std::int64_t r0, std::int64_t p0) {
+                                                                      std::int64_t r0, std::int64_t p0, int q0) {
+  constexpr int NQ = 2;
   const std::int64_t nb = j.w->blocks();
-  float32x4_t acc[MR][4];
+  const bool has_min = j.w->has_min();
+  float32x4_t acc[MR][NQ];
   for (auto& row : acc)
     for (auto& v : row) v = vdupq_n_f32(0.0f);
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::uint8_t* bb = buf + static_cast<std::size_t>(b) * quant_detail::kUnpackedBlock;
-    int32x4_t S[MR][2][4];
+    int32x4_t S[MR][2][NQ];
+    int32x4_t s[MR][NQ];
+    for (auto& row : s)
+      for (auto& v : row) v = vdupq_n_s32(0);
     for (int h = 0; h < 2; ++h) {
       int8x16_t a[MR];
       for (int r = 0; r < MR; ++r) a[r] = vld1q_s8(j.qa + ((r0 + r) * nb + b) * 32 + 16 * h);
-      int32x4_t s[MR][4];
-      for (auto& row : s)
-        for (auto& v : row) v = vdupq_n_s32(0);
-      const std::uint8_t* q_h = bb + 256 * h;
-      quant_dot_group<MR, 0>(q_h, a, s);
-      quant_dot_group<MR, 1>(q_h, a, s);
-      quant_dot_group<MR, 2>(q_h, a, s);
-      quant_dot_group<MR, 3>(q_h, a, s);
-      for (int r = 0; r < MR; ++r)
-        for (int q = 0; q < 4; ++q) S[r][h][q] = s[r][q];
+      const std::uint8_t* q_h = bb + 256 * h + 16 * q0;
+      quant_dot_group<MR, NQ, 0>(q_h, a, s);
+      quant_dot_group<MR, NQ, 1>(q_h, a, s);
+      quant_dot_group<MR, NQ, 2>(q_h, a, s);
+      quant_dot_group<MR, NQ, 3>(q_h, a, s);
+      if (kSplit || h == 1) {
+        for (int r = 0; r < MR; ++r) {
+          for (int q = 0; q < NQ; ++q) {
+            S[r][kSplit ? h : 0][q] = s[r][q];
+            if (kSplit) s[r][q] = vdupq_n_s32(0);
+          }
+        }
+      }
     }
-    fold_quant_block<MR>(j, bb, b, r0, MR, S, acc);
+    if constexpr (kSplit) {
+      fold_quant_block<MR, NQ>(j, has_min, bb, b, r0, MR, q0, S, acc);
+    } else {
+      fold_quant_block_joint<MR, NQ>(j, has_min, bb, b, r0, q0, S, acc);
+    }
   }
-  store_quant_tile<MR>(j, r0, MR, p0, acc);
+  store_quant_tile<MR, NQ>(j, r0, MR, p0, q0, acc);
 }
 
 /// FEAT_I8MM: MR (2 or 4) rows × the unpacked panel; rows past `mr` multiply zeros, never stored.
@@ -167,6 +225,7 @@ __attribute__((target("arch=armv8.2-a+i8mm"))) void quant_tile_i8mm(const QJob& 
   constexpr int RP = MR / 2;
   static const std::int8_t kZeros[32] = {};
   const std::int64_t nb = j.w->blocks();
+  const bool has_min = j.w->has_min();
   float32x4_t acc[MR][4];
   for (auto& row : acc)
     for (auto& v : row) v = vdupq_n_f32(0.0f);
@@ -201,15 +260,16 @@ __attribute__((target("arch=armv8.2-a+i8mm"))) void quant_tile_i8mm(const QJob& 
         }
       }
     }
-    fold_quant_block<MR>(j, bb, b, r0, mr, S, acc);
+    fold_quant_block<MR>(j, has_min, bb, b, r0, mr, 0, S, acc);
   }
-  store_quant_tile<MR>(j, r0, mr, p0, acc);
+  store_quant_tile<MR>(j, r0, mr, p0, 0, acc);
 }
 
 /// Advanced SIMD without dot products: MR rows × the unpacked panel.
 template <int MR>
 void quant_tile_neon(const QJob& j, const std::uint8_t* buf, std::int64_t r0, std::int64_t p0) {
   const std::int64_t nb = j.w->blocks();
+  const bool has_min = j.w->has_min();
   float32x4_t acc[MR][4];
   for (auto& row : acc)
     for (auto& v : row) v = vdupq_n_f32(0.0f);
@@ -236,9 +296,19 @@ void quant_tile_neon(const QJob& j, const std::uint8_t* buf, std::int64_t r0, st
       for (int r = 0; r < MR; ++r)
         for (int q = 0; q < 4; ++q) S[r][h][q] = vpaddq_s32(pair[r][2 * q], pair[r][2 * q + 1]);
     }
-    fold_quant_block<MR>(j, bb, b, r0, MR, S, acc);
+    fold_quant_block<MR>(j, has_min, bb, b, r0, MR, 0, S, acc);
   }
-  store_quant_tile<MR>(j, r0, MR, p0, acc);
+  store_quant_tile<MR>(j, r0, MR, p0, 0, acc);
+}
+
+/// Every row tile of panel p0 with the SDOT kernel.
+template <bool kSplit>
+void run_dot_tiles(const QJob& j, const std::uint8_t* buf, std::int64_t p0, std::int64_t m) {
+  for (int q0 = 0; q0 < 4; q0 += 2) {
+    std::int64_t r = 0;
+    for (; r + 4 <= m; r += 4) quant_tile_dot<4, kSplit>(j, buf, r, p0, q0);
+    for (; r < m; ++r) quant_tile_dot<1, kSplit>(j, buf, r, p0, q0);
+  }
 }
 
 /// Runs panel p0 with the chosen ARM kernel.
@@ -255,8 +325,11 @@ void run_panel_arm(QuantKernel kernel, const QJob& j, std::int64_t p0, std::int6
       }
       break;
     case QuantKernel::kNeonDot:
-      for (; r + 4 <= m; r += 4) quant_tile_dot<4>(j, buf, r, p0);
-      for (; r < m; ++r) quant_tile_dot<1>(j, buf, r, p0);
+      if (j.w->type() == QuantType::kQ6_K) {
+        run_dot_tiles<true>(j, buf, p0, m);
+      } else {
+        run_dot_tiles<false>(j, buf, p0, m);
+      }
       break;
     default:
       for (; r + 2 <= m; r += 2) quant_tile_neon<2>(j, buf, r, p0);
