@@ -117,7 +117,7 @@ inline void fold_quant_block(const QJob& j, bool has_min, const std::uint8_t* bb
 /// integer as the two-half form (ops/quant_gemm.h).
 template <int MR, int NQ>
 inline void fold_quant_block_joint(const QJob& j, bool has_min, const std::uint8_t* bb, std::int64_t b, std::int64_t r0,
-                                   int q0, const int32x4_t (&S)[MR][2][NQ], float32x4_t (&acc)[MR][NQ]) {
+                                   int mr, int q0, const int32x4_t (&S)[MR][2][NQ], float32x4_t (&acc)[MR][NQ]) {
   constexpr std::size_t kQ = quant_detail::kUnpackedQ;
   const std::int64_t nb = j.w->blocks();
 #pragma GCC unroll 4
@@ -130,7 +130,7 @@ inline void fold_quant_block_joint(const QJob& j, bool has_min, const std::uint8
     const float32x4_t dq = vld1q_f32(reinterpret_cast<const float*>(bb + at_q + 192));
     const float32x4_t mq = vld1q_f32(reinterpret_cast<const float*>(bb + at_q + 256));
 #pragma GCC unroll 4
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < MR && r < mr; ++r) {
       const std::int64_t at = (r0 + r) * nb + b;
       const std::int32_t sp = j.spair[at];
       const std::int32_t sigma = static_cast<std::int16_t>(sp & 0xFFFF) + (sp >> 16);
@@ -211,14 +211,15 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void quant_tile_dot(const QJob
     if constexpr (kSplit) {
       fold_quant_block<MR, NQ>(j, has_min, bb, b, r0, MR, q0, S, acc);
     } else {
-      fold_quant_block_joint<MR, NQ>(j, has_min, bb, b, r0, q0, S, acc);
+      fold_quant_block_joint<MR, NQ>(j, has_min, bb, b, r0, MR, q0, S, acc);
     }
   }
   store_quant_tile<MR, NQ>(j, r0, MR, p0, q0, acc);
 }
 
 /// FEAT_I8MM: MR (2 or 4) rows × the unpacked panel; rows past `mr` multiply zeros, never stored.
-template <int MR>
+/// kSplit as in quant_tile_dot: without it one sum runs over the whole block.
+template <int MR, bool kSplit>
 __attribute__((target("arch=armv8.2-a+i8mm"))) void quant_tile_i8mm(const QJob& j, const std::uint8_t* buf,
                                                                     std::int64_t r0, int mr, std::int64_t p0) {
   static_assert(MR % 2 == 0, "row pairs");
@@ -234,10 +235,10 @@ __attribute__((target("arch=armv8.2-a+i8mm"))) void quant_tile_i8mm(const QJob& 
     const std::int8_t* qa[MR];
     for (int r = 0; r < MR; ++r) qa[r] = r < mr ? j.qa + ((r0 + r) * nb + b) * 32 : kZeros;
     int32x4_t S[MR][2][4];
+    int32x4_t t[RP][8];  // row pair × column pair: [r0c0, r0c1, r1c0, r1c1]
+    for (auto& row : t)
+      for (auto& v : row) v = vdupq_n_s32(0);
     for (int h = 0; h < 2; ++h) {
-      int32x4_t t[RP][8];  // row pair × column pair: [r0c0, r0c1, r1c0, r1c1]
-      for (auto& row : t)
-        for (auto& v : row) v = vdupq_n_s32(0);
       for (int k8 = 2 * h; k8 < 2 * h + 2; ++k8) {
         int8x16_t a[RP];
         for (int p = 0; p < RP; ++p) a[p] = vcombine_s8(vld1_s8(qa[2 * p] + 8 * k8), vld1_s8(qa[2 * p + 1] + 8 * k8));
@@ -252,15 +253,21 @@ __attribute__((target("arch=armv8.2-a+i8mm"))) void quant_tile_i8mm(const QJob& 
           }
         }
       }
+      if (!kSplit && h == 0) continue;  // one sum over both halves
       for (int p = 0; p < RP; ++p) {
         for (int q = 0; q < 4; ++q) {
           const int64x2_t lo = vreinterpretq_s64_s32(t[p][2 * q]), hi = vreinterpretq_s64_s32(t[p][2 * q + 1]);
-          S[2 * p][h][q] = vreinterpretq_s32_s64(vzip1q_s64(lo, hi));
-          S[2 * p + 1][h][q] = vreinterpretq_s32_s64(vzip2q_s64(lo, hi));
+          S[2 * p][kSplit ? h : 0][q] = vreinterpretq_s32_s64(vzip1q_s64(lo, hi));
+          S[2 * p + 1][kSplit ? h : 0][q] = vreinterpretq_s32_s64(vzip2q_s64(lo, hi));
+          if (kSplit) t[p][2 * q] = t[p][2 * q + 1] = vdupq_n_s32(0);
         }
       }
     }
-    fold_quant_block<MR>(j, has_min, bb, b, r0, mr, 0, S, acc);
+    if constexpr (kSplit) {
+      fold_quant_block<MR>(j, has_min, bb, b, r0, mr, 0, S, acc);
+    } else {
+      fold_quant_block_joint<MR, 4>(j, has_min, bb, b, r0, mr, 0, S, acc);
+    }
   }
   store_quant_tile<MR>(j, r0, mr, p0, 0, acc);
 }
@@ -311,17 +318,28 @@ void run_dot_tiles(const QJob& j, const std::uint8_t* buf, std::int64_t p0, std:
   }
 }
 
+/// Every row tile of panel p0 with the SMMLA kernel.
+template <bool kSplit>
+void run_i8mm_tiles(const QJob& j, const std::uint8_t* buf, std::int64_t p0, std::int64_t m) {
+  std::int64_t r = 0;
+  for (; r + 4 <= m; r += 4) quant_tile_i8mm<4, kSplit>(j, buf, r, 4, p0);
+  if (m - r > 2) {
+    quant_tile_i8mm<4, kSplit>(j, buf, r, static_cast<int>(m - r), p0);
+  } else if (m - r > 0) {
+    quant_tile_i8mm<2, kSplit>(j, buf, r, static_cast<int>(m - r), p0);
+  }
+}
+
 /// Runs panel p0 with the chosen ARM kernel.
 void run_panel_arm(QuantKernel kernel, const QJob& j, std::int64_t p0, std::int64_t m, std::uint8_t* buf) {
   unpack_panel_arm(*j.w, p0, buf);
   std::int64_t r = 0;
   switch (kernel) {
     case QuantKernel::kNeonI8mm:
-      for (; r + 4 <= m; r += 4) quant_tile_i8mm<4>(j, buf, r, 4, p0);
-      if (m - r > 2) {
-        quant_tile_i8mm<4>(j, buf, r, static_cast<int>(m - r), p0);
-      } else if (m - r > 0) {
-        quant_tile_i8mm<2>(j, buf, r, static_cast<int>(m - r), p0);
+      if (j.w->type() == QuantType::kQ6_K) {
+        run_i8mm_tiles<true>(j, buf, p0, m);
+      } else {
+        run_i8mm_tiles<false>(j, buf, p0, m);
       }
       break;
     case QuantKernel::kNeonDot:
