@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: MIT
 # README command 2 (and what CI runs): the whole test suite, as timed stages (docs/TESTING.md says
 # what each stage proves and what it costs):
-#   setup         scripts/setup.sh --dev: test libraries, clang, clang-format, ccache, the Python reference
-#                 toolkit in the virtual environment .venv/ ($CLEF_VENV), whose python runs every Python step;
+#   setup         scripts/setup.sh --dev --arm64: test libraries, clang, clang-format, ccache, the Python
+#                 reference toolkit in the virtual environment .venv/ ($CLEF_VENV), whose python runs every
+#                 Python step, and the ARM64 cross toolchain, qemu-user and :arm64 libraries (dpkg multiarch;
+#                 CLEF_TEST_ARM64=0 leaves these and the arm64 stage out, and says so in the table);
 #   layer check   scripts/check_layers.py: no engine layer (src/<layer>) includes a layer it does not link;
 #   function length
 #                 scripts/check_function_length.py: no function in src/ or apps/ over 120 lines;
@@ -25,6 +27,11 @@
 #   isa LEVEL     for every other kernel level the CPU has (CLEF_ISA): the kernel-dependent live
 #                 comparisons; AVX2 also runs the 0.8b layer shapes end to end (the "0.8b-shapes" preset).
 #                 Every op against its scalar oracle at every level is the native ctest's job;
+#   arm64 (cross build, qemu)
+#                 scripts/test_arm64.sh: the arm64 preset cross-built with -Werror, every op and kernel
+#                 test at every ARM level under qemu-user (128- and 256-bit SVE), level detection under
+#                 several CPU models, and `clef decide` under qemu against the x86-64 answers (fp32,
+#                 int8, Q8_0 and Q4_K_M GGUF); its own step table (docs/ARM64.md "Testing");
 #   asan build, ctest (asan+ubsan)
 #                 ASan + UBSan build of the unit-test binaries (-O0; kernels -O1 but attention and the
 #                 delta rule -O0; only the kernel levels this CPU runs, every file compiled alone), run;
@@ -83,7 +90,12 @@ stage() {
   stage_state+=(ok)
 }
 
-stage setup bash scripts/setup.sh --dev
+ARM64=${CLEF_TEST_ARM64:-1}
+if [[ $ARM64 == 0 ]]; then
+  stage setup bash scripts/setup.sh --dev
+else
+  stage setup bash scripts/setup.sh --dev --arm64
+fi
 # No engine layer includes a layer it does not link (src/CMakeLists.txt lists the order): seconds, before any build.
 stage "layer check" python3 scripts/check_layers.py
 # No function over 120 lines in src/ or apps/: about 2 s.
@@ -175,6 +187,12 @@ for isa in ${CLEF_TEST_ISA_LEVELS:-$supported}; do
   [[ "$isa" == "$native_isa" ]] && continue
   stage "isa $isa" isa_level "$isa"
 done
+
+if [[ $ARM64 == 0 ]]; then
+  stage_names+=("arm64 (cross build, qemu)") stage_secs+=(0) stage_state+=("skipped (CLEF_TEST_ARM64=0)")
+else
+  stage "arm64 (cross build, qemu)" bash scripts/test_arm64.sh
+fi
 
 build_asan() {
   cmake --preset asan -DCLEF_WERROR=ON >/dev/null
