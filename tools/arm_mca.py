@@ -40,6 +40,7 @@ Examples (from the repository root, after cmake --preset arm64 has written compi
   python3 tools/arm_mca.py --check-models
   python3 tools/arm_mca.py --preset peak
   python3 tools/arm_mca.py --preset microgemm
+  python3 tools/arm_mca.py --preset clef          # the ARM GEMM kernels (int8, block-quantized, BFMMLA)
   python3 tools/arm_mca.py --preset llama --llama /work/peers/llama.cpp
   python3 tools/arm_mca.py --tu src/ops/cpu/peak_arm.cc --func sdot_chains --list-loops
   python3 tools/arm_mca.py --src peer.c --flags "-O3 -march=armv8.2-a+dotprod -Iinc" --func my_kernel
@@ -527,6 +528,21 @@ def presets(name: str, llama: Path | None) -> list[Kernel]:
                    cores=("neoverse-v2", "neoverse-n2"), sve_bits=128),
             Kernel("microgemm NEON (attention.cc)", ["N_NEON", "attention_impl"], tu=att),
         ]
+    if name == "clef":
+        # The ARM GEMM kernels (docs/ARM64.md "Levels"): the register tile of each, one block of k
+        # per loop iteration (32 k for int8 and the block types, 4 k for BFMMLA). The block-quantized
+        # kernels' tile reads a panel unpacked once per call (not in the loop); "joint" is every
+        # type whose half-blocks share a scale (Q4_K, Q5_K, Q4_0, Q4_1, Q5_0, Q5_1), "split" Q6_K.
+        i8, qg, bf = "src/ops/cpu/int8_gemm.cc", "src/ops/cpu/quant_gemm.cc", "src/ops/cpu/bf16_gemm_arm.cc"
+        return [
+            Kernel("clef Q8_0/int8 SDOT 4x8", ["tile_neon_dot", "ILi4ELi2"], tu=i8, klass="sdot"),
+            Kernel("clef Q8_0/int8 SMMLA 4x8", ["tile_neon_i8mm", "ILi4"], tu=i8, klass="smmla"),
+            Kernel("clef K-quant joint SDOT 4x8", ["quant_tile_dot", "ILi4ELb0"], tu=qg, klass="sdot"),
+            Kernel("clef Q6_K split SDOT 4x8", ["quant_tile_dot", "ILi4ELb1"], tu=qg, klass="sdot"),
+            Kernel("clef K-quant joint SMMLA 4x16", ["quant_tile_i8mm", "ILi4ELb0"], tu=qg, klass="smmla"),
+            Kernel("clef Q6_K split SMMLA 4x16", ["quant_tile_i8mm", "ILi4ELb1"], tu=qg, klass="smmla"),
+            Kernel("clef bf16 BFMMLA 6x16", ["tile", "ILi3"], tu=bf, klass="bfmmla"),
+        ]
     if name == "llama":
         if llama is None or not (llama / "ggml/src/ggml-cpu/arch/arm").is_dir():
             fail("--preset llama needs --llama DIR, a llama.cpp checkout (ggml/src/ggml-cpu/arch/arm/)")
@@ -547,7 +563,7 @@ def presets(name: str, llama: Path | None) -> list[Kernel]:
                    flags=f"{inc} -std=c++17 {dot}"),
             Kernel("llama gemm_q4_K_8x8_q8_K", ["ggml_gemm_q4_K_8x8_q8_K"], src=repack, flags=f"{inc} -std=c++17 {mm}"),
         ]
-    fail(f"unknown preset {name} (peak, microgemm, llama)")
+    fail(f"unknown preset {name} (peak, microgemm, clef, llama)")
     return []
 
 
@@ -555,7 +571,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 1)[1])
     what = ap.add_argument_group("what to analyse (a preset, or one kernel)")
-    what.add_argument("--preset", action="append", default=[], help="peak, microgemm or llama (repeatable)")
+    what.add_argument("--preset", action="append", default=[], help="peak, microgemm, clef or llama (repeatable)")
     what.add_argument("--llama", type=Path, help="llama.cpp checkout for --preset llama")
     what.add_argument("--tu", help="a source file of the arm64 build, compiled with its compile_commands.json flags")
     what.add_argument("--src", help="any C/C++ file, compiled with --flags")

@@ -83,8 +83,10 @@ void unpack_panel_arm(const QuantWeight& w, std::int64_t p, std::uint8_t* buf) {
 /// holds row r's half-h sums of column quad q0 + q. `r0` is the tile's first row; rows past `mr`
 /// are skipped. `has_min`: j.w->has_min(), asked once per tile (it is a call).
 template <int MR, int NQ = 4>
-inline void fold_quant_block(const QJob& j, bool has_min, const std::uint8_t* bb, std::int64_t b, std::int64_t r0,
-                             int mr, int q0, const int32x4_t (&S)[MR][2][NQ], float32x4_t (&acc)[MR][NQ]) {
+__attribute__((always_inline)) inline void fold_quant_block(const QJob& j, bool has_min, const std::uint8_t* bb,
+                                                            std::int64_t b, std::int64_t r0, int mr, int q0,
+                                                            const int32x4_t (&S)[MR][2][NQ],
+                                                            float32x4_t (&acc)[MR][NQ]) {
   constexpr std::size_t kQ = quant_detail::kUnpackedQ;
   const std::int64_t nb = j.w->blocks();
 #pragma GCC unroll 4
@@ -116,8 +118,10 @@ inline void fold_quant_block(const QJob& j, bool has_min, const std::uint8_t* bb
 /// S[r][0][q] holds the whole block's sum Slo + Shi, and I = sc · S − off·sc · (σlo + σhi), the same
 /// integer as the two-half form (ops/quant_gemm.h).
 template <int MR, int NQ>
-inline void fold_quant_block_joint(const QJob& j, bool has_min, const std::uint8_t* bb, std::int64_t b, std::int64_t r0,
-                                   int mr, int q0, const int32x4_t (&S)[MR][2][NQ], float32x4_t (&acc)[MR][NQ]) {
+__attribute__((always_inline)) inline void fold_quant_block_joint(const QJob& j, bool has_min, const std::uint8_t* bb,
+                                                                  std::int64_t b, std::int64_t r0, int mr, int q0,
+                                                                  const int32x4_t (&S)[MR][2][NQ],
+                                                                  float32x4_t (&acc)[MR][NQ]) {
   constexpr std::size_t kQ = quant_detail::kUnpackedQ;
   const std::int64_t nb = j.w->blocks();
 #pragma GCC unroll 4
