@@ -79,10 +79,13 @@ void unpack_panel_arm(const QuantWeight& w, std::int64_t p, std::uint8_t* buf) {
   }
 }
 
-/// The integer and fp32 steps of one block for MR rows × NQ column quads from quad q0: S[r][h][q]
-/// holds row r's half-h sums of column quad q0 + q. `r0` is the tile's first row; rows past `mr`
-/// are skipped. `has_min`: j.w->has_min(), asked once per tile (it is a call).
-template <int MR, int NQ = 4>
+/// The integer and fp32 steps of one block for MR rows × NQ column quads from quad q0. `r0` is the
+/// tile's first row; rows past `mr` are skipped. `has_min`: j.w->has_min(), asked once per tile (it
+/// is a call). kSplit: S[r][h][q] holds row r's half-h sums of column quad q0 + q, and
+///   I = sc_lo · Slo + sc_hi · Shi − (off·sc_lo · σlo + off·sc_hi · σhi);
+/// otherwise (a type whose halves share their scale: every type but Q6_K) S[r][0][q] holds the
+/// whole block's sum Slo + Shi, and I = sc · S − off·sc · (σlo + σhi), the same integer.
+template <int MR, int NQ, bool kSplit>
 __attribute__((always_inline)) inline void fold_quant_block(const QJob& j, bool has_min, const std::uint8_t* bb,
                                                             std::int64_t b, std::int64_t r0, int mr, int q0,
                                                             const int32x4_t (&S)[MR][2][NQ],
@@ -104,41 +107,13 @@ __attribute__((always_inline)) inline void fold_quant_block(const QJob& j, bool 
       const std::int64_t at = (r0 + r) * nb + b;
       const std::int32_t sp = j.spair[at];
       const std::int32_t slo = static_cast<std::int16_t>(sp & 0xFFFF), shi = sp >> 16;
-      int32x4_t isum = vmulq_s32(sc_lo, S[r][0][q]);
-      isum = vmlaq_s32(isum, sc_hi, S[r][1][q]);
-      isum = vsubq_s32(isum, vmlaq_n_s32(vmulq_n_s32(off_lo, slo), off_hi, shi));
-      const float32x4_t fi = vcvtq_f32_s32(isum);
-      const float32x4_t u = has_min ? vfmaq_f32(vnegq_f32(vmulq_n_f32(mq, j.sf[at])), fi, dq) : vmulq_f32(fi, dq);
-      acc[r][q] = vfmaq_n_f32(acc[r][q], u, j.da[at]);
-    }
-  }
-}
-
-/// fold_quant_block for a type whose block halves share their scale (every type but Q6_K):
-/// S[r][0][q] holds the whole block's sum Slo + Shi, and I = sc · S − off·sc · (σlo + σhi), the same
-/// integer as the two-half form (ops/quant_gemm.h).
-template <int MR, int NQ>
-__attribute__((always_inline)) inline void fold_quant_block_joint(const QJob& j, bool has_min, const std::uint8_t* bb,
-                                                                  std::int64_t b, std::int64_t r0, int mr, int q0,
-                                                                  const int32x4_t (&S)[MR][2][NQ],
-                                                                  float32x4_t (&acc)[MR][NQ]) {
-  constexpr std::size_t kQ = quant_detail::kUnpackedQ;
-  const std::int64_t nb = j.w->blocks();
-#pragma GCC unroll 4
-  for (int q = 0; q < NQ; ++q) {
-    const std::size_t at_q = kQ + 16 * static_cast<std::size_t>(q0 + q);
-    const int32x4_t v0 = vld1q_s32(reinterpret_cast<const std::int32_t*>(bb + at_q));
-    const int32x4_t v2 = vld1q_s32(reinterpret_cast<const std::int32_t*>(bb + at_q + 128));
-    const int32x4_t sc = vshrq_n_s32(vshlq_n_s32(v0, 16), 16);
-    const int32x4_t off_sc = vshrq_n_s32(vshlq_n_s32(v2, 16), 16);  // off · sc (the low half)
-    const float32x4_t dq = vld1q_f32(reinterpret_cast<const float*>(bb + at_q + 192));
-    const float32x4_t mq = vld1q_f32(reinterpret_cast<const float*>(bb + at_q + 256));
-#pragma GCC unroll 4
-    for (int r = 0; r < MR && r < mr; ++r) {
-      const std::int64_t at = (r0 + r) * nb + b;
-      const std::int32_t sp = j.spair[at];
-      const std::int32_t sigma = static_cast<std::int16_t>(sp & 0xFFFF) + (sp >> 16);
-      const int32x4_t isum = vmlsq_n_s32(vmulq_s32(sc, S[r][0][q]), off_sc, sigma);
+      int32x4_t isum;
+      if constexpr (kSplit) {
+        isum = vmlaq_s32(vmulq_s32(sc_lo, S[r][0][q]), sc_hi, S[r][1][q]);
+        isum = vsubq_s32(isum, vmlaq_n_s32(vmulq_n_s32(off_lo, slo), off_hi, shi));
+      } else {
+        isum = vmlsq_n_s32(vmulq_s32(sc_lo, S[r][0][q]), off_lo, slo + shi);
+      }
       const float32x4_t fi = vcvtq_f32_s32(isum);
       const float32x4_t u = has_min ? vfmaq_f32(vnegq_f32(vmulq_n_f32(mq, j.sf[at])), fi, dq) : vmulq_f32(fi, dq);
       acc[r][q] = vfmaq_n_f32(acc[r][q], u, j.da[at]);
@@ -212,11 +187,7 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void quant_tile_dot(const QJob
         }
       }
     }
-    if constexpr (kSplit) {
-      fold_quant_block<MR, NQ>(j, has_min, bb, b, r0, MR, q0, S, acc);
-    } else {
-      fold_quant_block_joint<MR, NQ>(j, has_min, bb, b, r0, MR, q0, S, acc);
-    }
+    fold_quant_block<MR, NQ, kSplit>(j, has_min, bb, b, r0, MR, q0, S, acc);
   }
   store_quant_tile<MR, NQ>(j, r0, MR, p0, q0, acc);
 }
@@ -267,11 +238,7 @@ __attribute__((target("arch=armv8.2-a+i8mm"))) void quant_tile_i8mm(const QJob& 
         }
       }
     }
-    if constexpr (kSplit) {
-      fold_quant_block<MR>(j, has_min, bb, b, r0, mr, 0, S, acc);
-    } else {
-      fold_quant_block_joint<MR, 4>(j, has_min, bb, b, r0, mr, 0, S, acc);
-    }
+    fold_quant_block<MR, 4, kSplit>(j, has_min, bb, b, r0, mr, 0, S, acc);
   }
   store_quant_tile<MR>(j, r0, mr, p0, 0, acc);
 }
@@ -307,7 +274,7 @@ void quant_tile_neon(const QJob& j, const std::uint8_t* buf, std::int64_t r0, st
       for (int r = 0; r < MR; ++r)
         for (int q = 0; q < 4; ++q) S[r][h][q] = vpaddq_s32(pair[r][2 * q], pair[r][2 * q + 1]);
     }
-    fold_quant_block<MR>(j, has_min, bb, b, r0, MR, 0, S, acc);
+    fold_quant_block<MR, 4, true>(j, has_min, bb, b, r0, MR, 0, S, acc);
   }
   store_quant_tile<MR>(j, r0, MR, p0, 0, acc);
 }
