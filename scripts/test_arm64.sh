@@ -15,9 +15,10 @@
 #                   max,sve=off (neon-i8mm), max with 256-bit SVE (sve256) and with 128-bit SVE2
 #                   (sve2-128); CLEF_ISA=sve256 on cortex-a76 exits 4 naming the levels it has; the
 #                   ARM peak meter measures SDOT but reports 0 for SMMLA/BFMMLA under cortex-a76;
-#   decide          one `clef decide` of examples/request.json on a tiny random model (clef make-model
-#                   --preset tiny, written by the x86 binary) under qemu at sve256 and at neon, each
-#                   probability within 1e-4 of the x86 binary's answer; the model folder the arm64
+#   decide          `clef decide --jsonl` of the request corpus (tests/data/requests/corpus.jsonl) on a
+#                   tiny random model (clef make-model --preset tiny, written by the x86 binary) under
+#                   qemu at sve256 and at neon, each probability within 1e-4 of the x86 binary's
+#                   answer; the model folder the arm64
 #                   binary writes from the same seed has the same bytes;
 #   quantized       the tiny model as int8 (--precision int8), as a Q8_0 GGUF and as a Q4_K_M GGUF
 #                   (tools/reference/make_gguf.py, in the project's venv): at the baseline level the
@@ -110,13 +111,20 @@ version() {
   qemu cortex-a76 "$BIN/clef_ops_tests" --gtest_filter='Peaks/*' --gtest_brief=1
 }
 
-# Two SystemOne responses (compare_answers WANT GOT TOL): the same keys and strings, every number
+# Two SystemOne responses, or two --jsonl answer files line by line (compare_answers WANT GOT TOL):
+# the same keys and strings, every number
 # (probabilities and confidences, printed with 4 decimals) within TOL (1e-4: at most one unit of
 # the last printed digit), a score (sum_i i * p_i over its options 0..n-1) within TOL * sum_i i.
 compare_answers() {
   python3 - "$@" <<'EOF'
 import json, sys
-want, got = (json.load(open(p)) for p in sys.argv[1:3])
+def load(p):  # one response, or a --jsonl answer file (one response per line)
+    text = open(p).read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in text.splitlines()]
+want, got = (load(p) for p in sys.argv[1:3])
 tol = float(sys.argv[3])
 def walk(a, b, path, t):
     if isinstance(a, dict) and isinstance(b, dict):
@@ -138,13 +146,14 @@ EOF
 
 decide() {
   "$X86_BIN" make-model --preset tiny --out "$work/tiny" >/dev/null
-  "$X86_BIN" decide -m "$work/tiny" --threads 2 examples/request.json >"$work/x86.json"
+  # The request corpus (every question type, images, long states) as one --jsonl file.
+  "$X86_BIN" decide -m "$work/tiny" --threads 2 --jsonl tests/data/requests/corpus.jsonl --out "$work/x86.jsonl"
   local isa
   for isa in sve256 neon; do
     CLEF_ISA=$isa qemu max,sve-default-vector-length=32 "$BIN/clef" decide -m "$work/tiny" --threads 2 \
-      examples/request.json >"$work/arm64-$isa.json"
-    compare_answers "$work/x86.json" "$work/arm64-$isa.json" 1e-4
-    echo "  $isa: every probability within 1e-4 of x86"
+      --jsonl tests/data/requests/corpus.jsonl --out "$work/arm64-$isa.jsonl"
+    compare_answers "$work/x86.jsonl" "$work/arm64-$isa.jsonl" 1e-4
+    echo "  $isa: the corpus's $(wc -l <"$work/x86.jsonl") answers, every probability within 1e-4 of x86-64's"
   done
   qemu max,sve-default-vector-length=32 "$BIN/clef" make-model --preset tiny --out "$work/tiny-arm64" >/dev/null
   diff -r "$work/tiny" "$work/tiny-arm64" >/dev/null ||
