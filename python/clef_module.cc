@@ -3,9 +3,10 @@
 // engine: the model options are parsed by the CLI's own flag table (apps/clef/engine_flags.h), the
 // model is resolved as `clef -m` resolves it, and every answer comes from Engine::decide or the
 // --jsonl line function, so the package answers what the CLI answers, byte for byte. The engine
-// runs with the GIL released; one mutex for the whole process serialises the engine's work
-// (engine_mutex()), while parsing a request and decoding its images (Engine::prepare) run
-// concurrently.
+// runs with the GIL released; each Model's mutex serialises that model's engine calls (an Engine
+// is one sequence at a time), two Models run at once, and parsing a request and decoding its
+// images (Engine::prepare) run concurrently with both. Loading takes a process-wide mutex
+// (load_mutex()).
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -98,17 +99,16 @@ void parse_model_flags(ModelFlags& f, std::vector<std::string> args) {
   app.parse(args);
 }
 
-/// The lock every engine call of the process takes, whichever Model it is for. An Engine is not
-/// thread-safe, and two engines are not either when they run at once: the kernels' work buffers and
-/// the GEMM library's scratchpad are per process, not per engine (two Models deciding at the same time
-/// from two threads gave wrong hidden states, max |diff| 2.8-4.9 on the tiny model). The CLI and
-/// `clef serve` run one engine thread; this makes the package do the same.
-std::mutex& engine_mutex() {
+/// The lock a Model's loading takes: building an engine sets process-wide GEMM options (whether
+/// fp32 mode keeps resident fp32 weight copies, ops/gemm.h) that the weights read as they are
+/// made. Engine calls do not take it: two engines run at once, each kernel's work buffers being
+/// per calling thread and the GEMM library's scratchpad per call (ops/cpu/gemm_onednn.cc).
+std::mutex& load_mutex() {
   static std::mutex m;
   return m;
 }
 
-/// A loaded model: the engine, run under engine_mutex().
+/// A loaded model: the engine, one call at a time under mu_.
 class PyModel {
  public:
   /// `args` are `clef decide` engine flags (see ModelFlags); `--model` absent = the embedded default.
@@ -121,8 +121,8 @@ class PyModel {
                                          &is_default);
     clef::EngineOptions eo = clef::cli::engine_options(f.engine);
     eo.state_cache_mb = f.state_cache_mb;
-    eo.accept_any_model = true;                              // the folder chooses the model, as in `clef decide`
-    const std::lock_guard<std::mutex> lock(engine_mutex());  // loading runs the kernels too (int8, fp32 copies)
+    eo.accept_any_model = true;  // the folder chooses the model, as in `clef decide`
+    const std::lock_guard<std::mutex> lock(load_mutex());
     engine_ = clef::cli::with_default_hint(path_, is_default, [&] { return std::make_unique<Engine>(path_, eo); });
     threads_ = clef::ops::num_threads();  // what the engine set on this thread (0 = all usable CPUs)
     chunk_ = f.engine.chunk;
@@ -135,7 +135,7 @@ class PyModel {
     nb::gil_scoped_release unlocked;
     clef::ops::set_num_threads(threads_);  // image preprocessing runs on the pool too
     clef::PreparedRequest prepared = engine_->prepare(body, clef::Dialect::kDecisions);
-    const std::lock_guard<std::mutex> lock(engine_mutex());
+    const std::lock_guard<std::mutex> lock(mu_);
     return engine_->decide(std::move(prepared));
   }
 
@@ -145,7 +145,7 @@ class PyModel {
     nb::gil_scoped_release unlocked;
     const bool too_long = line.size() > clef::cli::kMaxRequestLineBytes;
     std::optional<Decision> d;
-    const std::lock_guard<std::mutex> lock(engine_mutex());
+    const std::lock_guard<std::mutex> lock(mu_);
     clef::ops::set_num_threads(threads_);
     std::string text = clef::cli::answer_request_line(*engine_, line, line_no, too_long, &d);
     return {std::move(text), std::move(d)};
@@ -163,7 +163,7 @@ class PyModel {
     auto rows = std::make_unique<std::vector<float>>();
     {
       nb::gil_scoped_release unlocked;
-      const std::lock_guard<std::mutex> lock(engine_mutex());
+      const std::lock_guard<std::mutex> lock(mu_);
       clef::ops::set_num_threads(threads_);
       *rows = engine_->hidden_states(ids);
     }
@@ -184,7 +184,7 @@ class PyModel {
   /// buffers stayed as ~400 MB of resident memory after the Model was collected).
   ~PyModel() {
     {
-      const std::lock_guard<std::mutex> lock(engine_mutex());
+      const std::lock_guard<std::mutex> lock(mu_);
       engine_.reset();
     }
     clef::release_free_heap();  // glibc: malloc_trim(0)
@@ -204,6 +204,7 @@ class PyModel {
  private:
   std::string path_;
   std::unique_ptr<Engine> engine_;
+  std::mutex mu_;  ///< one engine call at a time for this model
   /// The engine pool's size. OpenMP keeps it per calling thread, so every call sets it on its own
   /// thread: a decision from any Python thread runs on this many threads, whatever other Models of
   /// the process use.

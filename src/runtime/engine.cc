@@ -206,9 +206,16 @@ Engine::PreparedRecord Engine::prepare_record(const SystemOneRequest& req, Reque
 }
 
 void Engine::prefill_range(const PreparedRecord& p, std::int64_t a, std::int64_t b, SequenceState& st,
-                           const HiddenConsumer& consumer) {
+                           const HiddenConsumer& feed) {
   const std::vector<std::int32_t>& ids = p.rec.input_ids;
   const std::span<const std::int32_t> part(ids.data() + a, static_cast<std::size_t>(b - a));
+  check_stop();
+  // The backbone calls its consumer on this thread after each chunk, outside its parallel loops,
+  // so the stop may throw from it.
+  const HiddenConsumer consumer = [&](std::int64_t at, const float* rows, std::int64_t count, std::int64_t hidden) {
+    feed(at, rows, count, hidden);
+    check_stop();
+  };
   if (p.media.grids.empty()) return backbone_->prefill(part, st, consumer);
   // The call's slice of the record's [3, T] positions, and its image rows: those of the pads in
   // [a, b) (pads all sit in the prefix, but stay general).
@@ -329,7 +336,17 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
   return decide(prepare(request_body, dialect));
 }
 
-Decision Engine::decide(PreparedRequest prepared) {
+void Engine::check_stop() const {
+  if (stop_ != nullptr && stop_->load(std::memory_order_relaxed)) throw DecisionStopped();
+}
+
+Decision Engine::decide(PreparedRequest prepared, const std::atomic<bool>* stop) {
+  struct StopScope {  // stop_ is this call's flag until it returns or throws
+    const std::atomic<bool>*& slot;
+    ~StopScope() { slot = nullptr; }
+  } scope{stop_};
+  stop_ = stop;
+  check_stop();
   const auto t0 = std::chrono::steady_clock::now();
   Decision d;
   const SystemOneRequest& req = prepared.request;
@@ -347,6 +364,7 @@ Decision Engine::decide(PreparedRequest prepared) {
     }
     d.timings.vision = prepared.image_seconds + seconds_since(tv);
   }
+  check_stop();
   // 2. The record: tokens, spans, positions.
   const PreparedRecord p = [&] {
     try {

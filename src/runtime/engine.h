@@ -11,7 +11,9 @@
 // warm and cache-off runs do the very same arithmetic, so their answers are bit-identical.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string>
@@ -129,6 +131,13 @@ struct PreparedRequest {
   std::size_t image_bytes() const noexcept;
 };
 
+/// Thrown by Engine::decide when its stop flag was set: the decision was abandoned at a step
+/// boundary (not an error of the request or the engine).
+class DecisionStopped : public std::exception {
+ public:
+  const char* what() const noexcept override { return "the decision was stopped before its answer"; }
+};
+
 /// A loaded model ready to decide. Not thread-safe: one decision at a time (the scheduler of the
 /// server serialises calls; the weights are shared read-only).
 class Engine {
@@ -160,7 +169,13 @@ class Engine {
                           Dialect* contract = nullptr, std::vector<JsonMemberText>* top_members = nullptr) const;
   /// The second half: the vision tower, the record, the prefill and the answer. decide(body) is
   /// decide(prepare(body)), with the same result bit for bit.
-  Decision decide(PreparedRequest prepared);
+  ///
+  /// `stop`, when given, is read between steps and after every prefill chunk (at most one chunk,
+  /// --chunk tokens, apart): once it is true the decision ends by throwing DecisionStopped, having
+  /// published nothing to the state cache and given back every buffer it took (a state entry it
+  /// borrowed is restored to its rows). Set it from any thread (the server does when the client
+  /// disconnects).
+  Decision decide(PreparedRequest prepared, const std::atomic<bool>* stop = nullptr);
 
   /// The backbone's final-norm hidden states of `ids` from a fresh state: [ids.size(), hidden_size()]
   /// float32, row-major, in the engine's precision, chunk size and threads, so equal to what
@@ -205,7 +220,10 @@ class Engine {
   void prepare_images(PreparedRequest& prepared) const;
   /// Record: the prompt's tokens and spans (encode_record) and, with images, the M-RoPE positions.
   PreparedRecord prepare_record(const SystemOneRequest& req, RequestMedia media) const;
+  /// Throws DecisionStopped when the running decide()'s stop flag is set.
+  void check_stop() const;
   /// Backbone prefill of record rows [a, b) on `st`, with the positions and image rows of that range.
+  /// Throws DecisionStopped after a chunk once stop_ is set.
   void prefill_range(const PreparedRecord& p, std::int64_t a, std::int64_t b, SequenceState& st,
                      const HiddenConsumer& consumer);
   /// Prefill with the state cache: rows [0, split) restored from the cache or computed (and
@@ -227,6 +245,7 @@ class Engine {
   std::string routing_identity_;
   std::unique_ptr<StateCache> cache_;           ///< null when off
   std::unique_ptr<qwen35::VisionTower> tower_;  ///< null when images are off or the release has no tower
+  const std::atomic<bool>* stop_ = nullptr;     ///< the running decide()'s stop flag (null: none)
   std::int64_t fixed_text_tokens_ = 0;          ///< tokens of the prompt prefix + suffix (54 with Qwen3.5's tokenizer)
 };
 

@@ -718,6 +718,9 @@ void Connection::poll_job() {
     }
   }
   if (st == JobState::kDone || st == JobState::kCancelled) return;  // on_job_done follows
+  // A running job whose client left stops at the engine's next prefill chunk (Job::stop); it then
+  // ends kCancelled and on_job_done logs the 499.
+  if (st == JobState::kRunning && !job_->stop.load() && peer_gone()) ctx_.scheduler.cancel(job_);
   poll_timer_.expires_after(kPollInterval);
   poll_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
     if (!ec) self->poll_job();
@@ -732,7 +735,8 @@ void Connection::on_job_done() {
   job_.reset();
   release_body();
   if (job->state == JobState::kCancelled) {
-    // Dropped by the scheduler: the client was gone when its turn came.
+    // Dropped by the scheduler (the client was gone when its turn came) or stopped while running
+    // (the client left meanwhile).
     ctx_.log.request(verdict_.method_label, verdict_.route.label, 499, t0_, 0);
     close();
     return;

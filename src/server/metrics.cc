@@ -96,8 +96,10 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
   append_scalar(out, "clef_queue_capacity", "Decision jobs that may wait (--queue).", "gauge", g.capacity);
   append_scalar(out, "clef_decisions_running", "Decisions the engine is computing (0 or 1).", "gauge",
                 static_cast<std::uint64_t>(g.running));
-  append_scalar(out, "clef_jobs_cancelled_total", "Queued jobs dropped before running (client gone or queue deadline).",
-                "counter", g.cancelled);
+  append_scalar(
+      out, "clef_jobs_cancelled_total",
+      "Jobs given up: dropped while queued (client gone or queue deadline) or stopped while running (client gone).",
+      "counter", g.cancelled);
   append_scalar(out, "clef_json_texts_parsed_total",
                 "JSON texts parsed; each decision body is parsed once (validation, route key and decision read "
                 "that one parse).",

@@ -69,14 +69,22 @@ JobState Scheduler::wait(const std::shared_ptr<Job>& job, std::chrono::steady_cl
       }
       done_cv_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(poll_interval,
                                                                             until - std::chrono::steady_clock::now()));
-    } else {
-      done_cv_.wait(lock);  // running: the engine cannot be interrupted
+    } else {  // running: a client gone (poll) stops it at the engine's next prefill chunk
+      if (poll && !job->stop.load()) {
+        lock.unlock();
+        const bool gone = !poll();
+        lock.lock();
+        if (gone) job->stop.store(true);
+        if (job->state != JobState::kRunning) continue;
+      }
+      done_cv_.wait_for(lock, poll_interval);
     }
   }
 }
 
 bool Scheduler::cancel(const std::shared_ptr<Job>& job) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (job->state == JobState::kRunning) job->stop.store(true);
   if (job->state != JobState::kQueued) return false;
   const auto it = std::find(queue_.begin(), queue_.end(), job);
   if (it == queue_.end()) return false;  // taken by the worker: it decides (or drops) and reports
@@ -142,8 +150,11 @@ void Scheduler::run() {
     if (wanted) {
       std::optional<Decision> decision;
       std::exception_ptr error;
+      bool stopped = false;
       try {
-        decision = engine_.decide(std::move(*job->prepared));
+        decision = engine_.decide(std::move(*job->prepared), &job->stop);
+      } catch (const DecisionStopped&) {
+        stopped = true;
       } catch (...) {
         error = std::current_exception();
       }
@@ -151,7 +162,8 @@ void Scheduler::run() {
       std::lock_guard<std::mutex> lock(mutex_);
       job->decision = std::move(decision);
       job->error = error;
-      job->state = JobState::kDone;
+      job->state = stopped ? JobState::kCancelled : JobState::kDone;
+      if (stopped) ++cancelled_;
       running_ = 0;
     }
     done_cv_.notify_all();

@@ -25,9 +25,10 @@ namespace clef::server {
 /// What became of a submitted job.
 enum class JobState : std::uint8_t {
   kQueued,     ///< waiting for the scheduler
-  kRunning,    ///< the engine is deciding it (cannot be interrupted)
+  kRunning,    ///< the engine is deciding it (cancel() stops it at the next prefill chunk)
   kDone,       ///< finished: `decision` or `error` is set
-  kCancelled,  ///< given up by its submitter (client gone or queue deadline passed) before it ran
+  kCancelled,  ///< given up: its submitter cancelled it (client gone or queue deadline passed) while
+               ///< queued, or its client was gone when its turn came, or it was stopped while running
 };
 
 /// One decision job. The submitter owns one reference, the queue another.
@@ -49,7 +50,10 @@ struct Job {
   JobState state = JobState::kQueued;
   std::optional<Decision> decision;  ///< set when the engine answered
   std::exception_ptr error;          ///< set when decide() threw (RequestError or an engine fault)
-  double queue_seconds = 0;          ///< time spent queued before running
+  /// Set by Scheduler::cancel() while the job runs: Engine::decide stops at its next step
+  /// boundary (one prefill chunk at most) and the job ends kCancelled.
+  std::atomic<bool> stop{false};
+  double queue_seconds = 0;  ///< time spent queued before running
 };
 
 /// Bounded FIFO + one worker thread around an Engine.
@@ -72,7 +76,9 @@ class Scheduler {
                               std::function<void()> on_finished = {});
 
   /// Removes a job that is still queued (state kCancelled, counted as cancelled) and returns true.
-  /// Returns false when the worker already took it: its on_finished callback will follow.
+  /// Returns false when the worker already took it: its on_finished callback will follow; a
+  /// running job is told to stop (Job::stop), ends kCancelled within one prefill chunk and is
+  /// counted as cancelled then.
   bool cancel(const std::shared_ptr<Job>& job);
 
   /// The job's current state (read under the scheduler's lock).
@@ -80,8 +86,8 @@ class Scheduler {
 
   /// Waits until the job is done or cancelled, or until `until` passes while it is still queued
   /// (then it is cancelled here). `poll` (called about every `poll_interval` while the job is
-  /// queued) returns false when the client went away; the job is then cancelled. A running job is
-  /// always waited for. Returns the final state (kDone or kCancelled).
+  /// queued or running) returns false when the client went away; the job is then cancelled (a
+  /// running one stops at its next prefill chunk). Returns the final state (kDone or kCancelled).
   JobState wait(const std::shared_ptr<Job>& job, std::chrono::steady_clock::time_point until,
                 const std::function<bool()>& poll, std::chrono::milliseconds poll_interval);
 
@@ -89,7 +95,8 @@ class Scheduler {
   std::size_t depth() const;
   /// 1 while the engine is deciding, else 0.
   int running() const;
-  /// Jobs dropped because their client went away or their queue deadline passed.
+  /// Jobs dropped because their client went away or their queue deadline passed, and running jobs
+  /// stopped because their client went away.
   std::uint64_t cancelled() const;
   /// Stops accepting new jobs (submit returns nullptr); queued jobs still run.
   void close();

@@ -132,8 +132,8 @@ def test_threads_get_sequential_answers(model, tiny, corpus_lines):
 
 
 def test_two_models_at_once(model, tiny):
-    """Two Models called from two threads at the same time compute what each computes alone (the
-    engine's work buffers are per process: the package runs one engine call at a time)."""
+    """Two Models called from two threads at the same time compute what each computes alone: the
+    engines run at once (a lock per Model, none per process), with the same GEMM shapes."""
     other = clef.Model(str(tiny), threads=1)
     ids = list(range(1, 500)) * 4
     want = model.hidden(ids)

@@ -251,6 +251,35 @@ def test_client_gone_while_queued_is_cancelled(make_server):
         before.get('clef_requests_total{route="/v1/systemone",status="503"}', 0)
 
 
+def test_client_gone_while_running_is_stopped(make_server):
+    """A client that disconnects while its decision runs: the engine stops at its next prefill chunk
+    (the job is counted cancelled and logged 499, never decided), and the next request is answered.
+    The long request is 12,588 tokens, ~390 prefill chunks of 32 (about a second of work; the server
+    polls every 50 ms), so a decision run to its end would show in clef_decisions_total."""
+    s = make_server("-q", "--chunk", "32")
+    light = dict(corpus())["alert-triage"]
+    body = json.dumps({"state": "".join(f"case {i}, " for i in range(1500)),
+                       "questions": {"q": {"type": "noul"}}}).encode()
+    before = s.metrics()
+    c = socket.create_connection(("127.0.0.1", s.port))
+    c.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    for _ in range(200):  # until the engine runs it
+        if s.metrics().get("clef_decisions_running", 0) == 1:
+            break
+        time.sleep(0.01)
+    c.close()
+    status, _, resp = s.post_json("/v1/systemone", light)
+    assert status == 200 and json.loads(resp)["answers"]
+    time.sleep(0.2)
+    after = s.metrics()
+    assert after["clef_jobs_cancelled_total"] - before["clef_jobs_cancelled_total"] == 1
+    assert after["clef_decisions_total"] - before["clef_decisions_total"] == 1  # the light one only
+    gone = after.get('clef_requests_total{route="/v1/systemone",status="499"}', 0) - \
+        before.get('clef_requests_total{route="/v1/systemone",status="499"}', 0)
+    assert gone == 1
+
+
 def test_api_key(make_server):
     s = make_server("-q", extra_env={"CLEF_API_KEY": "s3cret-key"})
     name, req = corpus()[0]

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -975,6 +976,40 @@ TEST(Ops, LinearSharedIsOneLinearPerOutputBitForBit) {
   Vec ya(4), yb(4);
   const ops::LinearOut mixed[] = {{&a, ya.data()}, {&b, yb.data()}};
   EXPECT_THROW(ops::linear_shared(x.data(), 2, mixed), InvalidArgument);  // k = 6 and k = 4
+}
+
+// Two engines in one process (two Python Models, an engine per NUMA node) run GEMMs from different
+// threads at the same time: every caller gets the bits it gets alone, for every precision, with the
+// same shape at once (one cached library primitive executed concurrently) and different shapes.
+TEST(Ops, LinearFromConcurrentThreadsEqualsSolo) {
+  Rng rng(31);
+  constexpr std::int64_t kK = 512;
+  const std::int64_t ms[] = {96, 96, 40};  // two callers share a shape, the third differs
+  const Precision ps[] = {Precision::kF32, Precision::kBF16, Precision::kInt8};
+  const std::vector<std::byte> wb = encode(DType::kBF16, rng.uniform(384 * kK));
+  for (const Precision p : ps) {
+    const ops::GemmWeight w(DType::kBF16, wb.data(), 384, kK, p);
+    std::vector<Vec> xs, want;
+    for (const std::int64_t m : ms) {
+      xs.push_back(rng.uniform(m * kK, -2.0f, 2.0f));
+      want.emplace_back(static_cast<std::size_t>(m * 384));
+      ops::linear(xs.back().data(), m, w, want.back().data());
+    }
+    std::vector<int> mismatches(std::size(ms), 0);
+    std::vector<std::thread> callers;
+    for (std::size_t c = 0; c < std::size(ms); ++c) {
+      callers.emplace_back([&, c] {
+        Vec y(want[c].size());
+        for (int round = 0; round < 12; ++round) {
+          ops::linear(xs[c].data(), ms[c], w, y.data());
+          if (std::memcmp(y.data(), want[c].data(), y.size() * sizeof(float)) != 0) ++mismatches[c];
+        }
+      });
+    }
+    for (std::thread& t : callers) t.join();
+    for (std::size_t c = 0; c < std::size(ms); ++c)
+      EXPECT_EQ(mismatches[c], 0) << ops::precision_name(p) << " caller " << c << " (m = " << ms[c] << ")";
+  }
 }
 
 // fp32 mode on a bf16 checkpoint: resident fp32 copies and per-call widening (in 2 MiB panels) are

@@ -304,6 +304,42 @@ TEST_F(SchedulerTest, QueueBoundCancellationAndDeadline) {
   EXPECT_EQ(s.submit(engine_->prepare(body(5)), nullptr), nullptr) << "closed";
 }
 
+// A client that leaves while its decision runs stops it at the engine's next prefill chunk: the
+// job ends cancelled (counted, no answer, no error), nothing reaches the state cache, and the
+// engine answers the same request afterwards exactly as it does directly. The request is 12,588
+// tokens, 25 prefill chunks (about 1 s on one thread), and the waiter polls every millisecond, so only a stop inside
+// the prefill can end it cancelled (a decision run to its end would be kDone).
+TEST_F(SchedulerTest, RunningJobStopsWhenItsClientLeaves) {
+  std::string state;
+  for (int i = 0; i < 1500; ++i) state += "case " + std::to_string(i) + ", ";
+  const std::string body = "{\"state\":\"" + state + "\",\"questions\":{\"q\":{\"type\":\"noul\"}}}";
+  const StateCacheStats before = engine_->state_cache_stats();
+  Scheduler s(*engine_, 2);
+  std::atomic<int> finished{0};
+  auto job = s.submit(engine_->prepare(body), nullptr, [&] { finished.fetch_add(1); });
+  ASSERT_NE(job, nullptr);
+  const auto gone_once_running = [&] { return s.state(job) != JobState::kRunning; };
+  EXPECT_EQ(s.wait(job, std::chrono::steady_clock::now() + kForever, gone_once_running, std::chrono::milliseconds(1)),
+            JobState::kCancelled);
+  EXPECT_TRUE(job->stop.load());
+  EXPECT_FALSE(job->decision.has_value());
+  EXPECT_FALSE(job->error);
+  EXPECT_EQ(s.cancelled(), 1u);
+  for (int waited = 0; finished.load() == 0 && waited < 10000; ++waited)  // it runs after the state is set
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(finished.load(), 1) << "on_finished runs for a stopped job";
+  EXPECT_EQ(engine_->state_cache_stats().entries, before.entries) << "a stopped decision publishes nothing";
+  auto again = s.submit(engine_->prepare(body), nullptr);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(s.wait(again, std::chrono::steady_clock::now() + kForever, nullptr, std::chrono::milliseconds(10)),
+            JobState::kDone);
+  ASSERT_TRUE(again->decision.has_value());
+  EXPECT_EQ(again->decision->body, engine_->decide(body).body);
+  // A stop flag already set ends a direct decision before any work.
+  const std::atomic<bool> stop{true};
+  EXPECT_THROW(engine_->decide(engine_->prepare(body), &stop), DecisionStopped);
+}
+
 TEST_F(SchedulerTest, CancelAndCompletionCallbacks) {
   Scheduler s(*engine_, 4);
   std::atomic<bool> release{false};
