@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# ARM64 (aarch64) check on an x86-64 Debian 12 machine (docs/ARM64.md "Testing"): cross-builds the
+# ARM64 (aarch64) check on an x86-64 Debian 12 machine (docs/ARM64.md "Building and testing on an x86-64 machine"): cross-builds the
 # arm64 preset and runs it under qemu-user, in timed steps:
 #   arm64 build     cmake --preset arm64 (-Werror) and the targets clef, clef_ops_tests, clef_vision_tests;
 #   ops VL16        every op and kernel test that runs per level (OpsAtLevel, HeadOpsAtLevel,
@@ -55,7 +55,8 @@ OPS_SKIP='-Ops.ThreadCountIsCappedAtTheMachine:Ops.ProfileScopeOfTheBf16Conversi
 
 # CLEF_ARM64_FULL=1: also the sve256 tests that qemu 7.2 runs slowly on some hosts (the attention
 # and chunked delta-rule tests at sve256: 18-35x their sve2-128 time on an Intel Xeon host, about
-# 5 min together; docs/ARM64.md "Testing") and the corpus at sve256. CI runs without it.
+# 5 min together; docs/ARM64.md "Building and testing on an x86-64 machine"), the whole corpus, and
+# the corpus at neon and sve256. CI runs without it.
 FULL=${CLEF_ARM64_FULL:-0}
 SVE256_SLOW='Isa/OpsAtLevel.Attention*VsReference/sve256:Isa/OpsAtLevel.AttentionBf16KvIsAttentionBf16BitForBit/sve256'
 SVE256_SLOW+=':Isa/OpsAtLevel.GatedDeltaRule*VsRecurrent/sve256'
