@@ -196,8 +196,9 @@ PY
 }
 
 quantized() {
-  local py=${CLEF_PYTHON:-$PWD/.venv/bin/python} t
-  [[ -x $py ]] || { echo "test_arm64: no $py (scripts/setup.sh --dev makes the venv; CLEF_PYTHON overrides)" >&2; return 1; }
+  # The project's venv, where scripts/setup.sh --dev made it (CLEF_VENV, as test.sh and .ci/run set it).
+  local py=${CLEF_PYTHON:-${CLEF_VENV:-$PWD/.venv}/bin/python} t
+  [[ -x $py ]] || { echo "test_arm64: no $py (scripts/setup.sh --dev makes the venv in CLEF_VENV or .venv; CLEF_PYTHON overrides)" >&2; return 1; }
   [[ -d $work/tiny ]] || "$X86_BIN" make-model --preset tiny --out "$work/tiny" >/dev/null
   for t in q8_0 q4_k_m; do
     "$py" tools/reference/make_gguf.py --model "$work/tiny" --out "$work/tiny-$t.gguf" --type "$t" --layout clef >/dev/null
