@@ -182,6 +182,7 @@ def test_ctrl_c_stops_decide_many_cleanly(tiny, tmp_path):
     script = tmp_path / "run.py"
     script.write_text(f"""
 import os, signal, sys, clef
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a parent started in the background may ignore it
 m = clef.Model({str(tiny)!r}, threads=1)
 req = {{"state": "a long state " * 200, "questions": {{"q": {{"type": "noul", "instructions": "ok?"}}}}}}
 n = 0
