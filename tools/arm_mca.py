@@ -41,7 +41,7 @@ Examples (from the repository root, after cmake --preset arm64 has written compi
   python3 tools/arm_mca.py --preset peak
   python3 tools/arm_mca.py --preset microgemm
   python3 tools/arm_mca.py --preset clef          # the ARM GEMM kernels (int8, block-quantized, BFMMLA)
-  python3 tools/arm_mca.py --preset llama --llama /work/peers/llama.cpp
+  python3 tools/arm_mca.py --preset llama --llama PATH/TO/llama.cpp
   python3 tools/arm_mca.py --tu src/ops/cpu/peak_arm.cc --func sdot_chains --list-loops
   python3 tools/arm_mca.py --src peer.c --flags "-O3 -march=armv8.2-a+dotprod -Iinc" --func my_kernel
 Python 3 standard library only.
