@@ -33,6 +33,11 @@
 # when missing). Tests that prove nothing more under emulation than natively (threads, file formats,
 # the backbone at real sizes) are left to the native ctest.
 set -euo pipefail
+if [[ ${1-} == -h || ${1-} == --help ]]; then
+  sed -n '3,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"
+  exit 0
+fi
+[[ $# -eq 0 ]] || { echo "test_arm64: no arguments expected (--help); got '$1'" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 JOBS=${CLEF_JOBS:-2}
@@ -92,11 +97,17 @@ build() {
   fi
 }
 
-ops_at() {  # ops_at CPU FILTER: both op binaries under qemu
-  local cpu=$1 filter=$2 b
+ops_at() {  # ops_at CPU FILTER: both op binaries under qemu, each split in JOBS gtest shards run at once
+  local cpu=$1 filter=$2 b i rc=0
+  local -a pids=()
   for b in clef_ops_tests clef_vision_tests; do
-    qemu "$cpu" "$BIN/$b" --gtest_filter="$filter" --gtest_brief=1
+    for ((i = 0; i < JOBS; i++)); do
+      GTEST_TOTAL_SHARDS=$JOBS GTEST_SHARD_INDEX=$i qemu "$cpu" "$BIN/$b" --gtest_filter="$filter" --gtest_brief=1 &
+      pids+=($!)
+    done
   done
+  for i in "${pids[@]}"; do wait "$i" || rc=$?; done
+  return "$rc"
 }
 
 expect_level() {  # expect_level CPU LEVEL

@@ -306,17 +306,24 @@ TEST_F(SchedulerTest, QueueBoundCancellationAndDeadline) {
 
 // A client that leaves while its decision runs stops it at the engine's next prefill chunk: the
 // job ends cancelled (counted, no answer, no error), nothing reaches the state cache, and the
-// engine answers the same request afterwards exactly as it does directly. The request is 12,588
-// tokens, 25 prefill chunks (about 1 s on one thread), and the waiter polls every millisecond, so only a stop inside
-// the prefill can end it cancelled (a decision run to its end would be kDone).
+// engine answers the same request afterwards exactly as it does directly. The engine here prefills
+// in 16-token chunks and the request spans over 100 of them (checked below), and the waiter polls
+// every millisecond, so only a stop inside the prefill can end it cancelled (a decision run to its end
+// would be kDone). Short chunks rather than a long request keep the test cheap under ASan at -O0 (a
+// 12,588-token request in 512-token chunks took 115 s there).
 TEST_F(SchedulerTest, RunningJobStopsWhenItsClientLeaves) {
+  EngineOptions eo;
+  eo.backbone.threads = 1;
+  eo.backbone.chunk_size = 16;
+  eo.accept_any_model = true;
+  Engine engine((dir_->path() / "tiny").string(), eo);
   std::string state;
-  for (int i = 0; i < 1500; ++i) state += "case " + std::to_string(i) + ", ";
+  for (int i = 0; i < 200; ++i) state += "case " + std::to_string(i) + ", ";
   const std::string body = "{\"state\":\"" + state + "\",\"questions\":{\"q\":{\"type\":\"noul\"}}}";
-  const StateCacheStats before = engine_->state_cache_stats();
-  Scheduler s(*engine_, 2);
+  const StateCacheStats before = engine.state_cache_stats();
+  Scheduler s(engine, 2);
   std::atomic<int> finished{0};
-  auto job = s.submit(engine_->prepare(body), nullptr, [&] { finished.fetch_add(1); });
+  auto job = s.submit(engine.prepare(body), nullptr, [&] { finished.fetch_add(1); });
   ASSERT_NE(job, nullptr);
   const auto gone_once_running = [&] { return s.state(job) != JobState::kRunning; };
   EXPECT_EQ(s.wait(job, std::chrono::steady_clock::now() + kForever, gone_once_running, std::chrono::milliseconds(1)),
@@ -328,16 +335,17 @@ TEST_F(SchedulerTest, RunningJobStopsWhenItsClientLeaves) {
   for (int waited = 0; finished.load() == 0 && waited < 10000; ++waited)  // it runs after the state is set
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(finished.load(), 1) << "on_finished runs for a stopped job";
-  EXPECT_EQ(engine_->state_cache_stats().entries, before.entries) << "a stopped decision publishes nothing";
-  auto again = s.submit(engine_->prepare(body), nullptr);
+  EXPECT_EQ(engine.state_cache_stats().entries, before.entries) << "a stopped decision publishes nothing";
+  auto again = s.submit(engine.prepare(body), nullptr);
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(s.wait(again, std::chrono::steady_clock::now() + kForever, nullptr, std::chrono::milliseconds(10)),
             JobState::kDone);
   ASSERT_TRUE(again->decision.has_value());
-  EXPECT_EQ(again->decision->body, engine_->decide(body).body);
+  EXPECT_GT(again->decision->input_tokens, 100 * 16) << "the request spans at least 100 prefill chunks";
+  EXPECT_EQ(again->decision->body, engine.decide(body).body);
   // A stop flag already set ends a direct decision before any work.
   const std::atomic<bool> stop{true};
-  EXPECT_THROW(engine_->decide(engine_->prepare(body), &stop), DecisionStopped);
+  EXPECT_THROW(engine.decide(engine.prepare(body), &stop), DecisionStopped);
 }
 
 TEST_F(SchedulerTest, CancelAndCompletionCallbacks) {
