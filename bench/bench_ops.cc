@@ -10,7 +10,7 @@
 // an error message and a non-zero exit (2 invalid argument, 4 unsupported level, 5 out of memory).
 //
 //   clef_bench_ops [--threads N] [--m 1024] [--qm 512] [--reps 5] [--peak-iters 20000000] [--quick]
-//                  [--peak-only | --quant-only | --attn-only | --gdn-only]
+//                  [--peak-only | --quant-only | --attn-only | --gdn-only | --bf16-gemm-only]
 #include <cblas.h>
 #include <CLI/CLI.hpp>
 #include <omp.h>
@@ -29,7 +29,11 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "ops/convert.h"
 #include "ops/gemm.h"
+#if !defined(__aarch64__)
+#include "ops/cpu/bf16_gemm_x86.h"
+#endif
 #include "ops/int8_gemm.h"
 #include "ops/isa.h"
 #include "ops/ops.h"
@@ -85,6 +89,49 @@ std::vector<std::uint8_t> random_quant_blocks(clef::ops::QuantType t, std::int64
 }
 
 /// GOP/s (2·m·n·k per call) of int8 (Q8_0) and the block-quantized types on the given shapes.
+#if !defined(__aarch64__)
+/// bf16 linear layers: the GEMM library's bf16 matmul (ops::linear, x converted to bf16 inside) against
+/// clef's own vdpbf16ps GEMM (cpu/bf16_gemm_x86.h: rows independent of each other, what batching
+/// needs) on the same converted x, at several row counts; GFLOP/s and % of the measured bf16 peak.
+void bench_bf16_gemm(const std::vector<Shape>& shapes, const std::vector<std::int64_t>& ms, int reps, double pb) {
+  if (!clef::ops::cpu::dpbf16_gemm_available()) {
+    std::printf("bf16 GEMM: clef's vdpbf16ps GEMM needs the avx512bf16 level (this run: %s)\n\n",
+                clef::ops::isa_name(clef::ops::active_isa()));
+    return;
+  }
+  std::printf("bf16 GEMM, library vs clef vdpbf16ps (GFLOP/s, %% of the measured bf16 peak %.1f), best of %d\n", pb,
+              reps);
+  std::printf("%-22s %6s %6s %6s | %15s %15s | %s\n", "shape", "m", "n", "k", "library", "clef vdpbf16ps",
+              "clef / library");
+  double tot_flop = 0, tot_lib = 0, tot_own = 0;
+  for (const Shape& s : shapes) {
+    const std::vector<float> wf = randv(static_cast<std::size_t>(s.n * s.k), 2);
+    std::vector<std::uint16_t> wb(wf.size());
+    for (std::size_t i = 0; i < wf.size(); ++i) wb[i] = clef::f32_to_bf16(wf[i]);
+    const clef::ops::GemmWeight g16(clef::DType::kBF16, wb.data(), s.n, s.k, clef::ops::Precision::kBF16);
+    for (const std::int64_t m : ms) {
+      const std::vector<float> x = randv(static_cast<std::size_t>(m * s.k), 1);
+      std::vector<std::uint16_t> xb(x.size());
+      std::vector<float> y(static_cast<std::size_t>(m * s.n));
+      const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+      const double tl = best_seconds(reps, [&] { clef::ops::linear(x.data(), m, g16, y.data()); });
+      const double to = best_seconds(reps, [&] {
+        clef::ops::f32_to_bf16_n(x.data(), m * s.k, xb.data());
+        clef::ops::cpu::dpbf16_gemm(m, s.n, s.k, xb.data(), wb.data(), y.data(), false);
+      });
+      tot_flop += flop;
+      tot_lib += tl;
+      tot_own += to;
+      std::printf("%-22s %6lld %6lld %6lld | %7.1f (%3.0f%%) %7.1f (%3.0f%%) | %.2fx\n", s.name,
+                  static_cast<long long>(m), static_cast<long long>(s.n), static_cast<long long>(s.k), flop / tl / 1e9,
+                  100.0 * flop / tl / 1e9 / pb, flop / to / 1e9, 100.0 * flop / to / 1e9 / pb, tl / to);
+    }
+  }
+  std::printf("%-22s %20s | %15.1f %15.1f | %.2fx\n\n", "all (time-weighted)", "", tot_flop / tot_lib / 1e9,
+              tot_flop / tot_own / 1e9, tot_lib / tot_own);
+}
+#endif
+
 void bench_quant(const std::vector<Shape>& shapes, std::int64_t m, int reps) {
   using clef::ops::QuantType;
   const QuantType types[] = {QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K, QuantType::kQ4_0};
@@ -205,7 +252,8 @@ void print_arm_peaks(int threads, std::int64_t iters) {
 int main(int argc, char** argv) try {
   int threads = 0, reps = 5;
   std::int64_t m = 1024, qm = 512, peak_iters = 20'000'000;
-  bool quick = false, peak_only = false, quant_only = false, attn_only = false, gdn_only = false;
+  bool quick = false, peak_only = false, quant_only = false, attn_only = false, gdn_only = false,
+       bf16_gemm_only = false;
   CLI::App app{
       "Op micro-benchmarks: the measured peaks of the kernel level (CLEF_ISA forces one), the GEMM "
       "libraries on the model's linear-layer shapes, the gated delta rule and attention kernels, the "
@@ -231,9 +279,13 @@ int main(int argc, char** argv) try {
   auto* quant_opt = app.add_flag("--quant-only", quant_only, "only the block-quantized GEMMs (no peaks)");
   auto* attn_opt = app.add_flag("--attn-only", attn_only, "only the peaks and the attention kernel");
   auto* gdn_opt = app.add_flag("--gdn-only", gdn_only, "only the peaks and the gated delta rule");
-  peak_opt->excludes(quant_opt)->excludes(attn_opt)->excludes(gdn_opt);
-  quant_opt->excludes(attn_opt)->excludes(gdn_opt);
-  attn_opt->excludes(gdn_opt);
+  auto* bf16_opt = app.add_flag("--bf16-gemm-only", bf16_gemm_only,
+                                "only the peaks and the bf16 GEMMs (library vs clef's vdpbf16ps) at 32, 128, 512 and "
+                                "--m rows (x86-64)");
+  peak_opt->excludes(quant_opt)->excludes(attn_opt)->excludes(gdn_opt)->excludes(bf16_opt);
+  quant_opt->excludes(attn_opt)->excludes(gdn_opt)->excludes(bf16_opt);
+  attn_opt->excludes(gdn_opt)->excludes(bf16_opt);
+  gdn_opt->excludes(bf16_opt);
   CLI11_PARSE(app, argc, argv);
   clef::ops::init_isa();  // a bad CLEF_ISA is reported before any work
   threads = clef::ops::set_num_threads(threads);
@@ -264,12 +316,35 @@ int main(int argc, char** argv) try {
   const double p8 = clef::ops::measure_int8_peak_gops(i8k, threads, 3, peak_iters);
   std::printf(
       "measured peak: fp32 FMA %.1f GFLOP/s, bf16 %.1f GFLOP/s (%s), int8 %.1f GOP/s (%s kernel's sequence)\n\n", pf,
-      pb, measured.bf16_dot ? "vdpbf16ps" : "fp32 FMA on bf16 values: no bf16 dot product at this level", p8,
-      clef::ops::int8_kernel_name(i8k));
+      pb,
+      measured.bf16_dot ? "vdpbf16ps"
+#if defined(__aarch64__)
+                        : "fp32 FMA on bf16 values; the BFMMLA peak, where the CPU has it, is in the ARM table below",
+#else
+                        : "fp32 FMA on bf16 values: no bf16 dot product at this level",
+#endif
+      p8, clef::ops::int8_kernel_name(i8k));
 #if defined(__aarch64__)
   print_arm_peaks(threads, peak_iters);
 #endif
   if (peak_only) return 0;
+  if (bf16_gemm_only) {
+#if defined(__aarch64__)
+    std::printf("--bf16-gemm-only: clef's vdpbf16ps GEMM is x86-64's (ARM64's bf16 GEMM is BFMMLA)\n");
+#else
+    const std::vector<Shape> bf16_shapes = {
+        {"0.8b gdn in_proj_qkv", 6144, 1024},
+        {"0.8b gdn out_proj", 1024, 2048},
+        {"0.8b mlp gate/up", 3584, 1024},
+        {"0.8b mlp down", 1024, 3584},
+    };
+    std::vector<std::int64_t> ms = {32, 128, 512};
+    if (std::find(ms.begin(), ms.end(), m) == ms.end()) ms.push_back(m);
+    bench_bf16_gemm(quick ? std::vector<Shape>(bf16_shapes.begin(), bf16_shapes.begin() + 1) : bf16_shapes, ms, reps,
+                    pb);
+#endif
+    return 0;
+  }
   if (attn_only) {
     bench_attention(quick, reps, pf, pb);
     return 0;

@@ -93,7 +93,8 @@ struct ModelFlags {
 void parse_model_flags(ModelFlags& f, std::vector<std::string> args) {
   CLI::App app("clef.Model");
   f.model = clef::cli::add_engine_flags(app, f.engine);
-  app.add_option("--state-cache-mb", f.state_cache_mb)->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
+  app.add_option("--state-cache-mb", f.state_cache_mb)
+      ->check(clef::cli::in_range(std::int64_t{0}, std::int64_t{1} << 30));
   app.allow_extras(false);
   std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
   app.parse(args);

@@ -68,9 +68,13 @@ print_table() {
     printf '  %-28s %8d  %s\n' "${stage_names[$i]}" "${stage_secs[$i]}" "${stage_state[$i]}"
   done
   printf '  %-28s %8d  (budget %d s)\n' total "$total" "$BUDGET_S"
-  # CPU time of every process the run waited for (the shell's `times`, second line: children).
+  # CPU time of every process the run waited for: the shell's `times` (second line: children), run in
+  # this shell (in a $(...) subshell it would count that subshell's children: none).
   local cpu
-  cpu=$(times | sed -n 2p | awk '{ s = 0; for (i = 1; i <= 2; i++) { split($i, t, "m"); s += t[1] * 60 + t[2] } printf "%d", s }')
+  times >build/.test-times 2>/dev/null || true
+  cpu=$(sed -n 2p build/.test-times 2>/dev/null |
+    awk '{ s = 0; for (i = 1; i <= 2; i++) { split($i, t, "m"); s += t[1] * 60 + t[2] } printf "%d", s }')
+  cpu=${cpu:-0}
   ((total > 0)) && printf '  %-28s %8d  (%d%% of %d CPUs over the run)\n' "CPU (user + sys)" "$cpu" \
     $((100 * cpu / (total * $(nproc)))) "$(nproc)"
   if command -v ccache >/dev/null; then

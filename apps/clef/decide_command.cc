@@ -129,7 +129,7 @@ Command add_decide_command(CLI::App& app) {
                        "Memory budget of the exact state cache in MiB (0: off); requests of a --jsonl run that share a "
                        "state reuse "
                        "it (a single request has nothing to reuse: the cache is off then unless this is given)")
-          ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
+          ->check(clef::cli::in_range(std::int64_t{0}, std::int64_t{1} << 30))
           ->capture_default_str();
   return {decide, "clef --help", [f] { return run_decide(*f); }};
 }

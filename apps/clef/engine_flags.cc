@@ -128,13 +128,13 @@ CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f, bool with_pull) {
   // More threads than CPUs only makes OpenMP threads spin against each other (never faster).
   const auto cpus = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   app.add_option("--threads", f.threads, "Threads of the engine pool (0: all CPUs; at most the CPU count)")
-      ->check(CLI::Range(std::int64_t{0}, cpus))
+      ->check(clef::cli::in_range(std::int64_t{0}, cpus))
       ->capture_default_str();
   app.add_option("--chunk", f.chunk, "Prefill chunk size in tokens (activation memory is O(chunk))")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(clef::cli::in_range(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--max-tokens", f.max_tokens, "Token budget of the whole record")
-      ->check(CLI::Range(1, 1 << 24))
+      ->check(clef::cli::in_range(1, 1 << 24))
       ->capture_default_str();
   app.add_option("--overflow", f.overflow,
                  "Over-long records: refuse (error with the token counts) or truncate (cut the state's end, as the "
@@ -163,7 +163,7 @@ CLI::Option* add_engine_flags(CLI::App& app, EngineFlags& f, bool with_pull) {
                  "the vision tower's cost). A larger image is refused (image_over_pixel_limit), never resized "
                  "differently from the reference. The default is the 448x448 cap the clef-vision-0.8b student "
                  "was trained with; 0 = no bound but the processor's max_pixels (docs/COMPATIBILITY.md)")
-      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40))
+      ->check(clef::cli::in_range(std::uint64_t{0}, std::uint64_t{1} << 40))
       ->capture_default_str();
   add_split_regex_flag(app, f.split_regex);
   return model;

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <type_traits>
 
 #include <CLI/CLI.hpp>
 
@@ -15,6 +17,28 @@
 #include "runtime/engine.h"
 
 namespace clef::cli {
+
+/// The check of a numeric option (instead of CLI::Range, whose one message for both cases reads
+/// "Value abc not in range 0 to 2"): the whole value must be a number of T's kind (a whole number
+/// for an integer T) within [lo, hi]; otherwise the message says which of the two it is not, e.g.
+/// "--threads: 'abc' is not a whole number" or "--threads: 5000 is outside 0..2".
+template <class T, class U>
+CLI::Validator in_range(T lo, U hi) {
+  using V = std::common_type_t<T, U>;
+  const V low = static_cast<V>(lo), high = static_cast<V>(hi);
+  std::ostringstream bounds;
+  bounds << low << ".." << high;
+  return CLI::Validator(
+      [low, high, range = bounds.str()](std::string& text) -> std::string {
+        V v{};
+        if (!CLI::detail::lexical_cast(text, v)) {
+          return "'" + text + "' is not a " + (std::is_integral_v<V> ? "whole number" : "number");
+        }
+        if (v < low || v > high) return text + " is outside " + range;
+        return {};
+      },
+      std::string(std::is_integral_v<V> ? "INT" : "NUMBER") + " in " + bounds.str());
+}
 
 /// Values of the engine flags, with `clef decide`'s defaults.
 struct EngineFlags {

@@ -70,10 +70,10 @@ Command add_inspect_command(CLI::App& app) {
                       "sha256 manifest to verify against (implies --verify; default DIR/SHA256SUMS)");
   inspect->add_flag("--json", f->as_json, "Print the report as JSON");
   inspect->add_option("--chunk", f->chunk, "Prefill chunk size used for the activation estimate")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(clef::cli::in_range(1, 1 << 20))
       ->capture_default_str();
   inspect->add_option("--context", f->context, "Context length used for the memory estimate")
-      ->check(CLI::Range(1, 1 << 24))
+      ->check(clef::cli::in_range(1, 1 << 24))
       ->capture_default_str();
   return {inspect, "clef --help", [f] { return run_inspect(*f); }};
 }

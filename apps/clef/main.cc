@@ -6,6 +6,7 @@
 #include <iostream>
 #include <new>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -25,18 +26,21 @@ constexpr const char* kExitCodes =
     "Models by name (ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf) come from the Hugging Face cache\n"
     "($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub); clef pull fetches them (docs/MODELS.md).\n"
     "Exit codes: 0 success; 1 decide --jsonl finished but refused at least one line (see its error lines);\n"
-    "2 invalid argument, usage or a refused request; 3 model folder or file malformed, missing or\n"
-    "inconsistent; 4 valid but unsupported model option; 5 I/O error; 70 internal error (a bug);\n"
+    "2 invalid argument (a named input file that does not exist included), usage or a refused request;\n"
+    "3 model folder or file malformed, missing or inconsistent; 4 valid but unsupported model option;\n"
+    "5 I/O error (reading or writing failed); 70 internal error (a bug);\n"
     "130/143 decide --jsonl stopped by SIGINT/SIGTERM (with --out, rerun the same command to resume; serve: a\n"
     "second signal).\n"
 #if defined(__aarch64__)
-    "Environment: CLEF_ISA=baseline|neon|neon-dotprod|neon-i8mm|sve256|sve2-128|native forces the CPU kernel\n"
-    "level (docs/ARM64.md; default, and\n"
+    "Environment: CLEF_ISA=LEVEL forces the CPU kernel level (LEVEL: baseline, neon, neon-dotprod, neon-i8mm,\n"
+    "sve256, sve2-128 or native; docs/ARM64.md"
 #else
-    "Environment: CLEF_ISA=baseline|avx2|avx512|avx512bf16|native forces the CPU kernel level (default, and\n"
+    "Environment: CLEF_ISA=LEVEL forces the CPU kernel level (LEVEL: baseline, avx2, avx512, avx512bf16 or\n"
+    "native"
 #endif
-    "when empty: the best this CPU has; clef --version prints it; a bad value is exit 2, a level this CPU\n"
-    "lacks exit 4, for every command); OMP_WAIT_POLICY / GOMP_SPINCOUNT override clef's default OpenMP wait\n"
+    "; empty or native: the best this CPU has, which clef --version prints). For every command a\n"
+    "bad value is exit 2 and a level this CPU lacks exit 4 (--help works regardless). OMP_WAIT_POLICY /\n"
+    "GOMP_SPINCOUNT override clef's default OpenMP wait\n"
     "(bounded spinning, GOMP_SPINCOUNT=10000; CLEF_OMP_REEXEC=0|false|off|no keeps libgomp's own default).";
 
 int run(int argc, char** argv) {
@@ -79,7 +83,11 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   clef::ops::apply_default_wait_policy(argv);  // may re-execute this program once (ops/parallel.h)
   try {
-    clef::ops::init_isa();  // a bad CLEF_ISA is reported before any work
+    // A bad CLEF_ISA is reported before any work; --help runs no kernel and works regardless.
+    bool help = false;
+    for (int i = 1; i < argc; ++i)
+      help = help || std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h";
+    if (!help) clef::ops::init_isa();
     return run(argc, argv);
   } catch (const clef::Error& e) {
     std::cerr << "clef: error: " << clef::printable(e.what()) << "\n";

@@ -384,18 +384,18 @@ Command add_mcp_command(CLI::App& parent) {
   f->model_opt = add_engine_flags(*app, f->flags);
   app->add_option("--state-cache-mb", f->state_cache_mb,
                   "Memory budget of the exact state cache in MiB (0: off): calls sharing a prefix + state reuse it")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
+      ->check(clef::cli::in_range(std::int64_t{0}, std::int64_t{1} << 30))
       ->capture_default_str();
   app->add_option(
          "--max-message", f->max_message,
          "Largest message in bytes (one line of stdin, without its newline); a longer one is skipped to its newline "
          "without being stored and answered with a -32600 error (id null); the session goes on")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 34))
+      ->check(clef::cli::in_range(std::int64_t{1}, std::int64_t{1} << 34))
       ->capture_default_str();
   app->add_option("--max-batch", f->max_batch,
                   "Most messages in one JSON-RPC batch (a JSON array line); a longer batch is refused whole with "
                   "one -32600 error (id null), counted while it is parsed, so it is never built")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+      ->check(clef::cli::in_range(std::int64_t{1}, std::int64_t{1} << 20))
       ->capture_default_str();
   return {app, "clef mcp --help", [f] { return run_mcp(*f); }};
 }

@@ -78,27 +78,29 @@ Command add_pull_command(CLI::App& parent) {
   app->allow_extras(false);
   app->add_option("NAME", f->name_text, "ORG/REPO, ORG/REPO:QUANT or ORG/REPO/FILE.gguf")->required();
   app->add_option("--revision", po.revision, "Branch, tag or commit (default main)");
-  app->add_option("--parallel", po.parallel, "Files fetched at once")->check(CLI::Range(1, 16))->capture_default_str();
+  app->add_option("--parallel", po.parallel, "Files fetched at once")
+      ->check(clef::cli::in_range(1, 16))
+      ->capture_default_str();
   app->add_option("--progress", f->progress,
                   "auto (a bar on a terminal, else plain lines), bar (per file and total bytes, rate, ETA), lines "
                   "(a line every --log-interval seconds and one per verified file) or none")
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}))
       ->capture_default_str();
   app->add_option("--log-interval", po.log_interval_s, "Seconds between progress lines (--progress lines)")
-      ->check(CLI::Range(0.05, 3600.0))
+      ->check(clef::cli::in_range(0.05, 3600.0))
       ->capture_default_str();
   app->add_option("--retries", po.retries,
                   "Attempts per file after a dropped connection or a server error (each resumes)")
-      ->check(CLI::Range(0, 100))
+      ->check(clef::cli::in_range(0, 100))
       ->capture_default_str();
   app->add_option("--timeout", po.timeout_s,
                   "Seconds the whole pull may take, retries and waits included (0: no limit); then it stops with "
                   "exit 5, keeping verified files and partial ones to resume")
-      ->check(CLI::Range(0.0, 1e9))
+      ->check(clef::cli::in_range(0.0, 1e9))
       ->capture_default_str();
   app->add_option("--stall-timeout", po.stall_s,
                   "A transfer slower than 1 KiB/s for this many seconds is cut (then retried and resumed)")
-      ->check(CLI::Range(1, 3600))
+      ->check(clef::cli::in_range(1, 3600))
       ->capture_default_str();
   return {app, "clef pull --help", [f] { return run_pull(*f); }};
 }

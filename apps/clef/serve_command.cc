@@ -111,19 +111,19 @@ Command add_serve_command(CLI::App& parent) {
   app->add_option("--host", so.host, "Address to bind (default loopback; 0.0.0.0 exposes the server)")
       ->capture_default_str();
   app->add_option("--port", so.port, "TCP port (0: any free port, printed at startup)")
-      ->check(CLI::Range(0, 65535))
+      ->check(clef::cli::in_range(0, 65535))
       ->capture_default_str();
   app->add_option("--queue", f->queue, "Decision requests that may wait for the engine; more get 503 + Retry-After")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}))
+      ->check(clef::cli::in_range(std::int64_t{1}, std::int64_t{4096}))
       ->capture_default_str();
   app->add_option(
          "--timeout", so.timeout_seconds,
          "Seconds a request may wait in the queue; then 503 + Retry-After (a decision that started runs to the end)")
-      ->check(CLI::Range(0.001, 86400.0))
+      ->check(clef::cli::in_range(0.001, 86400.0))
       ->capture_default_str();
   app->add_option("--max-body", f->max_body,
                   "Largest request body in bytes, after Content-Encoding decoding (more: 413)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 34))
+      ->check(clef::cli::in_range(std::int64_t{1}, std::int64_t{1} << 34))
       ->capture_default_str();
   f->api_key_opt = app->add_option("--api-key", so.api_key,
                                    "Require \"Authorization: Bearer KEY\" on every route but /health and /ready "
@@ -144,27 +144,27 @@ Command add_serve_command(CLI::App& parent) {
                   "(DNS rebinding guard); with --host 0.0.0.0 the address a client connected to is accepted too");
   app->add_option("--header-timeout", so.header_timeout_seconds,
                   "Seconds the request line and headers may take to arrive; then 408 and the connection ends")
-      ->check(CLI::Range(0.01, 3600.0))
+      ->check(clef::cli::in_range(0.01, 3600.0))
       ->capture_default_str();
   app->add_option("--body-timeout", so.body_timeout_seconds,
                   "Seconds a request body may take to arrive; then 408 and the connection ends")
-      ->check(CLI::Range(0.01, 3600.0))
+      ->check(clef::cli::in_range(0.01, 3600.0))
       ->capture_default_str();
   app->add_option("--max-connections", f->max_connections,
                   "Open connections at most; at the limit the connection that has waited longest for its request "
                   "(idle, or still sending headers) is closed to admit a new one; when none waits, the new one is "
                   "answered 503 + Connection: close")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+      ->check(clef::cli::in_range(std::int64_t{1}, std::int64_t{1} << 20))
       ->capture_default_str();
   app->add_option("--body-budget", f->body_budget_mb,
                   "MiB of decoded request bodies all connections may hold at once (at least --max-body); a body "
                   "beyond it is answered 503 + Retry-After")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))
+      ->check(clef::cli::in_range(std::int64_t{1}, std::int64_t{1} << 24))
       ->capture_default_str();
   app->add_option("--state-cache-mb", f->state_cache_mb,
                   "Memory budget of the exact state cache in MiB (0: off): requests that share a prefix + images + "
                   "state reuse its computation, bit-identically (docs/ARCHITECTURE.md \"Exact state reuse\")")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
+      ->check(clef::cli::in_range(std::int64_t{0}, std::int64_t{1} << 30))
       ->capture_default_str();
 
   return {app, "clef serve --help", [f] { return run_serve(*f); }};

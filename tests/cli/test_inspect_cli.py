@@ -215,6 +215,21 @@ def test_usage_errors_exit_2(tmp_path):
     assert run_clef("frobnicate").returncode == 2
     r = run_clef("inspect", str(tmp_path / "nope"))
     assert r.returncode == 3 and "nope: no such file or directory (expected a Clef release folder" in r.stderr
+    # A numeric option says whether the value is no number or a number out of range.
+    r = run_clef("inspect", "--chunk", "abc", str(tmp_path))
+    assert r.returncode == 2 and "--chunk: 'abc' is not a whole number" in r.stderr, r.stderr
+    r = run_clef("inspect", "--chunk", "0", str(tmp_path))
+    assert "--chunk: 0 is outside 1..1048576" in r.stderr, r.stderr
+
+
+def test_help_works_whatever_clef_isa_says():
+    """--help runs no kernel: a bad CLEF_ISA does not stop it (any other command reports it, exit 2)."""
+    env = dict(os.environ, CLEF_ISA="bogus")
+    for args in (["--help"], ["decide", "--help"], ["serve", "-h"]):
+        r = subprocess.run([clef_bin(), *args], capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 0 and "Usage:" in r.stdout, (args, r.returncode, r.stderr)
+    r = subprocess.run([clef_bin(), "--version"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 2 and 'CLEF_ISA: unknown level "bogus"' in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("kind", ["fifo", "gguf_named_dir", "empty_dir"])

@@ -31,6 +31,8 @@
 #include "isa_levels.h"
 #if defined(__aarch64__)
 #include "ops/cpu/bf16_gemm_arm.h"
+#else
+#include "ops/cpu/bf16_gemm_x86.h"
 #endif
 #include "ops/ops.h"
 #include "ops/parallel.h"
@@ -933,6 +935,99 @@ TEST(Bf16Bfmmla, WithinItsErrorBound) {
       }
     }
   }
+}
+#else
+/// bf16 bits of uniform values in [-2, 2] (normal values: no flush in the products or sums).
+std::vector<std::uint16_t> random_bf16(Rng& rng, std::int64_t count) {
+  const Vec f = rng.uniform(count, -2.0f, 2.0f);
+  std::vector<std::uint16_t> b(f.size());
+  for (std::size_t i = 0; i < f.size(); ++i) b[i] = f32_to_bf16(f[i]);
+  return b;
+}
+
+// The vdpbf16ps kernel (ops/cpu/bf16_gemm_x86.h) gives its scalar oracle's bits, which follow the
+// instruction's specification (two FMAs per pair, odd element first, lanes summed in a fixed
+// tree). Shapes cover every tile tail (1-4 rows, 1-6 columns), k not a multiple of 32 or odd, and
+// more rows than one 192-row block.
+TEST(Bf16Dpbf16, BitIdenticalToItsScalarOracle) {
+  if (!ops::cpu::dpbf16_gemm_available())
+    GTEST_SKIP() << "no AVX512-BF16 at level " << ops::isa_name(ops::active_isa());
+  Rng rng(22);
+  for (std::int64_t m : {1, 2, 3, 4, 5, 7, 197}) {
+    for (std::int64_t n : {1, 5, 6, 7, 13}) {
+      for (std::int64_t k : {1, 2, 31, 32, 33, 100}) {
+        const std::vector<std::uint16_t> xb = random_bf16(rng, m * k), wb = random_bf16(rng, n * k);
+        for (bool acc : {false, true}) {
+          const Vec y0 = rng.uniform(m * n);
+          Vec got = y0, want = y0;
+          ops::cpu::dpbf16_gemm(m, n, k, xb.data(), wb.data(), got.data(), acc);
+          ops::cpu::dpbf16_gemm_reference(m, n, k, xb.data(), wb.data(), want.data(), acc);
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i]))
+                << "m,n,k=" << dims({m, n, k}) << " acc=" << acc << " at " << i << ": " << got[i] << " vs " << want[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+// The oracle itself against the exact sum (double) of the same bf16 products: k + 16 roundings of
+// at most 2^-24 relative (header comment), one more when adding to y.
+TEST(Bf16Dpbf16, OracleWithinItsErrorBound) {
+  Rng rng(23);
+  for (std::int64_t k : {1, 33, 1000}) {
+    const std::int64_t m = 3, n = 5;
+    const std::vector<std::uint16_t> xb = random_bf16(rng, m * k), wb = random_bf16(rng, n * k);
+    for (bool acc : {false, true}) {
+      const Vec y0 = rng.uniform(m * n);
+      Vec got = y0;
+      ops::cpu::dpbf16_gemm_reference(m, n, k, xb.data(), wb.data(), got.data(), acc);
+      for (std::int64_t r = 0; r < m; ++r) {
+        for (std::int64_t j = 0; j < n; ++j) {
+          double exact = 0, mag = 0;
+          for (std::int64_t kk = 0; kk < k; ++kk) {
+            const double p = static_cast<double>(bf16_to_f32(xb[static_cast<std::size_t>(r * k + kk)])) *
+                             static_cast<double>(bf16_to_f32(wb[static_cast<std::size_t>(j * k + kk)]));
+            exact += p;
+            mag += std::fabs(p);
+          }
+          const auto at = static_cast<std::size_t>(r * n + j);
+          const double want = acc ? static_cast<double>(y0[at]) + exact : exact;
+          const double bound = static_cast<double>(k + 16) * 0x1p-24 * mag * (1 + 1e-6) +
+                               (acc ? 0x1p-24 * (std::fabs(want) + mag) : 0.0);
+          ASSERT_LE(std::fabs(static_cast<double>(got[at]) - want), bound) << "k=" << k << " r=" << r << " j=" << j;
+        }
+      }
+    }
+  }
+}
+
+// What continuous batching needs: a row's bits do not depend on the other rows of the call (how
+// many there are, where the row sits among them) nor on the thread count.
+TEST(Bf16Dpbf16, ARowsBitsDoNotDependOnTheOtherRows) {
+  if (!ops::cpu::dpbf16_gemm_available())
+    GTEST_SKIP() << "no AVX512-BF16 at level " << ops::isa_name(ops::active_isa());
+  Rng rng(24);
+  const std::int64_t m = 301, n = 70, k = 96;
+  const std::vector<std::uint16_t> xb = random_bf16(rng, m * k), wb = random_bf16(rng, n * k);
+  Vec all(static_cast<std::size_t>(m * n));
+  ops::cpu::dpbf16_gemm(m, n, k, xb.data(), wb.data(), all.data(), false);
+  const int threads = ops::num_threads();
+  for (int t : {1, threads}) {
+    ops::set_num_threads(t);
+    for (const auto& [r0, rows] :
+         std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 1}, {5, 1}, {7, 37}, {190, 9}, {300, 1}}) {
+      Vec part(static_cast<std::size_t>(rows * n));
+      ops::cpu::dpbf16_gemm(rows, n, k, xb.data() + r0 * k, wb.data(), part.data(), false);
+      for (std::int64_t i = 0; i < rows * n; ++i) {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(part[static_cast<std::size_t>(i)]),
+                  std::bit_cast<std::uint32_t>(all[static_cast<std::size_t>(r0 * n + i)]))
+            << "rows [" << r0 << ", " << r0 + rows << ") on " << t << " threads, element " << i;
+      }
+    }
+  }
+  ops::set_num_threads(threads);
 }
 #endif
 

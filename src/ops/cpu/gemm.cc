@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -24,12 +25,33 @@
 #include "core/quant_blocks.h"
 #include "ops/convert.h"
 #include "ops/cpu/gemm_backend.h"
+#if !defined(__aarch64__)
+#include "ops/cpu/bf16_gemm_x86.h"
+#endif
 #include "ops/gemm.h"
 #include "ops/isa.h"
 #include "ops/profile.h"
 
 namespace clef::ops {
 namespace {
+
+/// Whether bf16 linear layers take clef's own vdpbf16ps GEMM (cpu/bf16_gemm_x86.h: every row's bits
+/// independent of the other rows) instead of the library's matmul: CLEF_BF16_GEMM=clef, where the
+/// level in use has AVX512-BF16. CLEF_BF16_GEMM unset, empty or "library": the library (ops/gemm.h).
+bool own_bf16_gemm() {
+#if defined(__aarch64__)
+  return false;
+#else
+  static const bool wanted = [] {
+    const char* v = std::getenv("CLEF_BF16_GEMM");
+    const std::string s = v == nullptr ? "" : v;
+    if (s.empty() || s == "library") return false;
+    if (s == "clef") return true;
+    throw InvalidArgument("CLEF_BF16_GEMM: unknown value \"" + s + "\"; expected clef or library");
+  }();
+  return wanted && cpu::dpbf16_gemm_available();
+#endif
+}
 
 std::atomic<bool> g_fp32_resident{false};
 
@@ -237,18 +259,24 @@ void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> ou
       int8_linear_quantized(act, *w.int8(), o.y, o.accumulate);
       continue;
     }
-    if (w.quant() == nullptr && w.precision() == Precision::kBF16 && gemm_backend::bf16_matmul_possible()) {
-      // The library's bf16 matmul on the bf16 weight in place, x converted once.
+    const bool bf16 = w.quant() == nullptr && w.precision() == Precision::kBF16;
+    const bool own = bf16 && own_bf16_gemm();
+    if (own || (bf16 && gemm_backend::bf16_matmul_possible())) {
+      // clef's or the library's bf16 matmul on the bf16 weight in place, x converted once.
       std::uint16_t* buf = scratch(xb, static_cast<std::size_t>(m * k));
       if (!converted) {  // the scope names the conversion only, not the matmul after it
         CLEF_PROF_SCOPE(">linear.x_to_bf16");
         parallel_blocks(m * k, [&](std::int64_t s, std::int64_t len) { f32_to_bf16_n(x + s, len, buf + s); });
         converted = true;
       }
-      if (gemm_backend::matmul_bf16(m, w.n(), k, buf, static_cast<const std::uint16_t*>(w.operand()), o.y,
-                                    o.accumulate)) {
+      const auto* wb = static_cast<const std::uint16_t*>(w.operand());
+#if !defined(__aarch64__)
+      if (own) {
+        cpu::dpbf16_gemm(m, w.n(), k, buf, wb, o.y, o.accumulate);
         continue;
       }
+#endif
+      if (gemm_backend::matmul_bf16(m, w.n(), k, buf, wb, o.y, o.accumulate)) continue;
     }
     linear_unshared(x, m, w, o.y, o.accumulate);
   }
