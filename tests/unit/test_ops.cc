@@ -894,6 +894,20 @@ TEST(Ops, LinearAllDtypesAndPrecisions) {
   }
 }
 
+/// Row r of x [m, k] times row j of W [n, k] (bf16 bits) in double: the exact sum of the products (each
+/// exact) and the sum of their magnitudes, for the bf16 GEMMs' error bounds.
+std::pair<double, double> exact_bf16_dot(const std::vector<std::uint16_t>& xb, const std::vector<std::uint16_t>& wb,
+                                         std::int64_t r, std::int64_t j, std::int64_t k) {
+  double exact = 0, mag = 0;
+  for (std::int64_t kk = 0; kk < k; ++kk) {
+    const double p = static_cast<double>(bf16_to_f32(xb[static_cast<std::size_t>(r * k + kk)])) *
+                     static_cast<double>(bf16_to_f32(wb[static_cast<std::size_t>(j * k + kk)]));
+    exact += p;
+    mag += std::fabs(p);
+  }
+  return {exact, mag};
+}
+
 #if defined(__aarch64__)
 // The BFMMLA kernel against its error bound (ops/cpu/bf16_gemm_arm.h): products of bf16 values
 // exact, at most k additions rounded to odd (2^-23 relative each), so |y - exact| <=
@@ -916,13 +930,7 @@ TEST(Bf16Bfmmla, WithinItsErrorBound) {
           ops::cpu::bfmmla_gemm(m, n, k, xb.data(), wb.data(), got.data(), acc);
           for (std::int64_t r = 0; r < m; ++r) {
             for (std::int64_t j = 0; j < n; ++j) {
-              double exact = 0, mag = 0;
-              for (std::int64_t kk = 0; kk < k; ++kk) {
-                const double p = static_cast<double>(bf16_to_f32(xb[static_cast<std::size_t>(r * k + kk)])) *
-                                 static_cast<double>(bf16_to_f32(wb[static_cast<std::size_t>(j * k + kk)]));
-                exact += p;
-                mag += std::fabs(p);
-              }
+              const auto [exact, mag] = exact_bf16_dot(xb, wb, r, j, k);
               const auto at = static_cast<std::size_t>(r * n + j);
               const double want = acc ? static_cast<double>(y0[at]) + exact : exact;
               const double bound =
@@ -985,13 +993,7 @@ TEST(Bf16Dpbf16, OracleWithinItsErrorBound) {
       ops::cpu::dpbf16_gemm_reference(m, n, k, xb.data(), wb.data(), got.data(), acc);
       for (std::int64_t r = 0; r < m; ++r) {
         for (std::int64_t j = 0; j < n; ++j) {
-          double exact = 0, mag = 0;
-          for (std::int64_t kk = 0; kk < k; ++kk) {
-            const double p = static_cast<double>(bf16_to_f32(xb[static_cast<std::size_t>(r * k + kk)])) *
-                             static_cast<double>(bf16_to_f32(wb[static_cast<std::size_t>(j * k + kk)]));
-            exact += p;
-            mag += std::fabs(p);
-          }
+          const auto [exact, mag] = exact_bf16_dot(xb, wb, r, j, k);
           const auto at = static_cast<std::size_t>(r * n + j);
           const double want = acc ? static_cast<double>(y0[at]) + exact : exact;
           const double bound = static_cast<double>(k + 16) * 0x1p-24 * mag * (1 + 1e-6) +

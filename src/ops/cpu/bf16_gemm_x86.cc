@@ -46,10 +46,10 @@ CLEF_DPBF16_ATTR inline To vec_bits(From v) {
 
 /// The 16 lanes added in the fixed tree of the header comment: l + (l + 8), then + 4, + 2, + 1.
 CLEF_DPBF16_ATTR inline float lane_sum(__m512 v) {
-  const __m512 s8 = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));       // lane i: i + (i + 8)
-  const __m512 s4 = _mm512_add_ps(s8, _mm512_shuffle_f32x4(s8, s8, _MM_SHUFFLE(2, 3, 0, 1)));    // + 4
-  const __m512 s2 = _mm512_add_ps(s4, _mm512_permute_ps(s4, _MM_SHUFFLE(1, 0, 3, 2)));           // + 2
-  const __m512 s1 = _mm512_add_ps(s2, _mm512_permute_ps(s2, _MM_SHUFFLE(2, 3, 0, 1)));           // + 1
+  const __m512 s8 = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));     // lane i: i + (i + 8)
+  const __m512 s4 = _mm512_add_ps(s8, _mm512_shuffle_f32x4(s8, s8, _MM_SHUFFLE(2, 3, 0, 1)));  // + 4
+  const __m512 s2 = _mm512_add_ps(s4, _mm512_permute_ps(s4, _MM_SHUFFLE(1, 0, 3, 2)));         // + 2
+  const __m512 s1 = _mm512_add_ps(s2, _mm512_permute_ps(s2, _MM_SHUFFLE(2, 3, 0, 1)));         // + 1
   return _mm512_cvtss_f32(s1);
 }
 
@@ -152,7 +152,7 @@ void dpbf16_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const std::uint
     for (std::int64_t r0 = rb * kRowBlock; r0 < r_end; r0 += kTileRows) {
       const std::int64_t mr = std::min<std::int64_t>(kTileRows, r_end - r0);
       kTiles[static_cast<std::size_t>(mr - 1)][static_cast<std::size_t>(nc - 1)](x + r0 * k, w + c0 * k, k, blocks,
-                                                                                  tail, y + r0 * n + c0, n, accumulate);
+                                                                                 tail, y + r0 * n + c0, n, accumulate);
     }
   }
 }
