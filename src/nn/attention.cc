@@ -48,11 +48,16 @@ std::size_t AttentionActivations::floats() const noexcept {
 
 void GatedAttention::forward(const float* x, std::int64_t n, const float* cos, const float* sin, KvCache& kv, float* h,
                              AttentionActivations& act) const {
+  const AttentionSegment one{0, n, &kv};
+  forward_batch(x, std::span<const AttentionSegment>(&one, 1), cos, sin, h, act);
+}
+
+void GatedAttention::forward_batch(const float* x, std::span<const AttentionSegment> segs, const float* cos,
+                                   const float* sin, float* h, AttentionActivations& act) const {
   const ops::AttentionDims& d = cfg_.dims;
   const std::int64_t qw = d.nh * d.hd, kvw = d.nkv * d.hd;
-  if (n > act.rows)
-    throw InvalidArgument("attention: a chunk of " + std::to_string(n) + " rows, activations for " +
-                          std::to_string(act.rows));
+  thread_local std::vector<RowRange> rows;
+  const std::int64_t n = row_ranges(segs, act.rows, "attention", rows);
   float* qg = act.q_gate.data();
   float* q = act.q.data();
   float* gate = act.gate.data();
@@ -63,7 +68,7 @@ void GatedAttention::forward(const float* x, std::int64_t n, const float* cos, c
   {
     CLEF_PROF_SCOPE("attn.qkv_proj");
     const ops::LinearOut outs[] = {{&q_, qg}, {&k_, k}, {&v_, v}};
-    ops::linear_shared(x, n, outs);
+    linear_shared_rows(x, n, rows, outs);
   }
   {
     CLEF_PROF_SCOPE("attn.split+norm+rope+cache");
@@ -79,16 +84,21 @@ void GatedAttention::forward(const float* x, std::int64_t n, const float* cos, c
     ops::rms_norm_offset(k, n * d.nkv, d.hd, k_norm_.data(), cfg_.eps, k);
     ops::apply_rope(q, n, d.nh, d.hd, qw, cfg_.rotary_dim, cos, sin);
     ops::apply_rope(k, n, d.nkv, d.hd, kvw, cfg_.rotary_dim, cos, sin);
-    kv.append(k, v, n);
+    for (const AttentionSegment& sg : segs) sg.kv->append(k + sg.row0 * kvw, v + sg.row0 * kvw, sg.n);
   }
   {
     CLEF_PROF_SCOPE("attn.core");
-    if (kv.bf16) {
-      ops::attention_bf16_kv(d, n, kv.length, q, kv.kw.data(), kv.vw.data(), o);
-    } else if (bf16_core()) {
-      ops::attention_bf16(d, n, kv.length, q, kv.k.data(), kv.v.data(), o);
-    } else {
-      ops::attention(d, n, kv.length, q, kv.k.data(), kv.v.data(), o);
+    for (const AttentionSegment& sg : segs) {
+      const KvCache& kv = *sg.kv;
+      const float* qs = q + sg.row0 * qw;
+      float* os = o + sg.row0 * qw;
+      if (kv.bf16) {
+        ops::attention_bf16_kv(d, sg.n, kv.length, qs, kv.kw.data(), kv.vw.data(), os);
+      } else if (bf16_core()) {
+        ops::attention_bf16(d, sg.n, kv.length, qs, kv.k.data(), kv.v.data(), os);
+      } else {
+        ops::attention(d, sg.n, kv.length, qs, kv.k.data(), kv.v.data(), os);
+      }
     }
   }
   {
@@ -96,7 +106,8 @@ void GatedAttention::forward(const float* x, std::int64_t n, const float* cos, c
     ops::sigmoid_mul(o, gate, n * qw);
   }
   CLEF_PROF_SCOPE("attn.o_proj");
-  ops::linear(o, n, o_, h, /*accumulate=*/true);
+  const ops::LinearOut out{&o_, h, /*accumulate=*/true};
+  linear_shared_rows(o, n, rows, std::span<const ops::LinearOut>(&out, 1));
 }
 
 }  // namespace clef::nn

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,14 @@ struct AttentionActivations {
   std::size_t floats() const noexcept;
 };
 
+/// One sequence of a batched chunk (GatedAttention::forward_batch): its rows [row0, row0 + n) and
+/// its KV cache.
+struct AttentionSegment {
+  std::int64_t row0 = 0;
+  std::int64_t n = 0;
+  KvCache* kv = nullptr;
+};
+
 class GatedAttention {
  public:
   GatedAttention() = default;
@@ -55,6 +64,16 @@ class GatedAttention {
   /// `act` holds the intermediates; throws InvalidArgument when n exceeds act.rows.
   void forward(const float* x, std::int64_t n, const float* cos, const float* sin, KvCache& kv, float* h,
                AttentionActivations& act) const;
+
+  /// forward() for several sequences at once (docs/ARCHITECTURE.md "Batched prefill"): x, h [m, H]
+  /// and cos/sin [m, rotary_dim/2] stack the segments' rows (consecutive ranges covering [0, m) in
+  /// order; each row's rotary table is its own sequence's position). The projections run on all m
+  /// rows where their kernels compute rows independently (nn::linear_shared_rows), else per segment;
+  /// each segment appends to its own KV cache and attends over it alone. Each segment's rows and
+  /// cache get exactly the bits forward() gives them alone. Throws InvalidArgument when m exceeds
+  /// act.rows or the segments do not tile [0, m).
+  void forward_batch(const float* x, std::span<const AttentionSegment> segs, const float* cos, const float* sin,
+                     float* h, AttentionActivations& act) const;
 
  private:
   AttentionConfig cfg_;

@@ -125,11 +125,16 @@ std::size_t GdnActivations::floats() const noexcept {
 }
 
 void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float* h, GdnActivations& act) const {
+  const GdnSegment one{0, n, &st};
+  forward_batch(x, std::span<const GdnSegment>(&one, 1), h, act);
+}
+
+void GatedDeltaNet::forward_batch(const float* x, std::span<const GdnSegment> segs, float* h,
+                                  GdnActivations& act) const {
   const ops::GdnDims& d = cfg_.dims;
   const std::int64_t cd = cfg_.conv_dim(), kd = cfg_.key_dim(), vd = cfg_.value_dim();
-  if (n > act.rows)
-    throw InvalidArgument("gated deltanet: a chunk of " + std::to_string(n) + " rows, activations for " +
-                          std::to_string(act.rows));
+  thread_local std::vector<RowRange> rows;
+  const std::int64_t n = row_ranges(segs, act.rows, "gated deltanet", rows);
   float* mixed = act.mixed.data();
   float* u = act.conv.data();
   float* z = act.z.data();
@@ -143,7 +148,7 @@ void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float*
   {
     CLEF_PROF_SCOPE("gdn.in_proj(qkv,z,b,a)");
     const ops::LinearOut outs[] = {{&qkv_, mixed}, {&z_, z}, {&b_, b}, {&a_, a}};
-    ops::linear_shared(x, n, outs);
+    linear_shared_rows(x, n, rows, outs);
     if (tiled(cfg_)) {  // stored (tiled) V-head order -> grouped, per token (see GdnConfig)
       float* tmp = act.head_order.data();
       to_grouped(mixed, n, cd, 2 * kd, d.dv, tmp);
@@ -155,7 +160,8 @@ void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float*
   {
     CLEF_PROF_SCOPE("gdn.conv+l2norm+gates");
     // conv + SiLU, then the q, k L2 norm per (token, k-head), q also scaled by dk^-0.5 (after the
-    // norm, pitfall 8), then the gates: one pass over the chunk (ops::gdn_input_stage).
+    // norm, pitfall 8), then the gates: one pass over each sequence's rows (ops::gdn_input_stage),
+    // which continues that sequence's conv state.
     ops::GdnInputStage s;
     s.channels = cd;
     s.conv_k = cfg_.conv_k;
@@ -167,19 +173,30 @@ void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float*
     s.hv = d.hv;
     s.neg_a = neg_a_.data();
     s.dt_bias = dt_bias_.data();
-    ops::gdn_input_stage(s, n, mixed, st.conv.data(), u, b, a, beta, g);
+    for (const GdnSegment& sg : segs) {
+      const std::int64_t r = sg.row0;
+      ops::gdn_input_stage(s, sg.n, mixed + r * cd, sg.state->conv.data(), u + r * cd, b + r * d.hv, a + r * d.hv,
+                           beta + r * d.hv, g + r * d.hv);
+    }
   }
   {
     CLEF_PROF_SCOPE("gdn.delta_rule");
-    if (bf16_delta_) {
-      ops::gated_delta_rule_bf16(d, n, u, u + kd, cd, u + 2 * kd, cd, g, beta, st.rec.data(), o);
-    } else {
-      ops::gated_delta_rule(d, n, u, u + kd, cd, u + 2 * kd, cd, g, beta, st.rec.data(), o);
+    for (const GdnSegment& sg : segs) {
+      const std::int64_t r = sg.row0;
+      const float* ur = u + r * cd;
+      if (bf16_delta_) {
+        ops::gated_delta_rule_bf16(d, sg.n, ur, ur + kd, cd, ur + 2 * kd, cd, g + r * d.hv, beta + r * d.hv,
+                                   sg.state->rec.data(), o + r * vd);
+      } else {
+        ops::gated_delta_rule(d, sg.n, ur, ur + kd, cd, ur + 2 * kd, cd, g + r * d.hv, beta + r * d.hv,
+                              sg.state->rec.data(), o + r * vd);
+      }
     }
   }
   const ops::Int8Weight* out8 = out_.int8();
   if (out8 != nullptr && d.dv % ops::kInt8Block == 0 && !(tiled(cfg_) && !out_grouped_)) {
-    // int8 mode: the gated norm quantizes each head row for out_proj as it writes it.
+    // int8 mode: the gated norm quantizes each head row for out_proj as it writes it (per row; the
+    // int8 kernels compute rows independently, so all sequences' rows share the call).
     thread_local ops::Int8Activations q;
     {
       CLEF_PROF_SCOPE("gdn.gated_norm+quantize");
@@ -195,7 +212,8 @@ void GatedDeltaNet::forward(const float* x, std::int64_t n, GdnState& st, float*
   }
   CLEF_PROF_SCOPE("gdn.out_proj");
   if (tiled(cfg_) && !out_grouped_) to_stored(o, n, vd, d.dv, act.head_order.data());  // weight kept tiled
-  ops::linear(o, n, out_, h, /*accumulate=*/true);
+  const ops::LinearOut out{&out_, h, /*accumulate=*/true};
+  linear_shared_rows(o, n, rows, std::span<const ops::LinearOut>(&out, 1));
 }
 
 }  // namespace clef::nn

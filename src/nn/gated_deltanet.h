@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,14 @@ struct GdnActivations {
   std::size_t floats() const noexcept;
 };
 
+/// One sequence of a batched chunk (GatedDeltaNet::forward_batch): its rows [row0, row0 + n) and
+/// its state.
+struct GdnSegment {
+  std::int64_t row0 = 0;
+  std::int64_t n = 0;
+  GdnState* state = nullptr;
+};
+
 class GatedDeltaNet {
  public:
   GatedDeltaNet() = default;
@@ -68,6 +77,14 @@ class GatedDeltaNet {
   /// `act` holds the intermediates (sized for this layer's config). Throws InvalidArgument when n
   /// exceeds act.rows.
   void forward(const float* x, std::int64_t n, GdnState& st, float* h, GdnActivations& act) const;
+
+  /// forward() for several sequences at once (docs/ARCHITECTURE.md "Batched prefill"): x [m, H]
+  /// and h [m, H] stack the segments' rows (consecutive ranges covering [0, m) in order), each
+  /// segment carrying its own state. The projections run on all m rows where their kernels compute
+  /// rows independently (nn::linear_shared_rows), else per segment; the conv and the delta rule run
+  /// per segment. Each segment's rows and state get exactly the bits forward() gives them alone.
+  /// Throws InvalidArgument when m exceeds act.rows or the segments do not tile [0, m).
+  void forward_batch(const float* x, std::span<const GdnSegment> segs, float* h, GdnActivations& act) const;
 
  private:
   GdnConfig cfg_;

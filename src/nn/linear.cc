@@ -10,6 +10,25 @@
 
 namespace clef::nn {
 
+void linear_shared_rows(const float* x, std::int64_t m, std::span<const RowRange> rows,
+                        std::span<const ops::LinearOut> outs) {
+  bool together = rows.size() <= 1;
+  if (!together) {
+    together = true;
+    for (const ops::LinearOut& o : outs) together = together && o.w != nullptr && ops::linear_rows_independent(*o.w);
+  }
+  if (together) {
+    ops::linear_shared(x, m, outs);
+    return;
+  }
+  const std::int64_t k = outs.empty() || outs[0].w == nullptr ? 0 : outs[0].w->k();
+  std::vector<ops::LinearOut> part(outs.begin(), outs.end());
+  for (const RowRange& r : rows) {
+    for (std::size_t i = 0; i < outs.size(); ++i) part[i].y = outs[i].y + r.row0 * outs[i].w->n();
+    ops::linear_shared(x + r.row0 * k, r.n, part);
+  }
+}
+
 ops::GemmWeight linear_weight(const WeightView& w, ops::Precision p, const std::string& name) {
   if (!w.valid() || w.shape().size() != 2) {
     throw ModelLoadError("linear weight " + name + " is missing or not 2-D");

@@ -2,13 +2,55 @@
 // Helpers that turn checkpoint WeightViews into what the ops consume.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "io/weight_store.h"
 #include "ops/gemm.h"
 
 namespace clef::nn {
+
+/// Rows [row0, row0 + n) of a batched chunk: one sequence's new tokens among the rows of several
+/// sequences stacked in one activation buffer (docs/ARCHITECTURE.md "Batched prefill").
+struct RowRange {
+  std::int64_t row0 = 0;
+  std::int64_t n = 0;
+};
+
+/// The row ranges of a batched chunk's segments (anything with row0 and n), checked to tile [0, m)
+/// in order (each n >= 1) with m <= capacity (the activations' rows); returns m. Throws
+/// InvalidArgument naming `what` otherwise.
+template <class Segment>
+std::int64_t row_ranges(std::span<const Segment> segs, std::int64_t capacity, const char* what,
+                        std::vector<RowRange>& out) {
+  out.clear();
+  std::int64_t m = 0;
+  for (const Segment& s : segs) {
+    if (s.row0 != m || s.n < 1) {
+      throw InvalidArgument(std::string(what) + ": segment at row " + std::to_string(s.row0) + " of " +
+                            std::to_string(s.n) + " rows does not follow the previous ones (next row " +
+                            std::to_string(m) + ")");
+    }
+    out.push_back({s.row0, s.n});
+    m += s.n;
+  }
+  if (m < 1 || m > capacity) {
+    throw InvalidArgument(std::string(what) + ": a chunk of " + std::to_string(m) + " rows, activations for " +
+                          std::to_string(capacity));
+  }
+  return m;
+}
+
+/// ops::linear_shared over x [m, k] whose rows belong to the sequences `rows` (consecutive ranges
+/// covering [0, m) in order), each y [m, w->n()] row-major: one call on all m rows when every weight
+/// computes rows independently of each other (ops::linear_rows_independent), else one call per
+/// range, so that each row gets exactly the bits its sequence's rows alone would get. Throws as
+/// ops::linear_shared does.
+void linear_shared_rows(const float* x, std::int64_t m, std::span<const RowRange> rows,
+                        std::span<const ops::LinearOut> outs);
 
 /// GemmWeight over a 2-D checkpoint tensor [out, in] (zero-copy where the precision allows).
 /// A block-quantized weight in Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0 or Q5_1 runs its own kernels

@@ -22,16 +22,22 @@ MlpActivations::MlpActivations(std::int64_t intermediate, std::int64_t n)
     : rows(n), gate(static_cast<std::size_t>(n * intermediate)), up(gate.size()) {}
 
 void SwiGluMlp::forward(const float* x, std::int64_t n, float* h, MlpActivations& act) const {
-  if (n > act.rows || act.gate.size() < static_cast<std::size_t>(act.rows * inter_)) {
-    throw InvalidArgument("mlp: a chunk of " + std::to_string(n) + " rows, activations for " +
-                          std::to_string(act.rows));
+  const RowRange one{0, n};
+  forward_batch(x, std::span<const RowRange>(&one, 1), h, act);
+}
+
+void SwiGluMlp::forward_batch(const float* x, std::span<const RowRange> rows, float* h, MlpActivations& act) const {
+  thread_local std::vector<RowRange> checked;
+  const std::int64_t n = row_ranges(rows, act.rows, "mlp", checked);
+  if (act.gate.size() < static_cast<std::size_t>(act.rows * inter_)) {
+    throw InvalidArgument("mlp: activations sized for another layer");
   }
   float* g = act.gate.data();
   float* u = act.up.data();
   {
     CLEF_PROF_SCOPE("mlp.gate_up");
     const ops::LinearOut outs[] = {{&gate_, g}, {&up_, u}};
-    ops::linear_shared(x, n, outs);
+    linear_shared_rows(x, n, rows, outs);
   }
   if (const ops::Int8Weight* w8 = down_.int8()) {  // int8 mode: SwiGLU quantizes its rows for down_proj
     thread_local ops::Int8Activations q;
@@ -48,7 +54,8 @@ void SwiGluMlp::forward(const float* x, std::int64_t n, float* h, MlpActivations
     ops::silu_mul(g, u, n * inter_, g);
   }
   CLEF_PROF_SCOPE("mlp.down");
-  ops::linear(g, n, down_, h, /*accumulate=*/true);  // h += down(...)
+  const ops::LinearOut out{&down_, h, /*accumulate=*/true};  // h += down(...)
+  linear_shared_rows(g, n, rows, std::span<const ops::LinearOut>(&out, 1));
 }
 
 }  // namespace clef::nn

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "io/weight_store.h"
+#include "nn/linear.h"
 #include "ops/gemm.h"
 
 namespace clef::nn {
@@ -32,6 +34,12 @@ class SwiGluMlp {
   /// x [n, H] (normalized input); h [n, H] residual stream, h += MLP(x). `act` holds the
   /// intermediates; throws InvalidArgument when n exceeds act.rows or act is sized for another I.
   void forward(const float* x, std::int64_t n, float* h, MlpActivations& act) const;
+
+  /// forward() over the rows of several sequences stacked in x, h [m, H] (`rows`: consecutive ranges
+  /// covering [0, m) in order): the MLP is per row, so only the GEMMs see the ranges
+  /// (nn::linear_shared_rows). Each row gets exactly the bits forward() gives it with its sequence's
+  /// rows alone. Throws InvalidArgument when m exceeds act.rows or the ranges do not tile [0, m).
+  void forward_batch(const float* x, std::span<const RowRange> rows, float* h, MlpActivations& act) const;
 
  private:
   ops::GemmWeight gate_, up_, down_;

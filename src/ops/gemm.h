@@ -137,6 +137,21 @@ struct LinearOut {
 /// as linear() does.
 void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> outs);
 
+/// Whether bf16 weights (kBF16) run clef's own vdpbf16ps GEMM (cpu/bf16_gemm_x86.h: each row's bits
+/// independent of the other rows; docs/NUMERICS.md "bf16 GEMM with fixed row arithmetic") instead of
+/// the library's bf16 matmul, where the level in use has AVX512-BF16 (elsewhere the library's path is
+/// taken either way). Default from the environment: CLEF_BF16_GEMM=clef on, unset / empty / "library"
+/// off, anything else InvalidArgument at the first bf16 linear call. Process-wide.
+void set_own_bf16_gemm(bool on) noexcept;
+bool own_bf16_gemm_active();
+
+/// Whether linear() computes every row of y from that row of x and W alone, whatever the other rows
+/// of the call are (how many, in which place): true for clef's own kernels (int8, block-quantized,
+/// and bf16 on the vdpbf16ps GEMM while it is active), false for the library's matmuls (fp32, and
+/// bf16 otherwise), whose blocking, and so each sum's order, depends on the number of rows. Rows of
+/// several sequences may share a call only where this is true (nn/linear.h linear_shared_rows).
+bool linear_rows_independent(const GemmWeight& w);
+
 /// True when the GEMM library has no bf16 matmul at the level in use (ops/isa.h), so kBF16 runs
 /// the same numerics through its fp32 matmul (activations rounded to bf16 values, bf16 weights
 /// widened exactly, fp32 sums; docs/NUMERICS.md).

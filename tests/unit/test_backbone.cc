@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "core/error.h"
+#include "ops/gemm.h"
 #include "ops/parallel.h"
 #include "runtime/backbone.h"
 #include "runtime/release.h"
@@ -67,6 +70,96 @@ TEST_F(BackboneTest, ChunkSizeDoesNotChangeHiddenRows) {
     Backbone bb(*release_, opts(c));
     EXPECT_LE(rel(bb.hidden_states(x), ref), 1e-5) << "chunk " << c;
   }
+}
+
+/// Whether the first `count` elements of two buffers hold the same bits (both must have them).
+template <class A>
+bool same_prefix(const A& x, const A& y, std::size_t count) {
+  return x.size() >= count && y.size() >= count && std::memcmp(x.data(), y.data(), count * sizeof(x[0])) == 0;
+}
+
+/// Whether two sequence states hold the same bits: counters, conv and recurrent states, and the KV
+/// rows in use (fp32 rows, or the bf16 words of nn/state.h's layouts).
+bool same_state(const nn::ModelState& a, const nn::ModelState& b) {
+  if (a.n_tokens != b.n_tokens || a.next_position != b.next_position || a.layers.size() != b.layers.size())
+    return false;
+  for (std::size_t i = 0; i < a.layers.size(); ++i) {
+    const nn::LayerState& p = a.layers[i];
+    const nn::LayerState& q = b.layers[i];
+    if (p.gdn.conv != q.gdn.conv || p.gdn.rec != q.gdn.rec) return false;
+    if (p.kv.length != q.kv.length || p.kv.bf16 != q.kv.bf16) return false;
+    const auto len = static_cast<std::size_t>(p.kv.length), w = static_cast<std::size_t>(p.kv.width);
+    const bool kv_same =
+        p.kv.bf16 ? same_prefix(p.kv.kw, q.kv.kw, len * w / 2) && same_prefix(p.kv.vw, q.kv.vw, (len + 1) / 2 * w)
+                  : same_prefix(p.kv.k, q.kv.k, len * w) && same_prefix(p.kv.v, q.kv.v, len * w);
+    if (!kv_same) return false;
+  }
+  return true;
+}
+
+// Continuous batching's promise (qwen35::TextModel::forward_batch): sequences whose new tokens share
+// one forward pass, each continuing its own state (some fresh, some after a prefix), get the hidden
+// rows and states they get alone, bit for bit, in every precision: the GEMMs whose kernels compute rows
+// independently (int8, clef's vdpbf16ps bf16 GEMM) take all rows at once, the library's (fp32, bf16)
+// one sequence at a time. Two orders of the same sequences.
+TEST_F(BackboneTest, BatchedSequencesGetTheBitsTheyGetAlone) {
+  struct Mode {
+    ops::Precision precision;
+    bool own_bf16;
+  };
+  std::vector<Mode> modes = {{ops::Precision::kF32, false},
+                             {ops::Precision::kBF16, false},
+                             {ops::Precision::kInt8, false}};
+  ops::set_own_bf16_gemm(true);
+  if (ops::own_bf16_gemm_active()) modes.push_back({ops::Precision::kBF16, true});
+  const std::vector<std::int64_t> prefix = {0, 20, 0, 70}, fresh = {37, 1, 100, 64};
+  for (const Mode& mode : modes) {
+    ops::set_own_bf16_gemm(mode.own_bf16);
+    BackboneOptions o = opts(512);
+    o.precision = mode.precision;
+    o.threads = 2;
+    Backbone bb(*release_, o);
+    const qwen35::TextModel& model = bb.model();
+    const std::int64_t H = model.hidden_size();
+    qwen35::TextActivations act = model.activations(512);
+    std::vector<nn::ModelState> alone, batched;
+    std::vector<std::vector<std::int32_t>> tokens;
+    std::vector<std::vector<float>> want;
+    for (std::size_t i = 0; i < fresh.size(); ++i) {
+      const std::vector<std::int32_t> before = ids(prefix[i], 10 + static_cast<unsigned>(i));
+      tokens.push_back(ids(fresh[i], 20 + static_cast<unsigned>(i)));
+      nn::ModelState st = model.new_state();
+      if (!before.empty())
+        model.forward_chunk(before, {}, st, std::vector<float>(before.size() * static_cast<std::size_t>(H)).data(),
+                            act);
+      batched.push_back(st);
+      want.emplace_back(tokens[i].size() * static_cast<std::size_t>(H));
+      model.forward_chunk(tokens[i], {}, st, want[i].data(), act);
+      alone.push_back(std::move(st));
+    }
+    for (const std::vector<std::size_t>& order :
+         {std::vector<std::size_t>{0, 1, 2, 3}, std::vector<std::size_t>{3, 1, 0, 2}}) {
+      std::vector<nn::ModelState> states = batched;
+      std::vector<qwen35::SequenceChunk> seqs;
+      std::int64_t m = 0;
+      for (std::size_t i : order) {
+        seqs.push_back({tokens[i], {}, &states[i], nullptr});
+        m += fresh[i];
+      }
+      std::vector<float> out(static_cast<std::size_t>(m * H));
+      model.forward_batch(seqs, out.data(), act);
+      std::int64_t row0 = 0;
+      for (std::size_t i : order) {
+        const std::string what = std::string(ops::precision_name(mode.precision)) +
+                                 (mode.own_bf16 ? " (clef GEMM)" : "") + ", sequence " + std::to_string(i) +
+                                 " at row " + std::to_string(row0);
+        EXPECT_EQ(std::memcmp(out.data() + row0 * H, want[i].data(), want[i].size() * sizeof(float)), 0) << what;
+        EXPECT_TRUE(same_state(states[i], alone[i])) << what;
+        row0 += fresh[i];
+      }
+    }
+  }
+  ops::set_own_bf16_gemm(false);
 }
 
 TEST_F(BackboneTest, PaddedReadoutEqualsUnpadded) {

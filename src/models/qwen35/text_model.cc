@@ -97,69 +97,109 @@ void TextModel::embed(std::span<const std::int32_t> ids, float* out) const {
 
 void TextModel::forward_chunk(std::span<const std::int32_t> ids, std::span<const std::int32_t> positions,
                               nn::ModelState& st, float* out, TextActivations& act, const float* embeds) const {
-  const auto n = static_cast<std::int64_t>(ids.size());
-  if (n == 0) return;
-  if (st.layers.size() != layers_.size()) throw InvalidArgument("forward_chunk: state belongs to another model");
-  if (!positions.empty() && static_cast<std::int64_t>(positions.size()) != 3 * n) {
-    throw InvalidArgument("forward_chunk: positions must be [3, " + std::to_string(n) + "], got " +
-                          std::to_string(positions.size()) + " values");
+  if (ids.empty()) return;
+  const SequenceChunk one{ids, positions, &st, embeds};
+  forward_batch(std::span<const SequenceChunk>(&one, 1), out, act);
+}
+
+void TextModel::forward_batch(std::span<const SequenceChunk> seqs, float* out, TextActivations& act) const {
+  std::int64_t m = 0;
+  for (const SequenceChunk& s : seqs) {
+    const auto n = static_cast<std::int64_t>(s.ids.size());
+    if (n == 0 || s.state == nullptr) throw InvalidArgument("forward_batch: a sequence with no tokens or no state");
+    if (s.state->layers.size() != layers_.size()) {
+      throw InvalidArgument("forward_chunk: state belongs to another model");
+    }
+    if (!s.positions.empty() && static_cast<std::int64_t>(s.positions.size()) != 3 * n) {
+      throw InvalidArgument("forward_chunk: positions must be [3, " + std::to_string(n) + "], got " +
+                            std::to_string(s.positions.size()) + " values");
+    }
+    for (const SequenceChunk& t : seqs) {
+      if (&t != &s && t.state == s.state) throw InvalidArgument("forward_batch: two sequences share one state");
+    }
+    m += n;
   }
-  if (n > act.rows) {
-    throw InvalidArgument("forward_chunk: " + std::to_string(n) + " tokens, activations for " +
+  if (m > act.rows) {
+    throw InvalidArgument("forward_chunk: " + std::to_string(m) + " tokens, activations for " +
                           std::to_string(act.rows));
   }
   const std::int64_t H = cfg_.hidden_size;
-  const float eps = static_cast<float>(cfg_.rms_norm_eps);
   float* h = act.hidden.data();
-  float* a = act.normed.data();
-
-  // Rotary tables for the n new tokens (shared by every full-attention layer).
+  // Rotary tables and input rows of every sequence, stacked (rows row0 .. row0 + n - 1 per sequence).
   const std::int64_t half = rope_.rotary_dim / 2;
   float* cos = act.rope.data();
-  float* sin = cos + n * half;
+  float* sin = cos + m * half;
   std::vector<std::int32_t> pos;
-  const std::int32_t* pp = positions.data();
-  if (positions.empty()) {
-    pos.resize(static_cast<std::size_t>(3 * n));
-    for (std::int64_t i = 0; i < n; ++i) {
-      const auto p = static_cast<std::int32_t>(st.next_position + i);
-      for (std::int64_t r = 0; r < 3; ++r) pos[static_cast<std::size_t>(r * n + i)] = p;
+  std::vector<nn::RowRange> rows;
+  std::int64_t row0 = 0;
+  for (const SequenceChunk& s : seqs) {
+    const auto n = static_cast<std::int64_t>(s.ids.size());
+    const std::int32_t* pp = s.positions.data();
+    if (s.positions.empty()) {
+      pos.resize(static_cast<std::size_t>(3 * n));
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto p = static_cast<std::int32_t>(s.state->next_position + i);
+        for (std::int64_t r = 0; r < 3; ++r) pos[static_cast<std::size_t>(r * n + i)] = p;
+      }
+      pp = pos.data();
     }
-    pp = pos.data();
+    ops::rope_tables(rope_, pp, n, cos + row0 * half, sin + row0 * half);
+    if (s.embeds != nullptr) {
+      std::copy(s.embeds, s.embeds + n * H, h + row0 * H);
+    } else {
+      ops::embedding_gather(embed_.dtype(), embed_.bytes.data(), embed_.shape()[0], H, s.ids, h + row0 * H);
+    }
+    rows.push_back({row0, n});
+    row0 += n;
   }
-  ops::rope_tables(rope_, pp, n, cos, sin);
+  run_layers(seqs, rows, m, out, act);
+  for (const SequenceChunk& s : seqs) advance_state(s);
+}
 
-  if (embeds != nullptr) {
-    std::copy(embeds, embeds + n * H, h);
-  } else {
-    ops::embedding_gather(embed_.dtype(), embed_.bytes.data(), embed_.shape()[0], H, ids, h);
-  }
+void TextModel::run_layers(std::span<const SequenceChunk> seqs, std::span<const nn::RowRange> rows, std::int64_t m,
+                           float* out, TextActivations& act) const {
+  const std::int64_t H = cfg_.hidden_size;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const std::int64_t half = rope_.rotary_dim / 2;
+  float* h = act.hidden.data();
+  float* a = act.normed.data();
+  const float* cos = act.rope.data();
+  const float* sin = cos + m * half;
+  std::vector<nn::GdnSegment> gdn_segs(seqs.size());
+  std::vector<nn::AttentionSegment> attn_segs(seqs.size());
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = layers_[li];
-    nn::LayerState& ls = st.layers[li];
     {
       CLEF_PROF_SCOPE("rms_norm");
-      ops::rms_norm_offset(h, n, H, L.input_norm.data(), eps, a);
+      ops::rms_norm_offset(h, m, H, L.input_norm.data(), eps, a);
     }
     if (L.type == LayerType::kLinearAttention) {
-      L.gdn.forward(a, n, ls.gdn, h, act.gdn);
+      for (std::size_t i = 0; i < seqs.size(); ++i)
+        gdn_segs[i] = {rows[i].row0, rows[i].n, &seqs[i].state->layers[li].gdn};
+      L.gdn.forward_batch(a, gdn_segs, h, act.gdn);
     } else {
-      L.attn.forward(a, n, cos, sin, ls.kv, h, act.attention);
+      for (std::size_t i = 0; i < seqs.size(); ++i)
+        attn_segs[i] = {rows[i].row0, rows[i].n, &seqs[i].state->layers[li].kv};
+      L.attn.forward_batch(a, attn_segs, cos, sin, h, act.attention);
     }
     {
       CLEF_PROF_SCOPE("rms_norm");
-      ops::rms_norm_offset(h, n, H, L.post_norm.data(), eps, a);
+      ops::rms_norm_offset(h, m, H, L.post_norm.data(), eps, a);
     }
-    L.mlp.forward(a, n, h, act.mlp);
+    L.mlp.forward_batch(a, rows, h, act.mlp);
   }
-  ops::rms_norm_offset(h, n, H, final_norm_.data(), eps, out);
+  ops::rms_norm_offset(h, m, H, final_norm_.data(), eps, out);
+}
 
+void TextModel::advance_state(const SequenceChunk& s) {
+  const auto n = static_cast<std::int64_t>(s.ids.size());
+  nn::ModelState& st = *s.state;
   st.n_tokens += n;
-  if (positions.empty()) {
+  if (s.positions.empty()) {
     st.next_position += n;
   } else {
     std::int32_t mx = 0;
-    for (std::int32_t p : positions) mx = std::max(mx, p);
+    for (std::int32_t p : s.positions) mx = std::max(mx, p);
     st.next_position = std::max<std::int64_t>(st.next_position, static_cast<std::int64_t>(mx) + 1);
   }
 }

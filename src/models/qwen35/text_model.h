@@ -14,6 +14,7 @@
 #include "models/qwen35/weights.h"
 #include "nn/attention.h"
 #include "nn/gated_deltanet.h"
+#include "nn/linear.h"
 #include "nn/mlp.h"
 #include "nn/state.h"
 #include "ops/gemm.h"
@@ -41,6 +42,14 @@ struct TextActivations {
   std::size_t floats() const noexcept;
 };
 
+/// One sequence's new tokens in a batched chunk (TextModel::forward_batch).
+struct SequenceChunk {
+  std::span<const std::int32_t> ids;        ///< n >= 1 tokens that follow those already in `state`
+  std::span<const std::int32_t> positions;  ///< optional [3, n] M-RoPE positions (empty: text positions)
+  nn::ModelState* state = nullptr;          ///< this sequence's state, updated
+  const float* embeds = nullptr;            ///< optional [n, H] input rows (the multimodal path)
+};
+
 class TextModel {
  public:
   /// Binds the layers to `w` (views into the release's mmapped files, which must outlive this
@@ -64,6 +73,16 @@ class TextModel {
   void forward_chunk(std::span<const std::int32_t> ids, std::span<const std::int32_t> positions, nn::ModelState& st,
                      float* out, TextActivations& act, const float* embeds = nullptr) const;
 
+  /// forward_chunk() for several sequences at once (continuous batching; docs/ARCHITECTURE.md
+  /// "Batched prefill"): their tokens are stacked into one chunk of m = Σ n rows (act.rows >= m), the
+  /// per-row work (embedding, norms, rotary, MLP, and every GEMM whose kernel computes rows
+  /// independently: ops::linear_rows_independent) runs once on all rows, the conv, the delta rule
+  /// and attention per sequence on its own state. out [m, H]: the sequences' final-norm rows in the
+  /// order given. Each sequence's rows and state are bit-identical to what forward_chunk gives it
+  /// alone (the GEMMs that do not compute rows independently run per sequence). The states must be
+  /// distinct. Throws as forward_chunk, per sequence, before any state changes.
+  void forward_batch(std::span<const SequenceChunk> seqs, float* out, TextActivations& act) const;
+
   /// The embedding rows of `ids`: out [n, H] fp32. Throws InvalidArgument for an id outside the
   /// vocabulary.
   void embed(std::span<const std::int32_t> ids, float* out) const;
@@ -80,6 +99,12 @@ class TextModel {
     nn::GatedAttention attn;
     nn::SwiGluMlp mlp;
   };
+  /// The decoder layers and the final norm over the stacked rows of forward_batch (rows: each
+  /// sequence's range), the input rows and rotary tables already in `act`.
+  void run_layers(std::span<const SequenceChunk> seqs, std::span<const nn::RowRange> rows, std::int64_t m, float* out,
+                  TextActivations& act) const;
+  /// A sequence's token count and next position after its chunk.
+  static void advance_state(const SequenceChunk& s);
   TextConfig cfg_;
   TextModelOptions opt_;
   nn::GdnConfig gdn_cfg_;         ///< shapes of every GDN layer (v_heads_tiled aside)

@@ -35,21 +35,26 @@
 namespace clef::ops {
 namespace {
 
-/// Whether bf16 linear layers take clef's own vdpbf16ps GEMM (cpu/bf16_gemm_x86.h: every row's bits
-/// independent of the other rows) instead of the library's matmul: CLEF_BF16_GEMM=clef, where the
-/// level in use has AVX512-BF16. CLEF_BF16_GEMM unset, empty or "library": the library (ops/gemm.h).
+/// set_own_bf16_gemm's setting: -1 = not set, the environment decides (CLEF_BF16_GEMM).
+std::atomic<int> g_own_bf16{-1};
+
+/// Whether bf16 linear layers take clef's own vdpbf16ps GEMM (ops/gemm.h own_bf16_gemm_active).
 bool own_bf16_gemm() {
 #if defined(__aarch64__)
   return false;
 #else
-  static const bool wanted = [] {
-    const char* v = std::getenv("CLEF_BF16_GEMM");
-    const std::string s = v == nullptr ? "" : v;
-    if (s.empty() || s == "library") return false;
-    if (s == "clef") return true;
-    throw InvalidArgument("CLEF_BF16_GEMM: unknown value \"" + s + "\"; expected clef or library");
-  }();
-  return wanted && cpu::dpbf16_gemm_available();
+  int on = g_own_bf16.load(std::memory_order_relaxed);
+  if (on < 0) {
+    static const bool from_env = [] {
+      const char* v = std::getenv("CLEF_BF16_GEMM");
+      const std::string s = v == nullptr ? "" : v;
+      if (s.empty() || s == "library") return false;
+      if (s == "clef") return true;
+      throw InvalidArgument("CLEF_BF16_GEMM: unknown value \"" + s + "\"; expected clef or library");
+    }();
+    on = from_env ? 1 : 0;
+  }
+  return on == 1 && cpu::dpbf16_gemm_available();
 #endif
 }
 
@@ -280,6 +285,15 @@ void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> ou
     }
     linear_unshared(x, m, w, o.y, o.accumulate);
   }
+}
+
+void set_own_bf16_gemm(bool on) noexcept { g_own_bf16.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+bool own_bf16_gemm_active() { return own_bf16_gemm(); }
+
+bool linear_rows_independent(const GemmWeight& w) {
+  if (w.int8() != nullptr || w.quant() != nullptr) return true;
+  return w.precision() == Precision::kBF16 && own_bf16_gemm();
 }
 
 bool bf16_gemm_emulated() { return gemm_backend::bf16_matmul_emulated(); }
