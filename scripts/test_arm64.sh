@@ -29,8 +29,9 @@
 #                   probability is within 1e-3 of x86-64's native answer (the spread between x86-64's
 #                   own levels on these files: docs/ARM64.md "Numerics").
 # Stops at the first failing step and prints a table of step -> seconds. Needs `scripts/setup.sh
-# --arm64` and the x86 release binary (build/release/bin/clef; CLEF_X86_BIN overrides; built here
-# when missing). Tests that prove nothing more under emulation than natively (threads, file formats,
+# --dev --arm64` (the test tier: GoogleTest for the x86 release build, the Python venv for the
+# quantized step) and the x86 release binary (build/release/bin/clef; CLEF_X86_BIN overrides; built
+# here when missing). Tests that prove nothing more under emulation than natively (threads, file formats,
 # the backbone at real sizes) are left to the native ctest.
 set -euo pipefail
 if [[ ${1-} == -h || ${1-} == --help ]]; then
@@ -44,6 +45,10 @@ JOBS=${CLEF_JOBS:-2}
 QEMU=$(command -v qemu-aarch64-static || command -v qemu-aarch64 ||
   { echo "test_arm64: no qemu-aarch64; run scripts/setup.sh --arm64" >&2; exit 1; })
 X86_BIN=${CLEF_X86_BIN:-$PWD/build/release/bin/clef}
+# The venv of the quantized step (CLEF_PYTHON, else CLEF_VENV's, else .venv's python), checked before
+# the build so that a missing test tier is said at once.
+PY=${CLEF_PYTHON:-${CLEF_VENV:-$PWD/.venv}/bin/python}
+[[ -x $PY ]] || { echo "test_arm64: no $PY: run scripts/setup.sh --dev --arm64 (the test tier makes the venv in .venv, or CLEF_VENV; CLEF_PYTHON names another python)" >&2; exit 1; }
 BIN=$PWD/build/arm64/bin
 work=$(mktemp -d /tmp/clef-arm64.XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -207,9 +212,7 @@ PY
 }
 
 quantized() {
-  # The project's venv, where scripts/setup.sh --dev made it (CLEF_VENV, as test.sh and .ci/run set it).
-  local py=${CLEF_PYTHON:-${CLEF_VENV:-$PWD/.venv}/bin/python} t
-  [[ -x $py ]] || { echo "test_arm64: no $py (scripts/setup.sh --dev makes the venv in CLEF_VENV or .venv; CLEF_PYTHON overrides)" >&2; return 1; }
+  local py=$PY t  # the project's venv (checked at the start)
   [[ -d $work/tiny ]] || "$X86_BIN" make-model --preset tiny --out "$work/tiny" >/dev/null
   for t in q8_0 q4_k_m; do
     "$py" tools/reference/make_gguf.py --model "$work/tiny" --out "$work/tiny-$t.gguf" --type "$t" --layout clef >/dev/null
