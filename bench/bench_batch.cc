@@ -44,7 +44,9 @@ int main(int argc, char** argv) try {
   app.add_option("--precision", precision, "fp32, bf16 or int8")->capture_default_str();
   app.add_flag("--own-bf16-gemm", own_bf16, "bf16 on clef's vdpbf16ps GEMM (rows shared in one call)");
   app.add_option("--threads", threads, "engine threads (0: all CPUs)")->capture_default_str();
-  app.add_option("--seqs", seqs, "sequences")->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}))->capture_default_str();
+  app.add_option("--seqs", seqs, "sequences")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}))
+      ->capture_default_str();
   app.add_option("--tokens", tokens, "new tokens per sequence")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16))
       ->capture_default_str();

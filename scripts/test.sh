@@ -49,6 +49,11 @@
 # Compiler cache: ccache (installed by setup.sh --dev) keeps its objects outside the clone
 # (~/.cache/ccache); CCACHE_BASEDIR makes clones in other folders share them.
 set -euo pipefail
+if [[ ${1-} == -h || ${1-} == --help ]]; then
+  sed -n '3,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"
+  exit 0
+fi
+[[ $# -eq 0 ]] || { echo "test.sh: no arguments expected (--help; the environment variables above tune it); got '$1'" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 FUZZ_SECONDS=${CLEF_FUZZ_SECONDS:-10}
 BUDGET_S=${CLEF_TEST_BUDGET_S:-2700}

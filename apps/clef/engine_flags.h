@@ -4,6 +4,8 @@
 // helpers every command that opens a folder uses.
 #pragma once
 
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <sstream>
@@ -19,9 +21,10 @@
 namespace clef::cli {
 
 /// The check of a numeric option (instead of CLI::Range, whose one message for both cases reads
-/// "Value abc not in range 0 to 2"): the whole value must be a number of T's kind (a whole number
-/// for an integer T) within [lo, hi]; otherwise the message says which of the two it is not, e.g.
-/// "--threads: 'abc' is not a whole number" or "--threads: 5000 is outside 0..2".
+/// "Value abc not in range 0 to 2"): the whole value must be a plain decimal number of T's kind (a
+/// whole number for an integer T; no sign '+', blanks, hex, "nan" or "inf") within [lo, hi];
+/// otherwise the message says which of the two it is not, e.g. "--threads: 'abc' is not a whole
+/// number" or "--threads: 5000 is outside 0..2" (a whole number too large for the type included).
 template <class T, class U>
 CLI::Validator in_range(T lo, U hi) {
   using V = std::common_type_t<T, U>;
@@ -31,13 +34,17 @@ CLI::Validator in_range(T lo, U hi) {
   return CLI::Validator(
       [low, high, range = bounds.str()](std::string& text) -> std::string {
         V v{};
-        if (!CLI::detail::lexical_cast(text, v)) {
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        const bool whole = ptr == end && !text.empty();
+        if (whole && ec == std::errc::result_out_of_range) return text + " is outside " + range;
+        if (!whole || ec != std::errc() || !std::isfinite(static_cast<double>(v))) {
           return "'" + text + "' is not a " + (std::is_integral_v<V> ? "whole number" : "number");
         }
-        if (v < low || v > high) return text + " is outside " + range;
+        if (!(v >= low && v <= high)) return text + " is outside " + range;
         return {};
       },
-      std::string(std::is_integral_v<V> ? "INT" : "NUMBER") + " in " + bounds.str());
+      "in " + bounds.str());
 }
 
 /// Values of the engine flags, with `clef decide`'s defaults.

@@ -39,8 +39,10 @@ constexpr const char* kExitCodes =
     "native"
 #endif
     "; empty or native: the best this CPU has, which clef --version prints). For every command a\n"
-    "bad value is exit 2 and a level this CPU lacks exit 4 (--help works regardless). OMP_WAIT_POLICY /\n"
-    "GOMP_SPINCOUNT override clef's default OpenMP wait\n"
+    "bad value is exit 2 and a level this CPU lacks exit 4 (--help works regardless).\n"
+    "CLEF_BF16_GEMM=clef runs bf16 mode's linear layers on clef's own vdpbf16ps GEMM where the level has\n"
+    "AVX512-BF16 (elsewhere the library's, as by default; docs/NUMERICS.md).\n"
+    "OMP_WAIT_POLICY / GOMP_SPINCOUNT override clef's default OpenMP wait\n"
     "(bounded spinning, GOMP_SPINCOUNT=10000; CLEF_OMP_REEXEC=0|false|off|no keeps libgomp's own default).";
 
 int run(int argc, char** argv) {
@@ -87,7 +89,10 @@ int main(int argc, char** argv) {
     bool help = false;
     for (int i = 1; i < argc; ++i)
       help = help || std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h";
-    if (!help) clef::ops::init_isa();
+    if (!help) {
+      clef::ops::init_isa();
+      (void)clef::ops::own_bf16_gemm_active();  // a bad CLEF_BF16_GEMM too, for every command
+    }
     return run(argc, argv);
   } catch (const clef::Error& e) {
     std::cerr << "clef: error: " << clef::printable(e.what()) << "\n";

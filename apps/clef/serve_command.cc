@@ -116,9 +116,10 @@ Command add_serve_command(CLI::App& parent) {
   app->add_option("--queue", f->queue, "Decision requests that may wait for the engine; more get 503 + Retry-After")
       ->check(clef::cli::in_range(std::int64_t{1}, std::int64_t{4096}))
       ->capture_default_str();
-  app->add_option(
-         "--timeout", so.timeout_seconds,
-         "Seconds a request may wait in the queue; then 503 + Retry-After (a decision that started runs to the end)")
+  app->add_option("--timeout", so.timeout_seconds,
+                  "Seconds a request may wait in the queue; then 503 + Retry-After (a started decision runs until it "
+                  "ends or its "
+                  "client disconnects: 499)")
       ->check(clef::cli::in_range(0.001, 86400.0))
       ->capture_default_str();
   app->add_option("--max-body", f->max_body,

@@ -390,10 +390,12 @@ Decision Engine::decide(PreparedRequest prepared, const std::atomic<bool>* stop)
   const double head_seconds = prefill_record(p, split, head, d, cache_scope, use_cache);
   d.timings.prefill = seconds_since(t1) - head_seconds - d.timings.state_restore;
 
-  // 4. The head's logits.
+  // 4. The head's logits (one step: a stop set during it is honoured right after it).
+  check_stop();
   const auto t2 = std::chrono::steady_clock::now();
   d.logits = head.logits();
   d.timings.head = head_seconds + seconds_since(t2);
+  check_stop();
 
   // 5. The answer. A random-weight model always says so; otherwise the request's model is echoed
   // (reference).

@@ -170,11 +170,13 @@ class Engine {
   /// The second half: the vision tower, the record, the prefill and the answer. decide(body) is
   /// decide(prepare(body)), with the same result bit for bit.
   ///
-  /// `stop`, when given, is read between steps and after every prefill chunk (at most one chunk,
-  /// --chunk tokens, apart): once it is true the decision ends by throwing DecisionStopped, having
-  /// published nothing to the state cache and given back every buffer it took (a state entry it
-  /// borrowed is restored to its rows). Set it from any thread (the server does when the client
-  /// disconnects).
+  /// `stop`, when given, is read between steps, after every prefill chunk (at most one chunk,
+  /// --chunk tokens, apart) and before and after the head's last step (its logits over the memory
+  /// rows, which runs to its end): once it is true the decision ends by throwing DecisionStopped,
+  /// having given back every buffer it took (a state entry it borrowed is restored to its rows). A
+  /// stop inside the prefill of the state part publishes nothing to the state cache; once that part
+  /// is done its state is complete and stays published (a later request on the same state reuses it).
+  /// Set it from any thread (the server does when the client disconnects).
   Decision decide(PreparedRequest prepared, const std::atomic<bool>* stop = nullptr);
 
   /// The backbone's final-norm hidden states of `ids` from a fresh state: [ids.size(), hidden_size()]

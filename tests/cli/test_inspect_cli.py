@@ -220,6 +220,14 @@ def test_usage_errors_exit_2(tmp_path):
     assert r.returncode == 2 and "--chunk: 'abc' is not a whole number" in r.stderr, r.stderr
     r = run_clef("inspect", "--chunk", "0", str(tmp_path))
     assert "--chunk: 0 is outside 1..1048576" in r.stderr, r.stderr
+    r = run_clef("inspect", "--chunk", "99999999999999999999", str(tmp_path))  # too large for the type: out of range
+    assert r.returncode == 2 and "--chunk: 99999999999999999999 is outside 1..1048576" in r.stderr, r.stderr
+    for text in ("0x40", "+64", " 64", "64 "):  # plain decimal only
+        r = run_clef("inspect", "--chunk", text, str(tmp_path))
+        assert r.returncode == 2 and f"--chunk: '{text}' is not a whole number" in r.stderr, (text, r.stderr)
+    for text in ("nan", "inf", "0x10"):  # a float option takes finite decimal numbers only
+        r = run_clef("serve", "--timeout", text, "--port", "0")
+        assert r.returncode == 2 and f"--timeout: '{text}' is not a number" in r.stderr, (text, r.stderr)
 
 
 def test_help_works_whatever_clef_isa_says():

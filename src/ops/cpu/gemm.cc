@@ -302,9 +302,11 @@ std::string gemm_backend_name() {
   init_isa();  // the level (and oneDNN's cap) must be set before the library's first kernel
   const std::string library = gemm_backend::library_description();
   const bool emulated = bf16_gemm_emulated();
-  return library + (emulated ? "; bf16 via fp32 matmul on bf16 values" : "") + "); int8: clef " +
-         int8_kernel_name(active_int8_kernel()) + " kernel; Q4_K..Q6_K, Q4_0..Q5_1: clef " +
-         quant_kernel_name(active_quant_kernel()) + " kernel";
+  const std::string bf16 = own_bf16_gemm() ? "; bf16: clef vdpbf16ps GEMM (CLEF_BF16_GEMM=clef)"
+                           : emulated      ? "; bf16 via fp32 matmul on bf16 values"
+                                           : "";
+  return library + bf16 + "); int8: clef " + int8_kernel_name(active_int8_kernel()) +
+         " kernel; Q4_K..Q6_K, Q4_0..Q5_1: clef " + quant_kernel_name(active_quant_kernel()) + " kernel";
 }
 
 }  // namespace clef::ops
