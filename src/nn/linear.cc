@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "nn/linear.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -12,11 +13,9 @@ namespace clef::nn {
 
 void linear_shared_rows(const float* x, std::int64_t m, std::span<const RowRange> rows,
                         std::span<const ops::LinearOut> outs) {
-  bool together = rows.size() <= 1;
-  if (!together) {
-    together = true;
-    for (const ops::LinearOut& o : outs) together = together && o.w != nullptr && ops::linear_rows_independent(*o.w);
-  }
+  const bool together = rows.size() <= 1 || std::all_of(outs.begin(), outs.end(), [](const ops::LinearOut& o) {
+                          return o.w != nullptr && ops::linear_rows_independent(*o.w);
+                        });
   if (together) {
     ops::linear_shared(x, m, outs);
     return;
