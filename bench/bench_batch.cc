@@ -43,7 +43,9 @@ int main(int argc, char** argv) try {
   app.add_option("--model", model, "release folder or .gguf")->required();
   app.add_option("--precision", precision, "fp32, bf16 or int8")->capture_default_str();
   app.add_flag("--own-bf16-gemm", own_bf16, "bf16 on clef's vdpbf16ps GEMM (rows shared in one call)");
-  app.add_option("--threads", threads, "engine threads (0: all CPUs)")->capture_default_str();
+  app.add_option("--threads", threads, "engine threads (0: all CPUs; more than the CPUs run as many as the CPUs)")
+      ->check(CLI::Range(0, 1 << 16))
+      ->capture_default_str();
   app.add_option("--seqs", seqs, "sequences")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}))
       ->capture_default_str();
@@ -55,6 +57,9 @@ int main(int argc, char** argv) try {
   clef::ops::init_isa();
   const auto p = clef::ops::precision_from_name(precision);
   if (!p) throw clef::InvalidArgument("--precision: expected fp32, bf16 or int8, got " + precision);
+  if (own_bf16 && *p != clef::ops::Precision::kBF16) {
+    throw clef::InvalidArgument("--own-bf16-gemm: clef's vdpbf16ps GEMM runs bf16 mode only (--precision bf16)");
+  }
   clef::ops::set_own_bf16_gemm(own_bf16);
 
   const clef::ReleaseFolder release = clef::open_release(model);
