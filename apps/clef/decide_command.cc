@@ -57,6 +57,8 @@ struct DecideFlags {
   bool timings = false, no_progress = false;
   JsonlRunOptions jsonl;
   std::int64_t state_cache_mb = EngineOptions::kDefaultStateCacheMb;
+  std::int64_t parallel = 8;
+  std::int64_t batch_memory_mb = 0;
   CLI::Option* model = nullptr;
   CLI::Option* jsonl_opt = nullptr;
   CLI::Option* cache_opt = nullptr;
@@ -74,6 +76,11 @@ int run_decide(DecideFlags& f) {
   // One request cannot hit its own entry; building one would only copy the state (memory x2).
   eo.state_cache_mb = batch || f.cache_opt->count() > 0 ? f.state_cache_mb : 0;
   eo.accept_any_model = true;  // the folder chooses the model; echo the request's name like the reference
+  // Lines decided at once share prefill steps (docs/ARCHITECTURE.md "Continuous batching").
+  eo.batching = batch && f.parallel > 1;
+  f.jsonl.parallel = static_cast<std::size_t>(f.parallel);
+  f.jsonl.memory_budget = f.batch_memory_mb > 0 ? static_cast<std::size_t>(f.batch_memory_mb) << 20
+                                                : static_cast<std::size_t>(usable_memory_bytes() / 4);
   const auto engine = with_default_hint(dir, is_default, [&] { return std::make_unique<Engine>(dir, eo); });
   if (batch) {
     f.jsonl.progress = !f.no_progress;
@@ -121,6 +128,20 @@ Command add_decide_command(CLI::App& app) {
   decide->add_flag("--restart", f->jsonl.restart, "With --jsonl --out: start over instead of resuming")
       ->needs(f->jsonl_opt);
   decide->add_flag("--no-progress", f->no_progress, "With --jsonl: no progress line on stderr")->needs(f->jsonl_opt);
+  decide
+      ->add_option("--parallel", f->parallel,
+                   "With --jsonl: lines decided at once, their prefill chunks batched into shared steps (answers "
+                   "identical, written in input order; 1: one at a time)")
+      ->check(clef::cli::in_range(std::int64_t{1}, std::int64_t{1024}))
+      ->capture_default_str()
+      ->needs(f->jsonl_opt);
+  decide
+      ->add_option("--batch-memory", f->batch_memory_mb,
+                   "With --jsonl: MiB the lines decided at once may hold together (a larger line runs alone); 0: a "
+                   "quarter of the memory this process may use")
+      ->check(clef::cli::in_range(std::int64_t{0}, std::int64_t{1} << 30))
+      ->capture_default_str()
+      ->needs(f->jsonl_opt);
   f->model = add_engine_flags(*decide, f->engine);
   decide->add_flag("--timings", f->timings, "Print per-stage timings (and the state cache's hit/miss) to stderr");
   f->cache_opt =

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -266,21 +267,121 @@ void print_timings(std::int64_t line, const Decision& d, const char* prefix) {
 
 }  // namespace
 
+namespace {
+
+std::string too_long_line(std::int64_t line_no) {
+  return error_line("request_too_large", "the line is longer than " + std::to_string(kMaxLineBytes >> 20) + " MiB", "",
+                    line_no);
+}
+
+std::string refusal_line(const RequestError& e, std::int64_t line_no) {
+  const std::string at = e.offset() ? " (at byte " + std::to_string(*e.offset()) + ")" : std::string();
+  return error_line(e.code_name(), e.message() + at, e.path().str(), line_no);
+}
+
+}  // namespace
+
 std::string answer_request_line(Engine& engine, std::string_view line, std::int64_t line_no, bool too_long,
                                 std::optional<Decision>* decision) {
-  if (too_long) {
-    return error_line("request_too_large", "the line is longer than " + std::to_string(kMaxLineBytes >> 20) + " MiB",
-                      "", line_no);
-  }
+  if (too_long) return too_long_line(line_no);
   try {
     Decision d = engine.decide(line, Dialect::kDecisions);  // either contract, by the line's shape
     std::string text = d.body;
     if (decision != nullptr) *decision = std::move(d);
     return text;
   } catch (const RequestError& e) {
-    const std::string at = e.offset() ? " (at byte " + std::to_string(*e.offset()) + ")" : std::string();
-    return error_line(e.code_name(), e.message() + at, e.path().str(), line_no);
+    return refusal_line(e, line_no);
   }
+}
+
+/// One line in a LinePipeline: its answer once known (or the engine fault to rethrow).
+struct LinePipeline::Slot {
+  bool done = false;
+  LineAnswer answer;
+  std::exception_ptr fault;
+  std::thread worker;  ///< the line's decision (joined by pop() or the destructor)
+};
+
+LinePipeline::LinePipeline(Engine& engine, std::size_t parallel, std::size_t memory_budget)
+    : engine_(engine), parallel_(std::max<std::size_t>(1, parallel)), budget_(memory_budget) {
+  if (parallel_ > 1 && engine.batcher() == nullptr) {
+    throw InvalidArgument("deciding " + std::to_string(parallel_) + " lines at once needs a batching engine");
+  }
+}
+
+LinePipeline::~LinePipeline() {
+  for (const std::shared_ptr<Slot>& slot : slots_) {
+    if (slot->worker.joinable()) slot->worker.join();
+  }
+}
+
+void LinePipeline::push(std::string line, std::int64_t line_no, bool too_long) {
+  auto slot = std::make_shared<Slot>();
+  std::optional<PreparedRequest> prepared;
+  if (too_long) {
+    slot->answer.text = too_long_line(line_no);
+  } else {
+    try {
+      prepared = engine_.prepare(line, Dialect::kDecisions);  // either contract, by the line's shape
+    } catch (const RequestError& e) {
+      slot->answer.text = refusal_line(e, line_no);
+    }
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  slots_.push_back(slot);
+  if (!prepared) {
+    slot->done = true;
+    return;
+  }
+  const std::size_t bytes = engine_.decision_bytes(*prepared);
+  cv_.wait(lock,
+           [&] { return running_ == 0 || (running_ < parallel_ && (budget_ == 0 || reserved_ + bytes <= budget_)); });
+  ++running_;
+  reserved_ += bytes;
+  slot->worker = std::thread([this, slot, bytes, line_no, p = std::move(*prepared)]() mutable {
+    LineAnswer a;
+    std::exception_ptr fault;
+    try {
+      Decision d = engine_.decide(std::move(p));
+      a.text = d.body;
+      a.decision = std::move(d);
+    } catch (const RequestError& e) {
+      a.text = refusal_line(e, line_no);
+    } catch (...) {
+      fault = std::current_exception();
+    }
+    {
+      const std::lock_guard<std::mutex> g(mu_);
+      slot->answer = std::move(a);
+      slot->fault = fault;
+      slot->done = true;
+      --running_;
+      reserved_ -= bytes;
+    }
+    cv_.notify_all();
+  });
+}
+
+LineAnswer LinePipeline::pop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (slots_.empty()) throw std::logic_error("LinePipeline::pop: no line pending");
+  const std::shared_ptr<Slot> slot = slots_.front();
+  cv_.wait(lock, [&] { return slot->done; });
+  slots_.pop_front();
+  lock.unlock();
+  if (slot->worker.joinable()) slot->worker.join();  // it ends right after reporting
+  if (slot->fault) std::rethrow_exception(slot->fault);
+  return std::move(slot->answer);
+}
+
+std::size_t LinePipeline::pending() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return slots_.size();
+}
+
+bool LinePipeline::front_ready() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return !slots_.empty() && slots_.front()->done;
 }
 
 JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options) {
@@ -326,8 +427,8 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
 
   // Answers on the same terminal as the live progress line: clear that line first.
   const bool clear_before_write = tty && options.progress && !to_file && ::isatty(STDOUT_FILENO) == 1;
-  // Writes the answer of input line sum.lines; an interrupt waits for it (watch_jsonl_interrupts).
-  auto write_line = [&](const std::string& text) {
+  // Writes the answer of input line `line_no`; an interrupt waits for it (watch_jsonl_interrupts).
+  auto write_line = [&](const std::string& text, std::int64_t line_no) {
     const std::lock_guard<std::timed_mutex> lock(interrupted.write);
     if (clear_before_write) std::fputs("\r\x1b[K", stderr);
     errno = 0;
@@ -337,23 +438,20 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
                     (to_file ? printable(options.output) : std::string("standard output")) +
                     (errno ? std::string(": ") + std::strerror(errno) : std::string()));
     }
-    interrupted.done = sum.lines;
+    interrupted.done = line_no;
   };
 
-  std::string line;
-  bool too_long = false;
-  while (reader.next(line, too_long)) {
-    ++sum.lines;
-    if (sum.lines <= existing.lines) {
-      resumed_bytes = reader.bytes_read();
-      continue;
-    }
-    std::optional<Decision> d;
-    write_line(answer_request_line(engine, line, sum.lines, too_long, &d));
-    if (d) {
+  // Writes the oldest pending answer (input line `written + 1`).
+  std::int64_t written = existing.lines;
+  LinePipeline pipeline(engine, options.parallel, options.memory_budget);
+  auto write_next = [&] {
+    const LineAnswer a = pipeline.pop();
+    ++written;
+    write_line(a.text, written);
+    if (a.decision) {
       ++sum.answered;
-      sum.tokens += d->input_tokens;
-      if (options.timings) print_timings(sum.lines, *d, tty && options.progress ? "\r\x1b[K" : "");
+      sum.tokens += a.decision->input_tokens;
+      if (options.timings) print_timings(written, *a.decision, tty && options.progress ? "\r\x1b[K" : "");
     } else {
       ++sum.refused;
     }
@@ -363,7 +461,22 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
       report(false);
       last_report = s;
     }
+  };
+  std::string line;
+  bool too_long = false;
+  while (reader.next(line, too_long)) {
+    ++sum.lines;
+    if (sum.lines <= existing.lines) {
+      resumed_bytes = reader.bytes_read();
+      continue;
+    }
+    // At most 2 x parallel answers wait to be written; the ready ones are written at once.
+    while (pipeline.pending() >= 2 * options.parallel || pipeline.front_ready()) write_next();
+    pipeline.push(std::move(line), sum.lines, too_long);
+    line.clear();
+    if (options.parallel == 1) write_next();
   }
+  while (pipeline.pending() > 0) write_next();
   if (existing.lines > sum.lines) refuse_foreign_output(options.output, existing.lines, sum.lines);
   sum.seconds = elapsed();
   if (options.progress) report(true);

@@ -9,6 +9,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <vector>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
 
 #include "runtime/engine.h"
 
@@ -21,6 +27,12 @@ struct JsonlRunOptions {
   bool restart = false;  ///< ignore (truncate) an existing output file instead of resuming it
   bool progress = true;  ///< progress line on stderr (records, tokens/s, ETA)
   bool timings = false;  ///< one timing line per record on stderr
+  /// Lines decided at once (--parallel; > 1 needs a batching engine, EngineOptions::batching):
+  /// their prefill chunks share steps; answers are the same and written in input order.
+  std::size_t parallel = 1;
+  /// Memory the lines decided at once may hold together, bytes (Engine::decision_bytes); 0 = no
+  /// bound but `parallel`. A line larger than it is decided alone.
+  std::size_t memory_budget = 0;
 };
 
 /// Outcome of a run (what the exit code is made of).
@@ -46,6 +58,49 @@ inline constexpr std::size_t kMaxRequestLineBytes = std::size_t{64} << 20;
 /// for a refused one). Any other exception is an engine fault and is rethrown.
 std::string answer_request_line(Engine& engine, std::string_view line, std::int64_t line_no, bool too_long,
                                 std::optional<Decision>* decision = nullptr);
+
+/// One answered line: the output text and, for an answered (not refused) line, its Decision.
+struct LineAnswer {
+  std::string text;
+  std::optional<Decision> decision;
+};
+
+/// Decides request lines several at once on a batching engine (runtime/step_batcher.h) and hands
+/// the answers back in the order the lines came (what `clef decide --jsonl --parallel N` and the
+/// Python package's decide_many run on). push() parses and tokenizes the line on the calling
+/// thread (Engine::prepare), then waits until fewer than `parallel` lines are being decided and
+/// the memory budget has room for it (a line larger than the whole budget waits until none is),
+/// and starts its decision on a thread of its own. pop() returns the oldest line's answer, waiting
+/// for it. An engine fault (anything but a RequestError) is rethrown by pop() for its line, in
+/// order. The destructor waits for the decisions in flight.
+class LinePipeline {
+ public:
+  /// Throws InvalidArgument for parallel > 1 without a batching engine. `engine` must outlive this.
+  LinePipeline(Engine& engine, std::size_t parallel, std::size_t memory_budget);
+  ~LinePipeline();
+  LinePipeline(const LinePipeline&) = delete;
+  LinePipeline& operator=(const LinePipeline&) = delete;
+
+  /// Starts line `line_no` (1-based; `too_long` as answer_request_line).
+  void push(std::string line, std::int64_t line_no, bool too_long);
+  /// The oldest pushed line's answer (waits for it). Throws std::logic_error when none is pending.
+  LineAnswer pop();
+  /// Lines pushed and not popped.
+  std::size_t pending() const;
+  /// Whether pop() would return without waiting.
+  bool front_ready() const;
+
+ private:
+  struct Slot;
+  Engine& engine_;
+  const std::size_t parallel_;
+  const std::size_t budget_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  ///< a decision ended
+  std::size_t running_ = 0;
+  std::size_t reserved_ = 0;
+  std::deque<std::shared_ptr<Slot>> slots_;
+};
 
 /// Runs every line of `options.input` through `engine`, writing for line N (1-based) exactly one
 /// output line: the compact SystemOne response, or

@@ -45,6 +45,10 @@ struct ServeFlags {
   std::int64_t max_connections = 1024;
   std::int64_t body_budget_mb = 256;
   std::int64_t state_cache_mb = EngineOptions::kDefaultStateCacheMb;
+  std::string scheduler = "batch";
+  std::int64_t max_running = 16;
+  std::int64_t max_batch_tokens = 0;
+  std::int64_t batch_memory_mb = 0;
   CLI::Option* model_opt = nullptr;
   CLI::Option* api_key_opt = nullptr;
 };
@@ -94,6 +98,12 @@ int run_serve(ServeFlags& f) {
   eo.accept_any_model = !f.strict;
   eo.state_cache_mb = f.state_cache_mb;
   eo.aliases = so.aliases;
+  // Continuous batching (docs/ARCHITECTURE.md "Continuous batching"), or one decision at a time.
+  eo.batching = f.scheduler == "batch";
+  eo.batch.max_step_tokens = f.max_batch_tokens;
+  so.max_running = eo.batching ? static_cast<std::size_t>(f.max_running) : 1;
+  so.batch_memory_bytes = f.batch_memory_mb > 0 ? static_cast<std::size_t>(f.batch_memory_mb) << 20
+                                                : static_cast<std::size_t>(usable_memory_bytes() / 4);
   const auto engine = with_default_hint(dir, is_default, [&] { return std::make_unique<Engine>(dir, eo); });
   return server::serve(*engine, so);
 }
@@ -165,6 +175,26 @@ Command add_serve_command(CLI::App& parent) {
   app->add_option("--state-cache-mb", f->state_cache_mb,
                   "Memory budget of the exact state cache in MiB (0: off): requests that share a prefix + images + "
                   "state reuse its computation, bit-identically (docs/ARCHITECTURE.md \"Exact state reuse\")")
+      ->check(clef::cli::in_range(std::int64_t{0}, std::int64_t{1} << 30))
+      ->capture_default_str();
+  app->add_option("--scheduler", f->scheduler,
+                  "batch: decisions run together, their prefill chunks batched into shared steps (answers "
+                  "bit-identical to one at a time); serial: one decision at a time (docs/ARCHITECTURE.md "
+                  "\"Continuous batching\")")
+      ->check(CLI::IsMember({"batch", "serial"}))
+      ->capture_default_str();
+  app->add_option("--max-running", f->max_running,
+                  "With --scheduler batch: decisions running at once; more wait in the queue")
+      ->check(clef::cli::in_range(std::int64_t{1}, std::int64_t{1024}))
+      ->capture_default_str();
+  app->add_option("--max-batch-tokens", f->max_batch_tokens,
+                  "With --scheduler batch: new tokens per step, whole chunks only, a longer chunk alone (0: --chunk); "
+                  "bounds a step's latency and activation memory")
+      ->check(clef::cli::in_range(std::int64_t{0}, std::int64_t{1} << 20))
+      ->capture_default_str();
+  app->add_option("--batch-memory", f->batch_memory_mb,
+                  "With --scheduler batch: MiB the running decisions may hold together (states, head rows, images; "
+                  "a decision larger than it runs alone); 0: a quarter of the memory this process may use")
       ->check(clef::cli::in_range(std::int64_t{0}, std::int64_t{1} << 30))
       ->capture_default_str();
 

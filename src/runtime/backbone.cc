@@ -80,36 +80,86 @@ void Backbone::reserve_activations(std::int64_t rows) {
 }
 
 void Backbone::prefill(std::span<const std::int32_t> ids, SequenceState& st, const HiddenConsumer& consumer) {
-  const auto total = static_cast<std::int64_t>(ids.size());
-  const std::int64_t H = model_.hidden_size();
-  if (options_.padded_readout) {
-    std::vector<std::int32_t> call(static_cast<std::size_t>(kStaticReadoutRows));
-    out_.resize(static_cast<std::size_t>(kStaticReadoutRows * H));
-    reserve_activations(kStaticReadoutRows);
-    for (std::int64_t c0 = 0; c0 < total; c0 += kStaticReadoutRows) {
-      const std::int64_t real = std::min(kStaticReadoutRows, total - c0);
-      std::copy(ids.begin() + c0, ids.begin() + c0 + real, call.begin());
-      std::fill(call.begin() + real, call.end(), pad_id_);
-      const std::int64_t first = st.n_tokens;
-      model_.forward_chunk(call, {}, st, out_.data(), act_);
-      if (consumer) consumer(first, out_.data(), real, H);  // padded rows discarded
-    }
-    return;
-  }
-  const std::int64_t chunk = options_.chunk_size;
-  out_.resize(static_cast<std::size_t>(std::min(chunk, std::max<std::int64_t>(total, 1)) * H));
-  reserve_activations(std::min(chunk, std::max<std::int64_t>(total, 1)));
-  for (std::int64_t c0 = 0; c0 < total; c0 += chunk) {
-    const std::int64_t n = std::min(chunk, total - c0);
-    const std::int64_t first = st.n_tokens;
-    model_.forward_chunk(ids.subspan(static_cast<std::size_t>(c0), static_cast<std::size_t>(n)), {}, st, out_.data(),
-                         act_);
-    if (consumer) consumer(first, out_.data(), n, H);
-  }
+  prefill(ids, st, consumer, nullptr, nullptr, nullptr);
 }
 
 void Backbone::prefill(std::span<const std::int32_t> ids, SequenceState& st, const HiddenConsumer& consumer,
                        const PrefillMedia& media) {
+  prefill(ids, st, consumer, &media, nullptr, nullptr);
+}
+
+bool Backbone::run_chunk(const qwen35::SequenceChunk& chunk, std::int64_t real, const HiddenConsumer& consumer,
+                         StepBatcher* batcher, const std::atomic<bool>* stop) {
+  const std::int64_t first = chunk.state->n_tokens;
+  if (batcher != nullptr) {
+    return batcher->forward(
+        chunk,
+        [&](const float* rows, std::int64_t, std::int64_t hidden) {
+          if (consumer) consumer(first, rows, real, hidden);
+        },
+        stop);
+  }
+  if (stop != nullptr && stop->load(std::memory_order_relaxed)) return false;
+  const auto n = static_cast<std::int64_t>(chunk.ids.size());
+  const std::int64_t H = model_.hidden_size();
+  if (static_cast<std::int64_t>(out_.size()) < n * H) out_.resize(static_cast<std::size_t>(n * H));
+  reserve_activations(n);
+  model_.forward_chunk(chunk.ids, chunk.positions, *chunk.state, out_.data(), act_, chunk.embeds);
+  if (consumer) consumer(first, out_.data(), real, H);
+  return true;
+}
+
+bool Backbone::prefill(std::span<const std::int32_t> ids, SequenceState& st, const HiddenConsumer& consumer,
+                       const PrefillMedia* media, StepBatcher* batcher, const std::atomic<bool>* stop) {
+  const auto total = static_cast<std::int64_t>(ids.size());
+  const std::int64_t H = model_.hidden_size();
+  if (media != nullptr) check_media(*media, ids);
+  if (options_.padded_readout) {
+    if (media != nullptr) throw Unsupported("prefill: images are not supported with the static-shape (padded) readout");
+    std::vector<std::int32_t> call(static_cast<std::size_t>(kStaticReadoutRows));
+    for (std::int64_t c0 = 0; c0 < total; c0 += kStaticReadoutRows) {
+      const std::int64_t real = std::min(kStaticReadoutRows, total - c0);
+      std::copy(ids.begin() + c0, ids.begin() + c0 + real, call.begin());
+      std::fill(call.begin() + real, call.end(), pad_id_);
+      // The padded rows' hidden states are discarded (the consumer gets the real ones).
+      if (!run_chunk(qwen35::SequenceChunk{call, {}, &st, nullptr}, real, consumer, batcher, stop)) return false;
+    }
+    return true;
+  }
+  const std::int64_t chunk = options_.chunk_size;
+  const std::int64_t cap = std::min(chunk, std::max<std::int64_t>(total, 1));
+  std::vector<float> embeds;
+  std::vector<std::int32_t> pos;
+  if (media != nullptr) {
+    embeds.resize(static_cast<std::size_t>(cap * H));
+    pos.resize(static_cast<std::size_t>(3 * cap));
+  }
+  const float* next_image_row = media != nullptr ? media->image_rows.data() : nullptr;
+  for (std::int64_t c0 = 0; c0 < total; c0 += chunk) {
+    const std::int64_t n = std::min(chunk, total - c0);
+    const auto call = ids.subspan(static_cast<std::size_t>(c0), static_cast<std::size_t>(n));
+    qwen35::SequenceChunk sc{call, {}, &st, nullptr};
+    if (media != nullptr) {
+      for (std::int64_t r = 0; r < 3; ++r) {
+        std::copy_n(media->positions.begin() + r * total + c0, n, pos.begin() + r * n);
+      }
+      model_.embed(call, embeds.data());
+      // Pad rows are replaced by tower rows, not added to (docs/MODEL.md §6.9).
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (call[static_cast<std::size_t>(i)] == media->image_token_id) {
+          std::copy(next_image_row, next_image_row + H, embeds.begin() + i * H);
+          next_image_row += H;
+        }
+      }
+      sc.positions = std::span<const std::int32_t>(pos.data(), static_cast<std::size_t>(3 * n));
+      sc.embeds = embeds.data();
+    }
+    if (!run_chunk(sc, n, consumer, batcher, stop)) return false;
+  }
+  return true;
+}
+
+void Backbone::check_media(const PrefillMedia& media, std::span<const std::int32_t> ids) const {
   const auto total = static_cast<std::int64_t>(ids.size());
   const std::int64_t H = model_.hidden_size();
   if (static_cast<std::int64_t>(media.positions.size()) != 3 * total) {
@@ -120,35 +170,6 @@ void Backbone::prefill(std::span<const std::int32_t> ids, SequenceState& st, con
   if (media.image_rows.size() != static_cast<std::size_t>(pads * H)) {
     throw InvalidArgument("prefill: " + std::to_string(pads) + " image pad tokens but " +
                           std::to_string(media.image_rows.size() / static_cast<std::size_t>(H)) + " image rows");
-  }
-  if (options_.padded_readout) {
-    throw Unsupported("prefill: images are not supported with the static-shape (padded) readout");
-  }
-  const std::int64_t chunk = options_.chunk_size;
-  const std::int64_t cap = std::min(chunk, std::max<std::int64_t>(total, 1));
-  out_.resize(static_cast<std::size_t>(cap * H));
-  embeds_.resize(static_cast<std::size_t>(cap * H));
-  reserve_activations(cap);
-  std::vector<std::int32_t> pos(static_cast<std::size_t>(3 * cap));
-  const float* next_image_row = media.image_rows.data();
-  for (std::int64_t c0 = 0; c0 < total; c0 += chunk) {
-    const std::int64_t n = std::min(chunk, total - c0);
-    const auto call = ids.subspan(static_cast<std::size_t>(c0), static_cast<std::size_t>(n));
-    for (std::int64_t r = 0; r < 3; ++r) {
-      std::copy_n(media.positions.begin() + r * total + c0, n, pos.begin() + r * n);
-    }
-    model_.embed(call, embeds_.data());
-    // Pad rows are replaced by tower rows, not added to (docs/MODEL.md §6.9).
-    for (std::int64_t i = 0; i < n; ++i) {
-      if (call[static_cast<std::size_t>(i)] == media.image_token_id) {
-        std::copy(next_image_row, next_image_row + H, embeds_.begin() + i * H);
-        next_image_row += H;
-      }
-    }
-    const std::int64_t first = st.n_tokens;
-    model_.forward_chunk(call, std::span<const std::int32_t>(pos.data(), static_cast<std::size_t>(3 * n)), st,
-                         out_.data(), act_, embeds_.data());
-    if (consumer) consumer(first, out_.data(), n, H);
   }
 }
 

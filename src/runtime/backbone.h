@@ -3,6 +3,7 @@
 // chunked prefill over a per-sequence state, delivering final-norm hidden rows chunk by chunk.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "ops/gemm.h"
 #include "runtime/release.h"
 #include "runtime/state.h"
+#include "runtime/step_batcher.h"
 
 namespace clef {
 
@@ -107,6 +109,14 @@ class Backbone {
   void prefill(std::span<const std::int32_t> ids, SequenceState& st, const HiddenConsumer& consumer,
                const PrefillMedia& media);
 
+  /// The general form: `media` may be null (text positions); with `batcher` the chunks run in its
+  /// steps, batched with other sequences' (same chunks, same bits: runtime/step_batcher.h), else
+  /// here. Returns false, having run only the chunks before it, when `*stop` (if given) was set
+  /// before a chunk started; the consumer may also throw to stop. Thread-safe with a batcher (the
+  /// buffers are the call's own); without one, one call at a time.
+  bool prefill(std::span<const std::int32_t> ids, SequenceState& st, const HiddenConsumer& consumer,
+               const PrefillMedia* media, StepBatcher* batcher, const std::atomic<bool>* stop);
+
   /// Convenience: all hidden rows [T, H] of `ids` from a fresh state.
   std::vector<float> hidden_states(std::span<const std::int32_t> ids);
 
@@ -127,8 +137,13 @@ class Backbone {
   qwen35::TextActivations act_;
   /// Makes act_ hold chunks of `rows` tokens.
   void reserve_activations(std::int64_t rows);
-  std::vector<float> out_;
-  std::vector<float> embeds_;
+  /// One chunk of prefill() whose first `real` rows go to the consumer (the rest are the padded
+  /// readout's pads); false when withdrawn by `stop`.
+  bool run_chunk(const qwen35::SequenceChunk& chunk, std::int64_t real, const HiddenConsumer& consumer,
+                 StepBatcher* batcher, const std::atomic<bool>* stop);
+  /// Throws InvalidArgument unless `media` fits `ids` (positions [3, n], one image row per pad).
+  void check_media(const PrefillMedia& media, std::span<const std::int32_t> ids) const;
+  std::vector<float> out_;  ///< the chunk's rows without a batcher
 };
 
 }  // namespace clef

@@ -27,6 +27,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+/// Throws DecisionStopped once `*stop` (if given) is set.
+void check_stop(const std::atomic<bool>* stop) {
+  if (stop != nullptr && stop->load(std::memory_order_relaxed)) throw DecisionStopped();
+}
+
 }  // namespace
 
 const char* state_cache_use_name(StateCacheUse u) noexcept {
@@ -83,6 +88,21 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   if (options.state_cache_mb > 0 && !options.backbone.padded_readout) {
     cache_ = std::make_unique<StateCache>(static_cast<std::size_t>(options.state_cache_mb) << 20);
   }
+  {
+    // What a state costs: a fresh one (GDN states) and the KV bytes per token (reserving 1,024).
+    SequenceState st = backbone_->new_state();
+    state_fixed_bytes_ = st.capacity_bytes();
+    constexpr std::int64_t kProbe = 1024;
+    st.reserve_kv(kProbe);
+    state_bytes_per_token_ = (st.capacity_bytes() - state_fixed_bytes_ + kProbe - 1) / kProbe;
+  }
+  if (options.batching) {
+    StepBatcherOptions bo = options.batch;
+    bo.threads = options.backbone.threads;
+    if (bo.max_step_tokens == 0)
+      bo.max_step_tokens = options.backbone.padded_readout ? kStaticReadoutRows : options.backbone.chunk_size;
+    batcher_ = std::make_unique<StepBatcher>(backbone_->model(), bo);
+  }
 }
 
 Engine::~Engine() = default;
@@ -117,6 +137,13 @@ struct Engine::RequestMedia {
   std::vector<qwen35::ImageGrid> grids;  ///< patch grid per image (request order)
   std::vector<float> rows;               ///< [Σ tokens, H] tower output, replacing the image pads
   std::string key;                       ///< the data URLs, length-prefixed: part of the state cache key
+};
+
+/// One decide() call: its stop flag and start, and when its first rows came.
+struct Engine::Call {
+  const std::atomic<bool>* stop = nullptr;
+  std::chrono::steady_clock::time_point start;
+  double first_rows = 0;  ///< seconds from start to the first hidden rows (0: none yet)
 };
 
 /// An encoded record with what its prefill calls need.
@@ -193,9 +220,10 @@ Engine::RequestMedia Engine::request_images(PreparedRequest& prepared) const {
   return m;
 }
 
-Engine::PreparedRecord Engine::prepare_record(const SystemOneRequest& req, RequestMedia media) const {
+Engine::PreparedRecord Engine::prepare_record(const SystemOneRequest& req, RequestMedia media,
+                                              std::optional<EncodedRecord> rec) const {
   PreparedRecord p;
-  p.rec = encode_record(req, tokenizer_, options_.record, media.tokens);
+  p.rec = rec ? std::move(*rec) : encode_record(req, tokenizer_, options_.record, media.tokens);
   p.media = std::move(media);
   p.image_pad = static_cast<std::int32_t>(release_.config.image_token_id);
   if (!p.media.grids.empty()) {
@@ -206,17 +234,22 @@ Engine::PreparedRecord Engine::prepare_record(const SystemOneRequest& req, Reque
 }
 
 void Engine::prefill_range(const PreparedRecord& p, std::int64_t a, std::int64_t b, SequenceState& st,
-                           const HiddenConsumer& feed) {
+                           const HiddenConsumer& feed, Call& call) {
+  const std::atomic<bool>* stop = call.stop;
   const std::vector<std::int32_t>& ids = p.rec.input_ids;
   const std::span<const std::int32_t> part(ids.data() + a, static_cast<std::size_t>(b - a));
-  check_stop();
-  // The backbone calls its consumer on this thread after each chunk, outside its parallel loops,
-  // so the stop may throw from it.
+  check_stop(stop);
+  // The backbone calls its consumer after each chunk, outside its parallel loops (on the batcher's
+  // compute thread with batching, which hands the exception back here), so the stop may throw from it.
   const HiddenConsumer consumer = [&](std::int64_t at, const float* rows, std::int64_t count, std::int64_t hidden) {
+    if (call.first_rows == 0) call.first_rows = std::max(seconds_since(call.start), 1e-9);
     feed(at, rows, count, hidden);
-    check_stop();
+    check_stop(stop);
   };
-  if (p.media.grids.empty()) return backbone_->prefill(part, st, consumer);
+  if (p.media.grids.empty()) {
+    if (!backbone_->prefill(part, st, consumer, nullptr, batcher_.get(), stop)) throw DecisionStopped();
+    return;
+  }
   // The call's slice of the record's [3, T] positions, and its image rows: those of the pads in
   // [a, b) (pads all sit in the prefix, but stay general).
   const std::int64_t T = p.tokens();
@@ -232,11 +265,11 @@ void Engine::prefill_range(const PreparedRecord& p, std::int64_t a, std::int64_t
   media.image_token_id = p.image_pad;
   media.image_rows = std::span<const float>(p.media.rows)
                          .subspan(static_cast<std::size_t>(pads_before * H), static_cast<std::size_t>(pads_in * H));
-  backbone_->prefill(part, st, consumer, media);
+  if (!backbone_->prefill(part, st, consumer, &media, batcher_.get(), stop)) throw DecisionStopped();
 }
 
 double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, JointHeadRecord& head, Decision& d,
-                              const std::string& cache_scope, bool use_cache) {
+                              const std::string& cache_scope, bool use_cache, Call& call) {
   const std::span<const std::int32_t> ids(p.rec.input_ids);
   double head_seconds = 0;
   const HiddenConsumer feed_head = [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
@@ -251,7 +284,7 @@ double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, Joint
   if (split > 0 && cache_ && use_cache) {
     // Rows [0, split) from the cache, or computed and published: the backbone state and the head's
     // keys/values of the prefix's memory rows (what JointHeadRecord computes for them itself).
-    const auto compute = [&]() -> StateCache::EntryPtr {
+    const auto compute_entry = [&]() -> StateCache::EntryPtr {
       auto e = std::make_shared<StateCacheEntry>();
       e->state = backbone_->new_state();
       const std::int64_t room = std::min(std::max(2 * (p.tokens() - split), std::min(split / 4, kLoanRoomRows)), split);
@@ -259,16 +292,18 @@ double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, Joint
       e->rows = split;
       std::vector<float> memory;  // the prefix's projected memory rows [split, W]
       memory.reserve(static_cast<std::size_t>(split * head_->config().width));
-      prefill_range(p, 0, split, e->state,
-                    [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
-                      const auto th = std::chrono::steady_clock::now();
-                      const std::vector<float> m =
-                          head_->project_memory(std::span<const float>(rows, static_cast<std::size_t>(count * hidden)));
-                      memory.insert(memory.end(), m.begin(), m.end());
-                      head_seconds += seconds_since(th);
-                    });
+      prefill_range(
+          p, 0, split, e->state,
+          [&](std::int64_t, const float* rows, std::int64_t count, std::int64_t hidden) {
+            const auto th = std::chrono::steady_clock::now();
+            const std::vector<float> m =
+                head_->project_memory(std::span<const float>(rows, static_cast<std::size_t>(count * hidden)));
+            memory.insert(memory.end(), m.begin(), m.end());
+            head_seconds += seconds_since(th);
+          },
+          call);
       const auto th = std::chrono::steady_clock::now();
-      e->head = head_->memory_prefix(memory);
+      compute([&] { e->head = head_->memory_prefix(memory); });
       head_seconds += seconds_since(th);
       return e;
     };
@@ -279,21 +314,24 @@ double Engine::prefill_record(const PreparedRecord& p, std::int64_t split, Joint
     const StateCache::Result r =
         cache_->get_or_compute(state_cache_key(identity_, ids.first(static_cast<std::size_t>(split)),
                                                std::as_bytes(std::span<const char>(scoped.data(), scoped.size()))),
-                               compute);
+                               compute_entry);
     d.state_cache = r.hit ? StateCacheUse::kHit : StateCacheUse::kMiss;
     d.reused_tokens = r.hit ? split : 0;
     d.stored_tokens = r.stored ? split : 0;
     const auto tr = std::chrono::steady_clock::now();
-    StateLoan loan(r.entry, p.tokens() - split);  // gives the entry's KV buffers back when it ends
+    // Lent (the entry's KV buffers, given back when it ends) one decision at a time; a batching engine,
+    // whose decisions may share the entry, copies.
+    StateLoan loan(r.entry, p.tokens() - split, !batcher_);
     d.state_lent = loan.lent();
     head.restore_prefix(r.entry->head);
     d.timings.state_restore = seconds_since(tr);
-    prefill_range(p, split, p.tokens(), loan.state(), feed_head);
+    prefill_range(p, split, p.tokens(), loan.state(), feed_head, call);
     return head_seconds;
   }
   SequenceState state = backbone_->new_state();
-  if (split > 0) prefill_range(p, 0, split, state, feed_head);
-  prefill_range(p, split, p.tokens(), state, feed_head);
+  state.reserve_kv(p.tokens());  // the room decision_bytes() counts, taken once
+  if (split > 0) prefill_range(p, 0, split, state, feed_head, call);
+  prefill_range(p, split, p.tokens(), state, feed_head, call);
   return head_seconds;
 }
 
@@ -322,12 +360,56 @@ PreparedRequest Engine::prepare(std::string_view request_body, Dialect dialect, 
     }
     p.image_seconds = seconds_since(ti);
   }
+  const auto tr = std::chrono::steady_clock::now();
+  std::vector<std::int64_t> image_tokens;
+  for (const VisionInput& in : p.images) image_tokens.push_back(in.num_tokens);
+  try {
+    p.record = encode_record(p.request, tokenizer_, options_.record, image_tokens);
+  } catch (const RequestError& e) {
+    if (!p.request.openai) throw;
+    throw to_openai_error(e, p.request);  // `input`, `questions.<index>`: the fields OpenAI's body has
+  }
+  p.record_seconds = seconds_since(tr);
   return p;
+}
+
+std::size_t Engine::decision_bytes(const PreparedRequest& prepared) const {
+  const std::int64_t T =
+      prepared.record ? static_cast<std::int64_t>(prepared.record->input_ids.size()) : options_.record.max_length;
+  const JointHeadConfig& hc = head_->config();
+  // JointHeadRecord's projected memory rows (4·W per row) and, at logits(), the keys/values of every
+  // routing and field layer over the rows (2·4·W per row and layer); the hidden rows of one chunk.
+  const auto layers = static_cast<std::size_t>(hc.routing_layers + hc.layers);
+  const auto W = static_cast<std::size_t>(hc.width);
+  const std::size_t head_per_token = 4 * W + 8 * layers * W;
+  const auto H = static_cast<std::size_t>(backbone_->hidden_size());
+  const auto chunk = static_cast<std::size_t>(std::min(T, options_.backbone.chunk_size));
+  return state_fixed_bytes_ + static_cast<std::size_t>(T) * (state_bytes_per_token_ + head_per_token) +
+         chunk * H * 4 * 2 + prepared.image_bytes();
+}
+
+void Engine::compute(const std::function<void()>& fn) {
+  if (batcher_) {
+    batcher_->run(fn);
+  } else {
+    fn();
+  }
 }
 
 std::vector<float> Engine::hidden_states(std::span<const std::int32_t> ids) {
   if (ids.empty()) throw InvalidArgument("hidden states need at least one token id");
-  return backbone_->hidden_states(ids);
+  if (!batcher_) return backbone_->hidden_states(ids);
+  const std::int64_t H = backbone_->hidden_size();
+  std::vector<float> all(ids.size() * static_cast<std::size_t>(H));
+  SequenceState st = backbone_->new_state();
+  const StepBatcher::Participant in_flight(*batcher_);
+  backbone_->prefill(
+      ids, st,
+      [&](std::int64_t first, const float* rows, std::int64_t count, std::int64_t) {
+        std::copy(rows, rows + count * H, all.begin() + first * H);
+      },
+      nullptr, batcher_.get(), nullptr);
+  return all;
 }
 
 std::int64_t Engine::hidden_size() const noexcept { return backbone_->hidden_size(); }
@@ -336,17 +418,10 @@ Decision Engine::decide(std::string_view request_body, Dialect dialect) {
   return decide(prepare(request_body, dialect));
 }
 
-void Engine::check_stop() const {
-  if (stop_ != nullptr && stop_->load(std::memory_order_relaxed)) throw DecisionStopped();
-}
-
 Decision Engine::decide(PreparedRequest prepared, const std::atomic<bool>* stop) {
-  struct StopScope {  // stop_ is this call's flag until it returns or throws
-    const std::atomic<bool>*& slot;
-    ~StopScope() { slot = nullptr; }
-  } scope{stop_};
-  stop_ = stop;
-  check_stop();
+  check_stop(stop);
+  std::optional<StepBatcher::Participant> in_flight;
+  if (batcher_) in_flight.emplace(*batcher_);
   const auto t0 = std::chrono::steady_clock::now();
   Decision d;
   const SystemOneRequest& req = prepared.request;
@@ -357,24 +432,25 @@ Decision Engine::decide(PreparedRequest prepared, const std::atomic<bool>* stop)
   if (!req.images.is_null()) {
     const auto tv = std::chrono::steady_clock::now();
     try {
-      media = request_images(prepared);
+      compute([&] { media = request_images(prepared); });
     } catch (const RequestError& e) {
       if (!req.openai) throw;
       throw to_openai_error(e, req);  // name the part that carried the image, not `images.<k>`
     }
     d.timings.vision = prepared.image_seconds + seconds_since(tv);
   }
-  check_stop();
-  // 2. The record: tokens, spans, positions.
+  check_stop(stop);
+  // 2. The record: tokens, spans, positions (the tokens encoded by prepare()).
   const PreparedRecord p = [&] {
     try {
-      return prepare_record(req, std::move(media));
+      return prepare_record(req, std::move(media), std::move(prepared.record));
     } catch (const RequestError& e) {
       if (!req.openai) throw;
       throw to_openai_error(e, req);  // `input`, `questions.<index>`: the fields OpenAI's body has
     }
   }();
-  d.timings.tokenize = prepared.parse_seconds + seconds_since(t0) - (d.timings.vision - prepared.image_seconds);
+  d.timings.tokenize = prepared.parse_seconds + prepared.record_seconds + seconds_since(t0) -
+                       (d.timings.vision - prepared.image_seconds);
   d.input_tokens = p.tokens();
   d.state_tokens_dropped = p.rec.state_tokens_dropped();
 
@@ -387,15 +463,17 @@ Decision Engine::decide(PreparedRequest prepared, const std::atomic<bool>* stop)
   const auto t1 = std::chrono::steady_clock::now();
   const std::string cache_scope = req.openai && req.openai->prompt_cache_key ? *req.openai->prompt_cache_key : "";
   const bool use_cache = !(req.openai && req.openai->cache_disabled);
-  const double head_seconds = prefill_record(p, split, head, d, cache_scope, use_cache);
+  Call call{stop, t0};
+  const double head_seconds = prefill_record(p, split, head, d, cache_scope, use_cache, call);
+  d.timings.first_step = call.first_rows;
   d.timings.prefill = seconds_since(t1) - head_seconds - d.timings.state_restore;
 
   // 4. The head's logits (one step: a stop set during it is honoured right after it).
-  check_stop();
+  check_stop(stop);
   const auto t2 = std::chrono::steady_clock::now();
-  d.logits = head.logits();
+  compute([&] { d.logits = head.logits(); });
   d.timings.head = head_seconds + seconds_since(t2);
-  check_stop();
+  check_stop(stop);
 
   // 5. The answer. A random-weight model always says so; otherwise the request's model is echoed
   // (reference).
@@ -408,7 +486,7 @@ Decision Engine::decide(PreparedRequest prepared, const std::atomic<bool>* stop)
   } else {
     d.body = build_response_json(req, model, d.logits, d.input_tokens, options_.answers, extra);
   }
-  d.timings.total = prepared.parse_seconds + prepared.image_seconds + seconds_since(t0);
+  d.timings.total = prepared.parse_seconds + prepared.image_seconds + prepared.record_seconds + seconds_since(t0);
   return d;
 }
 

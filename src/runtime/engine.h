@@ -14,7 +14,9 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,6 +29,7 @@
 #include "runtime/backbone.h"
 #include "runtime/release.h"
 #include "runtime/state_cache.h"
+#include "runtime/step_batcher.h"
 #include "models/qwen35/vision_tower.h"
 #include "vision/image.h"
 #include "vision/preprocess.h"
@@ -70,6 +73,12 @@ struct EngineOptions {
   /// applied; torchvision's antialiased bicubic; fused rescale + normalize); kPil = transformers'
   /// PIL processor handed PIL images (alpha composited on white, no EXIF, Pillow 13 bicubic).
   ImageBackend image_backend = ImageBackend::kTorchvision;
+  /// Continuous batching (docs/ARCHITECTURE.md "Continuous batching"): with `batching` the engine
+  /// runs its model work on one compute thread (runtime/step_batcher.h) and decide() may be called
+  /// from several threads at once, their prefill chunks batched into shared steps of at most
+  /// `batch.max_step_tokens` tokens (0 there = the chunk size). Answers are bit-identical either way.
+  bool batching = false;
+  StepBatcherOptions batch{0};
   /// A projector GGUF giving a GGUF model its vision tower (OpenReleaseOptions::mmproj); "" = none.
   std::string mmproj;
   /// Tokenizer load options; `split_override` chooses the split regex (default: the file's,
@@ -93,6 +102,9 @@ struct DecisionTimings {
   /// the request has more new rows than the entry's room) and copying its GDN states; part of total
   double state_restore = 0;
   double vision = 0;  ///< image decoding, preprocessing and the vision tower; part of total
+  /// From the start of decide() to the end of its first prefill step (the first hidden rows): with
+  /// batching, the wait for a place in a step shows here
+  double first_step = 0;
 };
 
 /// One decision's outcome.
@@ -127,6 +139,10 @@ struct PreparedRequest {
   Dialect contract = Dialect::kSystemOne;  ///< the contract the body was read in (see Decision::contract)
   double parse_seconds = 0;                ///< parsing and validating the body
   double image_seconds = 0;                ///< decoding and preprocessing the images
+  /// The prompt's tokens and spans (encode_record, with the images' token counts), or empty when
+  /// the request was built without prepare() (decide() then encodes it).
+  std::optional<EncodedRecord> record;
+  double record_seconds = 0;  ///< encoding the record
   /// Bytes the prepared images hold (their pixel_values), for memory budgets.
   std::size_t image_bytes() const noexcept;
 };
@@ -138,8 +154,9 @@ class DecisionStopped : public std::exception {
   const char* what() const noexcept override { return "the decision was stopped before its answer"; }
 };
 
-/// A loaded model ready to decide. Not thread-safe: one decision at a time (the scheduler of the
-/// server serialises calls; the weights are shared read-only).
+/// A loaded model ready to decide. Without EngineOptions::batching, not thread-safe: one decision
+/// at a time (the caller serialises calls; the weights are shared read-only). With it, decide(),
+/// prepare() and hidden_states() may run on several threads at once.
 class Engine {
  public:
   /// Opens and validates the release folder, the tokenizer, the backbone and the head. Throws
@@ -157,7 +174,8 @@ class Engine {
 
   /// The first half of decide(): parses and validates the body, then decodes and preprocesses its
   /// images within the image limits, --max-image-pixels and the record's token budget (file
-  /// headers are checked before any pixel is decoded). Thread-safe (reads only what the
+  /// headers are checked before any pixel is decoded), then encodes the record (its token count
+  /// is then known: decision_bytes()). Thread-safe (reads only what the
   /// constructor set), so the server runs it off the engine thread: a refused image never waits
   /// for a running decision. Throws the RequestError decide() would throw at those steps.
   /// This is the one parse of a body: decide(prepared) reads only the parsed value.
@@ -185,6 +203,17 @@ class Engine {
   /// no cache. Throws InvalidArgument for no ids or an id outside the embedding table. Not
   /// thread-safe (one call or decision at a time, like decide()).
   std::vector<float> hidden_states(std::span<const std::int32_t> ids);
+  /// Bytes a decision of `prepared` holds at its peak beyond the engine's shared buffers, for
+  /// admission control (docs/DEPLOYMENT.md "Sizing a batching server"): its backbone state with
+  /// KV room for all its T tokens (a warm request borrowing a cached entry holds less), the head's
+  /// per-row values (projected memory rows and the keys/values of its T rows), its prepared images
+  /// and its chunk's rows. Requires prepared.record (prepare() sets it).
+  std::size_t decision_bytes(const PreparedRequest& prepared) const;
+  /// The record length bound (RecordOptions::max_length), tokens.
+  std::int64_t max_record_tokens() const noexcept { return options_.record.max_length; }
+  /// The batcher of a batching engine (null otherwise), e.g. for its step observer.
+  StepBatcher* batcher() noexcept { return batcher_.get(); }
+
   /// Width of a hidden-state row (the backbone's hidden_size).
   std::int64_t hidden_size() const noexcept;
 
@@ -214,6 +243,7 @@ class Engine {
   VisionPreprocessConfig preprocess_config() const;
 
   // The steps of decide(), in order.
+  struct Call;
   struct RequestMedia;
   struct PreparedRecord;
   /// Images: runs the vision tower on the prepared images (their pixel values are released).
@@ -221,13 +251,16 @@ class Engine {
   /// Decodes and preprocesses a parsed request's images into `prepared` (see prepare()).
   void prepare_images(PreparedRequest& prepared) const;
   /// Record: the prompt's tokens and spans (encode_record) and, with images, the M-RoPE positions.
-  PreparedRecord prepare_record(const SystemOneRequest& req, RequestMedia media) const;
-  /// Throws DecisionStopped when the running decide()'s stop flag is set.
-  void check_stop() const;
+  /// `rec` is the record prepare() encoded (encoded here when absent).
+  PreparedRecord prepare_record(const SystemOneRequest& req, RequestMedia media,
+                                std::optional<EncodedRecord> rec) const;
+  /// Runs `fn` where the model's parallel work runs: on the batcher's compute thread with
+  /// batching, else right here.
+  void compute(const std::function<void()>& fn);
   /// Backbone prefill of record rows [a, b) on `st`, with the positions and image rows of that range.
-  /// Throws DecisionStopped after a chunk once stop_ is set.
+  /// Throws DecisionStopped before a chunk or after one once `*stop` is set.
   void prefill_range(const PreparedRecord& p, std::int64_t a, std::int64_t b, SequenceState& st,
-                     const HiddenConsumer& consumer);
+                     const HiddenConsumer& consumer, Call& call);
   /// Prefill with the state cache: rows [0, split) restored from the cache or computed (and
   /// published), or fed to `head` directly when the cache is off; then rows [split, T) fed to
   /// `head`. Sets d.state_key, d.state_cache, d.reused_tokens and d.timings.state_restore; returns
@@ -235,7 +268,7 @@ class Engine {
   /// `cache_scope` is appended to the cache key (OpenAI's prompt_cache_key); `use_cache` false
   /// bypasses the cache for this decision.
   double prefill_record(const PreparedRecord& p, std::int64_t split, JointHeadRecord& head, Decision& d,
-                        const std::string& cache_scope, bool use_cache);
+                        const std::string& cache_scope, bool use_cache, Call& call);
 
   EngineOptions options_;
   ReleaseFolder release_;
@@ -247,7 +280,9 @@ class Engine {
   std::string routing_identity_;
   std::unique_ptr<StateCache> cache_;           ///< null when off
   std::unique_ptr<qwen35::VisionTower> tower_;  ///< null when images are off or the release has no tower
-  const std::atomic<bool>* stop_ = nullptr;     ///< the running decide()'s stop flag (null: none)
+  std::unique_ptr<StepBatcher> batcher_;        ///< null without batching
+  std::size_t state_bytes_per_token_ = 0;       ///< KV bytes a state adds per token (decision_bytes)
+  std::size_t state_fixed_bytes_ = 0;           ///< a fresh state's bytes (GDN conv + recurrent states)
   std::int64_t fixed_text_tokens_ = 0;          ///< tokens of the prompt prefix + suffix (54 with Qwen3.5's tokenizer)
 };
 

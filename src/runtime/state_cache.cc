@@ -23,13 +23,13 @@ std::size_t StateCacheEntry::bytes() const noexcept {
   return state.capacity_bytes() + (head ? head->bytes() : 0) + kEntryOverheadBytes;
 }
 
-StateLoan::StateLoan(std::shared_ptr<const StateCacheEntry> entry, std::int64_t extra_tokens)
+StateLoan::StateLoan(std::shared_ptr<const StateCacheEntry> entry, std::int64_t extra_tokens, bool lend)
     : entry_(std::move(entry)) {
   if (!entry_) throw InvalidArgument("state loan: no cache entry");
   if (extra_tokens < 0) throw InvalidArgument("state loan: " + std::to_string(extra_tokens) + " extra tokens");
   std::unique_lock<std::mutex> lock(entry_->loan_mu);
   SequenceState& src = entry_->state;
-  if (!src.kv_has_room(extra_tokens)) {
+  if (!lend || !src.kv_has_room(extra_tokens)) {
     state_ = src.clone(extra_tokens);  // under the lock: another loan may not hold the buffers now
     return;
   }

@@ -64,8 +64,9 @@ struct StateCacheEntry {
 /// counters are copied, and the result is the same state bit for bit.
 ///
 /// The entry's `loan_mu` is held while its buffers are lent, so a second request on the same entry
-/// waits for the first to end (the engine runs one decision at a time; a cache shared by several
-/// threads would serialize requests on one entry). The state must only grow by appending (shortening
+/// waits for the first to end. With `lend` false the state is always a copy, taken under the lock
+/// for the copy's length only: a batching engine, whose concurrent decisions may go on from one
+/// entry, copies (docs/ARCHITECTURE.md "Continuous batching"). The state must only grow by appending (shortening
 /// or replacing state() makes the destructor terminate the process), and by at most `extra_tokens`
 /// rows if the buffers are to stay where they are (more rows reallocate: still correct, the entry then
 /// holds the larger buffers, which its budget entry does not count). The constructor gives the entry
@@ -73,7 +74,7 @@ struct StateCacheEntry {
 class StateLoan {
  public:
   /// Throws InvalidArgument if `entry` is null or `extra_tokens` < 0.
-  StateLoan(std::shared_ptr<const StateCacheEntry> entry, std::int64_t extra_tokens);
+  StateLoan(std::shared_ptr<const StateCacheEntry> entry, std::int64_t extra_tokens, bool lend = true);
   ~StateLoan();
   StateLoan(const StateLoan&) = delete;
   StateLoan& operator=(const StateLoan&) = delete;

@@ -40,7 +40,8 @@ Reply health_reply(const HandlerContext& ctx) {
 Reply ready_reply(const HandlerContext& ctx) {
   const Scheduler& q = ctx.scheduler;
   const ReadinessReply ready =
-      readiness({true, q.closed(), q.depth(), q.capacity(), q.running()}, ctx.engine.model_name());
+      readiness({true, q.closed(), q.depth(), q.capacity(), q.running(), q.options().max_running},
+                ctx.engine.model_name());
   Reply r;
   r.status = ready.status;
   r.body = ready.body;
@@ -73,6 +74,9 @@ Reply metrics_reply(const HandlerContext& ctx) {
   g.capacity = ctx.options.queue;
   g.running = ctx.scheduler.running();
   g.cancelled = ctx.scheduler.cancelled();
+  g.max_running = ctx.scheduler.options().max_running;
+  g.reserved_bytes = ctx.scheduler.reserved_bytes();
+  g.memory_budget = ctx.scheduler.options().memory_budget;
   g.json_texts_parsed = json_texts_parsed();
   g.files_mapped = MappedFile::files_mapped();
   Reply r;

@@ -2,6 +2,7 @@
 #include "server/metrics.h"
 
 #include <charconv>
+#include <span>
 
 namespace clef::server {
 namespace {
@@ -19,18 +20,24 @@ void append_scalar(std::string& out, const char* name, const char* help, const c
          std::to_string(value) + "\n";
 }
 
-void render_histogram(std::string& out, const char* stage, const Histogram& h) {
+/// The samples of one histogram of family `name`; `label` is "" or `key="value",` (with the comma).
+void render_buckets(std::string& out, const std::string& name, const std::string& label, std::span<const double> bounds,
+                    std::span<const std::uint64_t> counts, double sum, std::uint64_t count) {
   std::uint64_t cumulative = 0;
-  for (std::size_t i = 0; i < Histogram::kBounds.size(); ++i) {
-    cumulative += h.counts[i];
-    out += "clef_stage_seconds_bucket{stage=\"" + std::string(stage) + "\",le=\"" + number(Histogram::kBounds[i]) +
-           "\"} " + std::to_string(cumulative) + "\n";
+  for (std::size_t i = 0; i < bounds.size(); ++i) {
+    cumulative += counts[i];
+    out += name + "_bucket{" + label + "le=\"" + number(bounds[i]) + "\"} " + std::to_string(cumulative) + "\n";
   }
-  cumulative += h.counts.back();
-  out += "clef_stage_seconds_bucket{stage=\"" + std::string(stage) + "\",le=\"+Inf\"} " + std::to_string(cumulative) +
-         "\n";
-  out += "clef_stage_seconds_sum{stage=\"" + std::string(stage) + "\"} " + number(h.sum) + "\n";
-  out += "clef_stage_seconds_count{stage=\"" + std::string(stage) + "\"} " + std::to_string(h.count) + "\n";
+  cumulative += counts.back();
+  out += name + "_bucket{" + label + "le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
+  const std::string bare = label.empty() ? "" : "{" + label.substr(0, label.size() - 1) + "}";
+  out += name + "_sum" + bare + " " + number(sum) + "\n";
+  out += name + "_count" + bare + " " + std::to_string(count) + "\n";
+}
+
+void render_histogram(std::string& out, const char* stage, const Histogram& h) {
+  render_buckets(out, "clef_stage_seconds", "stage=\"" + std::string(stage) + "\",", Histogram::kBounds, h.counts,
+                 h.sum, h.count);
 }
 
 }  // namespace
@@ -42,6 +49,22 @@ void Histogram::observe(double seconds) {
   ++counts[i];
   sum += seconds;
   ++count;
+}
+
+void CountHistogram::observe(double v) {
+  if (!(v > 0)) v = 0;
+  std::size_t i = 0;
+  while (i < bounds.size() && v > bounds[i]) ++i;
+  ++counts[i];
+  sum += v;
+  ++count;
+}
+
+void Metrics::observe_step(const StepStats& step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  step_sequences_.observe(step.sequences);
+  step_tokens_.observe(static_cast<double>(step.tokens));
+  step_seconds_.observe(step.seconds);
 }
 
 void Metrics::count_request(const std::string& route, int status) {
@@ -61,6 +84,7 @@ void Metrics::observe_decision(const DecisionTimings& t, std::int64_t input_toke
   prefill_.observe(t.prefill);
   head_.observe(t.head);
   total_.observe(t.total);
+  if (t.first_step > 0) first_step_.observe(queue_seconds + t.first_step);
 }
 
 void Metrics::count_overload(const char* reason) {
@@ -94,8 +118,15 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
                 overloads("shed"));
   append_scalar(out, "clef_queue_depth", "Decision jobs waiting for the engine.", "gauge", g.depth);
   append_scalar(out, "clef_queue_capacity", "Decision jobs that may wait (--queue).", "gauge", g.capacity);
-  append_scalar(out, "clef_decisions_running", "Decisions the engine is computing (0 or 1).", "gauge",
+  append_scalar(out, "clef_decisions_running", "Decisions the engine is computing.", "gauge",
                 static_cast<std::uint64_t>(g.running));
+  append_scalar(out, "clef_decisions_running_max",
+                "Decisions that may run at once (--max-running; 1 with --scheduler serial).", "gauge", g.max_running);
+  append_scalar(out, "clef_batch_memory_reserved_bytes",
+                "Memory the running decisions were admitted with (states, head rows, images).", "gauge",
+                g.reserved_bytes);
+  append_scalar(out, "clef_batch_memory_budget_bytes", "The running decisions' memory budget (--batch-memory).",
+                "gauge", g.memory_budget);
   append_scalar(
       out, "clef_jobs_cancelled_total",
       "Jobs given up: dropped while queued (client gone or queue deadline) or stopped while running (client gone).",
@@ -112,7 +143,8 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
                 input_tokens_);
   out +=
       "# HELP clef_stage_seconds Wall-clock seconds per decision stage (queue wait, tokenize, prefill, head, "
-      "total = tokenize to answer).\n";
+      "total = tokenize to answer = the engine's time for it; first_step = queue wait to its first prefill step's "
+      "end).\n";
   out += "# TYPE clef_stage_seconds histogram\n";
   render_histogram(out, "queue", queue_);
   render_histogram(out, "tokenize", tokenize_);
@@ -120,6 +152,19 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
   render_histogram(out, "prefill", prefill_);
   render_histogram(out, "head", head_);
   render_histogram(out, "total", total_);
+  render_histogram(out, "first_step", first_step_);
+  out += "# HELP clef_batch_step_seconds Wall-clock seconds of each batched prefill step.\n";
+  out += "# TYPE clef_batch_step_seconds histogram\n";
+  render_buckets(out, "clef_batch_step_seconds", "", Histogram::kBounds, step_seconds_.counts, step_seconds_.sum,
+                 step_seconds_.count);
+  out += "# HELP clef_batch_step_sequences Sequences (decisions) whose chunks shared a prefill step.\n";
+  out += "# TYPE clef_batch_step_sequences histogram\n";
+  render_buckets(out, "clef_batch_step_sequences", "", step_sequences_.bounds, step_sequences_.counts,
+                 step_sequences_.sum, step_sequences_.count);
+  out += "# HELP clef_batch_step_tokens New tokens per prefill step (--max-batch-tokens bounds it).\n";
+  out += "# TYPE clef_batch_step_tokens histogram\n";
+  render_buckets(out, "clef_batch_step_tokens", "", step_tokens_.bounds, step_tokens_.counts, step_tokens_.sum,
+                 step_tokens_.count);
   out += "# HELP clef_state_cache_lookups_total State cache lookups (exact state reuse), by result.\n";
   out += "# TYPE clef_state_cache_lookups_total counter\n";
   out += "clef_state_cache_lookups_total{result=\"hit\"} " + std::to_string(c.hits) + "\n";

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "runtime/engine.h"
 
@@ -28,11 +29,23 @@ struct Histogram {
   void observe(double seconds);
 };
 
+/// A fixed-bucket histogram of counts (sequences or tokens per batched step).
+struct CountHistogram {
+  std::vector<double> bounds;  ///< upper bounds, increasing; +Inf is implicit
+  std::vector<std::uint64_t> counts = std::vector<std::uint64_t>(bounds.size() + 1);
+  double sum = 0;
+  std::uint64_t count = 0;
+  void observe(double v);
+};
+
 /// Snapshot of the scheduler's gauges, passed in when rendering.
 struct QueueGauges {
   std::uint64_t depth = 0;              ///< jobs waiting
   std::uint64_t capacity = 0;           ///< --queue
-  int running = 0;                      ///< 1 while the engine decides
+  int running = 0;                      ///< decisions running now
+  std::uint64_t max_running = 1;        ///< --max-running (1: the serial scheduler)
+  std::uint64_t reserved_bytes = 0;     ///< memory the running decisions were admitted with
+  std::uint64_t memory_budget = 0;      ///< --batch-memory in bytes (0: unbounded)
   std::uint64_t cancelled = 0;          ///< jobs dropped (client gone, queue deadline)
   std::uint64_t json_texts_parsed = 0;  ///< decision/json_value.h json_texts_parsed(): one per decision body
   std::uint64_t files_mapped = 0;       ///< core/mapped_file.h MappedFile::files_mapped(): one per model file
@@ -48,6 +61,8 @@ class Metrics {
   /// `reused_tokens`: tokens the state cache restored (Decision::reused_tokens).
   void observe_decision(const DecisionTimings& timings, std::int64_t input_tokens, double queue_seconds,
                         std::int64_t reused_tokens = 0);
+  /// Records one batched prefill step (the batching scheduler's engine).
+  void observe_step(const StepStats& step);
   /// Counts a refusal for lack of room: "queue_full", "queue_timeout", "body_budget" (503s),
   /// "connections" (a connection beyond --max-connections refused) or "shed" (a connection
   /// waiting for its request closed to admit a new one).
@@ -62,7 +77,9 @@ class Metrics {
   std::map<std::string, std::uint64_t> overloads_;
   std::uint64_t decisions_ = 0;
   std::uint64_t input_tokens_ = 0;
-  Histogram queue_, tokenize_, vision_, prefill_, head_, total_;
+  Histogram queue_, tokenize_, vision_, prefill_, head_, total_, first_step_, step_seconds_;
+  CountHistogram step_sequences_{{1, 2, 4, 8, 16, 32, 64, 128, 256}};
+  CountHistogram step_tokens_{{16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}};
   std::uint64_t reused_tokens_ = 0;
 };
 

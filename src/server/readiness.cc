@@ -22,7 +22,7 @@ ReadinessReply readiness(const ReadinessInput& in, const std::string& model) {
   append_json_string(r.body, model);
   r.body += ",\"loaded\":" + std::string(in.model_loaded ? "true" : "false") +
             ",\"queue_depth\":" + std::to_string(in.depth) + ",\"queue_capacity\":" + std::to_string(in.capacity) +
-            ",\"running\":" + std::to_string(in.running) + "}";
+            ",\"running\":" + std::to_string(in.running) + ",\"max_running\":" + std::to_string(in.max_running) + "}";
   return r;
 }
 

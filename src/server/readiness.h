@@ -11,11 +11,12 @@ namespace clef::server {
 
 /// What the scheduler and engine look like at one instant.
 struct ReadinessInput {
-  bool model_loaded = false;  ///< the engine is constructed (weights bound, tokenizer loaded)
-  bool closed = false;        ///< the scheduler stopped accepting (shutdown in progress)
-  std::size_t depth = 0;      ///< decisions waiting (the running one not included)
-  std::size_t capacity = 0;   ///< --queue: decisions that may wait
-  int running = 0;            ///< 1 while the engine decides, else 0
+  bool model_loaded = false;    ///< the engine is constructed (weights bound, tokenizer loaded)
+  bool closed = false;          ///< the scheduler stopped accepting (shutdown in progress)
+  std::size_t depth = 0;        ///< decisions waiting (the running one not included)
+  std::size_t capacity = 0;     ///< --queue: decisions that may wait
+  int running = 0;              ///< decisions running now
+  std::size_t max_running = 1;  ///< decisions that may run at once (--max-running)
 };
 
 /// A /ready answer: HTTP status and JSON body.
@@ -25,9 +26,9 @@ struct ReadinessReply {
 };
 
 /// 200 when the model is loaded, the scheduler accepts and the queue has room (a decision sent now
-/// is queued, not refused with 503); else 503 whose body's "reason" is "model_not_loaded",
-/// "shutting_down" or "queue_full" (checked in that order). `model` is the served model name
-/// (JSON-escaped here). Never throws except std::bad_alloc.
+/// is queued or starts, not refused with 503; the body says how many run of how many may); else 503 whose body's
+/// "reason" is "model_not_loaded", "shutting_down" or "queue_full" (checked in that order). `model` is the served model
+/// name (JSON-escaped here). Never throws except std::bad_alloc.
 ReadinessReply readiness(const ReadinessInput& in, const std::string& model);
 
 }  // namespace clef::server

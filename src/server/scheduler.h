@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
-// The decision scheduler of `clef serve`: a bounded FIFO of decision jobs and one thread that runs
-// them on the single Engine (which is not thread-safe and uses every core itself). HTTP-free: the
-// HTTP layer submits a prepared request and waits for the job; the scheduler never sees sockets.
+// The decision scheduler of `clef serve`: a bounded FIFO of decision jobs and the worker threads
+// that run them on the one Engine. With a batching engine (EngineOptions::batching) up to
+// `max_running` decisions run at once, their prefill chunks batched into shared steps
+// (runtime/step_batcher.h), admitted in FIFO order while their memory (Engine::decision_bytes)
+// fits the budget; with the serial one, one at a time. HTTP-free: the HTTP layer submits a
+// prepared request and waits for the job; the scheduler never sees sockets.
 #pragma once
 
 #include <atomic>
@@ -17,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/engine.h"
 
@@ -25,7 +29,7 @@ namespace clef::server {
 /// What became of a submitted job.
 enum class JobState : std::uint8_t {
   kQueued,     ///< waiting for the scheduler
-  kRunning,    ///< the engine is deciding it (cancel() stops it at the next prefill chunk)
+  kRunning,    ///< the engine is deciding it (cancel() stops it at the next step boundary)
   kDone,       ///< finished: `decision` or `error` is set
   kCancelled,  ///< given up: its submitter cancelled it (client gone or queue deadline passed) while
                ///< queued, or its client was gone when its turn came, or it was stopped while running
@@ -53,18 +57,28 @@ struct Job {
   /// Set by Scheduler::cancel() while the job runs: Engine::decide stops at its next step
   /// boundary (one prefill chunk at most) and the job ends kCancelled.
   std::atomic<bool> stop{false};
-  double queue_seconds = 0;  ///< time spent queued before running
+  double queue_seconds = 0;        ///< time spent queued before running
+  std::size_t reserved_bytes = 0;  ///< memory admission counted for it while it runs (Engine::decision_bytes)
 };
 
-/// Bounded FIFO + one worker thread around an Engine.
+struct SchedulerOptions {
+  std::size_t capacity = 64;  ///< jobs that may wait (the running ones not included), >= 1
+  /// Decisions running at once, >= 1; more than 1 needs a batching engine (Engine::batcher()).
+  std::size_t max_running = 1;
+  /// Memory the running decisions may hold together (Engine::decision_bytes), bytes; 0 = no bound
+  /// but max_running. A job that alone exceeds it runs when nothing else does.
+  std::size_t memory_budget = 0;
+};
+
+/// Bounded FIFO + max_running worker threads around an Engine.
 ///
 /// Thread safety: submit/wait/cancel/depth may be called from any thread. The Engine is only ever
 /// called from the worker thread.
 class Scheduler {
  public:
-  /// `engine` must outlive the Scheduler. `capacity` (>= 1) is the number of jobs that may wait
-  /// (the running one not included).
-  Scheduler(Engine& engine, std::size_t capacity);
+  /// `engine` must outlive the Scheduler. Throws InvalidArgument for max_running > 1 without a
+  /// batching engine.
+  Scheduler(Engine& engine, const SchedulerOptions& options);
   /// Runs every queued job to completion, then joins the worker.
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
@@ -93,8 +107,11 @@ class Scheduler {
 
   /// Jobs waiting (not counting the running one).
   std::size_t depth() const;
-  /// 1 while the engine is deciding, else 0.
+  /// Decisions running now.
   int running() const;
+  /// Bytes the running decisions were admitted with (Engine::decision_bytes).
+  std::size_t reserved_bytes() const;
+  const SchedulerOptions& options() const noexcept { return options_; }
   /// Jobs dropped because their client went away or their queue deadline passed, and running jobs
   /// stopped because their client went away.
   std::uint64_t cancelled() const;
@@ -103,14 +120,18 @@ class Scheduler {
   /// True once close() was called (or the scheduler is being destroyed).
   bool closed() const;
   /// The number of jobs that may wait (the constructor's capacity, at least 1).
-  std::size_t capacity() const noexcept { return capacity_; }
+  std::size_t capacity() const noexcept { return options_.capacity; }
 
  private:
   void run();
   std::shared_ptr<Job> enqueue(std::shared_ptr<Job> job);
+  /// Whether the job at the queue's front may start now (under the lock).
+  bool can_admit() const;
+  /// Runs one admitted job on this worker thread and reports it.
+  void execute(const std::shared_ptr<Job>& job);
 
   Engine& engine_;
-  const std::size_t capacity_;
+  SchedulerOptions options_;
   mutable std::mutex mutex_;
   std::condition_variable work_cv_;  ///< a job arrived or stopping
   std::condition_variable done_cv_;  ///< a job changed state
@@ -118,8 +139,9 @@ class Scheduler {
   bool closed_ = false;
   bool stopping_ = false;
   int running_ = 0;
+  std::size_t reserved_ = 0;
   std::uint64_t cancelled_ = 0;
-  std::thread worker_;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace clef::server

@@ -35,6 +35,11 @@ struct ServeOptions {
   /// max_body_bytes); beyond it a body is answered 503 + Retry-After.
   std::size_t body_budget_bytes = std::size_t{256} << 20;
   std::size_t io_threads = 2;  ///< threads running the sockets (decisions run on their own)
+  /// Decisions running at once (--max-running); more than 1 needs the engine built with
+  /// EngineOptions::batching (`--scheduler batch`, the default).
+  std::size_t max_running = 1;
+  /// Memory the running decisions may hold together, bytes (--batch-memory); 0 = unbounded.
+  std::size_t batch_memory_bytes = 0;
 };
 
 }  // namespace clef::server

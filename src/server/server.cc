@@ -50,6 +50,9 @@ constexpr int kMmapThreshold = 1 << 20;
 class HttpServer {
  public:
   HttpServer(Engine& engine, const ServeOptions& options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
   int run();
 
  private:
@@ -107,7 +110,7 @@ ServedModel served_model(const Engine& engine, const ServeOptions& options) {
 HttpServer::HttpServer(Engine& engine, const ServeOptions& options)
     : options_(options),
       engine_(engine),
-      scheduler_(engine, options.queue),
+      scheduler_(engine, SchedulerOptions{options.queue, options.max_running, options.batch_memory_bytes}),
       log_(metrics_, options.quiet),
       hosts_(host_policy(options)),
       body_budget_(std::max(options.body_budget_bytes, options.max_body_bytes)),
@@ -124,7 +127,13 @@ HttpServer::HttpServer(Engine& engine, const ServeOptions& options)
                validators_,
                stopping_,
                connections_,
-               [this] { connection_ended(); }} {}
+               [this] { connection_ended(); }} {
+  if (StepBatcher* b = engine.batcher()) b->set_step_observer([this](const StepStats& s) { metrics_.observe_step(s); });
+}
+
+HttpServer::~HttpServer() {
+  if (StepBatcher* b = engine_.batcher()) b->set_step_observer({});
+}
 
 void HttpServer::refuse(tcp::socket& socket) {
   // Beyond --max-connections: a short 503 written straight into the new socket's empty send
@@ -247,10 +256,19 @@ int HttpServer::run() {
                  "it can use this server (set --api-key or CLEF_API_KEY)\n",
                  bound.address().to_string().c_str());
   }
-  std::fprintf(stderr, "clef serve: listening on http://%s:%d (auth %s, model %s, queue %zu, kernels %s)\n",
+  std::string scheduling = "one decision at a time";
+  if (const StepBatcher* b = engine_.batcher()) {
+    scheduling = "batching up to " + std::to_string(options_.max_running) + " decisions in steps of " +
+                 std::to_string(b->options().max_step_tokens) + " tokens";
+    if (options_.batch_memory_bytes > 0) {
+      scheduling += " within " + std::to_string(options_.batch_memory_bytes >> 20) + " MiB";
+    }
+  }
+  std::fprintf(stderr, "clef serve: listening on http://%s:%d (auth %s, model %s, queue %zu, %s, kernels %s)\n",
                bound_host.c_str(), static_cast<int>(bound.port()),
                auth ? "on: Bearer API key required except /health and /ready" : "off: no API key",
-               printable(engine_.model_name()).c_str(), options_.queue, ops::isa_name(ops::active_isa()));
+               printable(engine_.model_name()).c_str(), options_.queue, scheduling.c_str(),
+               ops::isa_name(ops::active_isa()));
   std::fflush(stderr);
 
   // The signal thread: the first SIGINT/SIGTERM stops accepting (in-flight and queued requests

@@ -340,7 +340,7 @@ def test_auth_is_checked_before_the_body_and_before_404_405(make_server):
 def test_bad_bodies_are_refused_without_taking_a_queue_slot(make_server, tiny_model, tmp_path):
     from conftest import bad_cases
     from test_routes import decide_errors
-    s = make_server("-q", "--queue", "1", "--state-cache-mb", "0")  # no cache: the second heavy one is slow too
+    s = make_server("-q", "--queue", "1", "--max-running", "1", "--state-cache-mb", "0")  # no cache: the second heavy one is slow too
     heavy = json.dumps(dict(corpus())["sixty-four-questions"]).encode()
     # Bodies refused while parsing (the engine refuses image and length problems only later).
     cases = [b for n, b in bad_cases() if "image" not in n and "video" not in n][:12]

@@ -138,7 +138,7 @@ def test_image_refusals_never_wait_for_the_running_decision(make_server):
     from conftest import corpus
     from test_http_layer import connect, post_head, read_answers
 
-    s = make_server("-q", "--queue", "1", "--state-cache-mb", "0")
+    s = make_server("-q", "--queue", "1", "--max-running", "1", "--state-cache-mb", "0")
     cases = hostile_images()
     heavy = json.dumps(dict(corpus())["sixty-four-questions"]).encode()
     hs = []

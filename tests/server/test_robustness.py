@@ -256,7 +256,7 @@ def test_client_gone_while_running_is_stopped(make_server):
     (the job is counted cancelled and logged 499, never decided), and the next request is answered.
     The long request is 12,588 tokens, ~390 prefill chunks of 32 (about a second of work; the server
     polls every 50 ms), so a decision run to its end would show in clef_decisions_total."""
-    s = make_server("-q", "--chunk", "32")
+    s = make_server("-q", "--chunk", "32", "--max-running", "1")
     light = dict(corpus())["alert-triage"]
     body = json.dumps({"state": "".join(f"case {i}, " for i in range(1500)),
                        "questions": {"q": {"type": "noul"}}}).encode()
@@ -370,7 +370,7 @@ def test_public_bind_without_a_key_warns(tiny_model, tmp_path):
 
 
 def test_overload_is_503_with_retry_after(make_server):
-    s = make_server("-q", "--queue", "1")
+    s = make_server("-q", "--queue", "1", "--max-running", "1")
     heavy = dict(corpus())["sixty-four-questions"]
     out = []
     lock = threading.Lock()
@@ -395,7 +395,7 @@ def test_overload_is_503_with_retry_after(make_server):
 
 
 def test_queue_timeout_is_503(make_server):
-    s = make_server("-q", "--timeout", "0.05")
+    s = make_server("-q", "--timeout", "0.05", "--max-running", "1")
     heavy = dict(corpus())["sixty-four-questions"]
     out = []
 

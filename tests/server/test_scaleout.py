@@ -333,7 +333,7 @@ def test_state_key_header_on_every_answer(server, make_server):
 
 
 def test_ready_is_200_when_idle_and_503_when_the_queue_is_full(make_server):
-    s = make_server("-q", "--queue", "1", "--state-cache-mb", "0", "--api-key", "k")
+    s = make_server("-q", "--queue", "1", "--max-running", "1", "--state-cache-mb", "0", "--api-key", "k")
     st, h, body = s.request("GET", "/ready")  # no key needed: the balancer's check
     assert st == 200 and h["content-type"].startswith("application/json")
     obj = json.loads(body)

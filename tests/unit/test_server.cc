@@ -89,11 +89,12 @@ TEST(ServerRoutes, UnknownPaths) {
 
 // GET /ready (balancer readiness): 200 only while a decision sent now would be queued.
 TEST(ServerReadiness, ReadyUntilTheQueueIsFull) {
-  ReadinessInput in{true, false, 0, 2, 1};
+  ReadinessInput in{true, false, 0, 2, 1, 4};
   ReadinessReply r = readiness(in, "m\"x");
   EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.body,
-            R"({"status":"ready","model":"m\"x","loaded":true,"queue_depth":0,"queue_capacity":2,"running":1})");
+  EXPECT_EQ(
+      r.body,
+      R"({"status":"ready","model":"m\"x","loaded":true,"queue_depth":0,"queue_capacity":2,"running":1,"max_running":4})");
   in.depth = 1;
   EXPECT_EQ(readiness(in, "m").status, 200);
   in.depth = 2;
@@ -224,7 +225,7 @@ constexpr auto kForever = std::chrono::hours(1);
 TEST_F(SchedulerTest, AnswersEqualDirectDecisions) {
   std::vector<std::string> want;
   for (int i = 0; i < 6; ++i) want.push_back(engine_->decide(body(i)).body);
-  Scheduler s(*engine_, 8);
+  Scheduler s(*engine_, SchedulerOptions{8});
   std::vector<std::shared_ptr<Job>> jobs;
   for (int i = 0; i < 6; ++i) jobs.push_back(s.submit(engine_->prepare(body(i)), nullptr));
   for (int i = 0; i < 6; ++i) {
@@ -238,27 +239,20 @@ TEST_F(SchedulerTest, AnswersEqualDirectDecisions) {
   EXPECT_EQ(s.depth(), 0u);
 }
 
-// A request that passes prepare() but that the record refuses (a vision token in the state of a
-// request with images) comes back as the job's RequestError.
-TEST_F(SchedulerTest, RefusedRequestComesBackAsRequestError) {
-  Scheduler s(*engine_, 2);
-  auto job = s.submit(engine_->prepare("{\"state\":\"<|image_pad|>\",\"images\":[\"" + png1x1() +
-                                       "\"],\"questions\":{\"q\":{\"type\":\"noul\"}}}"),
-                      nullptr);
-  ASSERT_NE(job, nullptr);
-  EXPECT_EQ(s.wait(job, std::chrono::steady_clock::now() + kForever, nullptr, std::chrono::milliseconds(10)),
-            JobState::kDone);
-  EXPECT_FALSE(job->decision.has_value());
-  ASSERT_TRUE(job->error);
+// The record's refusals (here a vision token in the state of a request with images) come from
+// prepare(), which encodes the record, so such a request is answered before it ever queues.
+TEST_F(SchedulerTest, RecordRefusalComesFromPrepare) {
   try {
-    std::rethrow_exception(job->error);
+    (void)engine_->prepare("{\"state\":\"<|image_pad|>\",\"images\":[\"" + png1x1() +
+                           "\"],\"questions\":{\"q\":{\"type\":\"noul\"}}}");
+    FAIL() << "prepare() accepted a vision token in the state";
   } catch (const RequestError& e) {
     EXPECT_STREQ(e.code_name(), "image_token_in_text");
   }
 }
 
 TEST_F(SchedulerTest, QueueBoundCancellationAndDeadline) {
-  Scheduler s(*engine_, 2);
+  Scheduler s(*engine_, SchedulerOptions{2});
   // Hold the worker: the first job's still_wanted blocks until released.
   std::atomic<bool> release{false};
   auto blocker = s.submit(engine_->prepare(body(0)), [&] {
@@ -321,7 +315,7 @@ TEST_F(SchedulerTest, RunningJobStopsWhenItsClientLeaves) {
   for (int i = 0; i < 200; ++i) state += "case " + std::to_string(i) + ", ";
   const std::string body = "{\"state\":\"" + state + "\",\"questions\":{\"q\":{\"type\":\"noul\"}}}";
   const StateCacheStats before = engine.state_cache_stats();
-  Scheduler s(engine, 2);
+  Scheduler s(engine, SchedulerOptions{2});
   std::atomic<int> finished{0};
   auto job = s.submit(engine.prepare(body), nullptr, [&] { finished.fetch_add(1); });
   ASSERT_NE(job, nullptr);
@@ -349,7 +343,7 @@ TEST_F(SchedulerTest, RunningJobStopsWhenItsClientLeaves) {
 }
 
 TEST_F(SchedulerTest, CancelAndCompletionCallbacks) {
-  Scheduler s(*engine_, 4);
+  Scheduler s(*engine_, SchedulerOptions{4});
   std::atomic<bool> release{false};
   std::atomic<int> finished{0};
   auto blocker = s.submit(
@@ -423,7 +417,7 @@ TEST_F(SchedulerTest, PreparedJobsAnswerAsTheirBodies) {
   const std::string with_image =
       "{\"state\":\"photo\",\"images\":[\"" + png1x1 + "\"],\"questions\":{\"q\":{\"type\":\"noul\"}}}";
   const std::string bodies[] = {body(7), with_image};
-  Scheduler s(*engine_, 4);
+  Scheduler s(*engine_, SchedulerOptions{4});
   for (const std::string& b : bodies) {
     const std::string want = engine_->decide(b).body;
     PreparedRequest prepared = engine_->prepare(b);

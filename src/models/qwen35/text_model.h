@@ -89,6 +89,8 @@ class TextModel {
 
   const TextConfig& config() const noexcept { return cfg_; }
   std::int64_t hidden_size() const noexcept { return cfg_.hidden_size; }
+  /// Rows of the embedding table: the ids forward_batch accepts are [0, vocab_rows()).
+  std::int64_t vocab_rows() const noexcept { return embed_.shape()[0]; }
   ops::Precision precision() const noexcept { return opt_.precision; }
 
  private:
