@@ -151,7 +151,7 @@ def hang_up_after(port, body, seconds):
 def scenarios(server, args, sets, answers):
     """Runs every scenario on `server`; returns {name: value}; records answers (checked across servers)."""
     r = {}
-    for name in ("cold128", "cold512", "warm"):
+    for name in [m for m in ("cold128", "cold512", "warm") if m in args.mixes]:
         if name == "warm":
             st, out = server.post(sets["warm_seed"])  # computes the 4k state (not timed)
             assert st == 200, out[:300]
@@ -161,6 +161,8 @@ def scenarios(server, args, sets, answers):
             answers.setdefault((name, i), []).append(out)
         r[name] = len(res) / wall
         r[name + "_tokens"] = statistics.mean(json.loads(out)["usage"]["input_tokens"] for _, out, _ in res.values())
+    if "long" not in args.mixes:
+        return r
     idle = []
     for body in sets["short"][:args.latency_requests]:
         t0 = time.perf_counter()
@@ -192,6 +194,8 @@ def scenarios(server, args, sets, answers):
     t.join()
     r["idle_p50"], r["idle_p99"] = percentile(idle, 50), percentile(idle, 99)
     r["busy_p50"], r["busy_p99"], r["busy_n"] = percentile(busy, 50), percentile(busy, 99), len(busy)
+    if "cancel" not in args.mixes:
+        return r
     # Cancellation: 20 long requests whose clients hang up after 1 s, then a short one.
     rss0 = server.rss_mib()
     hs = [threading.Thread(target=hang_up_after, args=(server.port, sets["cancel"][i], 1.0)) for i in range(20)]
@@ -223,7 +227,10 @@ def main() -> int:
     ap.add_argument("--latency-requests", type=int, default=10, help="idle short requests timed")
     ap.add_argument("--long-tokens", type=int, default=16384)
     ap.add_argument("--rounds", type=int, default=1, help="serial/batch rounds (order alternates)")
+    ap.add_argument("--mixes", default="cold128,cold512,warm,long,cancel",
+                    help="scenarios to run (cancel needs long)")
     args = ap.parse_args()
+    args.mixes = set(args.mixes.split(","))
 
     cpu = next((l.split(":", 1)[1].strip() for l in subprocess.run(["lscpu"], capture_output=True, text=True).stdout
                 .splitlines() if l.startswith("Model name")), platform.processor())
@@ -264,17 +271,28 @@ def main() -> int:
         med = {s: {k: statistics.median(r[k] for r in results[s]) for k in results[s][0]} for s in results}
         S, B = med["serial"], med["batch"]
         print(f"### {precision} ({per_word:.2f} tokens per state word, {overhead:.0f} fixed tokens)\n")
+        if bad:
+            print(f"MISMATCH: {len(bad)} answers differ between the schedulers: {bad[:5]}\n")
+            rc = 1
+        else:
+            print(f"All {len(answers)} answers identical between the schedulers.\n")
         print("| mix | mean input tokens | serial req/s | batch req/s | batch / serial |")
         print("|---|---:|---:|---:|---:|")
         for k, label in (("cold128", "cold, ~128 tokens"), ("cold512", "cold, ~512 tokens"),
                          ("warm", "warm (4k cached state, new questions)")):
+            if k not in S:
+                continue
             print(f"| {label} | {S[k + '_tokens']:.0f} | {S[k]:.2f} | {B[k]:.2f} | {B[k] / S[k]:.2f}x |")
+        if "long" not in args.mixes:
+            continue
         print("\n| ~128-token requests | serial | batch |")
         print("|---|---:|---:|")
         for k, label in (("idle_p50", "idle p50 s"), ("idle_p99", "idle p99 s"), ("busy_p50", "beside a 16k request, p50 s"),
                          ("busy_p99", "beside a 16k request, p99 s"), ("busy_n", "requests timed beside it")):
             print(f"| {label} | {S[k]:.3f} | {B[k]:.3f} |")
         print(f"| p99 beside / p99 idle | {S['busy_p99'] / S['idle_p99']:.1f}x | {B['busy_p99'] / B['idle_p99']:.1f}x |")
+        if "cancel" not in args.mixes:
+            continue
         print("\n| 20 abandoned 16k requests, then a short one | serial | batch |")
         print("|---|---:|---:|")
         for k, label in (("chunk_s", "a ~512-token request alone (one chunk) s"),
@@ -283,11 +301,6 @@ def main() -> int:
                          ("cancelled", "jobs cancelled (counter)")):
             print(f"| {label} | {S[k]:.2f} | {B[k]:.2f} |")
         print()
-        if bad:
-            print(f"MISMATCH: {len(bad)} answers differ between the schedulers: {bad[:5]}")
-            rc = 1
-        else:
-            print(f"All {len(answers)} answers identical between the schedulers.\n")
     return rc
 
 

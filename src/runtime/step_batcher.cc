@@ -109,7 +109,70 @@ void StepBatcher::submit_and_wait(Item& item) {
   if (item.error) std::rethrow_exception(item.error);
 }
 
-void StepBatcher::run_step(const std::vector<Item*>& batch) {
+void StepBatcher::between_layers(std::int64_t outer_tokens) {
+  std::vector<Item*> fns, batch;
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (pending_.empty()) return;
+    std::vector<Item*> chunks;
+    take_pending(fns, chunks);
+    // Chunks at most half the running step's size, shortest first, up to that half together; the
+    // rest wait for the next step.
+    std::sort(chunks.begin(), chunks.end(), [](const Item* a, const Item* b) {
+      return std::make_tuple(a->tokens(), a->seq) < std::make_tuple(b->tokens(), b->seq);
+    });
+    const std::int64_t limit = outer_tokens / 2;
+    std::int64_t tokens = 0;
+    for (Item* it : chunks) {
+      if (tokens + it->tokens() <= limit) {
+        batch.push_back(it);
+        tokens += it->tokens();
+      } else {
+        pending_.push_back(it);
+      }
+    }
+  }
+  done_cv_.notify_all();  // the withdrawn ones
+  run_fns(fns);
+  if (!batch.empty()) run_step(batch, true);
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    for (Item* it : batch) it->done = true;
+    if (!batch.empty()) ++steps_;
+  }
+  done_cv_.notify_all();
+}
+
+void StepBatcher::take_pending(std::vector<Item*>& fns, std::vector<Item*>& chunks) {
+  for (Item* it : pending_) {
+    if (it->chunk == nullptr) {
+      fns.push_back(it);
+    } else if (it->stop != nullptr && it->stop->load(std::memory_order_relaxed)) {
+      it->withdrawn = true;
+      it->done = true;
+    } else {
+      chunks.push_back(it);
+    }
+  }
+  pending_.clear();
+}
+
+void StepBatcher::run_fns(const std::vector<Item*>& fns) {
+  for (Item* it : fns) {
+    try {
+      (*it->fn)();
+    } catch (...) {
+      it->error = std::current_exception();
+    }
+  }
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    for (Item* it : fns) it->done = true;
+  }
+  if (!fns.empty()) done_cv_.notify_all();
+}
+
+void StepBatcher::run_step(const std::vector<Item*>& batch, bool nested) {
   std::vector<qwen35::SequenceChunk> chunks;
   std::int64_t m = 0;
   for (const Item* it : batch) {
@@ -118,10 +181,21 @@ void StepBatcher::run_step(const std::vector<Item*>& batch) {
   }
   const std::int64_t H = model_.hidden_size();
   const auto t0 = std::chrono::steady_clock::now();
+  qwen35::TextActivations& act = nested ? nested_act_ : act_;
+  std::vector<float>& out = nested ? nested_out_ : out_;
   try {
-    if (act_.rows < m) act_ = model_.activations(std::max(m, options_.max_step_tokens));
-    out_.resize(static_cast<std::size_t>(m * H));
-    model_.forward_batch(chunks, out_.data(), act_);
+    if (act.rows < m) act = model_.activations(std::max(m, nested ? m : options_.max_step_tokens));
+    out.resize(static_cast<std::size_t>(m * H));
+    std::int64_t longest = 0;
+    for (const Item* it : batch) longest = std::max(longest, it->tokens());
+    if (nested || 2 * longest <= options_.max_step_tokens) {
+      model_.forward_batch(chunks, out.data(), act);
+    } else {
+      // A step with a long chunk (over half the budget: a long prefill's) lets shorter chunks that
+      // arrived meanwhile run a step of their own between its layers. Steps of short chunks only
+      // are short themselves, and the chunks waiting batch better in the next one.
+      model_.forward_batch(chunks, out.data(), act, [this, m] { between_layers(m); });
+    }
   } catch (...) {
     for (Item* it : batch) it->error = std::current_exception();
     return;
@@ -130,14 +204,14 @@ void StepBatcher::run_step(const std::vector<Item*>& batch) {
   std::int64_t row0 = 0;
   for (Item* it : batch) {
     try {
-      (*it->consume)(out_.data() + row0 * H, it->tokens(), H);
+      (*it->consume)(out.data() + row0 * H, it->tokens(), H);
     } catch (...) {
       it->error = std::current_exception();
     }
     row0 += it->tokens();
   }
   const std::lock_guard<std::mutex> lock(mu_);
-  if (observer_) observer_(StepStats{static_cast<int>(batch.size()), m, seconds});
+  if (observer_) observer_(StepStats{static_cast<int>(batch.size()), m, seconds, nested});
 }
 
 void StepBatcher::loop() {
@@ -158,31 +232,16 @@ void StepBatcher::loop() {
     }
     // Chunks whose decision was stopped leave without running; functions run next, in order.
     std::vector<Item*> fns, chunks;
-    for (Item* it : pending_) {
-      if (it->chunk == nullptr) {
-        fns.push_back(it);
-      } else if (it->stop != nullptr && it->stop->load(std::memory_order_relaxed)) {
-        it->withdrawn = true;
-        it->done = true;
-      } else {
-        chunks.push_back(it);
-      }
-    }
-    pending_.clear();
+    take_pending(fns, chunks);
     if (!fns.empty()) {
       // The chunks wait for the next round (their decisions' gather is then complete anyway).
       pending_.assign(chunks.begin(), chunks.end());
       lock.unlock();
-      for (Item* it : fns) {
-        try {
-          (*it->fn)();
-        } catch (...) {
-          it->error = std::current_exception();
-        }
-      }
+      done_cv_.notify_all();  // the withdrawn ones
+      run_fns(fns);
       lock.lock();
-      for (Item* it : fns) it->done = true;
-      done_cv_.notify_all();
+      // Their decisions go on to hand in chunks: the next step's gathering counts from now.
+      last_step_end_ = std::chrono::steady_clock::now();
       continue;
     }
     done_cv_.notify_all();  // the withdrawn ones
@@ -206,7 +265,7 @@ void StepBatcher::loop() {
       }
     }
     lock.unlock();
-    run_step(batch);
+    run_step(batch, false);
     lock.lock();
     for (Item* it : batch) it->done = true;
     ++steps_;

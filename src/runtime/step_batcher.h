@@ -48,6 +48,7 @@ struct StepStats {
   int sequences = 0;        ///< chunks in the step
   std::int64_t tokens = 0;  ///< their total length
   double seconds = 0;       ///< forward_batch wall time
+  bool nested = false;      ///< run between the layers of another step (StepBatcher::between_layers)
 };
 
 /// The compute thread of a batching engine. Thread-safe: any number of threads may call forward()
@@ -102,8 +103,20 @@ class StepBatcher {
   void loop();
   /// Blocks until `item` is done; rethrows its error.
   void submit_and_wait(Item& item);
-  /// Runs the chunks `batch` as one step (compute thread, no lock held).
-  void run_step(const std::vector<Item*>& batch);
+  /// Runs the chunks `batch` as one step (compute thread, no lock held); a nested step (run between
+  /// the layers of another) uses the second activation set and is not interrupted itself.
+  void run_step(const std::vector<Item*>& batch, bool nested);
+  /// Called between the layers of a step of `outer_tokens` tokens that holds a chunk of more than
+  /// half the step budget (compute thread, no lock held):
+  /// runs the functions waiting and, as a nested step, the waiting chunks of at most half that
+  /// size, shortest first, up to half of it together. So a short request does not wait for a long
+  /// request's whole step: only for one of its layers.
+  void between_layers(std::int64_t outer_tokens);
+  /// Under mu_: empties pending_ into the functions and the chunks to consider; a chunk whose stop
+  /// flag is set is withdrawn (marked done) instead.
+  void take_pending(std::vector<Item*>& fns, std::vector<Item*>& chunks);
+  /// Runs `fns` in order (no lock held) and marks them done.
+  void run_fns(const std::vector<Item*>& fns);
 
   const qwen35::TextModel& model_;
   const StepBatcherOptions options_;
@@ -119,6 +132,8 @@ class StepBatcher {
   std::chrono::steady_clock::time_point last_step_end_{};
   qwen35::TextActivations act_;  ///< compute thread only
   std::vector<float> out_;       ///< compute thread only: [step rows, H]
+  qwen35::TextActivations nested_act_;  ///< compute thread only: a nested step's (between_layers)
+  std::vector<float> nested_out_;
   std::thread thread_;
 };
 

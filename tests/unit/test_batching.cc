@@ -54,7 +54,7 @@ class BatchingTest : public ::testing::TestWithParam<ops::Precision> {
     eo.backbone.precision = GetParam();
     eo.accept_any_model = true;
     eo.batching = batching;
-    eo.batch.max_step_tokens = 80;
+    eo.batch.max_step_tokens = 48;
     return eo;
   }
   static inline test::TempDir* dir_ = nullptr;
@@ -150,6 +150,46 @@ TEST_P(BatchingTest, StoppedDecisionLeavesTheOthersExact) {
   EXPECT_TRUE(stopped);
   EXPECT_EQ(got.body, want.body);
   EXPECT_TRUE(same_bits(got.logits, want.logits));
+}
+
+// Short requests sent while a long one prefills run their chunks between the layers of the long
+// one's steps (nested steps), and every answer is still the one it gets alone. The long request is
+// re-sent until a nested step has been seen (on two CPUs, in the first few).
+TEST_P(BatchingTest, ShortRequestsRunBetweenTheLayersOfALongOne) {
+  std::string state;
+  for (int i = 0; i < 400; ++i) state += "entry " + std::to_string(i) + ", ";
+  const auto body = [&](const std::string& s) {
+    return "{\"state\":\"" + s + "\",\"questions\":{\"q\":{\"type\":\"noul\"}}}";
+  };
+  EngineOptions eo = options(true);
+  eo.backbone.chunk_size = 512;
+  eo.batch.max_step_tokens = 512;
+  eo.state_cache_mb = 0;
+  Engine engine(model_, eo);
+  EngineOptions so = eo;
+  so.batching = false;
+  Engine solo(model_, so);
+  std::atomic<int> nested{0};
+  engine.batcher()->set_step_observer([&](const StepStats& s) { nested += s.nested ? 1 : 0; });
+  const Decision want_long = solo.decide(body(state));
+  std::vector<Decision> want_short;
+  for (int k = 0; k < 4; ++k) want_short.push_back(solo.decide(body("short " + std::to_string(k))));
+  for (int round = 0; round < 20 && nested.load() == 0; ++round) {
+    std::atomic<bool> long_done{false};
+    std::thread long_one([&] {
+      const Decision d = engine.decide(engine.prepare(body(state)));
+      EXPECT_TRUE(d.body == want_long.body && same_bits(d.logits, want_long.logits)) << "round " << round;
+      long_done = true;
+    });
+    for (int k = 0; !long_done.load(); k = (k + 1) % 4) {
+      const Decision d = engine.decide(engine.prepare(body("short " + std::to_string(k))));
+      EXPECT_TRUE(d.body == want_short[static_cast<std::size_t>(k)].body &&
+                  same_bits(d.logits, want_short[static_cast<std::size_t>(k)].logits));
+    }
+    long_one.join();
+  }
+  engine.batcher()->set_step_observer({});
+  EXPECT_GT(nested.load(), 0) << "no short chunk ran between the layers of the long request's steps";
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, BatchingTest,

@@ -102,7 +102,8 @@ void TextModel::forward_chunk(std::span<const std::int32_t> ids, std::span<const
   forward_batch(std::span<const SequenceChunk>(&one, 1), out, act);
 }
 
-void TextModel::forward_batch(std::span<const SequenceChunk> seqs, float* out, TextActivations& act) const {
+void TextModel::forward_batch(std::span<const SequenceChunk> seqs, float* out, TextActivations& act,
+                              const std::function<void()>& between_layers) const {
   std::int64_t m = 0;
   for (const SequenceChunk& s : seqs) {
     const auto n = static_cast<std::int64_t>(s.ids.size());
@@ -152,12 +153,12 @@ void TextModel::forward_batch(std::span<const SequenceChunk> seqs, float* out, T
     rows.push_back({row0, n});
     row0 += n;
   }
-  run_layers(seqs, rows, m, out, act);
+  run_layers(seqs, rows, m, out, act, between_layers);
   for (const SequenceChunk& s : seqs) advance_state(s);
 }
 
 void TextModel::run_layers(std::span<const SequenceChunk> seqs, std::span<const nn::RowRange> rows, std::int64_t m,
-                           float* out, TextActivations& act) const {
+                           float* out, TextActivations& act, const std::function<void()>& between_layers) const {
   const std::int64_t H = cfg_.hidden_size;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const std::int64_t half = rope_.rotary_dim / 2;
@@ -187,6 +188,7 @@ void TextModel::run_layers(std::span<const SequenceChunk> seqs, std::span<const 
       ops::rms_norm_offset(h, m, H, L.post_norm.data(), eps, a);
     }
     L.mlp.forward_batch(a, rows, h, act.mlp);
+    if (between_layers && li + 1 < layers_.size()) between_layers();
   }
   ops::rms_norm_offset(h, m, H, final_norm_.data(), eps, out);
 }

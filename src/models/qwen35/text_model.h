@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -81,7 +82,11 @@ class TextModel {
   /// order given. Each sequence's rows and state are bit-identical to what forward_chunk gives it
   /// alone (the GEMMs that do not compute rows independently run per sequence). The states must be
   /// distinct. Throws as forward_chunk, per sequence, before any state changes.
-  void forward_batch(std::span<const SequenceChunk> seqs, float* out, TextActivations& act) const;
+  /// `between_layers`, when given, is called after each decoder layer but the last, outside every
+  /// parallel region (the batcher runs other sequences' short steps there, with other activations;
+  /// it must not touch these sequences' states or `act`).
+  void forward_batch(std::span<const SequenceChunk> seqs, float* out, TextActivations& act,
+                     const std::function<void()>& between_layers = {}) const;
 
   /// The embedding rows of `ids`: out [n, H] fp32. Throws InvalidArgument for an id outside the
   /// vocabulary.
@@ -104,7 +109,7 @@ class TextModel {
   /// The decoder layers and the final norm over the stacked rows of forward_batch (rows: each
   /// sequence's range), the input rows and rotary tables already in `act`.
   void run_layers(std::span<const SequenceChunk> seqs, std::span<const nn::RowRange> rows, std::int64_t m, float* out,
-                  TextActivations& act) const;
+                  TextActivations& act, const std::function<void()>& between_layers) const;
   /// A sequence's token count and next position after its chunk.
   static void advance_state(const SequenceChunk& s);
   TextConfig cfg_;
