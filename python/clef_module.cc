@@ -123,6 +123,9 @@ class PyModel {
     clef::EngineOptions eo = clef::cli::engine_options(f.engine);
     eo.state_cache_mb = f.state_cache_mb;
     eo.accept_any_model = true;  // the folder chooses the model, as in `clef decide`
+    // Decisions from several Python threads, and decide_many's lines in flight, share prefill steps
+    // (docs/ARCHITECTURE.md "Continuous batching"); the answers are those of one at a time.
+    eo.batching = true;
     const std::lock_guard<std::mutex> lock(load_mutex());
     engine_ = clef::cli::with_default_hint(path_, is_default, [&] { return std::make_unique<Engine>(path_, eo); });
     threads_ = clef::ops::num_threads();  // what the engine set on this thread (0 = all usable CPUs)
@@ -131,12 +134,12 @@ class PyModel {
   }
 
   /// One request body, UTF-8 bytes (SystemOne or OpenAI's Decisions contract, by its shape).
+  /// Thread-safe: decisions from several threads run at once, batched.
   Decision decide(nb::bytes request) {
     const std::string body(request.c_str(), request.size());
     nb::gil_scoped_release unlocked;
     clef::ops::set_num_threads(threads_);  // image preprocessing runs on the pool too
     clef::PreparedRequest prepared = engine_->prepare(body, clef::Dialect::kDecisions);
-    const std::lock_guard<std::mutex> lock(mu_);
     return engine_->decide(std::move(prepared));
   }
 
@@ -146,7 +149,6 @@ class PyModel {
     nb::gil_scoped_release unlocked;
     const bool too_long = line.size() > clef::cli::kMaxRequestLineBytes;
     std::optional<Decision> d;
-    const std::lock_guard<std::mutex> lock(mu_);
     clef::ops::set_num_threads(threads_);
     std::string text = clef::cli::answer_request_line(*engine_, line, line_no, too_long, &d);
     return {std::move(text), std::move(d)};
@@ -164,9 +166,7 @@ class PyModel {
     auto rows = std::make_unique<std::vector<float>>();
     {
       nb::gil_scoped_release unlocked;
-      const std::lock_guard<std::mutex> lock(mu_);
-      clef::ops::set_num_threads(threads_);
-      *rows = engine_->hidden_states(ids);
+      *rows = engine_->hidden_states(ids);  // on the engine's compute thread
     }
     const std::size_t shape[2] = {ids.size(), static_cast<std::size_t>(engine_->hidden_size())};
     float* data = rows->data();
@@ -184,15 +184,13 @@ class PyModel {
   /// Unloading gives the freed heap back to the system (glibc keeps it otherwise: a 0.8b model's
   /// buffers stayed as ~400 MB of resident memory after the Model was collected).
   ~PyModel() {
-    {
-      const std::lock_guard<std::mutex> lock(mu_);
-      engine_.reset();
-    }
+    engine_.reset();
     clef::release_free_heap();  // glibc: malloc_trim(0)
   }
   PyModel(const PyModel&) = delete;
   PyModel& operator=(const PyModel&) = delete;
 
+  Engine& engine() noexcept { return *engine_; }
   const std::string& path() const noexcept { return path_; }
   int threads() const noexcept { return threads_; }
   const std::string& name() const noexcept { return engine_->model_name(); }
@@ -204,13 +202,52 @@ class PyModel {
 
  private:
   std::string path_;
-  std::unique_ptr<Engine> engine_;
-  std::mutex mu_;  ///< one engine call at a time for this model
+  std::unique_ptr<Engine> engine_;  ///< a batching engine: its calls are thread-safe
   /// The engine pool's size. OpenMP keeps it per calling thread, so every call sets it on its own
   /// thread: a decision from any Python thread runs on this many threads, whatever other Models of
   /// the process use.
   int threads_ = 1;
   std::int64_t chunk_ = 512, context_ = 16384;
+};
+
+/// decide_many's lines in flight (apps/clef/decide_jsonl.h LinePipeline): `parallel` decided at once
+/// within a quarter of the usable memory, answers taken back in order.
+class PyPipeline {
+ public:
+  PyPipeline(PyModel& model, std::size_t parallel)
+      : threads_(model.threads()),
+        pipe_(model.engine(), parallel, static_cast<std::size_t>(clef::usable_memory_bytes() / 4)) {}
+  /// Starts line `line_no` (parse and tokenize here; waits for room). GIL released.
+  void push(nb::bytes request, std::int64_t line_no) {
+    std::string line(request.c_str(), request.size());
+    nb::gil_scoped_release unlocked;
+    clef::ops::set_num_threads(threads_);  // image preprocessing runs on the pool too
+    const bool too_long = line.size() > clef::cli::kMaxRequestLineBytes;
+    pipe_.push(std::move(line), line_no, too_long);
+  }
+  /// The oldest line's (text, Decision or None), waiting for it. GIL released while waiting.
+  std::pair<std::string, std::optional<Decision>> pop() {
+    nb::gil_scoped_release unlocked;
+    clef::cli::LineAnswer a = pipe_.pop();
+    return {std::move(a.text), std::move(a.decision)};
+  }
+  std::size_t pending() const { return pipe_.pending(); }
+  bool front_ready() const { return pipe_.front_ready(); }
+  /// Waits for the lines in flight (GIL released): closing decide_many's iterator ends here.
+  void close() {
+    nb::gil_scoped_release unlocked;
+    while (pipe_.pending() > 0) {
+      try {
+        (void)pipe_.pop();
+      } catch (...) {
+        // an engine fault of a line nobody will read: the stream is being closed
+      }
+    }
+  }
+
+ private:
+  int threads_;
+  clef::cli::LinePipeline pipe_;
 };
 
 /// `clef pull NAME`: fetches a hub model into the shared cache; returns its local path.
@@ -276,6 +313,14 @@ NB_MODULE(_core, m) {
       .def_prop_ro("threads", &PyModel::threads)
       .def_prop_ro("name", &PyModel::name)
       .def_prop_ro("random_weights", &PyModel::random_weights);
+
+  nb::class_<PyPipeline>(m, "Pipeline")
+      .def(nb::init<PyModel&, std::size_t>(), nb::arg("engine"), nb::arg("parallel"), nb::keep_alive<1, 2>())
+      .def("push", &PyPipeline::push, nb::arg("line"), nb::arg("line_no"))
+      .def("pop", &PyPipeline::pop)
+      .def("pending", &PyPipeline::pending)
+      .def("front_ready", &PyPipeline::front_ready)
+      .def("close", &PyPipeline::close);
 
   m.def("pull", &pull, nb::arg("name"), nb::arg("revision") = "");
 }

@@ -194,15 +194,17 @@ class Model:
         return self._engine.decide(body)
 
     def decide_many(self, requests: Iterable[Request], *,
-                    progress: Union[bool, Progress, None] = None) -> Iterator[Dict[str, Any]]:
+                    progress: Union[bool, Progress, None] = None, parallel: int = 8) -> Iterator[Dict[str, Any]]:
         """Answers a stream of requests in order, one result per request, as ``clef decide --jsonl``
         answers a file line for line: the answer dict, or for a request the engine refuses
         ``{"error": {"code", "message", "path"}, "line": N}`` (N counts from 1), and the stream goes on.
         Requests about a state already seen reuse it through the state cache.
 
-        ``progress``: True prints a line to stderr every 10 s (requests, tokens/s); a callable is
-        called after each request with (requests done, input tokens, seconds). Ctrl-C (or closing the
-        iterator) stops after the request in progress; the model stays usable."""
+        ``parallel``: requests decided at once (1 to 1024), their prefill chunks batched into shared
+        steps (docs/ARCHITECTURE.md "Continuous batching"); the results are the same and come in
+        order. ``progress``: True prints a line to stderr every 10 s (requests, tokens/s); a callable
+        is called after each request with (requests done, input tokens, seconds). Ctrl-C (or closing
+        the iterator) stops after the requests in progress; the model stays usable."""
         if isinstance(requests, (str, bytes, bytearray, memoryview, Mapping)):
             raise TypeError("decide_many() takes an iterable of requests (a list, a generator, a file); "
                             "for one request call decide()")
@@ -216,22 +218,41 @@ class Model:
             report = None
         else:
             raise TypeError(f"progress is True, False, None or a callable, not {progress!r}")
+        if isinstance(parallel, bool) or not isinstance(parallel, numbers.Integral) or not 1 <= parallel <= 1024:
+            raise TypeError(f"parallel is a whole number from 1 to 1024, not {parallel!r}")
         _check_process()
-        return self._answer_stream(requests, report)
+        return self._answer_stream(requests, report, int(parallel))
 
-    def _answer_stream(self, requests: Iterable[Request], report: Optional[Progress]) -> Iterator[Dict[str, Any]]:
+    def _answer_stream(self, requests: Iterable[Request], report: Optional[Progress],
+                       parallel: int) -> Iterator[Dict[str, Any]]:
         t0 = time.monotonic()
         tokens = 0
-        for n, request in enumerate(requests, start=1):
-            body = _request_text(request)
-            if body.endswith(b"\n"):  # a file's line: its '\n' is not part of the request (as --jsonl reads it)
-                body = body[:-1]
-            text, decision = self._engine.decide_line(body, n)
+        done = 0
+        pipe = _core.Pipeline(self._engine, parallel)
+
+        def pop() -> Dict[str, Any]:
+            nonlocal tokens, done
+            text, decision = pipe.pop()
+            done += 1
             if decision is not None:
                 tokens += decision.input_tokens
             if report is not None:
-                report(n, tokens, time.monotonic() - t0)
-            yield json.loads(text)
+                report(done, tokens, time.monotonic() - t0)
+            return json.loads(text)
+
+        try:
+            for n, request in enumerate(requests, start=1):
+                body = _request_text(request)
+                if body.endswith(b"\n"):  # a file's line: its '\n' is not part of the request (as --jsonl reads it)
+                    body = body[:-1]
+                # At most 2 x parallel answers wait to be read; the ready ones are handed out at once.
+                while pipe.pending() >= 2 * parallel or pipe.front_ready():
+                    yield pop()
+                pipe.push(body, n)
+            while pipe.pending():
+                yield pop()
+        finally:
+            pipe.close()  # an early end (close(), Ctrl-C, an error) waits for the requests in flight
 
     def tokenize(self, text: str) -> List[int]:
         """Token ids of ``text`` (UTF-8) with the model's tokenizer, as ``clef tokenize`` prints them."""

@@ -58,11 +58,12 @@ def stream_lines(corpus_lines, bad_lines) -> list[bytes]:
 
 @pytest.fixture(scope="session")
 def cli_jsonl(tiny, stream_lines, tmp_path_factory) -> list[bytes]:
-    """`clef decide --jsonl` over stream_lines with one thread: one output line per input line."""
+    """`clef decide --jsonl` over stream_lines with one thread, one line at a time (--parallel 1): one
+    output line per input line."""
     d = tmp_path_factory.mktemp("jsonl")
     (d / "in.jsonl").write_bytes(b"\n".join(stream_lines) + b"\n")
-    run_clef("decide", "-m", str(tiny), "--threads", "1", "--no-progress", "--jsonl", str(d / "in.jsonl"),
-             "--out", str(d / "out.jsonl"))
+    run_clef("decide", "-m", str(tiny), "--threads", "1", "--no-progress", "--parallel", "1", "--jsonl",
+             str(d / "in.jsonl"), "--out", str(d / "out.jsonl"))
     out = (d / "out.jsonl").read_bytes().splitlines()
     assert len(out) == len(stream_lines)
     return out

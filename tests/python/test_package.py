@@ -25,11 +25,13 @@ def test_decide_equals_clef_decide(model, tiny, corpus_lines):
         assert dumps(model.decide(json.loads(line))) == cli, f"corpus line {i + 1} (dict)"
 
 
-def test_decide_many_equals_jsonl(model, stream_lines, cli_jsonl):
-    """decide_many over corpus + bad + corpus yields what `clef decide --jsonl` writes, line for line,
-    refused requests as error objects in place; the repeated states hit the state cache."""
+@pytest.mark.parametrize("parallel", [8, 1])
+def test_decide_many_equals_jsonl(model, stream_lines, cli_jsonl, parallel):
+    """decide_many over corpus + bad + corpus, 8 requests batched at once (the default) or one at a
+    time, yields what `clef decide --jsonl --parallel 1` writes, line for line, refused requests as
+    error objects in place; the repeated states hit the state cache."""
     before = model.cache_stats()
-    got = list(model.decide_many(line + b"\n" for line in stream_lines))  # as a file's lines come
+    got = list(model.decide_many((line + b"\n" for line in stream_lines), parallel=parallel))  # as a file's lines
     assert len(got) == len(cli_jsonl)
     for n, (answer, cli) in enumerate(zip(got, cli_jsonl), start=1):
         assert answer == json.loads(cli), f"line {n}"
@@ -52,6 +54,9 @@ def test_state_and_questions_keywords(model, corpus_lines):
         model.decide_many(corpus_lines[0])
     with pytest.raises(TypeError):  # refused at the call, not at the first next()
         model.decide_many(None)
+    for bad in (0, 1025, 2.0, True):
+        with pytest.raises(TypeError):
+            model.decide_many(corpus_lines, parallel=bad)
 
 
 def test_request_errors_carry_code_and_path(model, tiny):
