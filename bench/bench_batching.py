@@ -58,7 +58,7 @@ class Server:
         self.log = log
         cmd = [args.bin, "serve", "--model", args.model, "--port", "0", "--threads", str(args.threads),
                "--precision", precision, "--scheduler", scheduler, "--queue", "512", "--timeout", "3600", "-q",
-               "--chunk", str(args.chunk)]
+               "--chunk", str(args.chunk), *(["--max-batch-tokens", str(args.max_batch_tokens)] if scheduler == "batch" else [])]
         self.proc = subprocess.Popen(cmd, stderr=open(log, "wb"), stdout=subprocess.DEVNULL,
                                      env=dict(os.environ, OMP_WAIT_POLICY="passive"))
         for _ in range(2400):
@@ -222,6 +222,7 @@ def main() -> int:
     ap.add_argument("--precisions", default="bf16,int8")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chunk", type=int, default=512)
+    ap.add_argument("--max-batch-tokens", type=int, default=0, help="the batching server's step budget (0: --chunk)")
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--requests", type=int, default=48, help="requests per throughput mix")
     ap.add_argument("--latency-requests", type=int, default=10, help="idle short requests timed")

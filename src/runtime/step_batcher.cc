@@ -76,7 +76,8 @@ std::uint64_t StepBatcher::steps() const {
 
 bool StepBatcher::forward(const qwen35::SequenceChunk& chunk, const RowsConsumer& consume,
                           const std::atomic<bool>* stop) {
-  if (chunk.ids.empty() || chunk.state == nullptr) throw InvalidArgument("step batcher: a chunk with no tokens or state");
+  if (chunk.ids.empty() || chunk.state == nullptr)
+    throw InvalidArgument("step batcher: a chunk with no tokens or state");
   // Checked here, on the caller's thread, so that one bad chunk cannot fail a step it shares.
   const std::int64_t vocab = model_.vocab_rows();
   for (const std::int32_t id : chunk.ids) {
@@ -223,9 +224,8 @@ void StepBatcher::loop() {
     // Gather: give the decisions in flight that are between chunks a moment to hand theirs in.
     for (;;) {
       if (stopping_ || static_cast<int>(pending_.size()) >= participants_) break;
-      const auto first = std::min_element(pending_.begin(), pending_.end(), [](const Item* a, const Item* b) {
-                           return a->arrived < b->arrived;
-                         });
+      const auto first = std::min_element(pending_.begin(), pending_.end(),
+                                          [](const Item* a, const Item* b) { return a->arrived < b->arrived; });
       const auto until = std::max((*first)->arrived, last_step_end_) + options_.gather;
       if (std::chrono::steady_clock::now() >= until) break;
       work_cv_.wait_until(lock, until);

@@ -130,8 +130,8 @@ class StepBatcher {
   std::uint64_t steps_ = 0;
   std::uint64_t next_seq_ = 0;
   std::chrono::steady_clock::time_point last_step_end_{};
-  qwen35::TextActivations act_;  ///< compute thread only
-  std::vector<float> out_;       ///< compute thread only: [step rows, H]
+  qwen35::TextActivations act_;         ///< compute thread only
+  std::vector<float> out_;              ///< compute thread only: [step rows, H]
   qwen35::TextActivations nested_act_;  ///< compute thread only: a nested step's (between_layers)
   std::vector<float> nested_out_;
   std::thread thread_;

@@ -40,18 +40,9 @@ void render_histogram(std::string& out, const char* stage, const Histogram& h) {
                  h.sum, h.count);
 }
 
-}  // namespace
-
-void Histogram::observe(double seconds) {
-  if (!(seconds > 0)) seconds = 0;
-  std::size_t i = 0;
-  while (i < kBounds.size() && seconds > kBounds[i]) ++i;
-  ++counts[i];
-  sum += seconds;
-  ++count;
-}
-
-void CountHistogram::observe(double v) {
+/// Adds `v` (negative or NaN counts as 0) to the bucket of the first bound >= v (the last: above all).
+void observe_into(std::span<const double> bounds, std::span<std::uint64_t> counts, double& sum, std::uint64_t& count,
+                  double v) {
   if (!(v > 0)) v = 0;
   std::size_t i = 0;
   while (i < bounds.size() && v > bounds[i]) ++i;
@@ -59,6 +50,12 @@ void CountHistogram::observe(double v) {
   sum += v;
   ++count;
 }
+
+}  // namespace
+
+void Histogram::observe(double seconds) { observe_into(kBounds, counts, sum, count, seconds); }
+
+void CountHistogram::observe(double v) { observe_into(bounds, counts, sum, count, v); }
 
 void Metrics::observe_step(const StepStats& step) {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -14,22 +14,14 @@ budget of 40 tokens make the steps mix sequences, skip chunks and run long chunk
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import random
 import subprocess
 
 import pytest
 
-from conftest import CORPUS, REPO_ROOT
-
-
-def driver_bin() -> str:
-    clef = os.environ.get("CLEF_BIN", str(REPO_ROOT / "build" / "release" / "bin" / "clef"))
-    path = pathlib.Path(clef).with_name("clef_cache_driver")
-    if not path.exists():
-        pytest.fail(f"{path} missing: build the release preset first")
-    return str(path)
+from conftest import CORPUS
+from test_state_cache import driver_bin
 
 
 @pytest.fixture(scope="module")
