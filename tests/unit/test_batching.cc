@@ -57,11 +57,11 @@ class BatchingTest : public ::testing::TestWithParam<ops::Precision> {
     EngineOptions eo;
     // One thread in fp32: the compute thread must run the pool size the engine was built with.
     eo.backbone.threads = GetParam() == ops::Precision::kF32 ? 1 : 2;
-    eo.backbone.chunk_size = 32;
+    eo.backbone.chunk_size = 64;
     eo.backbone.precision = GetParam();
     eo.accept_any_model = true;
     eo.batching = batching;
-    eo.batch.max_step_tokens = 48;
+    eo.batch.max_step_tokens = 96;
     return eo;
   }
   static inline test::TempDir* dir_ = nullptr;
@@ -139,7 +139,7 @@ TEST_P(BatchingTest, StoppedDecisionLeavesTheOthersExact) {
   }();
   std::atomic<bool> stop{false};
   PreparedRequest p = engine.prepare(long_body);
-  ASSERT_GT(p.record->input_ids.size(), 20u * 32) << "the request must span many chunks";
+  ASSERT_GT(p.record->input_ids.size(), 10u * 64) << "the request must span many chunks";
   bool stopped = false;
   std::thread victim([&] {
     try {
