@@ -152,7 +152,7 @@ Command add_decide_command(CLI::App& app) {
                        "it (a single request has nothing to reuse: the cache is off then unless this is given)")
           ->check(clef::cli::in_range(std::int64_t{0}, std::int64_t{1} << 30))
           ->capture_default_str();
-  return {decide, "clef --help", [f] { return run_decide(*f); }};
+  return {decide, "clef decide --help", [f] { return run_decide(*f); }};
 }
 
 }  // namespace clef::cli

@@ -18,6 +18,8 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <condition_variable>
+#include <functional>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -281,6 +283,73 @@ std::string refusal_line(const RequestError& e, std::int64_t line_no) {
 
 }  // namespace
 
+/// The hand-over between run_decide_jsonl's reader (the calling thread) and its writer thread:
+/// lines pushed, the end of the input, and the writer's failure. The destructor ends and joins the
+/// writer.
+class LineFlow {
+ public:
+  LineFlow() = default;
+  LineFlow(const LineFlow&) = delete;
+  LineFlow& operator=(const LineFlow&) = delete;
+  ~LineFlow() { finish_and_join(); }
+  /// Starts the writer thread: it calls `write_next` once per pushed line, in order, until
+  /// finish_and_join() and every pushed line is written; an exception ends it and is kept for rethrow().
+  void start(std::function<void()> write_next) {
+    writer_ = std::thread([this, w = std::move(write_next)] { write_all(w); });
+  }
+  /// Reader: waits until `room()` holds; false when the writer failed (stop reading).
+  bool wait_for_room(const std::function<bool()>& room) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return error_ != nullptr || room(); });
+    return error_ == nullptr;
+  }
+  void pushed_one() {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      ++pushed_;
+    }
+    cv_.notify_all();
+  }
+  /// No more lines: the writer ends after the pushed ones; waits for it.
+  void finish_and_join() {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (writer_.joinable()) writer_.join();
+  }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void write_all(const std::function<void()>& write_next) {
+    try {
+      for (std::int64_t n = 0;; ++n) {
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait(lock, [&] { return pushed_ > n || done_; });
+          if (pushed_ == n) return;
+        }
+        write_next();
+        cv_.notify_all();  // room for the reader
+      }
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(mu_);
+      error_ = std::current_exception();
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::int64_t pushed_ = 0;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::thread writer_;
+};
+
 std::string answer_request_line(Engine& engine, std::string_view line, std::int64_t line_no, bool too_long,
                                 std::optional<Decision>* decision) {
   if (too_long) return too_long_line(line_no);
@@ -412,14 +481,16 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   double last_report = 0;
-  std::uint64_t resumed_bytes = 0;  // input bytes of the skipped lines (not part of this run's speed)
+  std::uint64_t resumed_bytes = 0;           // input bytes of the skipped lines (not part of this run's speed)
+  std::atomic<std::uint64_t> bytes_read{0};  // input bytes read so far (the writer thread reports progress)
   // The ETA comes from this run's input bytes per second.
   auto report = [&](bool final_line) {
     const double s = elapsed();
     std::string eta = final_line ? "0:00:00" : "?";
     if (!final_line && in.size > 0) {
-      const double processed = static_cast<double>(reader.bytes_read() - resumed_bytes);
-      const double remaining = static_cast<double>(in.size) - static_cast<double>(reader.bytes_read());
+      const auto read = static_cast<double>(bytes_read.load(std::memory_order_relaxed));
+      const double processed = read - static_cast<double>(resumed_bytes);
+      const double remaining = static_cast<double>(in.size) - read;
       if (processed > 0 && s > 0) eta = format_duration(remaining / (processed / s));
     }
     print_progress(sum, s, eta, tty, final_line);
@@ -462,21 +533,32 @@ JsonlRunSummary run_decide_jsonl(Engine& engine, const JsonlRunOptions& options)
       last_report = s;
     }
   };
+  // With --parallel > 1 a writer thread writes the answers in order as they come while this thread
+  // reads (a line on a pipe is answered when it is decided, not when the next line arrives), at
+  // most 2 x parallel lines ahead of it.
+  LineFlow flow;
+  if (options.parallel > 1) flow.start(write_next);
   std::string line;
   bool too_long = false;
   while (reader.next(line, too_long)) {
     ++sum.lines;
+    bytes_read.store(reader.bytes_read(), std::memory_order_relaxed);
     if (sum.lines <= existing.lines) {
       resumed_bytes = reader.bytes_read();
       continue;
     }
-    // At most 2 x parallel answers wait to be written; the ready ones are written at once.
-    while (pipeline.pending() >= 2 * options.parallel || pipeline.front_ready()) write_next();
-    pipeline.push(std::move(line), sum.lines, too_long);
+    if (options.parallel == 1) {
+      pipeline.push(std::move(line), sum.lines, too_long);
+      write_next();
+    } else {
+      if (!flow.wait_for_room([&] { return pipeline.pending() < 2 * options.parallel; })) break;
+      pipeline.push(std::move(line), sum.lines, too_long);
+      flow.pushed_one();
+    }
     line.clear();
-    if (options.parallel == 1) write_next();
   }
-  while (pipeline.pending() > 0) write_next();
+  flow.finish_and_join();
+  flow.rethrow();
   if (existing.lines > sum.lines) refuse_foreign_output(options.output, existing.lines, sum.lines);
   sum.seconds = elapsed();
   if (options.progress) report(true);

@@ -51,6 +51,9 @@ struct ServeFlags {
   std::int64_t batch_memory_mb = 0;
   CLI::Option* model_opt = nullptr;
   CLI::Option* api_key_opt = nullptr;
+  CLI::Option* max_running_opt = nullptr;
+  CLI::Option* max_batch_tokens_opt = nullptr;
+  CLI::Option* batch_memory_opt = nullptr;
 };
 
 /// Refuses an API key that would not protect anything: empty (a flag or variable that expanded to
@@ -100,10 +103,16 @@ int run_serve(ServeFlags& f) {
   eo.aliases = so.aliases;
   // Continuous batching (docs/ARCHITECTURE.md "Continuous batching"), or one decision at a time.
   eo.batching = f.scheduler == "batch";
+  for (const CLI::Option* o : {f.max_running_opt, f.max_batch_tokens_opt, f.batch_memory_opt}) {
+    if (!eo.batching && o->count() > 0) {
+      throw InvalidArgument(o->get_name() + " applies to --scheduler batch, not --scheduler serial");
+    }
+  }
   eo.batch.max_step_tokens = f.max_batch_tokens;
   so.max_running = eo.batching ? static_cast<std::size_t>(f.max_running) : 1;
-  so.batch_memory_bytes = f.batch_memory_mb > 0 ? static_cast<std::size_t>(f.batch_memory_mb) << 20
-                                                : static_cast<std::size_t>(usable_memory_bytes() / 4);
+  so.batch_memory_bytes = !eo.batching            ? 0
+                          : f.batch_memory_mb > 0 ? static_cast<std::size_t>(f.batch_memory_mb) << 20
+                                                  : static_cast<std::size_t>(usable_memory_bytes() / 4);
   const auto engine = with_default_hint(dir, is_default, [&] { return std::make_unique<Engine>(dir, eo); });
   return server::serve(*engine, so);
 }
@@ -183,20 +192,23 @@ Command add_serve_command(CLI::App& parent) {
                   "\"Continuous batching\")")
       ->check(CLI::IsMember({"batch", "serial"}))
       ->capture_default_str();
-  app->add_option("--max-running", f->max_running,
-                  "With --scheduler batch: decisions running at once; more wait in the queue")
-      ->check(clef::cli::in_range(std::int64_t{1}, std::int64_t{1024}))
-      ->capture_default_str();
-  app->add_option("--max-batch-tokens", f->max_batch_tokens,
-                  "With --scheduler batch: new tokens per step, whole chunks only, a longer chunk alone (0: --chunk); "
-                  "bounds a step's latency and activation memory")
-      ->check(clef::cli::in_range(std::int64_t{0}, std::int64_t{1} << 20))
-      ->capture_default_str();
-  app->add_option("--batch-memory", f->batch_memory_mb,
-                  "With --scheduler batch: MiB the running decisions may hold together (states, head rows, images; "
-                  "a decision larger than it runs alone); 0: a quarter of the memory this process may use")
-      ->check(clef::cli::in_range(std::int64_t{0}, std::int64_t{1} << 30))
-      ->capture_default_str();
+  f->max_running_opt = app->add_option("--max-running", f->max_running,
+                                       "With --scheduler batch: decisions running at once; more wait in the queue")
+                           ->check(clef::cli::in_range(std::int64_t{1}, std::int64_t{1024}))
+                           ->capture_default_str();
+  f->max_batch_tokens_opt =
+      app->add_option(
+             "--max-batch-tokens", f->max_batch_tokens,
+             "With --scheduler batch: new tokens per step, whole chunks only, a longer chunk alone (0: --chunk); "
+             "bounds a step's latency and activation memory")
+          ->check(clef::cli::in_range(std::int64_t{0}, std::int64_t{1} << 20))
+          ->capture_default_str();
+  f->batch_memory_opt =
+      app->add_option("--batch-memory", f->batch_memory_mb,
+                      "With --scheduler batch: MiB the running decisions may hold together (states, head rows, images; "
+                      "a decision larger than it runs alone); 0: a quarter of the memory this process may use")
+          ->check(clef::cli::in_range(std::int64_t{0}, std::int64_t{1} << 30))
+          ->capture_default_str();
 
   return {app, "clef serve --help", [f] { return run_serve(*f); }};
 }

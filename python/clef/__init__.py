@@ -218,8 +218,10 @@ class Model:
             report = None
         else:
             raise TypeError(f"progress is True, False, None or a callable, not {progress!r}")
-        if isinstance(parallel, bool) or not isinstance(parallel, numbers.Integral) or not 1 <= parallel <= 1024:
-            raise TypeError(f"parallel is a whole number from 1 to 1024, not {parallel!r}")
+        if isinstance(parallel, bool) or not isinstance(parallel, numbers.Integral):
+            raise TypeError(f"parallel is a whole number, not {parallel!r}")
+        if not 1 <= parallel <= 1024:
+            raise InvalidArgument(f"parallel is {parallel}; it must be from 1 to 1024")
         _check_process()
         return self._answer_stream(requests, report, int(parallel))
 

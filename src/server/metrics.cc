@@ -139,7 +139,7 @@ std::string Metrics::render(const QueueGauges& g, const StateCacheStats& c) cons
   append_scalar(out, "clef_input_tokens_total", "Model input tokens processed (usage.input_tokens summed).", "counter",
                 input_tokens_);
   out +=
-      "# HELP clef_stage_seconds Wall-clock seconds per decision stage (queue wait, tokenize, prefill, head, "
+      "# HELP clef_stage_seconds Wall-clock seconds per decision stage (queue wait, tokenize, vision, prefill, head, "
       "total = tokenize to answer = the engine's time for it; first_step = queue wait to its first prefill step's "
       "end).\n";
   out += "# TYPE clef_stage_seconds histogram\n";

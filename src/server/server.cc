@@ -258,8 +258,9 @@ int HttpServer::run() {
   }
   std::string scheduling = "one decision at a time";
   if (const StepBatcher* b = engine_.batcher()) {
+    const std::int64_t step = b->options().max_step_tokens;
     scheduling = "batching up to " + std::to_string(options_.max_running) + " decisions in steps of " +
-                 std::to_string(b->options().max_step_tokens) + " tokens";
+                 std::to_string(step) + (step == 1 ? " token" : " tokens");
     if (options_.batch_memory_bytes > 0) {
       scheduling += " within " + std::to_string(options_.batch_memory_bytes >> 20) + " MiB";
     }
@@ -272,7 +273,10 @@ int HttpServer::run() {
   std::fflush(stderr);
 
   // The signal thread: the first SIGINT/SIGTERM stops accepting (in-flight and queued requests
-  // finish, their answers carry Connection: close); a second one exits at once with status 130.
+  // finish, their answers carry Connection: close); a second one exits at once with status 130. A
+  // repeat within kSameStop of the first is the same stop: GNU timeout, for one, signals the process
+  // and then its process group, so the server gets two SIGTERMs microseconds apart.
+  static constexpr auto kSameStop = std::chrono::milliseconds(250);
   std::atomic<bool> done{false};
   std::thread signals([this, &done] {
     sigset_t set;
@@ -281,15 +285,17 @@ int HttpServer::run() {
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGUSR1);  // sent by run() itself to end this thread
     int stops = 0;
+    std::chrono::steady_clock::time_point first;
     for (;;) {
       int sig = 0;
       if (sigwait(&set, &sig) != 0) continue;
       if (sig == SIGUSR1 && done.load()) return;
       if (sig == SIGUSR1) continue;
       if (++stops == 1) {
+        first = std::chrono::steady_clock::now();
         std::fprintf(stderr, "clef serve: shutting down (finishing requests in flight; signal again to quit now)\n");
         asio::post(acceptor_.get_executor(), [this] { begin_shutdown(); });
-      } else {
+      } else if (std::chrono::steady_clock::now() - first >= kSameStop) {
         std::_Exit(130);
       }
     }

@@ -346,12 +346,14 @@ def test_over_long_state_is_refused_in_memory_bounded_by_the_limit(cpp_tiny, tmp
     assert extra_kib < 4 * n // 1024, (runs, extra_kib)
 
 
-def test_interrupt_says_how_far_it_got_and_the_rerun_resumes(cpp_tiny, tmp_path):
+@pytest.mark.parametrize("parallel", [1, 4])
+def test_interrupt_says_how_far_it_got_and_the_rerun_resumes(cpp_tiny, tmp_path, parallel):
     """SIGINT once the first answer is written: exit 130 and one line "interrupted after N of M
     requests; rerun the same command to resume" with N the file's complete lines; the same command
-    then resumes after line N and the file equals an uninterrupted run's. (Before, the process died
+    then resumes after line N and the file equals an uninterrupted run's (one line at a time, and 4
+    at once, batched: 40 lines then, so that the signal comes mid-run). (Before, the process died
     of the signal without a word.)"""
-    reqs = [json.dumps(r, ensure_ascii=False) for r in corpus_requests()[:8]]
+    reqs = [json.dumps(r, ensure_ascii=False) for r in corpus_requests()[:8]] * (1 if parallel == 1 else 5)
     inp = tmp_path / "in.jsonl"
     write_lines(inp, reqs)
     full = tmp_path / "full.jsonl"
@@ -360,7 +362,7 @@ def test_interrupt_says_how_far_it_got_and_the_rerun_resumes(cpp_tiny, tmp_path)
 
     out = tmp_path / "out.jsonl"
     cmd = [clef_bin(), "decide", "-m", str(cpp_tiny), "--threads", "1", "--jsonl", str(inp), "--out", str(out),
-           "--no-progress"]
+           "--no-progress", "--parallel", str(parallel)]
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and (not out.exists() or "\n" not in out.read_text(encoding="utf-8")):

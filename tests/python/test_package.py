@@ -54,8 +54,11 @@ def test_state_and_questions_keywords(model, corpus_lines):
         model.decide_many(corpus_lines[0])
     with pytest.raises(TypeError):  # refused at the call, not at the first next()
         model.decide_many(None)
-    for bad in (0, 1025, 2.0, True):
+    for bad in (2.0, True, "8"):
         with pytest.raises(TypeError):
+            model.decide_many(corpus_lines, parallel=bad)
+    for bad in (0, -1, 1025):
+        with pytest.raises(clef.InvalidArgument):
             model.decide_many(corpus_lines, parallel=bad)
 
 
