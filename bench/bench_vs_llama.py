@@ -1,28 +1,36 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Backbone prefill, clef.cpp vs llama.cpp in one run, per CPU level (the one-binary CPU dispatch check).
+"""Backbone prefill, clef.cpp vs llama.cpp and ik_llama.cpp in one run, per CPU level (the one-binary CPU
+dispatch check).
 
 For each T, each level and each round, runs clef.cpp's `clef_backbone_dump` (CLEF_ISA=<level>, fp32
-and bf16 modes) and then llama.cpp's `llama-bench -p T -n 0 -t THREADS` (the llama build given for
-that level; f32, bf16 and Q8_0 GGUFs of the same random folder), alternating engines so a drift of
-the machine's speed hits both. Prints a markdown table: T, level, engine, mode, tokens/s (best over
-rounds; clef: best of --repeat passes per process; llama: llama-bench's mean of -r repetitions),
-spread over rounds, GFLOP/s and % of the level's measured peak (`clef_bench_ops --peak-only` with
-CLEF_ISA=<level>: fp32 FMA peak for fp32 / f32, bf16 peak for bf16, the int8 kernel sequence's peak for
-clef's int8 mode and Q8_0 GGUFs; other quantized types and llama.cpp's quantized rows get no %), and
-the ratio clef.cpp / llama.cpp for the same level and dtype (fp32 vs f32, bf16 vs bf16). The
-commits of both engines, the machine and the 1-minute load average go with the table.
+and bf16 modes), llama.cpp's `llama-bench -p T -n 0 -t THREADS` (the llama build given for that level;
+f32, bf16 and Q8_0 GGUFs of the same random folder) and, with --ik-bench, ik_llama.cpp's llama-bench with
+the same flags on the same GGUFs. Each round runs every engine once, the order rotated by one per round,
+so a drift of the machine's speed hits all of them. Prints a markdown table: T, level, engine, mode,
+tokens/s (best over rounds; clef: best of --repeat passes per process; llama.cpp and ik_llama.cpp:
+llama-bench's mean of -r repetitions), spread over rounds, GFLOP/s and % of the level's measured peak
+(`clef_bench_ops --peak-only` with CLEF_ISA=<level>: fp32 FMA peak for fp32 / f32, bf16 peak for bf16, the
+int8 kernel sequence's peak for clef's int8 mode and Q8_0 GGUFs; other quantized types and the peers'
+quantized rows get no %), and the ratio clef.cpp / llama.cpp for the same level and dtype (fp32 vs f32,
+bf16 vs bf16), plus a column clef.cpp / ik_llama.cpp when --ik-bench is given. The commits of the
+engines, the machine and the 1-minute load average go with the table.
 
+  L=../peers/llama.cpp IK=../peers/ik_llama.cpp
   python3 bench/bench_vs_llama.py --model /tmp/clef-0.8b --gguf-dir /tmp/clef-0.8b-gguf \\
       --isa avx2,avx512bf16 --threads 2 --T 512,1024 \\
-      --llama-bench avx2=../peers/build-avx2/bin/llama-bench,avx512bf16=../peers/build-native/bin/llama-bench
+      --llama-bench avx2=$L/build-avx2/bin/llama-bench,avx512bf16=$L/build-native/bin/llama-bench \\
+      --ik-bench avx2=$IK/build-avx2/bin/llama-bench,avx512bf16=$IK/build-native/bin/llama-bench
 
-llama.cpp is built beside the project (never inside it) from its public repository; the GGUFs come
-from its own `convert_hf_to_gguf.py --no-mtp --outtype f32|bf16|q8_0` on the release folder (the
-backbone only: llama.cpp does not run the Clef head, so this compares backbones). The GGUF of each
-dtype is the file in --gguf-dir whose name ends in -<dtype>.gguf. A level without a llama build is
-timed for clef.cpp only. llama-bench's GGML threads poll (`--poll`, default 50) and use OpenMP, as
-clef.cpp does; set OMP_WAIT_POLICY for both through the environment. Not a timed test.
+llama.cpp and ik_llama.cpp are built beside the project (never inside it) from their public repositories;
+the GGUFs come from llama.cpp's own `convert_hf_to_gguf.py --no-mtp --outtype f32|bf16|q8_0` on the release
+folder (the backbone only: neither peer runs the Clef head, so this compares backbones), and ik_llama.cpp
+runs the same files. The GGUF of each dtype is the file in --gguf-dir named <dtype>.gguf or ending in
+-<dtype>.gguf. A level without a peer's build is timed for the other engines only. Both peers get the same
+llama-bench flags (--ik-args, by default --llama-args); their defaults are their own (ik_llama.cpp's
+llama-bench turns flash attention on and has no --poll), and the lines after the table give what each
+reported. llama.cpp's GGML threads poll (`--poll`, default 50), and both peers use OpenMP (GGML_OPENMP, on
+by default), as clef.cpp does; set OMP_WAIT_POLICY for all through the environment. Not a timed test.
 """
 
 from __future__ import annotations
@@ -33,7 +41,6 @@ import os
 import pathlib
 import platform
 import re
-import statistics
 import subprocess
 import sys
 
@@ -74,7 +81,7 @@ def git_desc(path: pathlib.Path) -> str:
 
 
 def llama_source(exe: pathlib.Path) -> pathlib.Path | None:
-    """The llama.cpp source tree of a build, from the build folder's CMakeCache.txt."""
+    """The llama.cpp (or ik_llama.cpp) source tree of a build, from the build folder's CMakeCache.txt."""
     for d in (exe.parent, *exe.parents):
         cache = d / "CMakeCache.txt"
         if cache.exists():
@@ -150,11 +157,11 @@ def run_llama(exe, gguf, t, threads, reps, extra) -> dict:
             "poll": row.get("poll"), "cpu_info": row.get("cpu_info", "")}
 
 
-def parse_map(text: str) -> dict[str, pathlib.Path]:
+def parse_map(text: str, option: str) -> dict[str, pathlib.Path]:
     out = {}
     for item in filter(None, (x.strip() for x in text.split(","))):
         if "=" not in item:
-            sys.exit(f"--llama-bench: expected LEVEL=PATH, got {item!r}")
+            sys.exit(f"{option}: expected LEVEL=PATH, got {item!r}")
         k, v = item.split("=", 1)
         out[k.strip()] = pathlib.Path(v).expanduser().resolve()
     return out
@@ -165,6 +172,9 @@ def main() -> int:
     ap.add_argument("--model", required=True, help="the Clef release folder (clef.cpp reads it)")
     ap.add_argument("--gguf-dir", default=None, help="folder with *-f32.gguf, *-bf16.gguf, *-q8_0.gguf of --model")
     ap.add_argument("--llama-bench", default="", help="LEVEL=PATH[,LEVEL=PATH]: the llama-bench built for a level")
+    ap.add_argument("--ik-bench", default="",
+                    help="LEVEL=PATH[,LEVEL=PATH]: ik_llama.cpp's llama-bench built for a level (a third engine, run "
+                         "like llama.cpp's on the same GGUFs)")
     ap.add_argument("--isa", default="default",
                     help="clef levels (CLEF_ISA values: baseline, avx2, avx512, avx512bf16, native; 'default' leaves "
                          "CLEF_ISA unset)")
@@ -179,11 +189,14 @@ def main() -> int:
     ap.add_argument("--clef-ggufs", default="",
                     help="types of --gguf-dir that clef.cpp also runs from the same file (e.g. q8_0,q6_k,q4_k_m): "
                          "mode gguf:DTYPE, no --precision flag (a quantized file picks its own path), compared "
-                         "with llama.cpp on that file")
-    ap.add_argument("--rounds", type=int, default=2, help="alternating clef/llama rounds per point")
+                         "with the peers on that file")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="rounds per point, each running every engine once (the order rotated by one per round)")
     ap.add_argument("--repeat", type=int, default=2, help="clef timed passes per process (best is kept)")
     ap.add_argument("--llama-reps", type=int, default=3, help="llama-bench -r")
     ap.add_argument("--llama-args", default="", help="extra llama-bench arguments, one string (e.g. '--poll 0')")
+    ap.add_argument("--ik-args", default=None,
+                    help="extra arguments of ik_llama.cpp's llama-bench, one string (default: --llama-args)")
     ap.add_argument("--bin", default=None, help="clef binaries (default: newest build/*/bin)")
     ap.add_argument("--json", default=None, help="also write all results to this file")
     a = ap.parse_args()
@@ -192,8 +205,17 @@ def main() -> int:
     cfg = json.loads((model / "config.json").read_text())
     bindir = find_bin(a.bin)
     clef_levels = [x.strip() for x in a.isa.split(",") if x.strip()]
-    builds = parse_map(a.llama_bench)
-    levels = clef_levels + [lv for lv in builds if lv not in clef_levels]  # llama-only levels last
+    # the peers: engine name -> {level: llama-bench}, and the extra arguments each gets
+    peers = {"llama.cpp": parse_map(a.llama_bench, "--llama-bench"),
+             "ik_llama.cpp": parse_map(a.ik_bench, "--ik-bench")}
+    peer_extra = {"llama.cpp": a.llama_args.split(),
+                  "ik_llama.cpp": (a.llama_args if a.ik_args is None else a.ik_args).split()}
+    # a clef / peer ratio column per peer: llama.cpp's always (the table's shape without --ik-bench), ik_llama.cpp's
+    # when it is given
+    ratio_peers = ["llama.cpp"] + (["ik_llama.cpp"] if peers["ik_llama.cpp"] else [])
+    levels = list(clef_levels)
+    for builds in peers.values():
+        levels += [lv for lv in builds if lv not in levels]  # peer-only levels last
     ggufs: dict[str, pathlib.Path] = {}
     if a.gguf_dir:
         for dt in a.llama_dtypes.split(","):
@@ -207,9 +229,9 @@ def main() -> int:
     for dt in clef_ggufs:
         if dt not in ggufs:
             sys.exit(f"--clef-ggufs {dt}: no such GGUF in --gguf-dir (give it in --llama-dtypes too)")
-    if builds and not ggufs:
-        sys.exit("--llama-bench needs --gguf-dir with at least one GGUF")
-    extra = a.llama_args.split()
+    for eng, opt in (("llama.cpp", "--llama-bench"), ("ik_llama.cpp", "--ik-bench")):
+        if peers[eng] and not ggufs:
+            sys.exit(f"{opt} needs --gguf-dir with at least one GGUF")
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     flags = next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "")
@@ -218,13 +240,13 @@ def main() -> int:
     print(f"machine: {cpu} ({isa}), {os.cpu_count()} logical CPUs, {mem:.0f} GiB RAM, {platform.system()} "
           f"{platform.release()}; {a.threads} threads; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
     print(f"clef.cpp: {git_desc(REPO)}; binaries {bindir}")
-    print(f"model {model}; clef chunk {a.chunk}, {a.repeat} passes per process; {a.rounds} alternating rounds")
-    seen_src = set()
-    for lv, exe in builds.items():
-        src = llama_source(exe)
-        print(f"llama.cpp [{lv}]: {exe} ({llama_build_flags(exe)}); source {src}: "
-              f"{git_desc(src) if src else '?'}")
-        seen_src.add(src)
+    print(f"model {model}; clef chunk {a.chunk}, {a.repeat} passes per process; {a.rounds} rounds, "
+          f"the engines' order rotated by one per round")
+    for eng, builds in peers.items():
+        for lv, exe in builds.items():
+            src = llama_source(exe)
+            print(f"{eng} [{lv}]: {exe} ({llama_build_flags(exe)}); source {src}: "
+                  f"{git_desc(src) if src else '?'}")
     for dt, p in ggufs.items():
         print(f"gguf {dt}: {p} ({p.stat().st_size / 2**30:.2f} GiB)")
     peaks: dict[str, tuple[float, float, str]] = {}
@@ -236,31 +258,37 @@ def main() -> int:
         print(f"level {lv}: clef --version says: {says}; measured peak "
               f"fp32 {peaks[lv][0]:.0f} GFLOP/s, bf16 {peaks[lv][1]:.0f} GFLOP/s ({peaks[lv][2]}), "
               f"int8 {peaks[lv][3]:.0f} GOP/s"
-              + ("" if lv in clef_levels else "; llama.cpp only"))
+              + ("" if lv in clef_levels else "; peers only"))
     print(flush=True)
 
     results = []
-    llama_info: dict = {}
+    peer_info: dict[str, dict] = {eng: {} for eng in peers}
     for t in [int(x) for x in a.T.split(",")]:
         fpt = flops_per_token(cfg, t)
         for lv in levels:
             samples: dict[tuple[str, str], list[dict]] = {}
             loads = []
-            for _ in range(a.rounds):
+            # the first round fixes the rows' order: clef.cpp, llama.cpp, ik_llama.cpp
+            engines = (["clef.cpp"] if lv in clef_levels else []) + [e for e, b in peers.items() if lv in b]
+            for rnd in range(a.rounds):
                 loads.append(load1())
-                for mode in ([m for m in a.modes.split(",") if m] if lv in clef_levels else []):
-                    r = run_clef(bindir, model, t, mode, a.threads, a.chunk, a.repeat, None if lv == "default" else lv)
-                    samples.setdefault(("clef.cpp", mode), []).append(r)
-                for dt in (clef_ggufs if lv in clef_levels else []):
-                    r = run_clef(bindir, ggufs[dt], t, "file", a.threads, a.chunk, a.repeat,
-                                 None if lv == "default" else lv)
-                    samples.setdefault(("clef.cpp", f"gguf:{dt}"), []).append(r)
-                if lv in builds:
+                k = rnd % len(engines)
+                for eng in engines[k:] + engines[:k]:
+                    if eng == "clef.cpp":
+                        for mode in [m for m in a.modes.split(",") if m]:
+                            r = run_clef(bindir, model, t, mode, a.threads, a.chunk, a.repeat,
+                                         None if lv == "default" else lv)
+                            samples.setdefault(("clef.cpp", mode), []).append(r)
+                        for dt in clef_ggufs:
+                            r = run_clef(bindir, ggufs[dt], t, "file", a.threads, a.chunk, a.repeat,
+                                         None if lv == "default" else lv)
+                            samples.setdefault(("clef.cpp", f"gguf:{dt}"), []).append(r)
+                        continue
                     for dt, g in ggufs.items():
-                        r = run_llama(builds[lv], g, t, a.threads, a.llama_reps, extra)
-                        samples.setdefault(("llama.cpp", dt), []).append(r)
+                        r = run_llama(peers[eng][lv], g, t, a.threads, a.llama_reps, peer_extra[eng])
+                        samples.setdefault((eng, dt), []).append(r)
                         if "error" not in r:
-                            llama_info[lv] = r
+                            peer_info[eng][lv] = r
             best: dict[tuple[str, str], float] = {}
             rows = []
             for (eng, mode), runs in samples.items():
@@ -272,12 +300,14 @@ def main() -> int:
                 best[(eng, mode)] = max(tps)
                 rows.append((eng, mode, ok, None))
             if t == int(a.T.split(",")[0]) and lv == levels[0]:
+                heads = {"llama.cpp": "clef / llama (same dtype)", "ik_llama.cpp": "clef / ik_llama (same dtype)"}
                 print("| T | level | engine | mode | tokens/s | spread | GFLOP/s | % of level peak | "
-                      "clef / llama (same dtype) | load1 |")
-                print("|---|---|---|---|---|---|---|---|---|---|")
+                      + "".join(f"{heads[p]} | " for p in ratio_peers) + "load1 |")
+                print("|---" * (9 + len(ratio_peers)) + "|")
             for eng, mode, ok, err in rows:
                 if err is not None:
-                    print(f"| {t} | {lv} | {eng} | {mode} | error: {err[:70]} | | | | | |", flush=True)
+                    print(f"| {t} | {lv} | {eng} | {mode} | error: {err[:70]} |" + " |" * (4 + len(ratio_peers)),
+                          flush=True)
                     continue
                 tps = [r["tokens_per_s"] for r in ok]
                 b = max(tps)
@@ -290,29 +320,32 @@ def main() -> int:
                 int8_like = eng == "clef.cpp" and mode in ("int8", "gguf:q8_0")
                 peak = pb if mode in ("bf16", "gguf:bf16") else (pf if fp32_like else (p8 if int8_like else 0.0))
                 pct = f"{100 * gf / peak:.0f}%" if peak else "–"
-                ratio = ""
+                ratios = {p: "" for p in ratio_peers}
                 same = mode[len("gguf:"):] if mode.startswith("gguf:") else SAME_DTYPE.get(mode, "")
-                if eng == "clef.cpp" and ("llama.cpp", same) in best:
-                    ratio = f"{b / best[('llama.cpp', same)]:.2f}x"
+                for p in ratio_peers:
+                    if eng == "clef.cpp" and (p, same) in best:
+                        ratios[p] = f"{b / best[(p, same)]:.2f}x"
                 if eng == "clef.cpp" and mode == "int8" and ("clef.cpp", "fp32") in best:
-                    ratio += f" ({b / best[('clef.cpp', 'fp32')]:.2f}x clef fp32)"
-                name = eng if eng == "clef.cpp" else f"llama.cpp {ok[0].get('build_commit', '')}"
-                print(f"| {t} | {lv} | {name} | {mode} | {b:.1f} | {100 * spread:.0f}% | {gf:.0f} | {pct} | {ratio} | "
-                      f"{max(loads):.1f} |", flush=True)
+                    ratios["llama.cpp"] += f" ({b / best[('clef.cpp', 'fp32')]:.2f}x clef fp32)"
+                name = eng if eng == "clef.cpp" else f"{eng} {ok[0].get('build_commit', '')}"
+                print(f"| {t} | {lv} | {name} | {mode} | {b:.1f} | {100 * spread:.0f}% | {gf:.0f} | {pct} | "
+                      + "".join(f"{ratios[p]} | " for p in ratio_peers) + f"{max(loads):.1f} |", flush=True)
                 results.append({"T": t, "level": lv, "engine": eng, "mode": mode, "tokens_per_s": b,
                                 "samples": tps, "gflops": gf, "peak": peak, "load1": loads, "runs": ok})
     print()
-    for lv, info in llama_info.items():
-        print(f"llama.cpp [{lv}]: build {info['build_commit']} ({info['build_number']}), model {info['model_type']}, "
-              f"n_batch {info['n_batch']}, n_ubatch {info['n_ubatch']}, flash_attn {info['flash_attn']}, "
-              f"poll {info['poll']}, -r {a.llama_reps}; CPU as llama.cpp saw it: {info['cpu_info']}")
+    for eng, infos in peer_info.items():
+        for lv, info in infos.items():
+            print(f"{eng} [{lv}]: build {info['build_commit']} ({info['build_number']}), model {info['model_type']}, "
+                  f"n_batch {info['n_batch']}, n_ubatch {info['n_ubatch']}, flash_attn {info['flash_attn']}, "
+                  f"poll {'–' if info['poll'] is None else info['poll']}, -r {a.llama_reps}"
+                  f"{''.join(' ' + x for x in peer_extra[eng])}; CPU as {eng} saw it: {info['cpu_info']}")
     for lv in levels:
         pf, pb, what, p8 = measure_peaks(bindir, a.threads, None if lv == "default" else lv)
         print(f"measured peak after, level {lv}: fp32 {pf:.0f} GFLOP/s, bf16 {pb:.0f} GFLOP/s, int8 {p8:.0f} GOP/s "
               f"(the % column uses the 'before' values)")
     if a.json:
-        pathlib.Path(a.json).write_text(json.dumps({"peaks": peaks, "results": results, "llama": llama_info},
-                                                   indent=1))
+        pathlib.Path(a.json).write_text(json.dumps({"peaks": peaks, "results": results, "llama": peer_info["llama.cpp"],
+                                                    "ik_llama": peer_info["ik_llama.cpp"]}, indent=1))
     return 0
 
 

@@ -42,9 +42,10 @@
 // Every kernel computes exactly this expression in this order, so all give the same bits as the
 // scalar oracle ref::quant_linear at every ISA level (no per-level tolerance). Kernels: scalar (the
 // baseline level), avx2 (vpmaddubsw of the unsigned weights with the signed activations, vpaddw,
-// vpmaddwd with the int16 scales) and avx512 (the same code on 512-bit vectors; AVX512BW); on
-// ARM64 neon (SMULL + SADALP), neon-dotprod (SDOT) and neon-i8mm (SMMLA), which form Slo and Shi
-// in int32 directly.
+// vpmaddwd with the int16 scales), avx512 (the same code on 512-bit vectors; AVX512BW), avxvnni and
+// avx512vnni (vpdpbusd forms Slo and Shi, or Slo + Shi where the halves share a scale, in int32,
+// then vpmulld by the scales: the same integers); on ARM64 neon (SMULL + SADALP), neon-dotprod (SDOT) and neon-i8mm
+// (SMMLA), which form Slo and Shi in int32 directly.
 //
 // Rows must be whole ggml blocks (k a multiple of 256 for the K types, 32 for the others), as a
 // GGUF tensor always is.
@@ -140,16 +141,20 @@ class QuantWeight {
 };
 
 /// The kernels of this binary for these types.
-/// x86-64: kAvx2, kAvx512; ARM64: kNeon (SMULL/SADALP), kNeonDot (SDOT), kNeonI8mm (SMMLA)
-/// (cpu/quant_gemm_neon-inl.h).
-enum class QuantKernel : std::uint8_t { kScalar, kAvx2, kAvx512, kNeon, kNeonDot, kNeonI8mm };
+/// x86-64: kAvx2, kAvxVnni (256-bit vpdpbusd), kAvx512, kAvx512Vnni (512-bit vpdpbusd); ARM64:
+/// kNeon (SMULL/SADALP), kNeonDot (SDOT), kNeonI8mm (SMMLA) (cpu/quant_gemm_neon-inl.h).
+enum class QuantKernel : std::uint8_t { kScalar, kAvx2, kAvx512, kNeon, kNeonDot, kNeonI8mm, kAvxVnni, kAvx512Vnni };
 
-/// "scalar", "avx2", "avx512", "neon", "neon-dotprod", "neon-i8mm".
+/// "scalar", "avx2", "avxvnni", "avx512", "avx512vnni", "neon", "neon-dotprod", "neon-i8mm".
 const char* quant_kernel_name(QuantKernel k) noexcept;
 /// The kernels this CPU can run (kScalar first).
 std::vector<QuantKernel> quant_kernels_supported();
-/// By the ISA level in use (ops/isa.h): baseline → scalar, avx2 → avx2, avx512 / avx512bf16 →
-/// avx512 (AVX512BW is part of both levels). ARM64: as active_int8_kernel (ops/int8_gemm.h).
+/// By the ISA level in use (ops/isa.h), the dot product the int8 kernels use there: baseline →
+/// scalar; avx2 → avx2, or avxvnni on a CPU with AVX-VNNI whose best level is avx2; avx512 /
+/// avx512bf16 → avx512vnni when the CPU has AVX512-VNNI, else avx512 (AVX512BW is part of both
+/// levels). ARM64: as active_int8_kernel (ops/int8_gemm.h). CLEF_QUANT_KERNEL=<name> forces one
+/// (all give the same bits; for A/B timings); Unsupported when the CPU lacks it, InvalidArgument
+/// on an unknown name.
 QuantKernel active_quant_kernel();
 
 /// y [m, n] = x [m, k] · Wᵀ (y += ... when `accumulate`) with the active kernel. x and y

@@ -140,9 +140,9 @@ class QuantKernels : public ::testing::TestWithParam<QuantKernel> {
                                                        : IsaLevel::kNeonI8mm;
 #else
     const QuantKernel k = GetParam();
-    const IsaLevel need = k == QuantKernel::kScalar   ? IsaLevel::kBaseline
-                          : k == QuantKernel::kAvx512 ? IsaLevel::kAvx512
-                                                      : IsaLevel::kAvx2;
+    const IsaLevel need = k == QuantKernel::kScalar                                    ? IsaLevel::kBaseline
+                          : k == QuantKernel::kAvx512 || k == QuantKernel::kAvx512Vnni ? IsaLevel::kAvx512
+                                                                                       : IsaLevel::kAvx2;
 #endif
     if (need > configured_isa()) GTEST_SKIP() << "above CLEF_ISA=" << isa_name(configured_isa());
   }
@@ -152,7 +152,7 @@ TEST_P(QuantKernels, BitIdenticalToScalarOracle) {
   const QuantKernel kernel = GetParam();
   std::uint32_t seed = 100;
   for (const QuantType t : kAllTypes) {
-    for (const std::int64_t m : {1, 2, 5, 7, 9, 64}) {  // every register-tile height of both widths
+    for (const std::int64_t m : {1, 2, 5, 7, 9, 10, 11, 12, 14, 64}) {  // every register-tile height
       for (const std::int64_t n : {1, 17, 40}) {
         for (const int mult : {1, 2}) {
           const std::int64_t k =
@@ -263,9 +263,14 @@ TEST_P(QuantAtLevel, ActiveKernelFollowsTheLevelAndMatchesTheOracle) {
                            : has_i8mm                             ? QuantKernel::kNeonI8mm
                                                                   : QuantKernel::kNeonDot;
 #else
+  // VNNI where the CPU has it (AVX-VNNI only on CPUs whose best level is avx2).
+  const auto have = quant_kernels_supported();
+  const auto has = [&](QuantKernel q) { return std::find(have.begin(), have.end(), q) != have.end(); };
+  const bool avxvnni = has(QuantKernel::kAvxVnni) && best_supported_isa() == IsaLevel::kAvx2;
   const QuantKernel want = GetParam() == IsaLevel::kBaseline ? QuantKernel::kScalar
-                           : GetParam() == IsaLevel::kAvx2 ? QuantKernel::kAvx2
-                                                           : QuantKernel::kAvx512;
+                           : GetParam() == IsaLevel::kAvx2
+                               ? (avxvnni ? QuantKernel::kAvxVnni : QuantKernel::kAvx2)
+                               : (has(QuantKernel::kAvx512Vnni) ? QuantKernel::kAvx512Vnni : QuantKernel::kAvx512);
 #endif
   EXPECT_EQ(k, want);
   for (const QuantType t : kAllTypes) {

@@ -13,7 +13,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #if defined(__x86_64__) && !defined(CLEF_INT8_SCALAR_ONLY)
@@ -184,6 +186,8 @@ const char* quant_kernel_name(QuantKernel k) noexcept {
   switch (k) {
     case QuantKernel::kAvx2: return "avx2";
     case QuantKernel::kAvx512: return "avx512";
+    case QuantKernel::kAvxVnni: return "avxvnni";
+    case QuantKernel::kAvx512Vnni: return "avx512vnni";
     case QuantKernel::kNeon: return "neon";
     case QuantKernel::kNeonDot: return "neon-dotprod";
     case QuantKernel::kNeonI8mm: return "neon-i8mm";
@@ -194,6 +198,13 @@ const char* quant_kernel_name(QuantKernel k) noexcept {
 
 namespace {
 
+#ifdef CLEF_QUANT_X86
+bool int8_has(Int8Kernel k) {
+  static const std::vector<Int8Kernel> have = int8_kernels_supported();
+  return std::find(have.begin(), have.end(), k) != have.end();
+}
+#endif
+
 bool cpu_has(QuantKernel k) {
 #ifdef CLEF_QUANT_X86
   const IsaLevel best = best_supported_isa();
@@ -201,6 +212,9 @@ bool cpu_has(QuantKernel k) {
     case QuantKernel::kScalar: return true;
     case QuantKernel::kAvx2: return best >= IsaLevel::kAvx2 && __builtin_cpu_supports("f16c");
     case QuantKernel::kAvx512: return best >= IsaLevel::kAvx512 && __builtin_cpu_supports("avx512bw");
+    // The VNNI probes of the int8 kernels (one CPUID reading for both families).
+    case QuantKernel::kAvxVnni: return cpu_has(QuantKernel::kAvx2) && int8_has(Int8Kernel::kAvxVnni);
+    case QuantKernel::kAvx512Vnni: return cpu_has(QuantKernel::kAvx512) && int8_has(Int8Kernel::kAvx512Vnni);
     default: return false;  // the ARM64 kernels
   }
 #elif defined(CLEF_QUANT_ARM)
@@ -221,14 +235,37 @@ bool cpu_has(QuantKernel k) {
 
 std::vector<QuantKernel> quant_kernels_supported() {
   std::vector<QuantKernel> out;
-  for (QuantKernel k : {QuantKernel::kScalar, QuantKernel::kAvx2, QuantKernel::kAvx512, QuantKernel::kNeon,
-                        QuantKernel::kNeonDot, QuantKernel::kNeonI8mm}) {
+  for (QuantKernel k : {QuantKernel::kScalar, QuantKernel::kAvx2, QuantKernel::kAvxVnni, QuantKernel::kAvx512,
+                        QuantKernel::kAvx512Vnni, QuantKernel::kNeon, QuantKernel::kNeonDot, QuantKernel::kNeonI8mm}) {
     if (cpu_has(k)) out.push_back(k);
   }
   return out;
 }
 
+namespace {
+
+/// The kernel CLEF_QUANT_KERNEL names (benchmarks' A/B), nullopt when unset. Throws
+/// InvalidArgument on an unknown name and Unsupported on a kernel this CPU lacks.
+std::optional<QuantKernel> forced_quant_kernel() {
+  const char* env = std::getenv("CLEF_QUANT_KERNEL");
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  const std::string s(env);
+  for (QuantKernel k : {QuantKernel::kScalar, QuantKernel::kAvx2, QuantKernel::kAvxVnni, QuantKernel::kAvx512,
+                        QuantKernel::kAvx512Vnni, QuantKernel::kNeon, QuantKernel::kNeonDot, QuantKernel::kNeonI8mm}) {
+    if (s == quant_kernel_name(k)) {
+      if (!cpu_has(k)) throw Unsupported("CLEF_QUANT_KERNEL=" + s + ": this CPU cannot run that kernel");
+      return k;
+    }
+  }
+  throw InvalidArgument(
+      "CLEF_QUANT_KERNEL must be scalar, avx2, avxvnni, avx512, avx512vnni, neon, neon-dotprod or neon-i8mm (got '" +
+      s.substr(0, 40) + "')");
+}
+
+}  // namespace
+
 QuantKernel active_quant_kernel() {
+  if (const auto forced = forced_quant_kernel()) return *forced;
 #if defined(__aarch64__)
   // As the int8 kernels (ops/int8_gemm.h): the level's dot product; the SVE levels the best one.
   switch (active_isa()) {
@@ -240,8 +277,14 @@ QuantKernel active_quant_kernel() {
   if (cpu_has(QuantKernel::kNeonI8mm)) return QuantKernel::kNeonI8mm;
   return cpu_has(QuantKernel::kNeonDot) ? QuantKernel::kNeonDot : QuantKernel::kNeon;
 #else
+  // The dot product the int8 kernels use at this level (ops/int8_gemm.h): AVX512-VNNI at the
+  // AVX-512 levels, AVX-VNNI at avx2 on a CPU whose best level is avx2.
   const IsaLevel level = active_isa();
+  if (level >= IsaLevel::kAvx512 && cpu_has(QuantKernel::kAvx512Vnni)) return QuantKernel::kAvx512Vnni;
   if (level >= IsaLevel::kAvx512 && cpu_has(QuantKernel::kAvx512)) return QuantKernel::kAvx512;
+  if (level >= IsaLevel::kAvx2 && best_supported_isa() == IsaLevel::kAvx2 && cpu_has(QuantKernel::kAvxVnni)) {
+    return QuantKernel::kAvxVnni;
+  }
   if (level >= IsaLevel::kAvx2 && cpu_has(QuantKernel::kAvx2)) return QuantKernel::kAvx2;
   return QuantKernel::kScalar;
 #endif
@@ -334,20 +377,43 @@ void panel_scalar(const QJob& j, std::int64_t p0, std::int64_t m, std::uint8_t* 
 }
 
 #ifdef CLEF_QUANT_X86
+// The SIMD kernels: one source, four copies (the widths and their dot-product instructions).
 #define QG_NS avx2
 #define QG_TARGET "avx2,fma,f16c"
 #define QG_512 0
-#include "ops/cpu/quant_gemm_simd-inl.h"
+#define QG_VNNI 0
+#include "ops/cpu/quant_gemm_simd-inl.h"  // NOLINT(build/include)
 #undef QG_NS
 #undef QG_TARGET
 #undef QG_512
+#undef QG_VNNI
+#define QG_NS avxvnni
+#define QG_TARGET "avx2,fma,f16c,avxvnni"
+#define QG_512 0
+#define QG_VNNI 1
+#include "ops/cpu/quant_gemm_simd-inl.h"  // NOLINT(build/include)
+#undef QG_NS
+#undef QG_TARGET
+#undef QG_512
+#undef QG_VNNI
 #define QG_NS avx512
 #define QG_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl"
 #define QG_512 1
-#include "ops/cpu/quant_gemm_simd-inl.h"
+#define QG_VNNI 0
+#include "ops/cpu/quant_gemm_simd-inl.h"  // NOLINT(build/include)
 #undef QG_NS
 #undef QG_TARGET
 #undef QG_512
+#undef QG_VNNI
+#define QG_NS avx512vnni
+#define QG_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+#define QG_512 1
+#define QG_VNNI 1
+#include "ops/cpu/quant_gemm_simd-inl.h"  // NOLINT(build/include)
+#undef QG_NS
+#undef QG_TARGET
+#undef QG_512
+#undef QG_VNNI
 #endif
 
 #include "ops/cpu/quant_gemm_neon-inl.h"  // ARM64 kernels, inside this namespace
@@ -405,6 +471,8 @@ void quant_linear_with(QuantKernel kernel, const float* x, std::int64_t m, const
 #ifdef CLEF_QUANT_X86
         case QuantKernel::kAvx2: avx2::run_panel(job, p, m, buf.data()); break;
         case QuantKernel::kAvx512: avx512::run_panel(job, p, m, buf.data()); break;
+        case QuantKernel::kAvxVnni: avxvnni::run_panel(job, p, m, buf.data()); break;
+        case QuantKernel::kAvx512Vnni: avx512vnni::run_panel(job, p, m, buf.data()); break;
 #endif
 #ifdef CLEF_QUANT_ARM
         case QuantKernel::kNeon:

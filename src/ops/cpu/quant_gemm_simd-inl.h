@@ -3,7 +3,9 @@
 // 512-bit vectors: cpu/quant_gemm.cc includes this file twice, with
 //   QG_NS      the namespace of this copy (avx2 / avx512),
 //   QG_TARGET  its target attribute,
-//   QG_512     1 for the 512-bit copy.
+//   QG_512     1 for the 512-bit copy,
+//   QG_VNNI    1 for the copies whose row tiles use vpdpbusd (AVX512-VNNI on 512 bits, AVX-VNNI on
+//              256): tile_vnni instead of tile.
 // A 16-column panel is kNH vectors (AVX2: two of 8 columns, AVX-512: one of 16); the packed
 // record and the unpacked buffer (cpu/quant_layout.h) are the same for both widths.
 // No include guard: included once per width.
@@ -57,6 +59,14 @@ QG_FN VF zerof() { return _mm512_setzero_ps(); }
 QG_FN VF mulf(VF a, VF b) { return _mm512_mul_ps(a, b); }
 QG_FN VF fmaf_(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 QG_FN VF fmsf(VF a, VF b, VF c) { return _mm512_fmsub_ps(a, b, c); }
+QG_FN VI mullo32(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
+template <int N>
+QG_FN VI sra32(VI a) {
+  return _mm512_srai_epi32(a, N);
+}
+#if QG_VNNI
+QG_FN VI dpbusd(VI acc, VI u, VI s) { return _mm512_dpbusd_epi32(acc, u, s); }
+#endif
 #else
 using VI = __m256i;
 using VF = __m256;
@@ -102,6 +112,14 @@ QG_FN VF zerof() { return _mm256_setzero_ps(); }
 QG_FN VF mulf(VF a, VF b) { return _mm256_mul_ps(a, b); }
 QG_FN VF fmaf_(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 QG_FN VF fmsf(VF a, VF b, VF c) { return _mm256_fmsub_ps(a, b, c); }
+QG_FN VI mullo32(VI a, VI b) { return _mm256_mullo_epi32(a, b); }
+template <int N>
+QG_FN VI sra32(VI a) {
+  return _mm256_srai_epi32(a, N);
+}
+#if QG_VNNI
+QG_FN VI dpbusd(VI acc, VI u, VI s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
+#endif
 #endif
 
 constexpr int kVecBytes = kLanes * 4;                            ///< bytes per vector
@@ -348,8 +366,76 @@ __attribute__((target(QG_TARGET))) void tile(const QJob& j, std::int64_t r0, std
   store_tile(j, r0, MR, p0, out);
 }
 
-/// Rows per register tile: int16 and int32 sums of MR rows × kNH vectors stay in registers.
-constexpr int kMR = QG_512 ? 6 : 3;
+#if QG_VNNI
+/// MR rows × one panel from the unpacked buffer with vpdpbusd (the same integers as tile, so the
+/// same bits). Per group g of 4 k and row: one broadcast of the 4 activation bytes, per vector of
+/// columns one vpdpbusd into an int32 sum of the half block (Q6_K, whose halves' scales differ) or
+/// of the whole block (the others); per block the sums are multiplied by their int32 scales
+/// (vpmulld; 1 for the types without scales) and the offset correction subtracted: I exactly.
+template <QuantType T, int MR>
+__attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, std::int64_t r0, std::int64_t p0,
+                                                  const std::uint8_t* buf) {
+  using Tr = quant_detail::Traits<T>;
+  constexpr std::size_t kQ = quant_detail::kUnpackedQ;
+  constexpr bool kTwo = Tr::kSix;                    // a sum per half block
+  constexpr bool kScaled = Tr::kSix || Tr::kKScale;  // the others have sc = 1
+  constexpr int kHalves = kTwo ? 2 : 1;
+  const std::int64_t nb = j.w->blocks();
+  VF acc[MR][kNH];
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < kNH; ++h) acc[r][h] = zerof();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::uint8_t* bb = buf + static_cast<std::size_t>(b) * quant_detail::kUnpackedBlock;
+    const std::int8_t* qa[MR];
+    for (int r = 0; r < MR; ++r) qa[r] = j.qa + ((r0 + r) * nb + b) * 32;
+    VI s[MR][kHalves][kNH];
+    for (int r = 0; r < MR; ++r)
+      for (int t = 0; t < kHalves; ++t)
+        for (int h = 0; h < kNH; ++h) s[r][t][h] = zeroi();
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const int t = kTwo && g >= 4 ? 1 : 0;
+      VI w[kNH];
+      for (int h = 0; h < kNH; ++h) w[h] = loadi(bb + g * 64 + h * kVecBytes);
+      for (int r = 0; r < MR; ++r) {
+        std::int32_t a4;
+        std::memcpy(&a4, qa[r] + 4 * g, 4);
+        const VI a = set32(a4);
+        for (int h = 0; h < kNH; ++h) s[r][t][h] = dpbusd(s[r][t][h], w[h], a);
+      }
+    }
+    for (int h = 0; h < kNH; ++h) {
+      VI sc[kHalves];
+      for (int t = 0; t < kHalves; ++t) {
+        // The buffer holds each scale in both int16 halves (tile's vpmaddwd operand): the low half,
+        // sign-extended, is the int32 scale.
+        if constexpr (kScaled) sc[t] = sra32<16>(sll32<16>(loadi(bb + kQ + 64 * t + h * kVecBytes)));
+      }
+      const VI corr = Tr::kOff != 0 ? loadi(bb + kQ + 128 + h * kVecBytes) : zeroi();
+      const VF dv = loadf(bb + kQ + 192 + h * kVecBytes);
+      const VF mv = Tr::kMin ? loadf(bb + kQ + 256 + h * kVecBytes) : zerof();
+      for (int r = 0; r < MR; ++r) {
+        VI is = s[r][0][h];
+        if constexpr (kScaled) is = mullo32(is, sc[0]);
+        if constexpr (kTwo) is = add32(is, mullo32(s[r][1][h], sc[1]));
+        if constexpr (Tr::kOff != 0) is = sub32(is, madd(corr, set32(j.spair[(r0 + r) * nb + b])));
+        acc[r][h] = fold<T>(j, (r0 + r) * nb + b, is, dv, mv, acc[r][h]);
+      }
+    }
+  }
+  float out[MR * kQuantPanelCols];
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < kNH; ++h) storef(out + r * kQuantPanelCols + h * kLanes, acc[r][h]);
+  store_tile(j, r0, MR, p0, out);
+}
+#define QG_TILE tile_vnni
+#else
+#define QG_TILE tile
+#endif
+
+/// Rows per register tile: the sums of MR rows × kNH vectors stay in registers (16 ymm without
+/// AVX-512, 32 zmm with it).
+constexpr int kMR = QG_512 ? (QG_VNNI ? 8 : 6) : 3;
 
 template <QuantType T>
 __attribute__((target(QG_TARGET))) void panel(const QJob& j, std::int64_t p0, std::int64_t m, std::uint8_t* buf) {
@@ -363,16 +449,21 @@ __attribute__((target(QG_TARGET))) void panel(const QJob& j, std::int64_t p0, st
   }
   unpack_panel<T>(*j.w, p0, buf);
   std::int64_t r = 0;
-  for (; r + kMR <= m; r += kMR) tile<T, kMR>(j, r, p0, buf);
+  for (; r + kMR <= m; r += kMR) QG_TILE<T, kMR>(j, r, p0, buf);
   switch (m - r) {
-    case 5: tile<T, 5>(j, r, p0, buf); break;
-    case 4: tile<T, 4>(j, r, p0, buf); break;
-    case 3: tile<T, 3>(j, r, p0, buf); break;
-    case 2: tile<T, 2>(j, r, p0, buf); break;
-    case 1: tile<T, 1>(j, r, p0, buf); break;
+#if QG_512 && QG_VNNI
+    case 7: QG_TILE<T, 7>(j, r, p0, buf); break;
+    case 6: QG_TILE<T, 6>(j, r, p0, buf); break;
+#endif
+    case 5: QG_TILE<T, 5>(j, r, p0, buf); break;
+    case 4: QG_TILE<T, 4>(j, r, p0, buf); break;
+    case 3: QG_TILE<T, 3>(j, r, p0, buf); break;
+    case 2: QG_TILE<T, 2>(j, r, p0, buf); break;
+    case 1: QG_TILE<T, 1>(j, r, p0, buf); break;
     default: break;
   }
 }
+#undef QG_TILE
 
 /// Runs panel p0 for the weight's type.
 inline void run_panel(const QJob& j, std::int64_t p0, std::int64_t m, std::uint8_t* buf) {
