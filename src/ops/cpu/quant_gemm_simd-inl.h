@@ -405,18 +405,23 @@ __attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, std::int64_t r0
       }
     }
     for (int h = 0; h < kNH; ++h) {
+      // The buffer holds each scale in both int16 halves (tile's vpmaddwd operand): the low half,
+      // sign-extended, is the int32 scale.
       VI sc[kHalves];
-      for (int t = 0; t < kHalves; ++t) {
-        // The buffer holds each scale in both int16 halves (tile's vpmaddwd operand): the low half,
-        // sign-extended, is the int32 scale.
-        if constexpr (kScaled) sc[t] = sra32<16>(sll32<16>(loadi(bb + kQ + 64 * t + h * kVecBytes)));
+      if constexpr (kScaled) {
+        for (int t = 0; t < kHalves; ++t) sc[t] = sra32<16>(sll32<16>(loadi(bb + kQ + 64 * t + h * kVecBytes)));
       }
       const VI corr = Tr::kOff != 0 ? loadi(bb + kQ + 128 + h * kVecBytes) : zeroi();
-      const VF dv = loadf(bb + kQ + 192 + h * kVecBytes);
+      VF dv = loadf(bb + kQ + 192 + h * kVecBytes);
       const VF mv = Tr::kMin ? loadf(bb + kQ + 256 + h * kVecBytes) : zerof();
+      // One scale for the whole block (Q4_K, Q5_K): float(sc · S) · D = float(S) · (D · sc) with the
+      // same single rounding, since float(sc · S), float(S) and D · sc are exact (ops/quant_gemm.h
+      // bounds); so the scale goes into D once per block instead of a vpmulld per row.
+      constexpr bool kScaleInD = kScaled && !kTwo && Tr::kOff == 0;
+      if constexpr (kScaleInD) dv = mulf(dv, tof(sc[0]));
       for (int r = 0; r < MR; ++r) {
         VI is = s[r][0][h];
-        if constexpr (kScaled) is = mullo32(is, sc[0]);
+        if constexpr (kScaled && !kScaleInD) is = mullo32(is, sc[0]);
         if constexpr (kTwo) is = add32(is, mullo32(s[r][1][h], sc[1]));
         if constexpr (Tr::kOff != 0) is = sub32(is, madd(corr, set32(j.spair[(r0 + r) * nb + b])));
         acc[r][h] = fold<T>(j, (r0 + r) * nb + b, is, dv, mv, acc[r][h]);
