@@ -193,17 +193,16 @@ void GatedDeltaNet::forward_batch(const float* x, std::span<const GdnSegment> se
       }
     }
   }
-  const ops::Int8Weight* out8 = out_.int8();
-  if (out8 != nullptr && d.dv % ops::kInt8Block == 0 && !(tiled(cfg_) && !out_grouped_)) {
-    // int8 mode: the gated norm quantizes each head row for out_proj as it writes it (per row; the
-    // int8 kernels compute rows independently, so all sequences' rows share the call).
+  if (ops::linear_takes_quantized(out_) && d.dv % ops::kInt8Block == 0 && !(tiled(cfg_) && !out_grouped_)) {
+    // int8 / block-quantized: the gated norm quantizes each head row for out_proj as it writes it
+    // (per row; these kernels compute rows independently, so all sequences' rows share the call).
     thread_local ops::Int8Activations q;
     {
       CLEF_PROF_SCOPE("gdn.gated_norm+quantize");
       ops::gated_rms_norm_quantize(o, z, n, d.hv, d.dv, norm_w_.data(), cfg_.eps, o, q);
     }
     CLEF_PROF_SCOPE("gdn.out_proj");
-    ops::int8_linear_quantized(q, *out8, h, /*accumulate=*/true);  // h += out_proj(...), as ops::linear
+    ops::linear_quantized(q, out_, h, /*accumulate=*/true);  // h += out_proj(...), as ops::linear
     return;
   }
   {

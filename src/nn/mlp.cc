@@ -39,14 +39,14 @@ void SwiGluMlp::forward_batch(const float* x, std::span<const RowRange> rows, fl
     const ops::LinearOut outs[] = {{&gate_, g}, {&up_, u}};
     linear_shared_rows(x, n, rows, outs);
   }
-  if (const ops::Int8Weight* w8 = down_.int8()) {  // int8 mode: SwiGLU quantizes its rows for down_proj
+  if (ops::linear_takes_quantized(down_)) {  // int8 / block-quantized: SwiGLU quantizes its rows for down_proj
     thread_local ops::Int8Activations q;
     {
       CLEF_PROF_SCOPE("mlp.silu_mul+quantize");
       ops::silu_mul_quantize(g, u, n, inter_, g, q);
     }
     CLEF_PROF_SCOPE("mlp.down");
-    ops::int8_linear_quantized(q, *w8, h, /*accumulate=*/true);  // h += down(...), as ops::linear
+    ops::linear_quantized(q, down_, h, /*accumulate=*/true);  // h += down(...), as ops::linear
     return;
   }
   {

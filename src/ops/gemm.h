@@ -137,6 +137,15 @@ struct LinearOut {
 /// as linear() does.
 void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> outs);
 
+/// Whether w runs on activations quantized to 8 bits per block of 32 (an int8-mode weight or a
+/// block-quantized one), so that linear_quantized can take activations the producing op quantized
+/// as it wrote them (ops::silu_mul_quantize, ops::gated_rms_norm_quantize).
+bool linear_takes_quantized(const GemmWeight& w);
+/// y (+)= x · Wᵀ from x quantized by quantize_activations (or a producer's same-bits quantization):
+/// the same bits as linear(x). Throws InvalidArgument unless linear_takes_quantized(w) and act has
+/// w's k.
+void linear_quantized(Int8Activations& act, const GemmWeight& w, float* y, bool accumulate);
+
 /// Whether bf16 weights (kBF16) run clef's own vdpbf16ps GEMM (cpu/bf16_gemm_x86.h: each row's bits
 /// independent of the other rows; docs/NUMERICS.md "bf16 GEMM with fixed row arithmetic") instead of
 /// the library's bf16 matmul, where the level in use has AVX512-BF16 (elsewhere the library's path is

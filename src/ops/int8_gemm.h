@@ -121,6 +121,13 @@ struct Int8Activations {
   std::vector<float> d;
   std::vector<std::int32_t> sum128;
   bool simd = false;  ///< full blocks take the AVX2 quantizer (prepare_activations sets it)
+  /// The block-quantized kernels' per-block sums (ops/quant_gemm.h: σlo | σhi << 16 as int16
+  /// halves, and float(σlo + σhi)), [m, blocks] each: filled by quant_linear_quantized on first
+  /// use, so several block-quantized weights reading these activations share them;
+  /// prepare_activations marks them stale.
+  std::vector<std::int32_t> half_sums;
+  std::vector<float> block_sums;
+  bool half_sums_ready = false;
 };
 
 /// Quantizes x [m, k] (fp32, contiguous) per row and block of 32 (file comment). Runs on the

@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "ops/int8_gemm.h"
 
 namespace clef::ops {
 
@@ -163,6 +164,12 @@ void quant_linear(const float* x, std::int64_t m, const QuantWeight& w, float* y
 /// The same with a chosen kernel (tests, benchmarks). Throws Unsupported when the CPU lacks it.
 void quant_linear_with(QuantKernel kernel, const float* x, std::int64_t m, const QuantWeight& w, float* y,
                        bool accumulate);
+/// quant_linear on activations already quantized: by quantize_activations (ops/int8_gemm.h), once
+/// for several weights reading one x (ops::linear_shared), or by the op that wrote them
+/// (ops::silu_mul_quantize, ops::gated_rms_norm_quantize). The same bits as quant_linear on x.
+/// Fills act's half-block sums on first use (Int8Activations::half_sums). Throws InvalidArgument
+/// unless act holds blocks of the weight's k.
+void quant_linear_quantized(Int8Activations& act, const QuantWeight& w, float* y, bool accumulate);
 
 namespace ref {
 /// Scalar oracle: quantizes x with ref::quantize_activation_block and evaluates the expression

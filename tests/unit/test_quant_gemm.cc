@@ -152,7 +152,7 @@ TEST_P(QuantKernels, BitIdenticalToScalarOracle) {
   const QuantKernel kernel = GetParam();
   std::uint32_t seed = 100;
   for (const QuantType t : kAllTypes) {
-    for (const std::int64_t m : {1, 2, 5, 7, 9, 10, 11, 12, 14, 64}) {  // every register-tile height
+    for (const std::int64_t m : {1, 2, 5, 7, 9, 10, 11, 13, 14, 15, 18, 20, 23, 64}) {  // every tile height
       for (const std::int64_t n : {1, 17, 40}) {
         for (const int mult : {1, 2}) {
           const std::int64_t k =
@@ -232,6 +232,29 @@ TEST(Quant, OracleWithinActivationQuantizationBound) {
       }
     }
   }
+}
+
+TEST(Quant, PrequantizedActivationsGiveTheSameBitsAndShareTheirSums) {
+  // One quantization read by two weights of different types (the half-block sums filled by the
+  // first, reused by the second), then a new x in the same buffers: the sums must follow it.
+  const std::int64_t m = 9, n = 24, k = 512;
+  const auto b4 = random_blocks(QuantType::kQ4_K, n, k, 90), b6 = random_blocks(QuantType::kQ6_K, n, k, 91);
+  const QuantWeight w4 = QuantWeight::from_blocks(QuantType::kQ4_K, b4.data(), n, k);
+  const QuantWeight w6 = QuantWeight::from_blocks(QuantType::kQ6_K, b6.data(), n, k);
+  Int8Activations act;
+  for (const std::uint32_t seed : {92u, 93u}) {
+    const auto x = random_vec(static_cast<std::size_t>(m * k), seed);
+    quantize_activations(x.data(), m, k, act);
+    for (const QuantWeight* w : {&w4, &w6}) {
+      std::vector<float> ya(static_cast<std::size_t>(m * n)), yb(ya.size());
+      quant_linear(x.data(), m, *w, ya.data(), false);
+      quant_linear_quantized(act, *w, yb.data(), false);
+      for (std::size_t i = 0; i < ya.size(); ++i) ASSERT_TRUE(same_bits(ya[i], yb[i])) << seed << " " << i;
+    }
+  }
+  const QuantWeight narrow = QuantWeight::from_blocks(QuantType::kQ4_K, b4.data(), n / 2, 256);
+  std::vector<float> y(static_cast<std::size_t>(m * n));
+  EXPECT_THROW(quant_linear_quantized(act, narrow, y.data(), false), InvalidArgument);
 }
 
 TEST(Quant, GemmWeightTakesTheQuantizedPathByItself) {

@@ -188,15 +188,10 @@ std::int64_t widen_panel_rows(std::int64_t n, std::int64_t k) {
 }
 
 namespace {
-/// linear() for the weights with nothing to share between outputs: block-quantized weights
-/// (quant_linear quantizes x its own way per type), fp32 weights, and bf16 where the library has
-/// no bf16 matmul (x rounded to bf16 values through the fp32 matmul). int8 weights and oneDNN's
-/// bf16 matmul are linear_shared's own branches.
+/// linear() for the weights with nothing to share between outputs: fp32 weights, and bf16 where the
+/// library has no bf16 matmul (x rounded to bf16 values through the fp32 matmul). int8 and
+/// block-quantized weights and oneDNN's bf16 matmul are linear_shared's own branches.
 void linear_unshared(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate) {
-  if (w.quant() != nullptr) {
-    quant_linear(x, m, *w.quant(), y, accumulate);
-    return;
-  }
   const std::int64_t n = w.n(), k = w.k();
   thread_local std::vector<float> wide, xr;
   const bool bf16 = w.precision() == Precision::kBF16;
@@ -255,13 +250,13 @@ void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> ou
   bool quantized = false, converted = false;
   for (const LinearOut& o : outs) {
     const GemmWeight& w = *o.w;
-    if (w.int8() != nullptr) {  // int8_linear, x quantized once
+    if (linear_takes_quantized(w)) {  // int8 and block-quantized weights: x quantized once
       if (!quantized) {
         CLEF_PROF_SCOPE(">linear.quantize_x");
         quantize_activations(x, m, k, act);
         quantized = true;
       }
-      int8_linear_quantized(act, *w.int8(), o.y, o.accumulate);
+      linear_quantized(act, w, o.y, o.accumulate);
       continue;
     }
     const bool bf16 = w.quant() == nullptr && w.precision() == Precision::kBF16;
@@ -284,6 +279,18 @@ void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> ou
       if (gemm_backend::matmul_bf16(m, w.n(), k, buf, wb, o.y, o.accumulate)) continue;
     }
     linear_unshared(x, m, w, o.y, o.accumulate);
+  }
+}
+
+bool linear_takes_quantized(const GemmWeight& w) { return w.int8() != nullptr || w.quant() != nullptr; }
+
+void linear_quantized(Int8Activations& act, const GemmWeight& w, float* y, bool accumulate) {
+  if (w.int8() != nullptr) {
+    int8_linear_quantized(act, *w.int8(), y, accumulate);
+  } else if (w.quant() != nullptr) {
+    quant_linear_quantized(act, *w.quant(), y, accumulate);
+  } else {
+    throw InvalidArgument("linear_quantized: the weight does not run on quantized activations");
   }
 }
 

@@ -501,6 +501,7 @@ void prepare_activations(std::int64_t m, std::int64_t k, Int8Activations& out) {
   if (out.absq.size() < need * kInt8Block) out.absq.resize(need * kInt8Block);
   if (out.d.size() < need) out.d.resize(need);
   if (out.sum128.size() < need) out.sum128.resize(need);
+  out.half_sums_ready = false;
 #if defined(CLEF_INT8_X86) || defined(CLEF_INT8_ARM)
   out.simd = active_int8_kernel() != Int8Kernel::kScalar;  // once per call, not per row
 #else

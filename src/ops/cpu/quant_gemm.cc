@@ -418,46 +418,29 @@ void panel_scalar(const QJob& j, std::int64_t p0, std::int64_t m, std::uint8_t* 
 
 #include "ops/cpu/quant_gemm_neon-inl.h"  // ARM64 kernels, inside this namespace
 
-/// The activations of one call: int8 mode's quantization plus the half-block sums.
-struct QuantActivations {
-  Int8Activations a;
-  std::vector<std::int32_t> spair;
-  std::vector<float> sf;
-};
-
-void quantize_for_call(const float* x, std::int64_t m, std::int64_t k, QuantActivations& out) {
-  quantize_activations(x, m, k, out.a);
-  const std::int64_t nb = out.a.blocks;
-  const auto need = static_cast<std::size_t>(m * nb);
-  if (out.spair.size() < need) out.spair.resize(need);
-  if (out.sf.size() < need) out.sf.resize(need);
+/// Fills the half-block sums of act (Int8Activations::half_sums) unless they are current: from
+/// each block's first 16 values σlo and its sum σ = sum128 / 128, σhi = σ − σlo.
+void ensure_half_sums(Int8Activations& a) {
+  if (a.half_sums_ready) return;
+  const auto need = static_cast<std::size_t>(a.m * a.blocks);
+  if (a.half_sums.size() < need) a.half_sums.resize(need);
+  if (a.block_sums.size() < need) a.block_sums.resize(need);
   for (std::size_t i = 0; i < need; ++i) {
-    const std::int8_t* q = out.a.q.data() + i * 32;
-    std::int32_t lo = 0, hi = 0;
-    for (int t = 0; t < 16; ++t) {
-      lo += q[t];
-      hi += q[16 + t];
-    }
-    out.spair[i] =
+    const std::int8_t* q = a.q.data() + i * 32;
+    std::int32_t lo = 0;
+    for (int t = 0; t < 16; ++t) lo += q[t];
+    const std::int32_t all = a.sum128[i] / 128, hi = all - lo;
+    a.half_sums[i] =
         static_cast<std::int32_t>((static_cast<std::uint32_t>(lo) & 0xFFFFu) | static_cast<std::uint32_t>(hi) << 16);
-    out.sf[i] = static_cast<float>(lo + hi);
+    a.block_sums[i] = static_cast<float>(all);
   }
+  a.half_sums_ready = true;
 }
 
-}  // namespace
-
-void quant_linear_with(QuantKernel kernel, const float* x, std::int64_t m, const QuantWeight& w, float* y,
-                       bool accumulate) {
-  if (!w.valid() || m <= 0) throw InvalidArgument("quant_linear: empty weight or m <= 0");
-  if (!cpu_has(kernel)) {
-    throw Unsupported(std::string("quant_linear: this CPU cannot run the ") + quant_kernel_name(kernel) + " kernel");
-  }
-  thread_local QuantActivations act;
-  {
-    CLEF_PROF_SCOPE(">linear.quantize_x");
-    quantize_for_call(x, m, w.k(), act);
-  }
-  const QJob job{&w, act.a.q.data(), act.a.d.data(), act.spair.data(), act.sf.data(), y, w.n(), accumulate};
+void run_quant(QuantKernel kernel, Int8Activations& act, const QuantWeight& w, float* y, bool accumulate) {
+  const std::int64_t m = act.m;
+  ensure_half_sums(act);
+  const QJob job{&w, act.q.data(), act.d.data(), act.half_sums.data(), act.block_sums.data(), y, w.n(), accumulate};
   const std::int64_t units = w.panels();
   const std::size_t buf_bytes = static_cast<std::size_t>(w.blocks()) * quant_detail::kUnpackedBlock;
   CLEF_PROF_SCOPE(">linear.quant_gemm");
@@ -483,6 +466,31 @@ void quant_linear_with(QuantKernel kernel, const float* x, std::int64_t m, const
       }
     }
   }
+}
+
+}  // namespace
+
+void quant_linear_with(QuantKernel kernel, const float* x, std::int64_t m, const QuantWeight& w, float* y,
+                       bool accumulate) {
+  if (!w.valid() || m <= 0) throw InvalidArgument("quant_linear: empty weight or m <= 0");
+  if (!cpu_has(kernel)) {
+    throw Unsupported(std::string("quant_linear: this CPU cannot run the ") + quant_kernel_name(kernel) + " kernel");
+  }
+  thread_local Int8Activations act;
+  {
+    CLEF_PROF_SCOPE(">linear.quantize_x");
+    quantize_activations(x, m, w.k(), act);
+  }
+  run_quant(kernel, act, w, y, accumulate);
+}
+
+void quant_linear_quantized(Int8Activations& act, const QuantWeight& w, float* y, bool accumulate) {
+  if (!w.valid() || act.m <= 0) throw InvalidArgument("quant_linear_quantized: empty weight or m <= 0");
+  if (act.blocks * 32 != w.k()) {
+    throw InvalidArgument("quant_linear_quantized: activations of " + std::to_string(act.blocks) +
+                          " blocks of 32, weight of k = " + std::to_string(w.k()));
+  }
+  run_quant(active_quant_kernel(), act, w, y, accumulate);
 }
 
 void quant_linear(const float* x, std::int64_t m, const QuantWeight& w, float* y, bool accumulate) {

@@ -439,8 +439,25 @@ __attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, std::int64_t r0
 #endif
 
 /// Rows per register tile: the sums of MR rows × kNH vectors stay in registers (16 ymm without
-/// AVX-512, 32 zmm with it).
-constexpr int kMR = QG_512 ? (QG_VNNI ? 8 : 6) : 3;
+/// AVX-512, 32 zmm with it; the VNNI tile holds one int32 sum per row, two for Q6_K).
+template <QuantType T>
+constexpr int rows_per_tile() {
+  if constexpr (!QG_512) return 3;
+  else if constexpr (!QG_VNNI) return 6;
+  else return quant_detail::Traits<T>::kSix ? 8 : 12;
+}
+
+/// The last m − r < MR rows: one tile of exactly that height.
+template <QuantType T, int R>
+QG_FN void tail_tile(const QJob& j, std::int64_t r, std::int64_t p0, const std::uint8_t* buf, std::int64_t left) {
+  if constexpr (R > 0) {
+    if (left == R) {
+      QG_TILE<T, R>(j, r, p0, buf);
+    } else {
+      tail_tile<T, R - 1>(j, r, p0, buf, left);
+    }
+  }
+}
 
 template <QuantType T>
 __attribute__((target(QG_TARGET))) void panel(const QJob& j, std::int64_t p0, std::int64_t m, std::uint8_t* buf) {
@@ -453,20 +470,10 @@ __attribute__((target(QG_TARGET))) void panel(const QJob& j, std::int64_t p0, st
     return;
   }
   unpack_panel<T>(*j.w, p0, buf);
+  constexpr int kMR = rows_per_tile<T>();
   std::int64_t r = 0;
   for (; r + kMR <= m; r += kMR) QG_TILE<T, kMR>(j, r, p0, buf);
-  switch (m - r) {
-#if QG_512 && QG_VNNI
-    case 7: QG_TILE<T, 7>(j, r, p0, buf); break;
-    case 6: QG_TILE<T, 6>(j, r, p0, buf); break;
-#endif
-    case 5: QG_TILE<T, 5>(j, r, p0, buf); break;
-    case 4: QG_TILE<T, 4>(j, r, p0, buf); break;
-    case 3: QG_TILE<T, 3>(j, r, p0, buf); break;
-    case 2: QG_TILE<T, 2>(j, r, p0, buf); break;
-    case 1: QG_TILE<T, 1>(j, r, p0, buf); break;
-    default: break;
-  }
+  tail_tile<T, kMR - 1>(j, r, p0, buf, m - r);
 }
 #undef QG_TILE
 
