@@ -33,6 +33,7 @@
 #include "ops/gemm.h"
 #if !defined(__aarch64__)
 #include "ops/cpu/bf16_gemm_x86.h"
+#include "ops/cpu/fma_gemm_x86.h"
 #endif
 #include "ops/int8_gemm.h"
 #include "ops/isa.h"
@@ -129,6 +130,52 @@ void bench_bf16_gemm(const std::vector<Shape>& shapes, const std::vector<std::in
   }
   std::printf("%-22s %20s | %15.1f %15.1f | %.2fx\n\n", "all (time-weighted)", "", tot_flop / tot_lib / 1e9,
               tot_flop / tot_own / 1e9, tot_lib / tot_own);
+}
+/// fp32 products at the avx2 level: the GEMM library's fp32 matmul against clef's AVX2 FMA GEMM
+/// (cpu/fma_gemm_x86.h), both through ops::linear (so bf16 weights are widened and x rounded to bf16
+/// values by the same code), for bf16 and fp32 weights at several row counts; GFLOP/s and % of the
+/// measured fp32 peak.
+void bench_fma_gemm(const std::vector<Shape>& shapes, const std::vector<std::int64_t>& ms, int reps, double pf) {
+  if (!clef::ops::cpu::fma_gemm_available()) {
+    std::printf("fp32 GEMM: clef's FMA GEMM is the avx2 level's (this run: %s)\n\n",
+                clef::ops::isa_name(clef::ops::active_isa()));
+    return;
+  }
+  std::printf("fp32 products, library vs clef FMA (GFLOP/s, %% of the measured fp32 peak %.1f), best of %d\n", pf,
+              reps);
+  std::printf("%-22s %4s %6s %6s %6s | %15s %15s | %s\n", "shape", "W", "m", "n", "k", "library", "clef FMA",
+              "clef / library");
+  for (const clef::ops::Precision p : {clef::ops::Precision::kBF16, clef::ops::Precision::kF32}) {
+    double tot_flop = 0, tot_lib = 0, tot_own = 0;
+    for (const Shape& s : shapes) {
+      const std::vector<float> wf = randv(static_cast<std::size_t>(s.n * s.k), 2);
+      std::vector<std::uint16_t> wb(wf.size());
+      for (std::size_t i = 0; i < wf.size(); ++i) wb[i] = clef::f32_to_bf16(wf[i]);
+      const clef::ops::GemmWeight g = p == clef::ops::Precision::kBF16
+                                          ? clef::ops::GemmWeight(clef::DType::kBF16, wb.data(), s.n, s.k, p)
+                                          : clef::ops::GemmWeight(clef::DType::kF32, wf.data(), s.n, s.k, p);
+      for (const std::int64_t m : ms) {
+        const std::vector<float> x = randv(static_cast<std::size_t>(m * s.k), 1);
+        std::vector<float> y(static_cast<std::size_t>(m * s.n));
+        const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+        clef::ops::set_own_fp32_gemm(false);
+        const double tl = best_seconds(reps, [&] { clef::ops::linear(x.data(), m, g, y.data()); });
+        clef::ops::set_own_fp32_gemm(true);
+        const double to = best_seconds(reps, [&] { clef::ops::linear(x.data(), m, g, y.data()); });
+        tot_flop += flop;
+        tot_lib += tl;
+        tot_own += to;
+        std::printf("%-22s %4s %6lld %6lld %6lld | %7.1f (%3.0f%%) %7.1f (%3.0f%%) | %.2fx\n", s.name,
+                    p == clef::ops::Precision::kBF16 ? "bf16" : "fp32", static_cast<long long>(m),
+                    static_cast<long long>(s.n), static_cast<long long>(s.k), flop / tl / 1e9,
+                    100.0 * flop / tl / 1e9 / pf, flop / to / 1e9, 100.0 * flop / to / 1e9 / pf, tl / to);
+      }
+    }
+    std::printf("%-22s %4s %20s | %15.1f %15.1f | %.2fx\n", "all (time-weighted)",
+                p == clef::ops::Precision::kBF16 ? "bf16" : "fp32", "", tot_flop / tot_lib / 1e9,
+                tot_flop / tot_own / 1e9, tot_lib / tot_own);
+  }
+  std::printf("\n");
 }
 #endif
 
@@ -280,8 +327,9 @@ int main(int argc, char** argv) try {
   auto* attn_opt = app.add_flag("--attn-only", attn_only, "only the peaks and the attention kernel");
   auto* gdn_opt = app.add_flag("--gdn-only", gdn_only, "only the peaks and the gated delta rule");
   auto* bf16_opt = app.add_flag("--bf16-gemm-only", bf16_gemm_only,
-                                "only the peaks and the bf16 GEMMs (library vs clef's vdpbf16ps) at 32, 128, 512 and "
-                                "--m rows (x86-64)");
+                                "only the peaks and the bf16 GEMMs (library vs clef's vdpbf16ps; at the avx2 level "
+                                "library vs clef's FMA GEMM, bf16 and fp32 weights) at 32, 128, 512 and --m rows "
+                                "(x86-64)");
   peak_opt->excludes(quant_opt)->excludes(attn_opt)->excludes(gdn_opt)->excludes(bf16_opt);
   quant_opt->excludes(attn_opt)->excludes(gdn_opt)->excludes(bf16_opt);
   attn_opt->excludes(gdn_opt)->excludes(bf16_opt);
@@ -340,8 +388,10 @@ int main(int argc, char** argv) try {
     };
     std::vector<std::int64_t> ms = {32, 128, 512};
     if (std::find(ms.begin(), ms.end(), m) == ms.end()) ms.push_back(m);
-    bench_bf16_gemm(quick ? std::vector<Shape>(bf16_shapes.begin(), bf16_shapes.begin() + 1) : bf16_shapes, ms, reps,
-                    pb);
+    const std::vector<Shape> run_shapes =
+        quick ? std::vector<Shape>(bf16_shapes.begin(), bf16_shapes.begin() + 1) : bf16_shapes;
+    if (clef::ops::cpu::fma_gemm_available()) bench_fma_gemm(run_shapes, ms, reps, pf);
+    else bench_bf16_gemm(run_shapes, ms, reps, pb);
 #endif
     return 0;
   }

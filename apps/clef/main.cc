@@ -42,6 +42,8 @@ constexpr const char* kExitCodes =
     "bad value is exit 2 and a level this CPU lacks exit 4 (--help works regardless).\n"
     "CLEF_BF16_GEMM=clef runs bf16 mode's linear layers on clef's own vdpbf16ps GEMM where the level has\n"
     "AVX512-BF16 (elsewhere the library's, as by default; docs/NUMERICS.md).\n"
+    "CLEF_FP32_GEMM=library runs fp32 products (fp32 weights; bf16 values where the level has no bf16\n"
+    "matmul) on the GEMM library instead of clef's own FMA GEMM at the avx2 level (the default there).\n"
     "OMP_WAIT_POLICY / GOMP_SPINCOUNT override clef's default OpenMP wait\n"
     "(bounded spinning, GOMP_SPINCOUNT=10000; CLEF_OMP_REEXEC=0|false|off|no keeps libgomp's own default).";
 
@@ -92,6 +94,7 @@ int main(int argc, char** argv) {
     if (!help) {
       clef::ops::init_isa();
       (void)clef::ops::own_bf16_gemm_active();  // a bad CLEF_BF16_GEMM too, for every command
+      (void)clef::ops::own_fp32_gemm_active();  // and CLEF_FP32_GEMM
     }
     return run(argc, argv);
   } catch (const clef::Error& e) {

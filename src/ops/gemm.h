@@ -154,6 +154,16 @@ void linear_quantized(Int8Activations& act, const GemmWeight& w, float* y, bool 
 void set_own_bf16_gemm(bool on) noexcept;
 bool own_bf16_gemm_active();
 
+/// Whether fp32 products (fp32 weights, and bf16 weights where the library has no bf16 matmul: bf16
+/// values through fp32 products) run clef's own AVX2 FMA GEMM (cpu/fma_gemm_x86.h: one fixed chain of
+/// fused multiply-adds per element, so each row's bits are independent of the other rows;
+/// docs/NUMERICS.md "fp32 GEMM with a fixed chain (AVX2)") instead of the library's fp32 matmul, where
+/// the level in use is avx2 (elsewhere the library's path is taken either way). Default from the
+/// environment: CLEF_FP32_GEMM unset, empty or "clef" on, "library" off, anything else
+/// InvalidArgument at the first such call. Process-wide.
+void set_own_fp32_gemm(bool on) noexcept;
+bool own_fp32_gemm_active();
+
 /// Whether linear() computes every row of y from that row of x and W alone, whatever the other rows
 /// of the call are (how many, in which place): true for clef's own kernels (int8, block-quantized,
 /// and bf16 on the vdpbf16ps GEMM while it is active), false for the library's matmuls (fp32, and

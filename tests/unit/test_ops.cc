@@ -33,6 +33,7 @@
 #include "ops/cpu/bf16_gemm_arm.h"
 #else
 #include "ops/cpu/bf16_gemm_x86.h"
+#include "ops/cpu/fma_gemm_x86.h"
 #endif
 #include "ops/ops.h"
 #include "ops/parallel.h"
@@ -1022,6 +1023,121 @@ TEST(Bf16Dpbf16, ARowsBitsDoNotDependOnTheOtherRows) {
          std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 1}, {5, 1}, {7, 37}, {190, 9}, {300, 1}}) {
       Vec part(static_cast<std::size_t>(rows * n));
       ops::cpu::dpbf16_gemm(rows, n, k, xb.data() + r0 * k, wb.data(), part.data(), false);
+      for (std::int64_t i = 0; i < rows * n; ++i) {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(part[static_cast<std::size_t>(i)]),
+                  std::bit_cast<std::uint32_t>(all[static_cast<std::size_t>(r0 * n + i)]))
+            << "rows [" << r0 << ", " << r0 + rows << ") on " << t << " threads, element " << i;
+      }
+    }
+  }
+  ops::set_num_threads(threads);
+}
+
+/// n·k weight values of `t` (F32, BF16, F16) from uniform fp32 values in [-2, 2], as raw bytes.
+std::vector<std::byte> random_weights(Rng& rng, DType t, std::int64_t count) {
+  const Vec f = rng.uniform(count, -2.0f, 2.0f);
+  std::vector<std::byte> out(static_cast<std::size_t>(count) * dtype_size(t));
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    if (t == DType::kF32) {
+      std::memcpy(out.data() + 4 * i, &f[i], 4);
+    } else {
+      const std::uint16_t b = t == DType::kBF16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
+      std::memcpy(out.data() + 2 * i, &b, 2);
+    }
+  }
+  return out;
+}
+
+// The AVX2 FMA kernel (ops/cpu/fma_gemm_x86.h) gives its scalar oracle's bits (one fma chain per
+// element in k order) for every weight dtype it packs. Shapes cover the 6 x 16 tile's row and column
+// tails, k inside one 256 block, across blocks and with a tail, and (last case) more rows than one
+// 144-row block and more columns than one 1024-column block.
+class FmaGemm : public test::AtIsaLevel {
+ protected:
+  void SetUp() override {
+    test::AtIsaLevel::SetUp();
+    if (!IsSkipped() && !ops::cpu::fma_gemm_available())
+      GTEST_SKIP() << "the FMA GEMM is the avx2 level's, not " << ops::isa_name(GetParam()) << "'s";
+  }
+};
+CLEF_INSTANTIATE_AT_ISA_LEVELS(FmaGemm);
+
+TEST_P(FmaGemm, BitIdenticalToItsScalarOracle) {
+  Rng rng(25);
+  std::vector<std::array<std::int64_t, 3>> shapes;
+  for (std::int64_t m : {1, 5, 6, 7, 13})
+    for (std::int64_t n : {1, 7, 16, 17, 33})
+      for (std::int64_t k : {1, 9, 257}) shapes.push_back({m, n, k});
+  shapes.push_back({151, 1040, 300});
+  for (const DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const auto& [m, n, k] : shapes) {
+      if (m * n * k > 100000 && t != DType::kBF16) continue;  // the large case once
+      const Vec x = rng.uniform(m * k, -2.0f, 2.0f);
+      const std::vector<std::byte> w = random_weights(rng, t, n * k);
+      for (bool acc : {false, true}) {
+        const Vec y0 = rng.uniform(m * n);
+        Vec got = y0, want = y0;
+        ops::cpu::fma_gemm(m, n, k, x.data(), t, w.data(), got.data(), acc);
+        ops::cpu::fma_gemm_reference(m, n, k, x.data(), t, w.data(), want.data(), acc);
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i]))
+              << dtype_name(t) << " m,n,k=" << dims({m, n, k}) << " acc=" << acc << " at " << i << ": " << got[i]
+              << " vs " << want[i];
+        }
+      }
+    }
+  }
+}
+
+// The oracle against the exact (double) sum of the same products: k roundings of at most 2^-24
+// relative of the running sum, bounded by |y0| + sum |x w| (header comment).
+TEST(FmaGemmOracle, WithinItsErrorBound) {
+  Rng rng(26);
+  for (std::int64_t k : {1, 33, 3000}) {
+    const std::int64_t m = 3, n = 4;
+    const Vec x = rng.uniform(m * k, -2.0f, 2.0f);
+    const std::vector<std::byte> w = random_weights(rng, DType::kBF16, n * k);
+    for (bool acc : {false, true}) {
+      const Vec y0 = rng.uniform(m * n);
+      Vec got = y0;
+      ops::cpu::fma_gemm_reference(m, n, k, x.data(), DType::kBF16, w.data(), got.data(), acc);
+      for (std::int64_t r = 0; r < m; ++r) {
+        for (std::int64_t j = 0; j < n; ++j) {
+          double exact = 0, mag = 0;
+          for (std::int64_t i = 0; i < k; ++i) {
+            std::uint16_t b;
+            std::memcpy(&b, w.data() + 2 * (j * k + i), 2);
+            const double p =
+                static_cast<double>(x[static_cast<std::size_t>(r * k + i)]) * static_cast<double>(bf16_to_f32(b));
+            exact += p;
+            mag += std::fabs(p);
+          }
+          const auto at = static_cast<std::size_t>(r * n + j);
+          const double y = acc ? static_cast<double>(y0[at]) : 0.0;
+          const double bound = static_cast<double>(k) * 0x1p-24 * (std::fabs(y) + mag) * (1 + 1e-6);
+          ASSERT_LE(std::fabs(static_cast<double>(got[at]) - (y + exact)), bound) << "k=" << k << " r=" << r;
+        }
+      }
+    }
+  }
+}
+
+// A row's bits do not depend on the other rows of the call nor on the thread count (the fixed
+// chain), so the AVX2 level's fp32 and bf16 linear layers are row-independent too.
+TEST_P(FmaGemm, ARowsBitsDoNotDependOnTheOtherRows) {
+  Rng rng(27);
+  const std::int64_t m = 301, n = 70, k = 300;
+  const Vec x = rng.uniform(m * k, -2.0f, 2.0f);
+  const std::vector<std::byte> w = random_weights(rng, DType::kF32, n * k);
+  Vec all(static_cast<std::size_t>(m * n));
+  ops::cpu::fma_gemm(m, n, k, x.data(), DType::kF32, w.data(), all.data(), false);
+  const int threads = ops::num_threads();
+  for (int t : {1, threads}) {
+    ops::set_num_threads(t);
+    for (const auto& [r0, rows] :
+         std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 1}, {5, 1}, {7, 37}, {140, 9}, {300, 1}}) {
+      Vec part(static_cast<std::size_t>(rows * n));
+      ops::cpu::fma_gemm(rows, n, k, x.data() + r0 * k, DType::kF32, w.data(), part.data(), false);
       for (std::int64_t i = 0; i < rows * n; ++i) {
         ASSERT_EQ(std::bit_cast<std::uint32_t>(part[static_cast<std::size_t>(i)]),
                   std::bit_cast<std::uint32_t>(all[static_cast<std::size_t>(r0 * n + i)]))

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -27,6 +28,7 @@
 #include "ops/cpu/gemm_backend.h"
 #if !defined(__aarch64__)
 #include "ops/cpu/bf16_gemm_x86.h"
+#include "ops/cpu/fma_gemm_x86.h"
 #endif
 #include "ops/gemm.h"
 #include "ops/isa.h"
@@ -55,6 +57,29 @@ bool own_bf16_gemm() {
     on = from_env ? 1 : 0;
   }
   return on == 1 && cpu::dpbf16_gemm_available();
+#endif
+}
+
+/// set_own_fp32_gemm's setting: -1 = not set, the environment decides (CLEF_FP32_GEMM).
+std::atomic<int> g_own_fp32{-1};
+
+/// Whether fp32 products take clef's own AVX2 FMA GEMM (ops/gemm.h own_fp32_gemm_active).
+bool own_fp32_gemm() {
+#if defined(__aarch64__)
+  return false;
+#else
+  int on = g_own_fp32.load(std::memory_order_relaxed);
+  if (on < 0) {
+    static const bool from_env = [] {
+      const char* v = std::getenv("CLEF_FP32_GEMM");
+      const std::string s = v == nullptr ? "" : v;
+      if (s.empty() || s == "clef") return true;
+      if (s == "library") return false;
+      throw InvalidArgument("CLEF_FP32_GEMM: unknown value \"" + s + "\"; expected clef or library");
+    }();
+    on = from_env ? 1 : 0;
+  }
+  return on == 1 && cpu::fma_gemm_available();
 #endif
 }
 
@@ -188,6 +213,18 @@ std::int64_t widen_panel_rows(std::int64_t n, std::int64_t k) {
 }
 
 namespace {
+#if !defined(__aarch64__)
+/// The weight as linear_unshared hands it to clef's FMA GEMM: the fp32 operand or resident copy, else
+/// the bf16 operand in bf16 mode, else the stored weight; with its dtype.
+std::pair<DType, const void*> fma_operand(const GemmWeight& w) {
+  const bool bf16 = w.precision() == Precision::kBF16;
+  const void* f32 = bf16 ? nullptr : w.operand() != nullptr ? w.operand() : w.resident_f32();
+  if (f32 != nullptr) return {DType::kF32, f32};
+  if (bf16) return {DType::kBF16, w.operand()};
+  return {w.stored_dtype(), w.stored_data()};
+}
+#endif
+
 /// linear() for the weights with nothing to share between outputs: fp32 weights, and bf16 where the
 /// library has no bf16 matmul (x rounded to bf16 values through the fp32 matmul). int8 and
 /// block-quantized weights and oneDNN's bf16 matmul are linear_shared's own branches.
@@ -203,6 +240,15 @@ void linear_unshared(const float* x, std::int64_t m, const GemmWeight& w, float*
     xptr = buf;
   }
   const void* fp32_operand = bf16 ? nullptr : w.operand() != nullptr ? w.operand() : w.resident_f32();
+#if !defined(__aarch64__)
+  if (own_fp32_gemm()) {  // clef's AVX2 FMA GEMM widens bf16 / fp16 weights as it packs them
+    const auto [t, src] = fma_operand(w);
+    if (cpu::fma_gemm_takes(t)) {
+      cpu::fma_gemm(m, n, k, xptr, t, src, y, accumulate);
+      return;
+    }
+  }
+#endif
   if (fp32_operand != nullptr) {  // fp32 weight in place, or its resident fp32 copy
     gemm_backend::matmul_f32(m, n, k, xptr, static_cast<const float*>(fp32_operand), y, n, accumulate);
     return;
@@ -298,9 +344,21 @@ void set_own_bf16_gemm(bool on) noexcept { g_own_bf16.store(on ? 1 : 0, std::mem
 
 bool own_bf16_gemm_active() { return own_bf16_gemm(); }
 
+void set_own_fp32_gemm(bool on) noexcept { g_own_fp32.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+bool own_fp32_gemm_active() { return own_fp32_gemm(); }
+
 bool linear_rows_independent(const GemmWeight& w) {
   if (w.int8() != nullptr || w.quant() != nullptr) return true;
-  return w.precision() == Precision::kBF16 && own_bf16_gemm();
+  const bool bf16 = w.precision() == Precision::kBF16;
+  if (bf16 && own_bf16_gemm()) return true;
+#if defined(__aarch64__)
+  return false;
+#else
+  // linear_unshared's weights (fp32, and bf16 where the library has no bf16 matmul) on clef's FMA GEMM
+  return own_fp32_gemm() && (!bf16 || gemm_backend::bf16_matmul_emulated()) &&
+         cpu::fma_gemm_takes(fma_operand(w).first);
+#endif
 }
 
 bool bf16_gemm_emulated() { return gemm_backend::bf16_matmul_emulated(); }
@@ -312,7 +370,8 @@ std::string gemm_backend_name() {
   const std::string bf16 = own_bf16_gemm() ? "; bf16: clef vdpbf16ps GEMM (CLEF_BF16_GEMM=clef)"
                            : emulated      ? "; bf16 via fp32 matmul on bf16 values"
                                            : "";
-  return library + bf16 + "); int8: clef " + int8_kernel_name(active_int8_kernel()) +
+  const std::string fp32 = own_fp32_gemm() ? "; fp32 products: clef FMA GEMM" : "";
+  return library + bf16 + fp32 + "); int8: clef " + int8_kernel_name(active_int8_kernel()) +
          " kernel; Q4_K..Q6_K, Q4_0..Q5_1: clef " + quant_kernel_name(active_quant_kernel()) + " kernel";
 }
 

@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: MIT
+// fp32 matrix product on AVX2 FMA with a fixed chain per element (cpu/fma_gemm_x86.h). x86-64 only.
+//
+// Blocking (the classic packed GEMM): W is packed KC x NC at a time into micro-panels of 16 output
+// columns, [k][16] (widened from bf16 / fp16 as it is copied; 1 MiB, in L2/L3), x MC x KC at a time
+// into micro-panels of 6 rows, [k][6] (in L2); the 6 x 16 register tile (12 ymm accumulators, two
+// ymm of W, one broadcast of x) walks the x block under one W micro-panel (16 KiB, in L1). Each
+// element's chain runs in k order across the KC blocks: the tile starts from y (or +0 in the first
+// block without accumulation) and stores back after each block, so the blocking moves operands,
+// never the order of the additions. Threads take contiguous ranges of column panels (rows when n
+// has fewer panels than threads), each with its own packing buffers.
+#include "ops/cpu/fma_gemm_x86.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "core/error.h"
+#include "ops/isa.h"
+#include "ops/profile.h"
+
+namespace clef::ops::cpu {
+namespace {
+
+#define CLEF_FMA_ATTR __attribute__((target("avx2,fma,f16c")))
+
+constexpr int kMR = 6;                ///< rows of x per register tile
+constexpr int kNR = 16;               ///< output columns per register tile (two ymm)
+constexpr std::int64_t kKC = 256;     ///< elements of k per packed block
+constexpr std::int64_t kMC = 144;     ///< rows of x per packed block (a multiple of kMR)
+constexpr std::int64_t kNC = 1024;    ///< output columns per packed W block (a multiple of kNR)
+constexpr std::int64_t kMS = 1008;    ///< rows of x packed at once (a multiple of kMC)
+constexpr std::int64_t kMinWork = 1 << 18;  ///< m·n·k below which one thread runs the product
+
+/// One weight value widened to fp32 (exact for every supported dtype).
+float weight_at(DType t, const void* w, std::int64_t i) {
+  switch (t) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, static_cast<const std::byte*>(w) + i * 4, 4);
+      return v;
+    }
+    case DType::kBF16:
+    case DType::kF16: {
+      std::uint16_t b;
+      std::memcpy(&b, static_cast<const std::byte*>(w) + i * 2, 2);
+      return t == DType::kBF16 ? bf16_to_f32(b) : f16_to_f32(b);
+    }
+    default: return 0.0f;  // unreachable: fma_gemm_takes() is checked first
+  }
+}
+
+/// Eight consecutive weight values at element i, widened to fp32.
+CLEF_FMA_ATTR inline __m256 load8(DType t, const std::byte* w, std::int64_t i) {
+  if (t == DType::kF32) return _mm256_loadu_ps(reinterpret_cast<const float*>(w + i * 4));
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i * 2));
+  if (t == DType::kF16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/// 8 x 8 transpose of r[0..8) in place (row i of the result = column i of the input).
+CLEF_FMA_ATTR inline void transpose8(__m256 (&r)[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/// Packs W rows [j0, j0 + nc) (rows >= n read as zero) and elements [p0, p0 + kc) into micro-panels
+/// of kNR rows: panel q at bp + q·kc·kNR, element (i, j) at [i·kNR + j].
+CLEF_FMA_ATTR void pack_w(DType t, const void* w, std::int64_t n, std::int64_t k, std::int64_t j0, std::int64_t nc,
+                          std::int64_t p0, std::int64_t kc, float* bp) {
+  const auto* wb = static_cast<const std::byte*>(w);
+  const std::size_t es = dtype_size(t);
+  for (std::int64_t q = 0; q * kNR < nc; ++q) {
+    float* panel = bp + q * kc * kNR;
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t jb = j0 + q * kNR + half * 8;
+      const std::int64_t rows = std::clamp<std::int64_t>(n - jb, 0, 8);
+      std::int64_t i = 0;
+      if (rows == 8) {
+        for (; i + 8 <= kc; i += 8) {
+          __m256 r[8];
+          for (int l = 0; l < 8; ++l) r[l] = load8(t, wb + static_cast<std::size_t>((jb + l) * k) * es, p0 + i);
+          transpose8(r);
+          for (int l = 0; l < 8; ++l) _mm256_store_ps(panel + (i + l) * kNR + half * 8, r[l]);
+        }
+      }
+      for (; i < kc; ++i)
+        for (std::int64_t l = 0; l < 8; ++l)
+          panel[i * kNR + half * 8 + l] = l < rows ? weight_at(t, w, (jb + l) * k + p0 + i) : 0.0f;
+    }
+  }
+}
+
+/// Packs x rows [r0, r0 + rows) (rows past them as zero) and elements [p0, p0 + kc) into one
+/// micro-panel of kMR rows: element (i, r) at ap[i·kMR + r].
+CLEF_FMA_ATTR void pack_x(const float* x, std::int64_t k, std::int64_t r0, std::int64_t rows, std::int64_t p0,
+                          std::int64_t kc, float* ap) {
+  const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+  std::int64_t i = 0;
+  for (; i + 8 <= kc; i += 8) {
+    __m256 r[8];
+    for (int l = 0; l < 8; ++l)
+      r[l] = l < rows ? _mm256_loadu_ps(x + (r0 + l) * k + p0 + i) : _mm256_setzero_ps();
+    transpose8(r);
+    for (int l = 0; l < 8; ++l) _mm256_maskstore_ps(ap + (i + l) * kMR, six, r[l]);
+  }
+  for (; i < kc; ++i)
+    for (std::int64_t l = 0; l < kMR; ++l) ap[i * kMR + l] = l < rows ? x[(r0 + l) * k + p0 + i] : 0.0f;
+}
+
+/// The 6 x 16 tile: c[r][j] = (load ? c[r][j] : +0), then += ap[i][r] · bp[i][j] for i in [0, kc),
+/// one FMA per step in i order.
+CLEF_FMA_ATTR void tile(std::int64_t kc, const float* ap, const float* bp, float* c, std::int64_t ldc, bool load) {
+  __m256 acc[kMR][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < kMR; ++r) {
+    acc[r][0] = load ? _mm256_loadu_ps(c + r * ldc) : _mm256_setzero_ps();
+    acc[r][1] = load ? _mm256_loadu_ps(c + r * ldc + 8) : _mm256_setzero_ps();
+  }
+#pragma GCC unroll 4
+  for (std::int64_t i = 0; i < kc; ++i) {
+    const __m256 b0 = _mm256_load_ps(bp + i * kNR), b1 = _mm256_load_ps(bp + i * kNR + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < kMR; ++r) {
+      const __m256 a = _mm256_broadcast_ss(ap + i * kMR + r);
+      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < kMR; ++r) {
+    _mm256_storeu_ps(c + r * ldc, acc[r][0]);
+    _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
+  }
+}
+
+/// A tile of mr <= 6 rows and nr <= 16 columns through a 6 x 16 buffer (same arithmetic).
+CLEF_FMA_ATTR void edge_tile(std::int64_t kc, const float* ap, const float* bp, float* c, std::int64_t ldc, bool load,
+                             std::int64_t mr, std::int64_t nr) {
+  alignas(32) float buf[kMR * kNR] = {};
+  if (load)
+    for (std::int64_t r = 0; r < mr; ++r) std::memcpy(buf + r * kNR, c + r * ldc, static_cast<std::size_t>(nr) * 4);
+  tile(kc, ap, bp, buf, kNR, load);
+  for (std::int64_t r = 0; r < mr; ++r) std::memcpy(c + r * ldc, buf + r * kNR, static_cast<std::size_t>(nr) * 4);
+}
+
+/// 32-byte aligned scratch of at least n floats, kept per thread.
+float* scratch(std::unique_ptr<float[]>& buf, std::int64_t& cap, std::int64_t n) {
+  if (cap < n) {
+    buf.reset(new float[static_cast<std::size_t>(n + 8)]);
+    cap = n;
+  }
+  const auto a = reinterpret_cast<std::uintptr_t>(buf.get());
+  return reinterpret_cast<float*>((a + 31) & ~std::uintptr_t{31});
+}
+
+/// x rows [r0, r0 + rows) packed for every KC block: block b (elements [b·kKC, b·kKC + kc)) at
+/// xp + b·kKC·rows_p, its micro-panel q at + q·kc·kMR (rows_p = rows rounded up to kMR). The panels
+/// are split over the threads of the enclosing parallel region (omp for, with its barrier).
+CLEF_FMA_ATTR void pack_x_all(const float* x, std::int64_t k, std::int64_t r0, std::int64_t rows, float* xp) {
+  const std::int64_t panels = (rows + kMR - 1) / kMR, blocks = (k + kKC - 1) / kKC, rows_p = panels * kMR;
+#pragma omp for schedule(static)
+  for (std::int64_t t = 0; t < panels * blocks; ++t) {
+    const std::int64_t b = t / panels, q = t % panels, kc = std::min(kKC, k - b * kKC);
+    pack_x(x, k, r0 + q * kMR, std::min<std::int64_t>(kMR, rows - q * kMR), b * kKC, kc,
+           xp + b * kKC * rows_p + q * kc * kMR);
+  }
+}
+
+/// y[r0:r1, c0:c1] of the product on the calling thread, x rows [xr0, ...) packed in xp
+/// (pack_x_all; r0 - xr0 a multiple of kMR).
+CLEF_FMA_ATTR void run_block(std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1, std::int64_t xr0,
+                             std::int64_t rows_p, std::int64_t n, std::int64_t k, const float* xp, DType t,
+                             const void* w, float* y, bool accumulate) {
+  thread_local std::unique_ptr<float[]> bbuf;
+  thread_local std::int64_t bcap = 0;
+  float* bp = scratch(bbuf, bcap, kNC * kKC);
+  for (std::int64_t jc = c0; jc < c1; jc += kNC) {
+    const std::int64_t nc = std::min(kNC, c1 - jc);
+    for (std::int64_t pc = 0; pc < k; pc += kKC) {
+      const std::int64_t kc = std::min(kKC, k - pc);
+      const bool load = pc > 0 || accumulate;
+      pack_w(t, w, n, k, jc, nc, pc, kc, bp);
+      const float* xblock = xp + pc * rows_p;
+      for (std::int64_t ic = r0; ic < r1; ic += kMC) {
+        const std::int64_t mc = std::min(kMC, r1 - ic);
+        for (std::int64_t jr = 0; jr < nc; jr += kNR) {
+          const std::int64_t nr = std::min<std::int64_t>(kNR, nc - jr);
+          const float* bpanel = bp + (jr / kNR) * kc * kNR;
+          for (std::int64_t ir = 0; ir < mc; ir += kMR) {
+            const std::int64_t mr = std::min<std::int64_t>(kMR, mc - ir);
+            float* c = y + (ic + ir) * n + jc + jr;
+            const float* apanel = xblock + ((ic + ir - xr0) / kMR) * kc * kMR;
+            if (mr == kMR && nr == kNR)
+              tile(kc, apanel, bpanel, c, n, load);
+            else
+              edge_tile(kc, apanel, bpanel, c, n, load, mr, nr);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool fma_gemm_available() noexcept {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (!has) return false;
+  try {
+    return active_isa() == IsaLevel::kAvx2;
+  } catch (...) {  // a bad CLEF_ISA: reported by init_isa() to whoever calls it first
+    return false;
+  }
+}
+
+bool fma_gemm_takes(DType w_dtype) noexcept {
+  return w_dtype == DType::kF32 || w_dtype == DType::kBF16 || w_dtype == DType::kF16;
+}
+
+void fma_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, DType w_dtype, const void* w, float* y,
+              bool accumulate) {
+  if (!fma_gemm_available()) throw Unsupported("fma_gemm: this CPU or level is not AVX2 with FMA");
+  if (!fma_gemm_takes(w_dtype)) throw InvalidArgument("fma_gemm: weights must be F32, BF16 or F16");
+  if (m <= 0 || n <= 0 || k <= 0) throw InvalidArgument("fma_gemm: empty shape");
+  CLEF_PROF_SCOPE(">linear.fma_gemm");
+  thread_local std::unique_ptr<float[]> xbuf;
+  thread_local std::int64_t xcap = 0;
+  const std::int64_t panels = (n + kNR - 1) / kNR;
+  for (std::int64_t s0 = 0; s0 < m; s0 += kMS) {  // row slabs bound the packed copy of x
+    const std::int64_t rows = std::min(kMS, m - s0), row_tiles = (rows + kMR - 1) / kMR, rows_p = row_tiles * kMR;
+    float* xp = scratch(xbuf, xcap, rows_p * k);
+#pragma omp parallel if (rows * n * k >= kMinWork)
+    {
+      pack_x_all(x, k, s0, rows, xp);
+      const std::int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+      if (panels >= nt) {  // contiguous ranges of column panels
+        const std::int64_t c0 = panels * t / nt * kNR, c1 = std::min(n, panels * (t + 1) / nt * kNR);
+        if (c0 < c1) run_block(s0, s0 + rows, c0, c1, s0, rows_p, n, k, xp, w_dtype, w, y, accumulate);
+      } else {  // narrow n: contiguous ranges of row tiles
+        const std::int64_t r0 = s0 + row_tiles * t / nt * kMR;
+        const std::int64_t r1 = std::min(s0 + rows, s0 + row_tiles * (t + 1) / nt * kMR);
+        if (r0 < r1) run_block(r0, r1, 0, n, s0, rows_p, n, k, xp, w_dtype, w, y, accumulate);
+      }
+    }
+  }
+}
+
+void fma_gemm_reference(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, DType w_dtype, const void* w,
+                        float* y, bool accumulate) {
+  if (!fma_gemm_takes(w_dtype)) throw InvalidArgument("fma_gemm_reference: weights must be F32, BF16 or F16");
+  if (m <= 0 || n <= 0 || k <= 0) throw InvalidArgument("fma_gemm_reference: empty shape");
+  for (std::int64_t r = 0; r < m; ++r) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      float acc = accumulate ? y[r * n + j] : 0.0f;
+      for (std::int64_t i = 0; i < k; ++i) acc = std::fma(x[r * k + i], weight_at(w_dtype, w, j * k + i), acc);
+      y[r * n + j] = acc;
+    }
+  }
+}
+
+}  // namespace clef::ops::cpu

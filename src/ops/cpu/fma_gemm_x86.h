@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: MIT
+// fp32 matrix product on AVX2 FMA with packed panels, whose every output element is one fixed chain
+// of fused multiply-adds: the GEMM of the AVX2 level for fp32 weights and for bf16 values through
+// fp32 products (docs/NUMERICS.md "fp32 GEMM with a fixed chain (AVX2)"). Internal to src/ops;
+// x86-64 only.
+//
+// y [m, n] = x [m, k] · Wᵀ (y += ... when accumulating), x fp32 row-major (row stride k), W the
+// model's weight in place, row-major [n, k] (PyTorch Linear.weight) in fp32, bf16 or fp16 (widened
+// exactly as it is packed; nothing is kept), y fp32 row-major with row stride n.
+//
+// Arithmetic of one output element: acc = (accumulating ? y : +0), then acc = fma(x[i], W[j, i], acc)
+// for i = 0, 1, ..., k - 1 in that order, each step one rounding of the exact product plus acc
+// (IEEE binary32, round to nearest even; subnormals kept). None of it depends on m, on the row's
+// position in x, on the blocking, on the thread count or on n, so a row's bits are a function of
+// that row and W alone, and the scalar fma_gemm_reference (std::fma in the same order) is the
+// oracle of the tests, bit for bit.
+//
+// Error: k roundings of at most 2⁻²⁴ relative each, so |y − Σ x·w| ≤ k · 2⁻²⁴ · (|y₀| + Σ |x·w|)
+// to first order, the bound of any sequential fp32 sum (docs/NUMERICS.md).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace clef::ops::cpu {
+
+/// Whether the AVX2 FMA kernel can run: an x86-64 CPU with AVX2 and FMA whose kernel level in use
+/// (ops/isa.h) is avx2. Cheap.
+bool fma_gemm_available() noexcept;
+
+/// Whether fma_gemm packs weights of this dtype (F32, BF16, F16).
+bool fma_gemm_takes(DType w_dtype) noexcept;
+
+/// The product of the file comment; `w` holds n·k values of `w_dtype` (any alignment). Requires
+/// fma_gemm_available() (Unsupported otherwise), fma_gemm_takes(w_dtype) (InvalidArgument), and
+/// m, n, k >= 1 (InvalidArgument). Runs on the engine's OpenMP threads (column panels, or row blocks
+/// when n is narrow, split statically over them).
+void fma_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, DType w_dtype, const void* w, float* y,
+              bool accumulate);
+
+/// The same arithmetic in plain scalar C++ (the oracle; any CPU, one thread).
+void fma_gemm_reference(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, DType w_dtype, const void* w,
+                        float* y, bool accumulate);
+
+}  // namespace clef::ops::cpu

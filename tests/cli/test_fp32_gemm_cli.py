@@ -1,0 +1,60 @@
+# SPDX-License-Identifier: MIT
+"""CLEF_FP32_GEMM end to end at the avx2 level: clef's FMA GEMM is the default there and `clef --version`
+says so, `library` hands the fp32 products back to the GEMM library, both answer within the
+rounding-order bound of each other (docs/NUMERICS.md "fp32 GEMM with a fixed chain (AVX2)"), and a bad
+value is a usage error naming the variable."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+
+import pytest
+
+from conftest import REPO_ROOT, run_clef
+
+REQUEST = REPO_ROOT / "examples" / "request.json"
+pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="the FMA GEMM is x86-64's avx2 level")
+
+
+def _env(**kw) -> dict:
+    e = dict(os.environ)
+    e.pop("CLEF_FP32_GEMM", None)
+    e["CLEF_ISA"] = "avx2"
+    e.update(kw)
+    return e
+
+
+def _probabilities(body: str) -> list:
+    """Every probability of a response, in a fixed order."""
+    out = []
+    for _, a in sorted(json.loads(body)["answers"].items()):
+        out += [a["noul"]] if a["type"] == "noul" else [p for _, p in sorted(a["probabilities"].items())]
+    return out
+
+
+def test_fma_gemm_is_avx2_default_and_library_agrees(cpp_tiny):
+    v = run_clef("--version", env=_env())
+    assert v.returncode == 0 and "fp32 products: clef FMA GEMM" in v.stdout, v.stdout
+    v = run_clef("--version", env=_env(CLEF_FP32_GEMM="library"))
+    assert v.returncode == 0 and "fp32 products: clef FMA GEMM" not in v.stdout, v.stdout
+    answers = {}
+    for gemm in ("clef", "library"):
+        for precision in ("fp32", "bf16"):
+            r = run_clef("decide", "--model", str(cpp_tiny), "--precision", precision, str(REQUEST),
+                         env=_env(CLEF_FP32_GEMM=gemm))
+            assert r.returncode == 0, r.stderr
+            answers[gemm, precision] = _probabilities(r.stdout)
+    # fp32: two summation orders (a few ulp) and the responses' 4 decimals. bf16 rounds every GEMM input to
+    # 8 significant bits, so an ulp of difference can become one bf16 step (2^-9 relative) in the next
+    # layer: its bound is that step's order, well under bf16's own drift from fp32 (docs/NUMERICS.md).
+    for precision, tol in (("fp32", 2e-4), ("bf16", 2e-3)):
+        a, b = answers["clef", precision], answers["library", precision]
+        assert len(a) == len(b) and max(abs(x - y) for x, y in zip(a, b)) <= tol, (precision, a, b)
+
+
+def test_bad_fp32_gemm_value_is_refused(cpp_tiny):
+    r = run_clef("decide", "--model", str(cpp_tiny), str(REQUEST), env=_env(CLEF_FP32_GEMM="bogus"))
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "CLEF_FP32_GEMM" in r.stderr and "bogus" in r.stderr
