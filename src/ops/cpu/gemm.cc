@@ -37,6 +37,16 @@
 namespace clef::ops {
 namespace {
 
+/// A GEMM choice from the environment variable `name`: "clef" true, "library" false, unset or empty
+/// `default_clef`; anything else InvalidArgument naming the variable.
+[[maybe_unused]] bool gemm_choice_from_env(const char* name, bool default_clef) {
+  const char* v = std::getenv(name);
+  const std::string s = v == nullptr ? "" : v;
+  if (s.empty()) return default_clef;
+  if (s == "clef" || s == "library") return s == "clef";
+  throw InvalidArgument(std::string(name) + ": unknown value \"" + s + "\"; expected clef or library");
+}
+
 /// set_own_bf16_gemm's setting: -1 = not set, the environment decides (CLEF_BF16_GEMM).
 std::atomic<int> g_own_bf16{-1};
 
@@ -47,13 +57,7 @@ bool own_bf16_gemm() {
 #else
   int on = g_own_bf16.load(std::memory_order_relaxed);
   if (on < 0) {
-    static const bool from_env = [] {
-      const char* v = std::getenv("CLEF_BF16_GEMM");
-      const std::string s = v == nullptr ? "" : v;
-      if (s.empty() || s == "library") return false;
-      if (s == "clef") return true;
-      throw InvalidArgument("CLEF_BF16_GEMM: unknown value \"" + s + "\"; expected clef or library");
-    }();
+    static const bool from_env = gemm_choice_from_env("CLEF_BF16_GEMM", false);
     on = from_env ? 1 : 0;
   }
   return on == 1 && cpu::dpbf16_gemm_available();
@@ -70,13 +74,7 @@ bool own_fp32_gemm() {
 #else
   int on = g_own_fp32.load(std::memory_order_relaxed);
   if (on < 0) {
-    static const bool from_env = [] {
-      const char* v = std::getenv("CLEF_FP32_GEMM");
-      const std::string s = v == nullptr ? "" : v;
-      if (s.empty() || s == "clef") return true;
-      if (s == "library") return false;
-      throw InvalidArgument("CLEF_FP32_GEMM: unknown value \"" + s + "\"; expected clef or library");
-    }();
+    static const bool from_env = gemm_choice_from_env("CLEF_FP32_GEMM", true);
     on = from_env ? 1 : 0;
   }
   return on == 1 && cpu::fma_gemm_available();
