@@ -29,12 +29,12 @@ namespace {
 
 #define CLEF_FMA_ATTR __attribute__((target("avx2,fma,f16c")))
 
-constexpr int kMR = 6;                ///< rows of x per register tile
-constexpr int kNR = 16;               ///< output columns per register tile (two ymm)
-constexpr std::int64_t kKC = 256;     ///< elements of k per packed block
-constexpr std::int64_t kMC = 144;     ///< rows of x per packed block (a multiple of kMR)
-constexpr std::int64_t kNC = 1024;    ///< output columns per packed W block (a multiple of kNR)
-constexpr std::int64_t kMS = 1008;    ///< rows of x packed at once (a multiple of kMC)
+constexpr int kMR = 6;                      ///< rows of x per register tile
+constexpr int kNR = 16;                     ///< output columns per register tile (two ymm)
+constexpr std::int64_t kKC = 256;           ///< elements of k per packed block
+constexpr std::int64_t kMC = 144;           ///< rows of x per packed block (a multiple of kMR)
+constexpr std::int64_t kNC = 1024;          ///< output columns per packed W block (a multiple of kNR)
+constexpr std::int64_t kMS = 1008;          ///< rows of x packed at once (a multiple of kMC)
 constexpr std::int64_t kMinWork = 1 << 18;  ///< m·n·k below which one thread runs the product
 
 /// One weight value widened to fp32 (exact for every supported dtype).
@@ -122,8 +122,7 @@ CLEF_FMA_ATTR void pack_x(const float* x, std::int64_t k, std::int64_t r0, std::
   std::int64_t i = 0;
   for (; i + 8 <= kc; i += 8) {
     __m256 r[8];
-    for (int l = 0; l < 8; ++l)
-      r[l] = l < rows ? _mm256_loadu_ps(x + (r0 + l) * k + p0 + i) : _mm256_setzero_ps();
+    for (int l = 0; l < 8; ++l) r[l] = l < rows ? _mm256_loadu_ps(x + (r0 + l) * k + p0 + i) : _mm256_setzero_ps();
     transpose8(r);
     for (int l = 0; l < 8; ++l) _mm256_maskstore_ps(ap + (i + l) * kMR, six, r[l]);
   }
@@ -214,10 +213,8 @@ CLEF_FMA_ATTR void run_block(std::int64_t r0, std::int64_t r1, std::int64_t c0, 
             const std::int64_t mr = std::min<std::int64_t>(kMR, mc - ir);
             float* c = y + (ic + ir) * n + jc + jr;
             const float* apanel = xblock + ((ic + ir - xr0) / kMR) * kc * kMR;
-            if (mr == kMR && nr == kNR)
-              tile(kc, apanel, bpanel, c, n, load);
-            else
-              edge_tile(kc, apanel, bpanel, c, n, load, mr, nr);
+            if (mr == kMR && nr == kNR) tile(kc, apanel, bpanel, c, n, load);
+            else edge_tile(kc, apanel, bpanel, c, n, load, mr, nr);
           }
         }
       }
