@@ -122,6 +122,14 @@ QG_FN VI dpbusd(VI acc, VI u, VI s) { return _mm256_dpbusd_avx_epi32(acc, u, s);
 #endif
 #endif
 
+/// Keeps an int16 running sum a chain: GCC would otherwise reassociate the unrolled block's
+/// vpaddw chains into trees, computing every vpmaddubsw product first and spilling them all
+/// (measured: 48 spilled products per block in the 3-row AVX2 tile). No instruction.
+QG_FN VI chain(VI v) {
+  asm("" : "+v"(v));
+  return v;
+}
+
 constexpr int kVecBytes = kLanes * 4;                            ///< bytes per vector
 constexpr int kNH = static_cast<int>(kQuantPanelCols) / kLanes;  ///< vectors per 16 columns
 
@@ -259,8 +267,8 @@ QG_FN void direct_pair(const QJob& j, std::int64_t r0, std::int64_t nb, std::int
     std::int32_t al, ah;
     std::memcpy(&al, qa + 4 * U, 4);
     std::memcpy(&ah, qa + 16 + 4 * U, 4);
-    pl[r] = add16(pl[r], maddubs(lo, set32(al)));
-    ph[r] = add16(ph[r], maddubs(hi, set32(ah)));
+    pl[r] = chain(add16(pl[r], maddubs(lo, set32(al))));
+    ph[r] = chain(add16(ph[r], maddubs(hi, set32(ah))));
   }
   if constexpr ((U + 1) % kPairFlush == 0) {
     for (int r = 0; r < MR; ++r) {
@@ -342,7 +350,7 @@ __attribute__((target(QG_TARGET))) void tile(const QJob& j, std::int64_t r0, std
         std::int32_t a4;
         std::memcpy(&a4, qa[r] + 4 * g, 4);
         const VI a = set32(a4);
-        for (int h = 0; h < kNH; ++h) ps[r][h] = add16(ps[r][h], maddubs(w[h], a));
+        for (int h = 0; h < kNH; ++h) ps[r][h] = chain(add16(ps[r][h], maddubs(w[h], a)));
       }
       if ((g + 1) % Tr::kFlush == 0) {
         for (int h = 0; h < kNH; ++h) {
