@@ -166,8 +166,9 @@ bool own_fp32_gemm_active();
 
 /// Whether linear() computes every row of y from that row of x and W alone, whatever the other rows
 /// of the call are (how many, in which place): true for clef's own kernels (int8, block-quantized,
-/// and bf16 on the vdpbf16ps GEMM while it is active), false for the library's matmuls (fp32, and
-/// bf16 otherwise), whose blocking, and so each sum's order, depends on the number of rows. Rows of
+/// bf16 on the vdpbf16ps GEMM while it is active, and fp32 / bf16 on the FMA GEMM at the avx2 level
+/// while it is active), false for the library's matmuls (fp32, and bf16 otherwise), whose blocking,
+/// and so each sum's order, depends on the number of rows. Rows of
 /// several sequences may share a call only where this is true (nn/linear.h linear_shared_rows).
 bool linear_rows_independent(const GemmWeight& w);
 
