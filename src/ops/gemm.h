@@ -155,9 +155,9 @@ void set_own_bf16_gemm(bool on) noexcept;
 bool own_bf16_gemm_active();
 
 /// Whether fp32 products (fp32 weights, and bf16 weights where the library has no bf16 matmul: bf16
-/// values through fp32 products) run clef's own AVX2 FMA GEMM (cpu/fma_gemm_x86.h: one fixed chain of
-/// fused multiply-adds per element, so each row's bits are independent of the other rows;
-/// docs/NUMERICS.md "fp32 GEMM with a fixed chain (AVX2)") instead of the library's fp32 matmul, where
+/// values through fp32 products) run clef's own AVX2 FMA GEMM (cpu/fma_gemm_x86.h: one fixed order
+/// of fused multiply-adds and additions per element, so each row's bits are independent of the other rows;
+/// docs/NUMERICS.md "fp32 GEMM with a fixed order (AVX2)") instead of the library's fp32 matmul, where
 /// the level in use is avx2 (elsewhere the library's path is taken either way). Default from the
 /// environment: CLEF_FP32_GEMM unset, empty or "clef" on, "library" off, anything else
 /// InvalidArgument at the first such call. Process-wide.

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """CLEF_FP32_GEMM end to end at the avx2 level: clef's FMA GEMM is the default there and `clef --version`
 says so, `library` hands the fp32 products back to the GEMM library, both answer within the
-rounding-order bound of each other (docs/NUMERICS.md "fp32 GEMM with a fixed chain (AVX2)"), and a bad
+rounding-order bound of each other (docs/NUMERICS.md "fp32 GEMM with a fixed order (AVX2)"), and a bad
 value is a usage error naming the variable."""
 
 from __future__ import annotations

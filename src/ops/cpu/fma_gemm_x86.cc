@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: MIT
-// fp32 matrix product on AVX2 FMA with a fixed chain per element (cpu/fma_gemm_x86.h). x86-64 only.
+// fp32 matrix product on AVX2 FMA with a fixed order per element (cpu/fma_gemm_x86.h). x86-64 only.
 //
-// Blocking (the classic packed GEMM): W is packed KC x NC at a time into micro-panels of 16 output
-// columns, [k][16] (widened from bf16 / fp16 as it is copied; 1 MiB, in L2/L3), x MC x KC at a time
-// into micro-panels of 6 rows, [k][6] (in L2); the 6 x 16 register tile (12 ymm accumulators, two
-// ymm of W, one broadcast of x) walks the x block under one W micro-panel (16 KiB, in L1). Each
-// element's chain runs in k order across the KC blocks: the tile starts from y (or +0 in the first
-// block without accumulation) and stores back after each block, so the blocking moves operands,
-// never the order of the additions. Threads take contiguous ranges of column panels (rows when n
-// has fewer panels than threads), each with its own packing buffers.
+// Blocking (the classic packed GEMM): x is packed once per slab of up to 1,008 rows into micro-panels
+// of 6 rows, [k][6] per KC block (by all threads, shared); W is packed KC x NC at a time by each
+// thread for its own columns into micro-panels of 16 output columns, [k][16] (widened from bf16 /
+// fp16 as it is copied; 1 MiB, in L2/L3). The 6 x 16 register tile (12 ymm accumulators, two ymm of
+// W, one broadcast of x) walks an MC-row block of x (in L2) under one W micro-panel (16 KiB, in L1).
+// Each element is summed per KC block of k (one FMA chain from +0 in k order), and the block sums are
+// added to y in block order (the first one stored as it is unless accumulating), so the blocking by
+// rows, columns and threads moves operands, never the order of the additions. Threads take contiguous ranges of column panels (rows
+// when n has fewer panels than threads).
 #include "ops/cpu/fma_gemm_x86.h"
 
 #include <immintrin.h>
@@ -130,15 +131,12 @@ CLEF_FMA_ATTR void pack_x(const float* x, std::int64_t k, std::int64_t r0, std::
     for (std::int64_t l = 0; l < kMR; ++l) ap[i * kMR + l] = l < rows ? x[(r0 + l) * k + p0 + i] : 0.0f;
 }
 
-/// The 6 x 16 tile: c[r][j] = (load ? c[r][j] : +0), then += ap[i][r] · bp[i][j] for i in [0, kc),
-/// one FMA per step in i order.
-CLEF_FMA_ATTR void tile(std::int64_t kc, const float* ap, const float* bp, float* c, std::int64_t ldc, bool load) {
+/// The 6 x 16 tile: the block sum p[r][j] = Σ ap[i][r] · bp[i][j], one FMA per step in i order from
+/// +0, then c[r][j] = (add ? c[r][j] + p[r][j] : p[r][j]), one rounded addition.
+CLEF_FMA_ATTR void tile(std::int64_t kc, const float* ap, const float* bp, float* c, std::int64_t ldc, bool add) {
   __m256 acc[kMR][2];
 #pragma GCC unroll 6
-  for (int r = 0; r < kMR; ++r) {
-    acc[r][0] = load ? _mm256_loadu_ps(c + r * ldc) : _mm256_setzero_ps();
-    acc[r][1] = load ? _mm256_loadu_ps(c + r * ldc + 8) : _mm256_setzero_ps();
-  }
+  for (int r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
 #pragma GCC unroll 4
   for (std::int64_t i = 0; i < kc; ++i) {
     const __m256 b0 = _mm256_load_ps(bp + i * kNR), b1 = _mm256_load_ps(bp + i * kNR + 8);
@@ -151,18 +149,22 @@ CLEF_FMA_ATTR void tile(std::int64_t kc, const float* ap, const float* bp, float
   }
 #pragma GCC unroll 6
   for (int r = 0; r < kMR; ++r) {
+    if (add) {
+      acc[r][0] = _mm256_add_ps(_mm256_loadu_ps(c + r * ldc), acc[r][0]);
+      acc[r][1] = _mm256_add_ps(_mm256_loadu_ps(c + r * ldc + 8), acc[r][1]);
+    }
     _mm256_storeu_ps(c + r * ldc, acc[r][0]);
     _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
   }
 }
 
 /// A tile of mr <= 6 rows and nr <= 16 columns through a 6 x 16 buffer (same arithmetic).
-CLEF_FMA_ATTR void edge_tile(std::int64_t kc, const float* ap, const float* bp, float* c, std::int64_t ldc, bool load,
+CLEF_FMA_ATTR void edge_tile(std::int64_t kc, const float* ap, const float* bp, float* c, std::int64_t ldc, bool add,
                              std::int64_t mr, std::int64_t nr) {
   alignas(32) float buf[kMR * kNR] = {};
-  if (load)
+  if (add)
     for (std::int64_t r = 0; r < mr; ++r) std::memcpy(buf + r * kNR, c + r * ldc, static_cast<std::size_t>(nr) * 4);
-  tile(kc, ap, bp, buf, kNR, load);
+  tile(kc, ap, bp, buf, kNR, add);
   for (std::int64_t r = 0; r < mr; ++r) std::memcpy(c + r * ldc, buf + r * kNR, static_cast<std::size_t>(nr) * 4);
 }
 
@@ -201,7 +203,7 @@ CLEF_FMA_ATTR void run_block(std::int64_t r0, std::int64_t r1, std::int64_t c0, 
     const std::int64_t nc = std::min(kNC, c1 - jc);
     for (std::int64_t pc = 0; pc < k; pc += kKC) {
       const std::int64_t kc = std::min(kKC, k - pc);
-      const bool load = pc > 0 || accumulate;
+      const bool add = pc > 0 || accumulate;  // this block's sums go onto y
       pack_w(t, w, n, k, jc, nc, pc, kc, bp);
       const float* xblock = xp + pc * rows_p;
       for (std::int64_t ic = r0; ic < r1; ic += kMC) {
@@ -213,8 +215,8 @@ CLEF_FMA_ATTR void run_block(std::int64_t r0, std::int64_t r1, std::int64_t c0, 
             const std::int64_t mr = std::min<std::int64_t>(kMR, mc - ir);
             float* c = y + (ic + ir) * n + jc + jr;
             const float* apanel = xblock + ((ic + ir - xr0) / kMR) * kc * kMR;
-            if (mr == kMR && nr == kNR) tile(kc, apanel, bpanel, c, n, load);
-            else edge_tile(kc, apanel, bpanel, c, n, load, mr, nr);
+            if (mr == kMR && nr == kNR) tile(kc, apanel, bpanel, c, n, add);
+            else edge_tile(kc, apanel, bpanel, c, n, add, mr, nr);
           }
         }
       }
@@ -273,7 +275,12 @@ void fma_gemm_reference(std::int64_t m, std::int64_t n, std::int64_t k, const fl
   for (std::int64_t r = 0; r < m; ++r) {
     for (std::int64_t j = 0; j < n; ++j) {
       float acc = accumulate ? y[r * n + j] : 0.0f;
-      for (std::int64_t i = 0; i < k; ++i) acc = std::fma(x[r * k + i], weight_at(w_dtype, w, j * k + i), acc);
+      for (std::int64_t p0 = 0; p0 < k; p0 += kKC) {  // KC blocks, each its own chain from +0
+        float part = 0.0f;
+        for (std::int64_t i = p0; i < std::min(k, p0 + kKC); ++i)
+          part = std::fma(x[r * k + i], weight_at(w_dtype, w, j * k + i), part);
+        acc = p0 > 0 || accumulate ? acc + part : part;
+      }
       y[r * n + j] = acc;
     }
   }

@@ -1,22 +1,24 @@
 // SPDX-License-Identifier: MIT
-// fp32 matrix product on AVX2 FMA with packed panels, whose every output element is one fixed chain
-// of fused multiply-adds: the GEMM of the AVX2 level for fp32 weights and for bf16 values through
-// fp32 products (docs/NUMERICS.md "fp32 GEMM with a fixed chain (AVX2)"). Internal to src/ops;
+// fp32 matrix product on AVX2 FMA with packed panels, whose every output element is summed in one
+// fixed order of fused multiply-adds and additions: the GEMM of the AVX2 level for fp32 weights and for bf16 values through
+// fp32 products (docs/NUMERICS.md "fp32 GEMM with a fixed order (AVX2)"). Internal to src/ops;
 // x86-64 only.
 //
 // y [m, n] = x [m, k] · Wᵀ (y += ... when accumulating), x fp32 row-major (row stride k), W the
 // model's weight in place, row-major [n, k] (PyTorch Linear.weight) in fp32, bf16 or fp16 (widened
 // exactly as it is packed; nothing is kept), y fp32 row-major with row stride n.
 //
-// Arithmetic of one output element: acc = (accumulating ? y : +0), then acc = fma(x[i], W[j, i], acc)
-// for i = 0, 1, ..., k - 1 in that order, each step one rounding of the exact product plus acc
-// (IEEE binary32, round to nearest even; subnormals kept). None of it depends on m, on the row's
-// position in x, on the blocking, on the thread count or on n, so a row's bits are a function of
-// that row and W alone, and the scalar fma_gemm_reference (std::fma in the same order) is the
-// oracle of the tests, bit for bit.
+// Arithmetic of one output element: for each block of 256 consecutive k (the last one shorter), the
+// block sum p = fma chain from +0 over its k in increasing order (each step one rounding of the exact
+// product plus the running sum; IEEE binary32, round to nearest even, subnormals kept); then
+// y = p₀ (or y + p₀ when accumulating), y = y + p₁, ... in block order, one rounded addition each.
+// None of it depends on m, on the row's position in x, on the register and cache blocking, on the
+// thread count or on n, so a row's bits are a function of that row and W alone, and the scalar
+// fma_gemm_reference (std::fma in the same order) is the oracle of the tests, bit for bit.
 //
-// Error: k roundings of at most 2⁻²⁴ relative each, so |y − Σ x·w| ≤ k · 2⁻²⁴ · (|y₀| + Σ |x·w|)
-// to first order, the bound of any sequential fp32 sum (docs/NUMERICS.md).
+// Error (first order): at most 256 roundings inside a block and one per block after it, so
+// |y − y₀ − Σ x·w| ≤ (256 + ⌈k / 256⌉) · 2⁻²⁴ · (|y₀| + Σ |x·w|) (docs/NUMERICS.md), like the
+// library's blocked sums; one chain over all of k would allow k roundings.
 #pragma once
 
 #include <cstdint>
