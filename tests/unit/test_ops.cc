@@ -1049,9 +1049,9 @@ std::vector<std::byte> random_weights(Rng& rng, DType t, std::int64_t count) {
 }
 
 // The AVX2 FMA kernel (ops/cpu/fma_gemm_x86.h) gives its scalar oracle's bits (an fma chain per
-// 256-k block, the block sums added in order) for every weight dtype it packs. Shapes cover the 6 x 16 tile's row and column
-// tails, k inside one 256 block, across blocks and with a tail, and (last case) more rows than one
-// 144-row block and more columns than one 1024-column block.
+// 256-k block, the block sums added in order) for every weight dtype it packs. Shapes cover the 6 x 16 tile's row and
+// column tails, k inside one 256 block, across blocks and with a tail, and (last case) more rows than one 144-row block
+// and more columns than one 1024-column block.
 class FmaGemm : public test::AtIsaLevel {
  protected:
   void SetUp() override {

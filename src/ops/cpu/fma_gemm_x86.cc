@@ -8,8 +8,8 @@
 // W, one broadcast of x) walks an MC-row block of x (in L2) under one W micro-panel (16 KiB, in L1).
 // Each element is summed per KC block of k (one FMA chain from +0 in k order), and the block sums are
 // added to y in block order (the first one stored as it is unless accumulating), so the blocking by
-// rows, columns and threads moves operands, never the order of the additions. Threads take contiguous ranges of column panels (rows
-// when n has fewer panels than threads).
+// rows, columns and threads moves operands, never the order of the additions. Threads take contiguous ranges of column
+// panels (rows when n has fewer panels than threads).
 #include "ops/cpu/fma_gemm_x86.h"
 
 #include <immintrin.h>

@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: MIT
 // fp32 matrix product on AVX2 FMA with packed panels, whose every output element is summed in one
-// fixed order of fused multiply-adds and additions: the GEMM of the AVX2 level for fp32 weights and for bf16 values through
-// fp32 products (docs/NUMERICS.md "fp32 GEMM with a fixed order (AVX2)"). Internal to src/ops;
-// x86-64 only.
+// fixed order of fused multiply-adds and additions: the GEMM of the AVX2 level for fp32 weights and for bf16 values
+// through fp32 products (docs/NUMERICS.md "fp32 GEMM with a fixed order (AVX2)"). Internal to src/ops; x86-64 only.
 //
 // y [m, n] = x [m, k] · Wᵀ (y += ... when accumulating), x fp32 row-major (row stride k), W the
 // model's weight in place, row-major [n, k] (PyTorch Linear.weight) in fp32, bf16 or fp16 (widened
