@@ -11,7 +11,7 @@ The reference is `Qwen3_5ForConditionalGeneration.from_pretrained(DIR, dtype=flo
 .model.language_model(input_ids, attention_mask=ones).last_hidden_state`.
 
 The C++ side is `clef_backbone_dump` (built by tests/CMakeLists.txt). Set CLEF_BACKBONE_DUMP to
-its path, or build any preset (build/<preset>/bin/ is searched, newest first); the tests skip
+its path; else the one beside $CLEF_BIN, else build/release/bin's is used; the tests skip
 when no binary is found. CLEF_TEST_THREADS (default 1) sets the engine's threads.
 """
 
@@ -38,19 +38,24 @@ THREADS = os.environ.get("CLEF_TEST_THREADS", "1")
 
 
 def _find_binary(name: str) -> pathlib.Path | None:
+    """$CLEF_BACKBONE_DUMP's folder, else beside $CLEF_BIN, else build/release/bin (never another
+    preset's build that happens to be newer: an ASan or arm64 build there would be timed, or not run)."""
     env = os.environ.get("CLEF_BACKBONE_DUMP")
     if env:
         p = pathlib.Path(env)
         return p.parent / name if name != "clef_backbone_dump" else p
-    found = sorted(REPO_ROOT.glob(f"build/*/bin/{name}"), key=lambda p: p.stat().st_mtime, reverse=True)
-    return found[0] if found else None
+    clef_bin = os.environ.get("CLEF_BIN")
+    if clef_bin and (pathlib.Path(clef_bin).parent / name).exists():
+        return pathlib.Path(clef_bin).parent / name
+    p = REPO_ROOT / "build" / "release" / "bin" / name
+    return p if p.exists() else None
 
 
 @pytest.fixture(scope="session")
 def dump_bin() -> pathlib.Path:
     p = _find_binary("clef_backbone_dump")
     if p is None or not p.exists():
-        pytest.skip("clef_backbone_dump not built (set CLEF_BACKBONE_DUMP or build a preset)")
+        pytest.skip("clef_backbone_dump not built (set CLEF_BACKBONE_DUMP or build the release preset)")
     return p
 
 

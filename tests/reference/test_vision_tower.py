@@ -17,8 +17,8 @@ with text before, between and after; and `clef_vision_driver shift` (the seed-00
 form, docs/MODEL.md §7.4) against get_rope_index on the Clef layout (one image after the
 36-token prefix).
 
-Set CLEF_VISION_DRIVER to the driver's path, or build a preset (build/*/bin is searched, newest
-first); the tests skip when no driver is found. CLEF_TEST_THREADS (default 1) sets its threads.
+Set CLEF_VISION_DRIVER to the driver's path; else the one beside $CLEF_BIN, else build/release/bin's
+is used; the tests skip when no driver is found. CLEF_TEST_THREADS (default 1) sets its threads.
 """
 
 from __future__ import annotations
@@ -58,10 +58,14 @@ def _driver() -> pathlib.Path:
     env = os.environ.get("CLEF_VISION_DRIVER")
     if env:
         return pathlib.Path(env)
-    found = sorted(REPO_ROOT.glob("build/*/bin/clef_vision_driver"), key=lambda p: p.stat().st_mtime, reverse=True)
-    if not found:
-        pytest.skip("clef_vision_driver not built (set CLEF_VISION_DRIVER or build a preset)")
-    return found[0]
+    # Beside $CLEF_BIN, else build/release/bin (never another preset's newer build: ASan, arm64).
+    clef_bin = os.environ.get("CLEF_BIN")
+    p = pathlib.Path(clef_bin).parent / "clef_vision_driver" if clef_bin else None
+    if p is None or not p.exists():
+        p = REPO_ROOT / "build" / "release" / "bin" / "clef_vision_driver"
+    if not p.exists():
+        pytest.skip("clef_vision_driver not built (set CLEF_VISION_DRIVER or build the release preset)")
+    return p
 
 
 @pytest.fixture(scope="session")

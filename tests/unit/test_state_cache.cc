@@ -527,8 +527,12 @@ TEST_F(EngineStateCacheTest, LentAndCopiedRestoresGiveTheColdLogitsInBothPrecisi
     std::string history;
     for (int i = 0; i < 8; ++i) history += "Ticket " + std::to_string(900 + i) + ": the customer wrote again. ";
     bool first_state = true;
-    for (const char* tail : {"Order A-55120 was charged twice.", "Order A-55120 was charged twice!!",
-                             "Two charges on order A-55120, one refund.", "Charged twice."}) {
+    std::vector<const char*> tails = {"Order A-55120 was charged twice.", "Order A-55120 was charged twice!!",
+                                      "Two charges on order A-55120, one refund.", "Charged twice."};
+#if defined(__SANITIZE_ADDRESS__)
+    tails.resize(2);  // one odd and one even state: the memory paths, at half the sanitizer's time
+#endif
+    for (const char* tail : tails) {
       const std::string state = history + tail;
       SCOPED_TRACE(tail);
       const Decision cold = on.decide(request(state, "Is a refund due?"));

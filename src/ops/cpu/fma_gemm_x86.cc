@@ -64,6 +64,22 @@ CLEF_FMA_ATTR inline __m256 load8(DType t, const std::byte* w, std::int64_t i) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
+/// v rounded to the nearest bf16 value, kept as fp32: bf16_to_f32(f32_to_bf16(v)) lane by lane
+/// (round to nearest even; a NaN stays a NaN with the quiet bit set, as f32_to_bf16 does).
+CLEF_FMA_ATTR inline __m256 round_bf16(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), hi);
+  const __m256i nan = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), hi);
+  const __m256i is_nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(rounded, nan, is_nan));
+}
+
+/// x's value as the product reads it: itself, or rounded to bf16 (x_bf16).
+inline float x_value(float v, bool x_bf16) { return x_bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
+
 /// 8 x 8 transpose of r[0..8) in place (row i of the result = column i of the input).
 CLEF_FMA_ATTR inline void transpose8(__m256 (&r)[8]) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -116,19 +132,22 @@ CLEF_FMA_ATTR void pack_w(DType t, const void* w, std::int64_t n, std::int64_t k
 }
 
 /// Packs x rows [r0, r0 + rows) (rows past them as zero) and elements [p0, p0 + kc) into one
-/// micro-panel of kMR rows: element (i, r) at ap[i·kMR + r].
+/// micro-panel of kMR rows: element (i, r) at ap[i·kMR + r], rounded to bf16 values when x_bf16.
 CLEF_FMA_ATTR void pack_x(const float* x, std::int64_t k, std::int64_t r0, std::int64_t rows, std::int64_t p0,
-                          std::int64_t kc, float* ap) {
+                          std::int64_t kc, bool x_bf16, float* ap) {
   const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
   std::int64_t i = 0;
   for (; i + 8 <= kc; i += 8) {
     __m256 r[8];
     for (int l = 0; l < 8; ++l) r[l] = l < rows ? _mm256_loadu_ps(x + (r0 + l) * k + p0 + i) : _mm256_setzero_ps();
+    if (x_bf16)
+      for (int l = 0; l < 8; ++l) r[l] = round_bf16(r[l]);
     transpose8(r);
     for (int l = 0; l < 8; ++l) _mm256_maskstore_ps(ap + (i + l) * kMR, six, r[l]);
   }
   for (; i < kc; ++i)
-    for (std::int64_t l = 0; l < kMR; ++l) ap[i * kMR + l] = l < rows ? x[(r0 + l) * k + p0 + i] : 0.0f;
+    for (std::int64_t l = 0; l < kMR; ++l)
+      ap[i * kMR + l] = l < rows ? x_value(x[(r0 + l) * k + p0 + i], x_bf16) : 0.0f;
 }
 
 /// The 6 x 16 tile: the block sum p[r][j] = Σ ap[i][r] · bp[i][j], one FMA per step in i order from
@@ -181,12 +200,13 @@ float* scratch(std::unique_ptr<float[]>& buf, std::int64_t& cap, std::int64_t n)
 /// x rows [r0, r0 + rows) packed for every KC block: block b (elements [b·kKC, b·kKC + kc)) at
 /// xp + b·kKC·rows_p, its micro-panel q at + q·kc·kMR (rows_p = rows rounded up to kMR). The panels
 /// are split over the threads of the enclosing parallel region (omp for, with its barrier).
-CLEF_FMA_ATTR void pack_x_all(const float* x, std::int64_t k, std::int64_t r0, std::int64_t rows, float* xp) {
+CLEF_FMA_ATTR void pack_x_all(const float* x, std::int64_t k, std::int64_t r0, std::int64_t rows, bool x_bf16,
+                              float* xp) {
   const std::int64_t panels = (rows + kMR - 1) / kMR, blocks = (k + kKC - 1) / kKC, rows_p = panels * kMR;
 #pragma omp for schedule(static)
   for (std::int64_t t = 0; t < panels * blocks; ++t) {
     const std::int64_t b = t / panels, q = t % panels, kc = std::min(kKC, k - b * kKC);
-    pack_x(x, k, r0 + q * kMR, std::min<std::int64_t>(kMR, rows - q * kMR), b * kKC, kc,
+    pack_x(x, k, r0 + q * kMR, std::min<std::int64_t>(kMR, rows - q * kMR), b * kKC, kc, x_bf16,
            xp + b * kKC * rows_p + q * kc * kMR);
   }
 }
@@ -240,8 +260,8 @@ bool fma_gemm_takes(DType w_dtype) noexcept {
   return w_dtype == DType::kF32 || w_dtype == DType::kBF16 || w_dtype == DType::kF16;
 }
 
-void fma_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, DType w_dtype, const void* w, float* y,
-              bool accumulate) {
+void fma_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, bool x_bf16, DType w_dtype, const void* w,
+              float* y, bool accumulate) {
   if (!fma_gemm_available()) throw Unsupported("fma_gemm: this CPU or level is not AVX2 with FMA");
   if (!fma_gemm_takes(w_dtype)) throw InvalidArgument("fma_gemm: weights must be F32, BF16 or F16");
   if (m <= 0 || n <= 0 || k <= 0) throw InvalidArgument("fma_gemm: empty shape");
@@ -254,7 +274,7 @@ void fma_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, DT
     float* xp = scratch(xbuf, xcap, rows_p * k);
 #pragma omp parallel if (rows * n * k >= kMinWork)
     {
-      pack_x_all(x, k, s0, rows, xp);
+      pack_x_all(x, k, s0, rows, x_bf16, xp);
       const std::int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
       if (panels >= nt) {  // contiguous ranges of column panels
         const std::int64_t c0 = panels * t / nt * kNR, c1 = std::min(n, panels * (t + 1) / nt * kNR);
@@ -268,8 +288,8 @@ void fma_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, DT
   }
 }
 
-void fma_gemm_reference(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, DType w_dtype, const void* w,
-                        float* y, bool accumulate) {
+void fma_gemm_reference(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, bool x_bf16, DType w_dtype,
+                        const void* w, float* y, bool accumulate) {
   if (!fma_gemm_takes(w_dtype)) throw InvalidArgument("fma_gemm_reference: weights must be F32, BF16 or F16");
   if (m <= 0 || n <= 0 || k <= 0) throw InvalidArgument("fma_gemm_reference: empty shape");
   for (std::int64_t r = 0; r < m; ++r) {
@@ -278,7 +298,7 @@ void fma_gemm_reference(std::int64_t m, std::int64_t n, std::int64_t k, const fl
       for (std::int64_t p0 = 0; p0 < k; p0 += kKC) {  // KC blocks, each its own chain from +0
         float part = 0.0f;
         for (std::int64_t i = p0; i < std::min(k, p0 + kKC); ++i)
-          part = std::fma(x[r * k + i], weight_at(w_dtype, w, j * k + i), part);
+          part = std::fma(x_value(x[r * k + i], x_bf16), weight_at(w_dtype, w, j * k + i), part);
         acc = p0 > 0 || accumulate ? acc + part : part;
       }
       y[r * n + j] = acc;

@@ -3,7 +3,8 @@
 // fixed order of fused multiply-adds and additions: the GEMM of the AVX2 level for fp32 weights and for bf16 values
 // through fp32 products (docs/NUMERICS.md "fp32 GEMM with a fixed order (AVX2)"). Internal to src/ops; x86-64 only.
 //
-// y [m, n] = x [m, k] · Wᵀ (y += ... when accumulating), x fp32 row-major (row stride k), W the
+// y [m, n] = x [m, k] · Wᵀ (y += ... when accumulating), x fp32 row-major (row stride k; with x_bf16
+// each value rounded to the nearest bf16 value first, as it is packed: bf16 mode's activations), W the
 // model's weight in place, row-major [n, k] (PyTorch Linear.weight) in fp32, bf16 or fp16 (widened
 // exactly as it is packed; nothing is kept), y fp32 row-major with row stride n.
 //
@@ -37,11 +38,11 @@ bool fma_gemm_takes(DType w_dtype) noexcept;
 /// fma_gemm_available() (Unsupported otherwise), fma_gemm_takes(w_dtype) (InvalidArgument), and
 /// m, n, k >= 1 (InvalidArgument). Runs on the engine's OpenMP threads (column panels, or row blocks
 /// when n is narrow, split statically over them).
-void fma_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, DType w_dtype, const void* w, float* y,
-              bool accumulate);
+void fma_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, bool x_bf16, DType w_dtype, const void* w,
+              float* y, bool accumulate);
 
 /// The same arithmetic in plain scalar C++ (the oracle; any CPU, one thread).
-void fma_gemm_reference(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, DType w_dtype, const void* w,
-                        float* y, bool accumulate);
+void fma_gemm_reference(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, bool x_bf16, DType w_dtype,
+                        const void* w, float* y, bool accumulate);
 
 }  // namespace clef::ops::cpu

@@ -230,6 +230,15 @@ void linear_unshared(const float* x, std::int64_t m, const GemmWeight& w, float*
   const std::int64_t n = w.n(), k = w.k();
   thread_local std::vector<float> wide, xr;
   const bool bf16 = w.precision() == Precision::kBF16;
+#if !defined(__aarch64__)
+  if (own_fp32_gemm()) {  // clef's AVX2 FMA GEMM: rounds x to bf16 and widens bf16 / fp16 weights as it packs them
+    const auto [t, src] = fma_operand(w);
+    if (cpu::fma_gemm_takes(t)) {
+      cpu::fma_gemm(m, n, k, x, bf16, t, src, y, accumulate);
+      return;
+    }
+  }
+#endif
   const float* xptr = x;
   if (bf16) {  // no bf16 matmul here: bf16 values through the fp32 matmul (file comment)
     CLEF_PROF_SCOPE(">linear.x_to_bf16");
@@ -238,15 +247,6 @@ void linear_unshared(const float* x, std::int64_t m, const GemmWeight& w, float*
     xptr = buf;
   }
   const void* fp32_operand = bf16 ? nullptr : w.operand() != nullptr ? w.operand() : w.resident_f32();
-#if !defined(__aarch64__)
-  if (own_fp32_gemm()) {  // clef's AVX2 FMA GEMM widens bf16 / fp16 weights as it packs them
-    const auto [t, src] = fma_operand(w);
-    if (cpu::fma_gemm_takes(t)) {
-      cpu::fma_gemm(m, n, k, xptr, t, src, y, accumulate);
-      return;
-    }
-  }
-#endif
   if (fp32_operand != nullptr) {  // fp32 weight in place, or its resident fp32 copy
     gemm_backend::matmul_f32(m, n, k, xptr, static_cast<const float*>(fp32_operand), y, n, accumulate);
     return;
