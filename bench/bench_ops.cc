@@ -362,16 +362,19 @@ int main(int argc, char** argv) try {
   const double pf = measured.fp32, pb = measured.bf16;
   const clef::ops::Int8Kernel i8k = clef::ops::active_int8_kernel();
   const double p8 = clef::ops::measure_int8_peak_gops(i8k, threads, 3, peak_iters);
+  const clef::ops::QuantKernel qk = clef::ops::active_quant_kernel();
+  const double pq = clef::ops::measure_quant_peak_gops(qk, threads, 3, peak_iters);
   std::printf(
-      "measured peak: fp32 FMA %.1f GFLOP/s, bf16 %.1f GFLOP/s (%s), int8 %.1f GOP/s (%s kernel's sequence)\n\n", pf,
-      pb,
+      "measured peak: fp32 FMA %.1f GFLOP/s, bf16 %.1f GFLOP/s (%s), int8 %.1f GOP/s (%s kernel's sequence), "
+      "block-quantized %.1f GOP/s (%s kernel's sequence)\n\n",
+      pf, pb,
       measured.bf16_dot ? "vdpbf16ps"
 #if defined(__aarch64__)
                         : "fp32 FMA on bf16 values; the BFMMLA peak, where the CPU has it, is in the ARM table below",
 #else
                         : "fp32 FMA on bf16 values: no bf16 dot product at this level",
 #endif
-      p8, clef::ops::int8_kernel_name(i8k));
+      p8, clef::ops::int8_kernel_name(i8k), pq, clef::ops::quant_kernel_name(qk));
 #if defined(__aarch64__)
   print_arm_peaks(threads, peak_iters);
 #endif

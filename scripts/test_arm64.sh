@@ -56,7 +56,7 @@ trap 'rm -rf "$work"' EXIT
 # The per-level suites, and the ARM-relevant non-level tests of the op binaries (the int8 and
 # block-quantized kernels and their packing, the GEMM and its precisions, the level names).
 LEVEL_FILTER='Isa/*:Levels/*'
-OPS_EXTRA='IsaLevels.*:Supported/*:Int8.*:Quant.*:Ops.*:Peaks/*:Bf16Bfmmla.*'
+OPS_EXTRA='IsaLevels.*:Supported/*:Int8.*:Quant.*:Ops.*:Peaks/*:IntegerPeaks.*:Bf16Bfmmla.*'
 # Left out: a thread-count and a profile-timing test (nothing architecture-specific). Every op test
 # runs at every level, neon-dotprod and neon-i8mm included (their Highway kernels are the neon ones,
 # about 30 s more, but their GEMMs are their own); the int8 and block-quantized kernels also run

@@ -17,6 +17,12 @@ struct PeakGflops {
 /// shared: take the best). Takes about 2 x repeats x iters x 12 x latency seconds.
 PeakGflops measure_peak_gflops(int threads, int repeats = 3, std::int64_t iters = 20'000'000);
 
+/// The timing harness of the integer peaks (measure_int8_peak_gops, measure_quant_peak_gops):
+/// runs `chain(iters)` on `threads` threads at once, `repeats` times, and returns the best rate in
+/// GOP/s, 2 OP per multiply-add. `chain` runs `iters` iterations of an instruction sequence on
+/// independent accumulators and returns the multiply-adds of one iteration.
+double best_chain_rate_gops(int threads, int repeats, std::int64_t iters, double (*chain)(std::int64_t));
+
 #if defined(__aarch64__)
 /// The ARM64 instruction classes whose peak measure_arm_peak measures (128-bit NEON forms).
 /// One instruction's work, counting 2 operations per multiply-add as GFLOP/s counts an FMA:

@@ -158,6 +158,15 @@ std::vector<QuantKernel> quant_kernels_supported();
 /// on an unknown name.
 QuantKernel active_quant_kernel();
 
+/// Measured multiply-add peak of kernel `k`'s dot-product sequence on `threads` threads, in GOP/s
+/// (2 OP per multiply-add): avx2 and avx512 vpmaddubsw + vpaddw per 32 (64) products, the
+/// unsigned weight bytes of these types times the signed activation bytes into int16 sums (the
+/// tiles' vpmaddwd widening, once per 1-4 groups, is left out: this is the sequence's ceiling);
+/// avxvnni, avx512vnni, neon-dotprod and neon-i8mm run the int8 kernels' instruction
+/// (measure_int8_peak_gops: vpdpbusd, SDOT, SMMLA). Best of `repeats` runs of `iters` iterations.
+/// 0 for kScalar and kNeon and for a kernel this CPU lacks.
+double measure_quant_peak_gops(QuantKernel k, int threads, int repeats = 3, std::int64_t iters = 20'000'000);
+
 /// y [m, n] = x [m, k] · Wᵀ (y += ... when `accumulate`) with the active kernel. x and y
 /// contiguous fp32, not aliasing. Throws InvalidArgument on a bad size.
 void quant_linear(const float* x, std::int64_t m, const QuantWeight& w, float* y, bool accumulate);

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -301,7 +300,7 @@ __attribute__((target("avx2"))) double peak_avx2(std::int64_t iters) {
     asm volatile("" : "+x"(w0), "+x"(w1), "+r"(ap));
     for (int r = 0; r < 4; ++r) {
       const __m256i a = _mm256_set1_epi32(ap[r]);
-      const __m256i ua = _mm256_abs_epi8(_mm256_set1_epi32(ap[r + 4]));
+      const __m256i ua = _mm256_set1_epi32(ap[r + 4]);
       c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(w0, a)), ones));
       c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(w1, a)), ones));
     }
@@ -346,22 +345,10 @@ double measure_int8_peak_gops(Int8Kernel k, int threads, int repeats, std::int64
 #ifdef CLEF_INT8_X86
   const std::vector<Int8Kernel> have = int8_kernels_supported();
   if (k == Int8Kernel::kScalar || std::find(have.begin(), have.end(), k) == have.end()) return 0.0;
-  double best = 0.0;
-  for (int r = 0; r < repeats; ++r) {
-    double macs_per_iter = 0.0;
-    const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(threads)
-    {
-      const double m = k == Int8Kernel::kAvx2      ? peak_avx2(iters)
-                       : k == Int8Kernel::kAvxVnni ? peak_avxvnni(iters)
-                                                   : peak_avx512vnni(iters);
-#pragma omp master
-      macs_per_iter = m;
-    }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 2.0 * macs_per_iter * static_cast<double>(iters) * threads / s / 1e9);
-  }
-  return best;
+  return best_chain_rate_gops(threads, repeats, iters,
+                              k == Int8Kernel::kAvx2      ? peak_avx2
+                              : k == Int8Kernel::kAvxVnni ? peak_avxvnni
+                                                          : peak_avx512vnni);
 #elif defined(CLEF_INT8_ARM)
   // The ARM kernels' instructions: SDOT (neon-dotprod) and SMMLA (neon-i8mm), ops/peak.h.
   if (!cpu_has(k)) return 0.0;

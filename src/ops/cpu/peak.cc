@@ -7,6 +7,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -92,6 +93,23 @@ PeakGflops measure_peak_gflops(int threads, int repeats, std::int64_t iters) {
   p.bf16_dot = active_isa() == IsaLevel::kAvx512Bf16;
 #endif
   return p;
+}
+
+double best_chain_rate_gops(int threads, int repeats, std::int64_t iters, double (*chain)(std::int64_t)) {
+  double best = 0.0;
+  for (int r = 0; r < repeats; ++r) {
+    double macs_per_iter = 0.0;
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+      const double m = chain(iters);
+#pragma omp master
+      macs_per_iter = m;
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * macs_per_iter * static_cast<double>(iters) * threads / s / 1e9);
+  }
+  return best;
 }
 }  // namespace clef::ops
 #endif  // HWY_ONCE

@@ -33,6 +33,7 @@
 #include "ops/cpu/quant_layout.h"
 #include "ops/int8_gemm.h"
 #include "ops/isa.h"
+#include "ops/peak.h"
 #include "ops/profile.h"
 #include "ops/quant_gemm.h"
 
@@ -240,6 +241,70 @@ std::vector<QuantKernel> quant_kernels_supported() {
     if (cpu_has(k)) out.push_back(k);
   }
   return out;
+}
+
+namespace {
+
+#ifdef CLEF_QUANT_X86
+// The block kernels' inner step (cpu/quant_gemm_simd-inl.h tile): two weight vectors, four rows
+// whose activation words are broadcast from memory each step, eight int16 chains of vpaddw on
+// vpmaddubsw, in named variables (GCC keeps an array of chains on the stack, and the chains then
+// run at the store-forwarding latency). The empty asm makes the weights and the activation pointer
+// opaque every iteration, so the products stay inside the loop and the chains stay apart.
+#define CLEF_MADDUBS_PEAK_BODY(V, SET8, SET32, MADDUBS, ADD16, CONSTRAINT)                                         \
+  static const std::int32_t act[4] = {0x01fd037f, 0x7f02fe05, 0x71017f03, 0x02fe0102};                             \
+  const std::int32_t* ap = act;                                                                                    \
+  V w0 = SET8(3), w1 = SET8(12);                                                                                   \
+  V c00 = SET8(0), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;                    \
+  for (std::int64_t i = 0; i < iters; ++i) {                                                                       \
+    asm volatile("" : "+" CONSTRAINT(w0), "+" CONSTRAINT(w1), "+r"(ap));                                           \
+    const V a0 = SET32(ap[0]), a1 = SET32(ap[1]), a2 = SET32(ap[2]), a3 = SET32(ap[3]);                            \
+    c00 = ADD16(c00, MADDUBS(w0, a0));                                                                             \
+    c01 = ADD16(c01, MADDUBS(w1, a0));                                                                             \
+    c10 = ADD16(c10, MADDUBS(w0, a1));                                                                             \
+    c11 = ADD16(c11, MADDUBS(w1, a1));                                                                             \
+    c20 = ADD16(c20, MADDUBS(w0, a2));                                                                             \
+    c21 = ADD16(c21, MADDUBS(w1, a2));                                                                             \
+    c30 = ADD16(c30, MADDUBS(w0, a3));                                                                             \
+    c31 = ADD16(c31, MADDUBS(w1, a3));                                                                             \
+    asm(""                                                                                                         \
+        : "+" CONSTRAINT(c00), "+" CONSTRAINT(c01), "+" CONSTRAINT(c10), "+" CONSTRAINT(c11), "+" CONSTRAINT(c20), \
+          "+" CONSTRAINT(c21), "+" CONSTRAINT(c30), "+" CONSTRAINT(c31));                                          \
+  }                                                                                                                \
+  const V sum = ADD16(ADD16(ADD16(c00, c01), ADD16(c10, c11)), ADD16(ADD16(c20, c21), ADD16(c30, c31)))
+
+__attribute__((target("avx2"))) double peak_maddubs_256(std::int64_t iters) {
+  CLEF_MADDUBS_PEAK_BODY(__m256i, _mm256_set1_epi8, _mm256_set1_epi32, _mm256_maddubs_epi16, _mm256_add_epi16, "x");
+  return _mm256_extract_epi16(sum, 0) == 12345 ? 0.0 : 8 * 32.0;  // multiply-adds per iteration
+}
+
+/// The same on 512 bits (the avx512 kernel: AVX512BW without VNNI).
+__attribute__((target("avx512f,avx512bw"))) double peak_maddubs_512(std::int64_t iters) {
+  CLEF_MADDUBS_PEAK_BODY(__m512i, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_maddubs_epi16, _mm512_add_epi16, "v");
+  std::int16_t lanes[32];
+  _mm512_storeu_si512(lanes, sum);
+  return lanes[0] == 12345 ? 0.0 : 8 * 64.0;
+}
+#undef CLEF_MADDUBS_PEAK_BODY
+#endif
+
+}  // namespace
+
+double measure_quant_peak_gops(QuantKernel k, int threads, int repeats, std::int64_t iters) {
+  if (!cpu_has(k)) return 0.0;
+  switch (k) {
+#ifdef CLEF_QUANT_X86
+    case QuantKernel::kAvx2: return best_chain_rate_gops(threads, repeats, iters, peak_maddubs_256);
+    case QuantKernel::kAvx512: return best_chain_rate_gops(threads, repeats, iters, peak_maddubs_512);
+    case QuantKernel::kAvxVnni: return measure_int8_peak_gops(Int8Kernel::kAvxVnni, threads, repeats, iters);
+    case QuantKernel::kAvx512Vnni: return measure_int8_peak_gops(Int8Kernel::kAvx512Vnni, threads, repeats, iters);
+#endif
+#ifdef CLEF_QUANT_ARM
+    case QuantKernel::kNeonDot: return measure_int8_peak_gops(Int8Kernel::kNeonDot, threads, repeats, iters);
+    case QuantKernel::kNeonI8mm: return measure_int8_peak_gops(Int8Kernel::kNeonI8mm, threads, repeats, iters);
+#endif
+    default: return 0.0;
+  }
 }
 
 namespace {
