@@ -12,9 +12,10 @@ tokens/s (best over rounds; clef: best of --repeat passes per process; llama.cpp
 llama-bench's mean of -r repetitions), spread over rounds, GFLOP/s and % of the level's measured peak
 (`clef_bench_ops --peak-only` with CLEF_ISA=<level>: fp32 FMA peak for fp32 / f32, bf16 peak for bf16, the
 Q8_0 kernel sequence's peak for clef's int8 mode and every engine's Q8_0 rows, the block-quantized
-kernels' sequence peak for the 4-6 bit types; every engine's row of a dtype against the same peak), and the ratio clef.cpp / llama.cpp for the same level and dtype (fp32 vs f32,
-bf16 vs bf16), plus a column clef.cpp / ik_llama.cpp when --ik-bench is given. The commits of the
-engines, the machine and the 1-minute load average go with the table.
+kernels' sequence peak for the 4-6 bit types; every engine's row of a dtype against the same peak), and
+the ratio clef.cpp / llama.cpp for the same level and dtype (fp32 vs f32, bf16 vs bf16), plus a column
+clef.cpp / ik_llama.cpp when --ik-bench is given. The commits of the engines, the machine and the 1-minute
+load average go with the table.
 
   L=../peers/llama.cpp IK=../peers/ik_llama.cpp
   python3 bench/bench_vs_llama.py --model /tmp/clef-0.8b --gguf-dir /tmp/clef-0.8b-gguf \\
@@ -327,13 +328,14 @@ def main() -> int:
                 # that arithmetic: fp32 FMA for f32, the bf16 peak for bf16, clef's Q8_0 sequence for
                 # int8 / Q8_0 (signed weights), its block sequence for the 4-6 bit types (unsigned
                 # weights, no sign step).
-                dtype = mode[len("gguf:"):] if mode.startswith("gguf:") else mode
+                gguf = mode.startswith("gguf:")
+                dtype = mode[len("gguf:"):] if gguf else mode
                 fp32_like = dtype == "f32" or dtype.startswith("fp32")
                 peak = (pb if dtype == "bf16" else pf if fp32_like else p8 if dtype in ("int8", "q8_0")
                         else pq)
                 pct = f"{100 * gf / peak:.0f}%" if peak else "–"
                 ratios = {p: "" for p in ratio_peers}
-                same = mode[len("gguf:"):] if mode.startswith("gguf:") else SAME_DTYPE.get(mode, "")
+                same = dtype if gguf else SAME_DTYPE.get(mode, "")
                 for p in ratio_peers:
                     if eng == "clef.cpp" and (p, same) in best:
                         ratios[p] = f"{b / best[(p, same)]:.2f}x"
