@@ -111,6 +111,9 @@ Int8Kernel active_int8_kernel();
 /// this CPU lacks.
 double measure_int8_peak_gops(Int8Kernel k, int threads, int repeats = 3, std::int64_t iters = 20'000'000);
 
+/// Whose layout Int8Activations::interleaved holds.
+enum class Interleaved : std::uint8_t { kNone, kInt8Avx2, kQuantAvx2 };
+
 /// Activations of one call, quantized: qa [m, blocks·32] int8, |qa| (the AVX2 kernel's unsigned
 /// operand), da [m, blocks] fp32 and 128 · Σ qa per block [m, blocks] int32 (the VNNI kernels'
 /// correction).
@@ -128,6 +131,13 @@ struct Int8Activations {
   std::vector<std::int32_t> half_sums;
   std::vector<float> block_sums;
   bool half_sums_ready = false;
+  /// The activations with rows interleaved for the row tiles of one x86 AVX2 kernel (one
+  /// contiguous stream per tile instead of a stream per row and array; layouts in cpu/int8_gemm.cc
+  /// and cpu/quant_gemm.cc), built by the first GEMM that runs that kernel on them, so weights
+  /// reading the same activations share it; `interleaved_for` says whose (prepare_activations:
+  /// none).
+  std::vector<std::uint8_t> interleaved;
+  Interleaved interleaved_for = Interleaved::kNone;
 };
 
 /// Quantizes x [m, k] (fp32, contiguous) per row and block of 32 (file comment). Runs on the
@@ -150,9 +160,10 @@ void quantize_activation_span(const float* x, std::int64_t count, std::int64_t r
 /// Throws InvalidArgument on a bad size.
 void int8_linear(const float* x, std::int64_t m, const Int8Weight& w, float* y, bool accumulate);
 /// int8_linear on activations already quantized by quantize_activations (x of k = w.k()
-/// columns): several weights reading the same x quantize it once. Same bits as int8_linear on x.
-/// Throws InvalidArgument when act does not match w.k().
-void int8_linear_quantized(const Int8Activations& act, const Int8Weight& w, float* y, bool accumulate);
+/// columns): several weights reading the same x quantize it once (and the AVX2 kernel interleaves
+/// its rows once: Int8Activations::interleaved). Same bits as int8_linear on x. Throws
+/// InvalidArgument when act does not match w.k().
+void int8_linear_quantized(Int8Activations& act, const Int8Weight& w, float* y, bool accumulate);
 /// The same with a chosen kernel (tests, benchmarks). Throws Unsupported when the CPU lacks it.
 void int8_linear_with(Int8Kernel kernel, const float* x, std::int64_t m, const Int8Weight& w, float* y,
                       bool accumulate);

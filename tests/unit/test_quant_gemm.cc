@@ -235,21 +235,27 @@ TEST(Quant, OracleWithinActivationQuantizationBound) {
 }
 
 TEST(Quant, PrequantizedActivationsGiveTheSameBitsAndShareTheirSums) {
-  // One quantization read by two weights of different types (the half-block sums filled by the
-  // first, reused by the second), then a new x in the same buffers: the sums must follow it.
+  // One quantization read by weights of different types (the half-block sums and the interleaved
+  // rows filled by the first, reused by the next; a Q8_0 weight between them interleaves its own
+  // layout into the same buffer), then a new x in the same buffers: all must follow it.
   const std::int64_t m = 9, n = 24, k = 512;
   const auto b4 = random_blocks(QuantType::kQ4_K, n, k, 90), b6 = random_blocks(QuantType::kQ6_K, n, k, 91);
   const QuantWeight w4 = QuantWeight::from_blocks(QuantType::kQ4_K, b4.data(), n, k);
   const QuantWeight w6 = QuantWeight::from_blocks(QuantType::kQ6_K, b6.data(), n, k);
+  const auto wf = random_vec(static_cast<std::size_t>(n * k), 94);
+  const Int8Weight w8 = Int8Weight::quantize(DType::kF32, wf.data(), n, k);
   Int8Activations act;
   for (const std::uint32_t seed : {92u, 93u}) {
     const auto x = random_vec(static_cast<std::size_t>(m * k), seed);
     quantize_activations(x.data(), m, k, act);
-    for (const QuantWeight* w : {&w4, &w6}) {
+    for (const QuantWeight* w : {&w4, &w6, &w4}) {
       std::vector<float> ya(static_cast<std::size_t>(m * n)), yb(ya.size());
       quant_linear(x.data(), m, *w, ya.data(), false);
       quant_linear_quantized(act, *w, yb.data(), false);
       for (std::size_t i = 0; i < ya.size(); ++i) ASSERT_TRUE(same_bits(ya[i], yb[i])) << seed << " " << i;
+      int8_linear(x.data(), m, w8, ya.data(), false);
+      int8_linear_quantized(act, w8, yb.data(), false);
+      for (std::size_t i = 0; i < ya.size(); ++i) ASSERT_TRUE(same_bits(ya[i], yb[i])) << seed << " Q8_0 " << i;
     }
   }
   const QuantWeight narrow = QuantWeight::from_blocks(QuantType::kQ4_K, b4.data(), n / 2, 256);

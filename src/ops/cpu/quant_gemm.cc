@@ -369,6 +369,7 @@ struct QJob {
   float* y;
   std::int64_t n;
   bool accumulate;
+  const std::uint8_t* tiles = nullptr;  ///< the AVX2 kernel's interleaved activations (cpu/quant_layout.h)
 };
 
 /// Writes the fp32 tile acc [mr][16] to y (columns < n), adding when accumulating.
@@ -502,10 +503,43 @@ void ensure_half_sums(Int8Activations& a) {
   a.half_sums_ready = true;
 }
 
+#ifdef CLEF_QUANT_X86
+/// Interleaves act's rows in tiles of kTileRows (the record of cpu/quant_layout.h) into
+/// act.interleaved, unless it holds them already; after ensure_half_sums.
+void ensure_tiles(Int8Activations& a) {
+  if (a.interleaved_for == Interleaved::kQuantAvx2) return;
+  CLEF_PROF_SCOPE(">linear.interleave_x");
+  constexpr std::int64_t R = quant_detail::kTileRows;
+  const std::int64_t nb = a.blocks, tiles = (a.m + R - 1) / R;
+  a.interleaved.assign(static_cast<std::size_t>(tiles * nb * quant_detail::kTileRecord), 0);
+  std::uint8_t* out = a.interleaved.data();
+#pragma omp parallel for schedule(static) if (tiles * nb > 256)
+  for (std::int64_t t = 0; t < tiles; ++t) {
+    for (std::int64_t b = 0; b < nb; ++b) {
+      std::uint8_t* rec = out + static_cast<std::size_t>((t * nb + b) * quant_detail::kTileRecord);
+      for (std::int64_t r = 0; r < R && t * R + r < a.m; ++r) {
+        const auto ab = static_cast<std::size_t>((t * R + r) * nb + b);
+        for (int g = 0; g < 8; ++g) std::memcpy(rec + (g * R + r) * 4, a.q.data() + ab * 32 + 4 * g, 4);
+        std::memcpy(rec + 32 * R + 4 * r, &a.d[ab], 4);
+        std::memcpy(rec + 36 * R + 4 * r, &a.block_sums[ab], 4);
+        std::memcpy(rec + 40 * R + 4 * r, &a.half_sums[ab], 4);
+      }
+    }
+  }
+  a.interleaved_for = Interleaved::kQuantAvx2;
+}
+#endif
+
 void run_quant(QuantKernel kernel, Int8Activations& act, const QuantWeight& w, float* y, bool accumulate) {
   const std::int64_t m = act.m;
   ensure_half_sums(act);
-  const QJob job{&w, act.q.data(), act.d.data(), act.half_sums.data(), act.block_sums.data(), y, w.n(), accumulate};
+  QJob job{&w, act.q.data(), act.d.data(), act.half_sums.data(), act.block_sums.data(), y, w.n(), accumulate};
+#ifdef CLEF_QUANT_X86
+  if (kernel == QuantKernel::kAvx2 && m > 2) {  // m <= 2: tile_direct, on the row-major arrays
+    ensure_tiles(act);
+    job.tiles = act.interleaved.data();
+  }
+#endif
   const std::int64_t units = w.panels();
   const std::size_t buf_bytes = static_cast<std::size_t>(w.blocks()) * quant_detail::kUnpackedBlock;
   CLEF_PROF_SCOPE(">linear.quant_gemm");

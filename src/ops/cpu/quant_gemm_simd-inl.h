@@ -240,18 +240,58 @@ __attribute__((target(QG_TARGET))) void unpack_panel(const QuantWeight& w, std::
   }
 }
 
-/// Folds one block's int32 sums of row r into its accumulator (the fp32 steps of ops/quant_gemm.h).
+/// Folds one block's int32 sums of a row into its accumulator (the fp32 steps of ops/quant_gemm.h):
+/// da and sf the row's activation scale and float(σ) of the block.
 template <QuantType T>
-QG_FN VF fold(const QJob& j, std::int64_t ab, VI is, VF dv, VF mv, VF acc) {
+QG_FN VF fold_with(float da, float sf, VI is, VF dv, VF mv, VF acc) {
   VF u;
   if constexpr (quant_detail::Traits<T>::kMin) {
-    u = fmsf(tof(is), dv, mulf(mv, setf(j.sf[ab])));
+    u = fmsf(tof(is), dv, mulf(mv, setf(sf)));
   } else {
     (void)mv;
+    (void)sf;
     u = mulf(tof(is), dv);
   }
-  return fmaf_(u, setf(j.da[ab]), acc);
+  return fmaf_(u, setf(da), acc);
 }
+
+/// fold_with on the row-major arrays of the job (ab: the row's index · blocks + block).
+template <QuantType T>
+QG_FN VF fold(const QJob& j, std::int64_t ab, VI is, VF dv, VF mv, VF acc) {
+  return fold_with<T>(j.da[ab], quant_detail::Traits<T>::kMin ? j.sf[ab] : 0.0f, is, dv, mv, acc);
+}
+
+/// How a row tile reads its activations of block b: the row-major arrays of Int8Activations
+/// (RowActs), or one interleaved record per tile and block (TileActs, cpu/quant_layout.h).
+struct RowActs {
+  const QJob& j;
+  std::int64_t r0, nb, b = 0;
+  QG_FN void block(std::int64_t bb) { b = bb; }
+  QG_FN std::int32_t q4(int r, int g) const {
+    std::int32_t a4;
+    std::memcpy(&a4, j.qa + ((r0 + r) * nb + b) * 32 + 4 * g, 4);
+    return a4;
+  }
+  QG_FN float da(int r) const { return j.da[(r0 + r) * nb + b]; }
+  QG_FN float sf(int r) const { return j.sf[(r0 + r) * nb + b]; }
+  QG_FN std::int32_t spair(int r) const { return j.spair[(r0 + r) * nb + b]; }
+};
+struct TileActs {
+  static constexpr int kR = static_cast<int>(quant_detail::kTileRows);
+  const std::uint8_t* base;  ///< the tile's record of block 0
+  const std::uint8_t* rec = nullptr;
+  QG_FN void block(std::int64_t bb) { rec = base + bb * quant_detail::kTileRecord; }
+  QG_FN std::int32_t q4(int r, int g) const { return word<std::int32_t>(g * 4 * kR + 4 * r); }
+  QG_FN float da(int r) const { return word<float>(32 * kR + 4 * r); }
+  QG_FN float sf(int r) const { return word<float>(36 * kR + 4 * r); }
+  QG_FN std::int32_t spair(int r) const { return word<std::int32_t>(40 * kR + 4 * r); }
+  template <typename V>
+  QG_FN V word(int off) const {
+    V v;
+    std::memcpy(&v, rec + off, 4);
+    return v;
+  }
+};
 
 /// tile_direct's step for group pair U: decode, multiply with MR rows, widen every kFlush / 2
 /// pairs (at most 4 groups per int16 sum, the bounds of ops/quant_gemm.h).
@@ -318,8 +358,9 @@ __attribute__((target(QG_TARGET))) void tile_direct(const QJob& j, std::int64_t 
 /// of 4 k (in k order) and row: one broadcast of the 4 activation bytes, per vector of columns
 /// vpmaddubsw into an int16 sum; every Traits::kFlush groups (inside one half block whenever the
 /// halves' scales differ) the sums are widened by vpmaddwd with the scales into int32.
-template <QuantType T, int MR>
-__attribute__((target(QG_TARGET))) void tile(const QJob& j, std::int64_t r0, std::int64_t p0, const std::uint8_t* buf) {
+template <QuantType T, int MR, typename Acts>
+__attribute__((target(QG_TARGET))) void tile(const QJob& j, Acts acts, std::int64_t r0, std::int64_t p0,
+                                             const std::uint8_t* buf) {
   using Tr = quant_detail::Traits<T>;
   constexpr std::size_t kQ = quant_detail::kUnpackedQ;
   const std::int64_t nb = j.w->blocks();
@@ -328,13 +369,12 @@ __attribute__((target(QG_TARGET))) void tile(const QJob& j, std::int64_t r0, std
     for (int h = 0; h < kNH; ++h) acc[r][h] = zerof();
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::uint8_t* bb = buf + static_cast<std::size_t>(b) * quant_detail::kUnpackedBlock;
-    const std::int8_t* qa[MR];
-    for (int r = 0; r < MR; ++r) qa[r] = j.qa + ((r0 + r) * nb + b) * 32;
+    acts.block(b);
     VI is[MR][kNH], ps[MR][kNH];
     if constexpr (Tr::kOff != 0) {
       for (int h = 0; h < kNH; ++h) {
         const VI corr = loadi(bb + kQ + 128 + h * kVecBytes);
-        for (int r = 0; r < MR; ++r) is[r][h] = sub32(zeroi(), madd(corr, set32(j.spair[(r0 + r) * nb + b])));
+        for (int r = 0; r < MR; ++r) is[r][h] = sub32(zeroi(), madd(corr, set32(acts.spair(r))));
       }
     } else {
       for (int r = 0; r < MR; ++r)
@@ -347,9 +387,7 @@ __attribute__((target(QG_TARGET))) void tile(const QJob& j, std::int64_t r0, std
       VI w[kNH];
       for (int h = 0; h < kNH; ++h) w[h] = loadi(bb + g * 64 + h * kVecBytes);
       for (int r = 0; r < MR; ++r) {
-        std::int32_t a4;
-        std::memcpy(&a4, qa[r] + 4 * g, 4);
-        const VI a = set32(a4);
+        const VI a = set32(acts.q4(r, g));
         for (int h = 0; h < kNH; ++h) ps[r][h] = chain(add16(ps[r][h], maddubs(w[h], a)));
       }
       if ((g + 1) % Tr::kFlush == 0) {
@@ -365,7 +403,9 @@ __attribute__((target(QG_TARGET))) void tile(const QJob& j, std::int64_t r0, std
     for (int h = 0; h < kNH; ++h) {
       const VF dv = loadf(bb + kQ + 192 + h * kVecBytes);
       const VF mv = Tr::kMin ? loadf(bb + kQ + 256 + h * kVecBytes) : zerof();
-      for (int r = 0; r < MR; ++r) acc[r][h] = fold<T>(j, (r0 + r) * nb + b, is[r][h], dv, mv, acc[r][h]);
+      for (int r = 0; r < MR; ++r) {
+        acc[r][h] = fold_with<T>(acts.da(r), Tr::kMin ? acts.sf(r) : 0.0f, is[r][h], dv, mv, acc[r][h]);
+      }
     }
   }
   float out[MR * kQuantPanelCols];
@@ -441,9 +481,6 @@ __attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, std::int64_t r0
     for (int h = 0; h < kNH; ++h) storef(out + r * kQuantPanelCols + h * kLanes, acc[r][h]);
   store_tile(j, r0, MR, p0, out);
 }
-#define QG_TILE tile_vnni
-#else
-#define QG_TILE tile
 #endif
 
 /// Rows per register tile: the sums of MR rows × kNH vectors stay in registers (16 ymm without
@@ -455,12 +492,27 @@ constexpr int rows_per_tile() {
   else return quant_detail::Traits<T>::kSix ? 8 : 12;
 }
 
+/// Rows [r, r + MR) × panel p0: the VNNI tile, or tile on the activations as this copy reads them
+/// (the 256-bit copy on QJob::tiles, which run_quant interleaves in tiles of its 3 rows).
+template <QuantType T, int MR>
+QG_FN void row_tile(const QJob& j, std::int64_t r, std::int64_t p0, const std::uint8_t* buf) {
+#if QG_VNNI
+  tile_vnni<T, MR>(j, r, p0, buf);
+#elif QG_512
+  tile<T, MR>(j, RowActs{j, r, j.w->blocks()}, r, p0, buf);
+#else
+  static_assert(rows_per_tile<T>() == quant_detail::kTileRows, "QJob::tiles holds tiles of kTileRows rows");
+  const std::int64_t rec0 = r / quant_detail::kTileRows * j.w->blocks();
+  tile<T, MR>(j, TileActs{j.tiles + rec0 * quant_detail::kTileRecord}, r, p0, buf);
+#endif
+}
+
 /// The last m − r < MR rows: one tile of exactly that height.
 template <QuantType T, int R>
 QG_FN void tail_tile(const QJob& j, std::int64_t r, std::int64_t p0, const std::uint8_t* buf, std::int64_t left) {
   if constexpr (R > 0) {
     if (left == R) {
-      QG_TILE<T, R>(j, r, p0, buf);
+      row_tile<T, R>(j, r, p0, buf);
     } else {
       tail_tile<T, R - 1>(j, r, p0, buf, left);
     }
@@ -480,10 +532,9 @@ __attribute__((target(QG_TARGET))) void panel(const QJob& j, std::int64_t p0, st
   unpack_panel<T>(*j.w, p0, buf);
   constexpr int kMR = rows_per_tile<T>();
   std::int64_t r = 0;
-  for (; r + kMR <= m; r += kMR) QG_TILE<T, kMR>(j, r, p0, buf);
+  for (; r + kMR <= m; r += kMR) row_tile<T, kMR>(j, r, p0, buf);
   tail_tile<T, kMR - 1>(j, r, p0, buf, m - r);
 }
-#undef QG_TILE
 
 /// Runs panel p0 for the weight's type.
 inline void run_panel(const QJob& j, std::int64_t p0, std::int64_t m, std::uint8_t* buf) {
