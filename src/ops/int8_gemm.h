@@ -118,7 +118,7 @@ enum class Interleaved : std::uint8_t { kNone, kInt8Avx2, kQuantAvx2 };
 /// operand), da [m, blocks] fp32 and 128 · Σ qa per block [m, blocks] int32 (the VNNI kernels'
 /// correction).
 struct Int8Activations {
-  std::int64_t m = 0, blocks = 0;
+  std::int64_t m = 0, k = 0, blocks = 0;  ///< x's rows and columns, ceil(k / 32)
   std::vector<std::int8_t> q;
   std::vector<std::uint8_t> absq;
   std::vector<float> d;

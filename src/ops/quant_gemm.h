@@ -177,7 +177,8 @@ void quant_linear_with(QuantKernel kernel, const float* x, std::int64_t m, const
 /// for several weights reading one x (ops::linear_shared), or by the op that wrote them
 /// (ops::silu_mul_quantize, ops::gated_rms_norm_quantize). The same bits as quant_linear on x.
 /// Fills act's half-block sums on first use (Int8Activations::half_sums). Throws InvalidArgument
-/// unless act holds blocks of the weight's k.
+/// unless act was quantized from rows of the weight's k (same blocks is not enough: k = 1000 and
+/// 1024 both make 32).
 void quant_linear_quantized(Int8Activations& act, const QuantWeight& w, float* y, bool accumulate);
 
 namespace ref {

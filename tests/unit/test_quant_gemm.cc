@@ -261,6 +261,12 @@ TEST(Quant, PrequantizedActivationsGiveTheSameBitsAndShareTheirSums) {
   const QuantWeight narrow = QuantWeight::from_blocks(QuantType::kQ4_K, b4.data(), n / 2, 256);
   std::vector<float> y(static_cast<std::size_t>(m * n));
   EXPECT_THROW(quant_linear_quantized(act, narrow, y.data(), false), InvalidArgument);
+  // Activations of k = 500 fill the same 16 blocks as k = 512: still the wrong input for both weights.
+  const auto x500 = random_vec(static_cast<std::size_t>(m * 500), 95);
+  quantize_activations(x500.data(), m, 500, act);
+  ASSERT_EQ(act.blocks, w4.blocks());
+  EXPECT_THROW(quant_linear_quantized(act, w4, y.data(), false), InvalidArgument);
+  EXPECT_THROW(int8_linear_quantized(act, w8, y.data(), false), InvalidArgument);
 }
 
 TEST(Quant, GemmWeightTakesTheQuantizedPathByItself) {

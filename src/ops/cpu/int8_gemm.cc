@@ -485,6 +485,7 @@ inline float quantize_block_neon(const float* x, std::int8_t* q32, std::uint8_t*
 void prepare_activations(std::int64_t m, std::int64_t k, Int8Activations& out) {
   const std::int64_t nb = (k + kInt8Block - 1) / kInt8Block;
   out.m = m;
+  out.k = k;
   out.blocks = nb;
   const auto need = static_cast<std::size_t>(m * nb);
   if (out.q.size() < need * kInt8Block) out.q.resize(need * kInt8Block);
@@ -877,9 +878,9 @@ void int8_linear_with(Int8Kernel kernel, const float* x, std::int64_t m, const I
 
 void int8_linear_quantized(Int8Activations& act, const Int8Weight& w, float* y, bool accumulate) {
   if (!w.valid() || act.m <= 0) throw InvalidArgument("int8_linear_quantized: empty weight or m <= 0");
-  if (act.blocks != (w.k() + 31) / 32) {
-    throw InvalidArgument("int8_linear_quantized: activations of " + std::to_string(act.blocks) +
-                          " blocks of 32, weight of k = " + std::to_string(w.k()));
+  if (act.k != w.k()) {
+    throw InvalidArgument("int8_linear_quantized: activations of k = " + std::to_string(act.k) +
+                          ", weight of k = " + std::to_string(w.k()));
   }
   run_int8(active_int8_kernel(), act, w, y, accumulate);
 }

@@ -585,9 +585,9 @@ void quant_linear_with(QuantKernel kernel, const float* x, std::int64_t m, const
 
 void quant_linear_quantized(Int8Activations& act, const QuantWeight& w, float* y, bool accumulate) {
   if (!w.valid() || act.m <= 0) throw InvalidArgument("quant_linear_quantized: empty weight or m <= 0");
-  if (act.blocks * 32 != w.k()) {
-    throw InvalidArgument("quant_linear_quantized: activations of " + std::to_string(act.blocks) +
-                          " blocks of 32, weight of k = " + std::to_string(w.k()));
+  if (act.k != w.k()) {
+    throw InvalidArgument("quant_linear_quantized: activations of k = " + std::to_string(act.k) +
+                          ", weight of k = " + std::to_string(w.k()));
   }
   run_quant(active_quant_kernel(), act, w, y, accumulate);
 }
