@@ -6,7 +6,8 @@
 // acc = fma(float(isum), dw · da, acc), the order of ref::int8_linear. Loop order per thread: a
 // range of panels (the weights of a panel, 16 · k bytes, stay in L2 while every row tile passes),
 // row tiles inside. The AVX2 kernel reads the activations of each tile of 4 rows interleaved into one
-// record per block (interleave_quads, once per call): one contiguous stream per tile instead of 8
+// record per block (interleave_quads, once per set of activations, shared by the weights that read
+// it: Int8Activations::interleaved): one contiguous stream per tile instead of 8
 // (the 4 rows' qa and |qa|), +5% on the 0.8b k = 1024 shapes at m = 512 (Zen 3, in-process A/B, same
 // bits). Each kernel is compiled with a target attribute and only called after a CPUID
 // check, so the binary stays portable.
