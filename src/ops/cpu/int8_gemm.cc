@@ -625,7 +625,8 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void store_tile_2
 
 /// Bytes of one record of interleave_quads: per group of 4 k, the 4 rows' 4 qa bytes then their 4
 /// |qa| bytes (32 bytes), then the 4 rows' da (fp32) and 16 bytes of zeros.
-constexpr std::int64_t kQuadRecord = kInt8Block / 4 * 32 + 32;
+constexpr std::int64_t kQuadDa = kInt8Block / 4 * 32;  ///< byte offset of the 4 rows' da
+constexpr std::int64_t kQuadRecord = kQuadDa + 32;
 
 /// The AVX2 kernel's activations, one record per tile of 4 rows and block (kQuadRecord bytes, rows
 /// past m zero): a tile reads one contiguous stream instead of 8 rows' worth of streams.
@@ -643,7 +644,7 @@ void interleave_quads(const Int8Activations& a, std::vector<std::uint8_t>& out) 
           std::memcpy(dst + g * 32 + 4 * rr, a.q.data() + at * kInt8Block + 4 * g, 4);
           std::memcpy(dst + g * 32 + 16 + 4 * rr, a.absq.data() + at * kInt8Block + 4 * g, 4);
         }
-        std::memcpy(dst + kInt8Block / 4 * 32 + 4 * rr, &a.d[at], 4);
+        std::memcpy(dst + kQuadDa + 4 * rr, &a.d[at], 4);
       }
     }
   }
@@ -680,7 +681,7 @@ __attribute__((target("avx2,fma,f16c"))) void tile_avx2(const Job& j, std::int64
         asm("" : "+x"(is[r][0]), "+x"(is[r][1]));
       }
     }
-    fold_block_256<MR>(j.w->d_block(p0, b), reinterpret_cast<const float*>(rec + kInt8Block / 4 * 32), 1, is, acc);
+    fold_block_256<MR>(j.w->d_block(p0, b), reinterpret_cast<const float*>(rec + kQuadDa), 1, is, acc);
   }
   store_tile_256<MR>(j, r0, p0, acc);
 }

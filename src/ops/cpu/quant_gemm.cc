@@ -520,9 +520,9 @@ void ensure_tiles(Int8Activations& a) {
       for (std::int64_t r = 0; r < R && t * R + r < a.m; ++r) {
         const auto ab = static_cast<std::size_t>((t * R + r) * nb + b);
         for (int g = 0; g < 8; ++g) std::memcpy(rec + (g * R + r) * 4, a.q.data() + ab * 32 + 4 * g, 4);
-        std::memcpy(rec + 32 * R + 4 * r, &a.d[ab], 4);
-        std::memcpy(rec + 36 * R + 4 * r, &a.block_sums[ab], 4);
-        std::memcpy(rec + 40 * R + 4 * r, &a.half_sums[ab], 4);
+        std::memcpy(rec + quant_detail::kTileDa + 4 * r, &a.d[ab], 4);
+        std::memcpy(rec + quant_detail::kTileSf + 4 * r, &a.block_sums[ab], 4);
+        std::memcpy(rec + quant_detail::kTileSpair + 4 * r, &a.half_sums[ab], 4);
       }
     }
   }

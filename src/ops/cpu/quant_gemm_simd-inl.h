@@ -282,11 +282,11 @@ struct TileActs {
   const std::uint8_t* rec = nullptr;
   QG_FN void block(std::int64_t bb) { rec = base + bb * quant_detail::kTileRecord; }
   QG_FN std::int32_t q4(int r, int g) const { return word<std::int32_t>(g * 4 * kR + 4 * r); }
-  QG_FN float da(int r) const { return word<float>(32 * kR + 4 * r); }
-  QG_FN float sf(int r) const { return word<float>(36 * kR + 4 * r); }
-  QG_FN std::int32_t spair(int r) const { return word<std::int32_t>(40 * kR + 4 * r); }
+  QG_FN float da(int r) const { return word<float>(quant_detail::kTileDa + 4 * r); }
+  QG_FN float sf(int r) const { return word<float>(quant_detail::kTileSf + 4 * r); }
+  QG_FN std::int32_t spair(int r) const { return word<std::int32_t>(quant_detail::kTileSpair + 4 * r); }
   template <typename V>
-  QG_FN V word(int off) const {
+  QG_FN V word(std::int64_t off) const {
     V v;
     std::memcpy(&v, rec + off, 4);
     return v;

@@ -55,6 +55,9 @@ inline constexpr std::size_t kUnpackedBlock = kUnpackedQ + 5 * 64;
 /// reads one contiguous stream instead of one per row and array (in-process A/B on Zen 3, m = 512,
 /// the 0.8b k = 1024 shapes: Q4_K +6-8%, Q4_0 +2-8%, Q6_K +1-5%, k = 3584 level; same bits).
 inline constexpr std::int64_t kTileRows = 3;
-inline constexpr std::int64_t kTileRecord = kTileRows * (32 + 3 * 4);
+inline constexpr std::int64_t kTileDa = 32 * kTileRows;              ///< byte offset of the da [kTileRows]
+inline constexpr std::int64_t kTileSf = kTileDa + 4 * kTileRows;     ///< of float(σ) [kTileRows]
+inline constexpr std::int64_t kTileSpair = kTileSf + 4 * kTileRows;  ///< of the σ pairs [kTileRows]
+inline constexpr std::int64_t kTileRecord = kTileSpair + 4 * kTileRows;
 
 }  // namespace clef::ops::quant_detail
