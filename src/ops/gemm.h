@@ -132,9 +132,9 @@ struct LinearOut {
 
 /// linear() for several weights reading the same x [m, k] (a layer's input projections): x is
 /// converted once per operand kind (bf16 words for the bf16 matmuls, int8 blocks for the int8
-/// weights) instead of once per weight. The same bits as one linear() call per output. Every
-/// weight's k must equal the first one's; no y may alias x. Throws InvalidArgument otherwise or
-/// as linear() does.
+/// weights, packed once for clef's FMA GEMM) instead of once per weight. The same bits as one
+/// linear() call per output. Every weight's k must equal the first one's; no y may alias x or
+/// overlap another output's y. Throws InvalidArgument otherwise or as linear() does.
 void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> outs);
 
 /// Whether w runs on activations quantized to 8 bits per block of 32 (an int8-mode weight or a

@@ -6,6 +6,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -1094,6 +1096,54 @@ TEST_P(FmaGemm, BitIdenticalToItsScalarOracle) {
   }
 }
 
+// One shared call (x packed once, the weights' column panels split over the threads together) gives
+// every weight the oracle's bits for it alone: weights of each dtype, wide and one-panel; on 1, 2 and
+// 3 threads, so that a thread's panel range starts at a weight's first panel (2) and inside one (3), and
+// weights with fewer panels than threads take the row-tile path alone ({13} on 2) and together ({5, 3}
+// on 3); m over one slab (two, the second not a multiple of 6 rows), with and without accumulation, x
+// with a rounding tie and (second pass) a NaN inside the packed 8 x 8 groups.
+TEST_P(FmaGemm, SharedCallGivesEveryWeightItsOwnBits) {
+  Rng rng(28);
+  const std::int64_t m = 1160, k = 40;
+  Vec x = rng.uniform(m * k, -2.0f, 2.0f);
+  x[static_cast<std::size_t>(3 * k + 11)] = std::bit_cast<float>(0x3f808000u);  // a tie: rounds to even (down)
+  const DType types[] = {DType::kBF16, DType::kF32, DType::kF16, DType::kBF16};
+  const int threads = ops::num_threads();
+  for (const int nt : {1, 2, 3}) {
+    omp_set_num_threads(nt);  // 3 may be more than the CPUs: only the split is tested
+    for (const std::vector<std::int64_t>& ns : {std::vector<std::int64_t>{40, 1, 17, 16}, {13}, {5, 3}}) {
+      for (bool x_bf16 : {false, true}) {
+        std::vector<std::vector<std::byte>> ws;
+        std::vector<Vec> got, want;
+        std::vector<ops::cpu::FmaGemmOut> outs;
+        for (std::size_t i = 0; i < ns.size(); ++i) {
+          ws.push_back(random_weights(rng, types[i], ns[i] * k));
+          want.push_back(rng.uniform(m * ns[i]));
+          got.push_back(want.back());
+          ops::cpu::fma_gemm_reference(m, ns[i], k, x.data(), x_bf16, types[i], ws[i].data(), want[i].data(),
+                                       i % 2 == 1);
+          outs.push_back({types[i], ws[i].data(), ns[i], got[i].data(), i % 2 == 1});
+        }
+        ops::cpu::fma_gemm_shared(m, k, x.data(), x_bf16, outs);
+        for (std::size_t i = 0; i < ns.size(); ++i) {
+          for (std::size_t e = 0; e < got[i].size(); ++e) {
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i][e]), std::bit_cast<std::uint32_t>(want[i][e]))
+                << "weight " << i << " of " << ns.size() << " (n = " << ns[i] << ") on " << nt
+                << " threads, x_bf16=" << x_bf16 << " at " << e;
+          }
+        }
+      }
+    }
+    x[static_cast<std::size_t>(700 * k + 21)] = std::numeric_limits<float>::quiet_NaN();  // from the second pass on
+  }
+  ops::set_num_threads(threads);
+  Vec y(static_cast<std::size_t>(m * 20));
+  const std::vector<std::byte> w = random_weights(rng, DType::kF32, 16 * k);
+  const ops::cpu::FmaGemmOut overlapping[] = {{DType::kF32, w.data(), 16, y.data(), false},
+                                              {DType::kF32, w.data(), 4, y.data() + 16, false}};
+  EXPECT_THROW(ops::cpu::fma_gemm_shared(m, k, x.data(), false, overlapping), InvalidArgument);
+}
+
 // The oracle against the exact (double) sum of the same products: at most 256 roundings inside a
 // 256-k block and one per block after it, of at most 2^-24 relative, bounded by |y0| + sum |x w|
 // (header comment).
@@ -1196,6 +1246,9 @@ TEST(Ops, LinearSharedIsOneLinearPerOutputBitForBit) {
   Vec ya(4), yb(4);
   const ops::LinearOut mixed[] = {{&a, ya.data()}, {&b, yb.data()}};
   EXPECT_THROW(ops::linear_shared(x.data(), 2, mixed), InvalidArgument);  // k = 6 and k = 4
+  Vec y2(6);                                                              // y [2, 2] at y2 and y2 + 2 share a row
+  const ops::LinearOut overlapping[] = {{&a, y2.data()}, {&a, y2.data() + 2}};
+  EXPECT_THROW(ops::linear_shared(x.data(), 2, overlapping), InvalidArgument);
 }
 
 // Two engines in one process (two Python Models, an engine per NUMA node) run GEMMs from different

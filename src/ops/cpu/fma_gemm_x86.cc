@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: MIT
 // fp32 matrix product on AVX2 FMA with a fixed order per element (cpu/fma_gemm_x86.h). x86-64 only.
 //
-// Blocking (the classic packed GEMM): x is packed once per slab of up to 1,008 rows into micro-panels
-// of 6 rows, [k][6] per KC block (by all threads, shared); W is packed KC x NC at a time by each
-// thread for its own columns into micro-panels of 16 output columns, [k][16] (widened from bf16 /
-// fp16 as it is copied; 256 KiB, in L2: 2-3% faster than 1 MiB blocks in L3 on Zen 3). The 6 x 16
-// register tile (12 ymm accumulators, two ymm of W, one broadcast of x) walks an MC-row block of x (in
-// L2) under one W micro-panel (16 KiB, in L1), and asks for its 6 rows of y as it starts.
+// Blocking (the classic packed GEMM): x is packed once per slab (equal slabs of at most 1,152 rows)
+// into micro-panels of 6 rows, [k][6] per KC block (by all threads, shared, and by all the weights of
+// a shared call: fma_gemm_shared); W is packed KC x NC at a time by each thread for its own columns
+// into micro-panels of 16 output columns, [k][16] (widened from bf16 / fp16 as it is copied; 256 KiB,
+// in L2: 2-3% faster than 1 MiB blocks in L3 on Zen 3). The 6 x 16 register tile (12 ymm
+// accumulators, two ymm of W, one broadcast of x) walks an MC-row block of x (in L2) under one W
+// micro-panel (16 KiB, in L1), and asks for its 6 rows of y as it starts.
 // Each element is summed per KC block of k (one FMA chain from +0 in k order), and the block sums are
 // added to y in block order (the first one stored as it is unless accumulating), so the blocking by
-// rows, columns and threads moves operands, never the order of the additions. Threads take contiguous ranges of column
-// panels (rows when n has fewer panels than threads).
+// rows, columns and threads moves operands, never the order of the additions. Threads take contiguous
+// ranges of the column panels of all the weights, one weight after the other (row tiles when there are
+// fewer panels than threads).
 #include "ops/cpu/fma_gemm_x86.h"
 
 #include <immintrin.h>
@@ -20,7 +22,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <span>
+#include <string>
 
 #include "core/error.h"
 #include "ops/isa.h"
@@ -36,33 +41,52 @@ constexpr int kNR = 16;                     ///< output columns per register til
 constexpr std::int64_t kKC = 256;           ///< elements of k per packed block
 constexpr std::int64_t kMC = 144;           ///< rows of x per packed block (a multiple of kMR)
 constexpr std::int64_t kNC = 256;           ///< output columns per packed W block (a multiple of kNR)
-constexpr std::int64_t kMS = 1008;          ///< rows of x packed at once (a multiple of kMC)
+constexpr std::int64_t kMS = 1152;          ///< most rows of x packed at once
 constexpr std::int64_t kMinWork = 1 << 18;  ///< m·n·k below which one thread runs the product
 
-/// One weight value widened to fp32 (exact for every supported dtype).
+/// One weight value of dtype T widened to fp32 (exact for every supported dtype).
+template <DType T>
+float weight_at(const void* w, std::int64_t i) {
+  if constexpr (T == DType::kF32) {
+    float v;
+    std::memcpy(&v, static_cast<const std::byte*>(w) + i * 4, 4);
+    return v;
+  } else {
+    std::uint16_t b;
+    std::memcpy(&b, static_cast<const std::byte*>(w) + i * 2, 2);
+    return T == DType::kBF16 ? bf16_to_f32(b) : f16_to_f32(b);
+  }
+}
+
+/// weight_at for a dtype known at run time (the scalar oracle's).
 float weight_at(DType t, const void* w, std::int64_t i) {
   switch (t) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, static_cast<const std::byte*>(w) + i * 4, 4);
-      return v;
-    }
-    case DType::kBF16:
-    case DType::kF16: {
-      std::uint16_t b;
-      std::memcpy(&b, static_cast<const std::byte*>(w) + i * 2, 2);
-      return t == DType::kBF16 ? bf16_to_f32(b) : f16_to_f32(b);
-    }
+    case DType::kF32: return weight_at<DType::kF32>(w, i);
+    case DType::kBF16: return weight_at<DType::kBF16>(w, i);
+    case DType::kF16: return weight_at<DType::kF16>(w, i);
     default: return 0.0f;  // unreachable: fma_gemm_takes() is checked first
   }
 }
 
-/// Eight consecutive weight values at element i, widened to fp32.
-CLEF_FMA_ATTR inline __m256 load8(DType t, const std::byte* w, std::int64_t i) {
-  if (t == DType::kF32) return _mm256_loadu_ps(reinterpret_cast<const float*>(w + i * 4));
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i * 2));
-  if (t == DType::kF16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+/// Eight consecutive weight values of dtype T at element i, widened to fp32.
+template <DType T>
+CLEF_FMA_ATTR inline __m256 load8(const std::byte* w, std::int64_t i) {
+  if constexpr (T == DType::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(w + i * 4));
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i * 2));
+    if constexpr (T == DType::kF16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+/// v rounded to the nearest bf16 value (round to nearest even), kept as fp32, for lanes that are not
+/// NaN: bf16_to_f32(f32_to_bf16(v)) there (infinities stay, overflow goes to infinity).
+CLEF_FMA_ATTR inline __m256 round_bf16_not_nan(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+  return _mm256_castsi256_ps(_mm256_and_si256(rounded, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 
 /// v rounded to the nearest bf16 value, kept as fp32: bf16_to_f32(f32_to_bf16(v)) lane by lane
@@ -70,12 +94,22 @@ CLEF_FMA_ATTR inline __m256 load8(DType t, const std::byte* w, std::int64_t i) {
 CLEF_FMA_ATTR inline __m256 round_bf16(__m256 v) {
   const __m256i u = _mm256_castps_si256(v);
   const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), hi);
   const __m256i nan = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), hi);
   const __m256i is_nan =
       _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-  return _mm256_castsi256_ps(_mm256_blendv_epi8(rounded, nan, is_nan));
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(_mm256_castps_si256(round_bf16_not_nan(v)), nan, is_nan));
+}
+
+/// r[0..8) rounded to bf16 values (round_bf16), through the shorter round_bf16_not_nan when no lane
+/// is NaN (activations almost never hold one).
+CLEF_FMA_ATTR inline void round_bf16_8(__m256 (&r)[8]) {
+  __m256 unordered = _mm256_cmp_ps(r[0], r[0], _CMP_UNORD_Q);
+  for (int l = 1; l < 8; ++l) unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(r[l], r[l], _CMP_UNORD_Q));
+  if (_mm256_movemask_ps(unordered) == 0) {
+    for (int l = 0; l < 8; ++l) r[l] = round_bf16_not_nan(r[l]);
+  } else {
+    for (int l = 0; l < 8; ++l) r[l] = round_bf16(r[l]);
+  }
 }
 
 /// x's value as the product reads it: itself, or rounded to bf16 (x_bf16).
@@ -106,11 +140,12 @@ CLEF_FMA_ATTR inline void transpose8(__m256 (&r)[8]) {
 }
 
 /// Packs W rows [j0, j0 + nc) (rows >= n read as zero) and elements [p0, p0 + kc) into micro-panels
-/// of kNR rows: panel q at bp + q·kc·kNR, element (i, j) at [i·kNR + j].
-CLEF_FMA_ATTR void pack_w(DType t, const void* w, std::int64_t n, std::int64_t k, std::int64_t j0, std::int64_t nc,
-                          std::int64_t p0, std::int64_t kc, float* bp) {
+/// of kNR rows: panel q at bp + q·kc·kNR, element (i, j) at [i·kNR + j]. W of dtype T.
+template <DType T>
+CLEF_FMA_ATTR void pack_w_as(const void* w, std::int64_t n, std::int64_t k, std::int64_t j0, std::int64_t nc,
+                             std::int64_t p0, std::int64_t kc, float* bp) {
   const auto* wb = static_cast<const std::byte*>(w);
-  const std::size_t es = dtype_size(t);
+  const std::size_t es = dtype_size(T);
   for (std::int64_t q = 0; q * kNR < nc; ++q) {
     float* panel = bp + q * kc * kNR;
     for (int half = 0; half < 2; ++half) {
@@ -120,15 +155,25 @@ CLEF_FMA_ATTR void pack_w(DType t, const void* w, std::int64_t n, std::int64_t k
       if (rows == 8) {
         for (; i + 8 <= kc; i += 8) {
           __m256 r[8];
-          for (int l = 0; l < 8; ++l) r[l] = load8(t, wb + static_cast<std::size_t>((jb + l) * k) * es, p0 + i);
+          for (int l = 0; l < 8; ++l) r[l] = load8<T>(wb + static_cast<std::size_t>((jb + l) * k) * es, p0 + i);
           transpose8(r);
           for (int l = 0; l < 8; ++l) _mm256_store_ps(panel + (i + l) * kNR + half * 8, r[l]);
         }
       }
       for (; i < kc; ++i)
         for (std::int64_t l = 0; l < 8; ++l)
-          panel[i * kNR + half * 8 + l] = l < rows ? weight_at(t, w, (jb + l) * k + p0 + i) : 0.0f;
+          panel[i * kNR + half * 8 + l] = l < rows ? weight_at<T>(w, (jb + l) * k + p0 + i) : 0.0f;
     }
+  }
+}
+
+/// pack_w_as for the weight's dtype (F32, BF16 or F16).
+void pack_w(DType t, const void* w, std::int64_t n, std::int64_t k, std::int64_t j0, std::int64_t nc, std::int64_t p0,
+            std::int64_t kc, float* bp) {
+  switch (t) {
+    case DType::kF32: pack_w_as<DType::kF32>(w, n, k, j0, nc, p0, kc, bp); break;
+    case DType::kBF16: pack_w_as<DType::kBF16>(w, n, k, j0, nc, p0, kc, bp); break;
+    default: pack_w_as<DType::kF16>(w, n, k, j0, nc, p0, kc, bp); break;  // fma_gemm_takes() checked first
   }
 }
 
@@ -141,8 +186,7 @@ CLEF_FMA_ATTR void pack_x(const float* x, std::int64_t k, std::int64_t r0, std::
   for (; i + 8 <= kc; i += 8) {
     __m256 r[8];
     for (int l = 0; l < 8; ++l) r[l] = l < rows ? _mm256_loadu_ps(x + (r0 + l) * k + p0 + i) : _mm256_setzero_ps();
-    if (x_bf16)
-      for (int l = 0; l < 8; ++l) r[l] = round_bf16(r[l]);
+    if (x_bf16) round_bf16_8(r);
     transpose8(r);
     for (int l = 0; l < 8; ++l) _mm256_maskstore_ps(ap + (i + l) * kMR, six, r[l]);
   }
@@ -270,27 +314,57 @@ bool fma_gemm_takes(DType w_dtype) noexcept {
 
 void fma_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, bool x_bf16, DType w_dtype, const void* w,
               float* y, bool accumulate) {
+  const FmaGemmOut out{w_dtype, w, n, y, accumulate};
+  fma_gemm_shared(m, k, x, x_bf16, std::span<const FmaGemmOut>(&out, 1));
+}
+
+void fma_gemm_shared(std::int64_t m, std::int64_t k, const float* x, bool x_bf16, std::span<const FmaGemmOut> outs) {
   if (!fma_gemm_available()) throw Unsupported("fma_gemm: this CPU or level is not AVX2 with FMA");
-  if (!fma_gemm_takes(w_dtype)) throw InvalidArgument("fma_gemm: weights must be F32, BF16 or F16");
-  if (m <= 0 || n <= 0 || k <= 0) throw InvalidArgument("fma_gemm: empty shape");
+  if (m <= 0 || k <= 0 || outs.empty()) throw InvalidArgument("fma_gemm: empty shape");
+  std::int64_t panels = 0, n_all = 0;  // column panels and columns of all the weights
+  for (std::size_t o = 0; o < outs.size(); ++o) {
+    const FmaGemmOut& out = outs[o];
+    if (!fma_gemm_takes(out.w_dtype)) throw InvalidArgument("fma_gemm: weights must be F32, BF16 or F16");
+    if (out.n <= 0 || out.w == nullptr || out.y == nullptr) throw InvalidArgument("fma_gemm: empty shape");
+    for (std::size_t p = 0; p < o; ++p) {
+      if (std::less<>{}(out.y, outs[p].y + m * outs[p].n) && std::less<>{}(outs[p].y, out.y + m * out.n))
+        throw InvalidArgument("fma_gemm: outputs " + std::to_string(p) + " and " + std::to_string(o) + " overlap");
+    }
+    panels += (out.n + kNR - 1) / kNR;
+    n_all += out.n;
+  }
   CLEF_PROF_SCOPE(">linear.fma_gemm");
   thread_local std::unique_ptr<float[]> xbuf;
   thread_local std::int64_t xcap = 0;
-  const std::int64_t panels = (n + kNR - 1) / kNR;
-  for (std::int64_t s0 = 0; s0 < m; s0 += kMS) {  // row slabs bound the packed copy of x
-    const std::int64_t rows = std::min(kMS, m - s0), row_tiles = (rows + kMR - 1) / kMR, rows_p = row_tiles * kMR;
+  // Row slabs bound the packed copy of x; equal ones, so that no slab is a short tail that packs
+  // every W block again for a few rows.
+  const std::int64_t slabs = (m + kMS - 1) / kMS;
+  const std::int64_t slab_rows = ((m + slabs - 1) / slabs + kMR - 1) / kMR * kMR;
+  for (std::int64_t s0 = 0; s0 < m; s0 += slab_rows) {
+    const std::int64_t rows = std::min(slab_rows, m - s0), row_tiles = (rows + kMR - 1) / kMR;
+    const std::int64_t rows_p = row_tiles * kMR;
     float* xp = scratch(xbuf, xcap, rows_p * k);
-#pragma omp parallel if (rows * n * k >= kMinWork)
+#pragma omp parallel if (rows * n_all * k >= kMinWork)
     {
       pack_x_all(x, k, s0, rows, x_bf16, xp);
       const std::int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-      if (panels >= nt) {  // contiguous ranges of column panels
-        const std::int64_t c0 = panels * t / nt * kNR, c1 = std::min(n, panels * (t + 1) / nt * kNR);
-        if (c0 < c1) run_block(s0, s0 + rows, c0, c1, s0, rows_p, n, k, xp, w_dtype, w, y, accumulate);
-      } else {  // narrow n: contiguous ranges of row tiles
+      if (panels >= nt) {  // contiguous ranges of the weights' column panels, taken in order
+        const std::int64_t p0 = panels * t / nt, p1 = panels * (t + 1) / nt;
+        std::int64_t first = 0;  // the first panel of outs[o]
+        for (const FmaGemmOut& out : outs) {
+          const std::int64_t own = (out.n + kNR - 1) / kNR;
+          const std::int64_t c0 = (std::max(p0, first) - first) * kNR;
+          const std::int64_t c1 = std::min(out.n, (std::min(p1, first + own) - first) * kNR);
+          if (c0 < c1)
+            run_block(s0, s0 + rows, c0, c1, s0, rows_p, out.n, k, xp, out.w_dtype, out.w, out.y, out.accumulate);
+          first += own;
+        }
+      } else {  // narrow: each weight's contiguous ranges of row tiles
         const std::int64_t r0 = s0 + row_tiles * t / nt * kMR;
         const std::int64_t r1 = std::min(s0 + rows, s0 + row_tiles * (t + 1) / nt * kMR);
-        if (r0 < r1) run_block(r0, r1, 0, n, s0, rows_p, n, k, xp, w_dtype, w, y, accumulate);
+        if (r0 < r1)
+          for (const FmaGemmOut& out : outs)
+            run_block(r0, r1, 0, out.n, s0, rows_p, out.n, k, xp, out.w_dtype, out.w, out.y, out.accumulate);
       }
     }
   }

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/dtype.h"
 
@@ -40,6 +41,24 @@ bool fma_gemm_takes(DType w_dtype) noexcept;
 /// when n is narrow, split statically over them).
 void fma_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, bool x_bf16, DType w_dtype, const void* w,
               float* y, bool accumulate);
+
+/// One weight of fma_gemm_shared: W [n, k] of `w_dtype` at `w` (any alignment) and its output y
+/// [m, n] (row stride n), y = x · Wᵀ, or y += x · Wᵀ when `accumulate`.
+struct FmaGemmOut {
+  DType w_dtype = DType::kF32;
+  const void* w = nullptr;
+  std::int64_t n = 0;
+  float* y = nullptr;
+  bool accumulate = false;
+};
+
+/// fma_gemm for several weights reading one x [m, k] (a layer's input projections): x is packed
+/// once (rounded once when x_bf16) instead of once per weight, and the column panels of all the
+/// weights are split over the threads together (a narrow weight does not run a call of its own).
+/// Every output gets the bits fma_gemm gives it alone. The outputs must not overlap each other
+/// (InvalidArgument naming the two) nor x; otherwise the requirements and errors of fma_gemm, per
+/// weight, and a non-empty `outs`.
+void fma_gemm_shared(std::int64_t m, std::int64_t k, const float* x, bool x_bf16, std::span<const FmaGemmOut> outs);
 
 /// The same arithmetic in plain scalar C++ (the oracle; any CPU, one thread).
 void fma_gemm_reference(std::int64_t m, std::int64_t n, std::int64_t k, const float* x, bool x_bf16, DType w_dtype,

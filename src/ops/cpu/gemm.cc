@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -212,7 +213,7 @@ std::int64_t widen_panel_rows(std::int64_t n, std::int64_t k) {
 
 namespace {
 #if !defined(__aarch64__)
-/// The weight as linear_unshared hands it to clef's FMA GEMM: the fp32 operand or resident copy, else
+/// The weight as linear_shared hands it to clef's FMA GEMM: the fp32 operand or resident copy, else
 /// the bf16 operand in bf16 mode, else the stored weight; with its dtype.
 std::pair<DType, const void*> fma_operand(const GemmWeight& w) {
   const bool bf16 = w.precision() == Precision::kBF16;
@@ -224,21 +225,13 @@ std::pair<DType, const void*> fma_operand(const GemmWeight& w) {
 #endif
 
 /// linear() for the weights with nothing to share between outputs: fp32 weights, and bf16 where the
-/// library has no bf16 matmul (x rounded to bf16 values through the fp32 matmul). int8 and
-/// block-quantized weights and oneDNN's bf16 matmul are linear_shared's own branches.
+/// library has no bf16 matmul (x rounded to bf16 values through the fp32 matmul), on the library.
+/// int8 and block-quantized weights, oneDNN's bf16 matmul and clef's FMA GEMM are linear_shared's own
+/// branches.
 void linear_unshared(const float* x, std::int64_t m, const GemmWeight& w, float* y, bool accumulate) {
   const std::int64_t n = w.n(), k = w.k();
   thread_local std::vector<float> wide, xr;
   const bool bf16 = w.precision() == Precision::kBF16;
-#if !defined(__aarch64__)
-  if (own_fp32_gemm()) {  // clef's AVX2 FMA GEMM: rounds x to bf16 and widens bf16 / fp16 weights as it packs them
-    const auto [t, src] = fma_operand(w);
-    if (cpu::fma_gemm_takes(t)) {
-      cpu::fma_gemm(m, n, k, x, bf16, t, src, y, accumulate);
-      return;
-    }
-  }
-#endif
   const float* xptr = x;
   if (bf16) {  // no bf16 matmul here: bf16 values through the fp32 matmul (file comment)
     CLEF_PROF_SCOPE(">linear.x_to_bf16");
@@ -289,8 +282,21 @@ void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> ou
                             " read one x");
     }
   }
+  for (std::size_t o = 0; o < outs.size(); ++o) {
+    for (std::size_t p = 0; p < o; ++p) {
+      if (std::less<>{}(outs[o].y, outs[p].y + m * outs[p].w->n()) &&
+          std::less<>{}(outs[p].y, outs[o].y + m * outs[o].w->n()))
+        throw InvalidArgument("linear_shared: outputs " + std::to_string(p) + " and " + std::to_string(o) + " overlap");
+    }
+  }
   thread_local Int8Activations act;
   thread_local std::vector<std::uint16_t> xb;
+#if !defined(__aarch64__)
+  // The weights on clef's FMA GEMM, by whether x is rounded to bf16 (bf16 mode): one shared call each.
+  thread_local std::vector<cpu::FmaGemmOut> fma_outs[2];
+  fma_outs[0].clear();
+  fma_outs[1].clear();
+#endif
   bool quantized = false, converted = false;
   for (const LinearOut& o : outs) {
     const GemmWeight& w = *o.w;
@@ -322,8 +328,21 @@ void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> ou
 #endif
       if (gemm_backend::matmul_bf16(m, w.n(), k, buf, wb, o.y, o.accumulate)) continue;
     }
+#if !defined(__aarch64__)
+    if (own_fp32_gemm()) {  // clef's AVX2 FMA GEMM: rounds x to bf16 and widens bf16 / fp16 weights as it packs them
+      const auto [t, src] = fma_operand(w);
+      if (cpu::fma_gemm_takes(t)) {
+        fma_outs[bf16 ? 1 : 0].push_back({t, src, w.n(), o.y, o.accumulate});
+        continue;
+      }
+    }
+#endif
     linear_unshared(x, m, w, o.y, o.accumulate);
   }
+#if !defined(__aarch64__)
+  for (int b = 0; b < 2; ++b)
+    if (!fma_outs[b].empty()) cpu::fma_gemm_shared(m, k, x, b == 1, fma_outs[b]);
+#endif
 }
 
 bool linear_takes_quantized(const GemmWeight& w) { return w.int8() != nullptr || w.quant() != nullptr; }
