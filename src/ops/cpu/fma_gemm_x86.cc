@@ -28,6 +28,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "ops/cpu/transpose_x86.h"
 #include "ops/isa.h"
 #include "ops/profile.h"
 
@@ -115,30 +116,6 @@ CLEF_FMA_ATTR inline void round_bf16_8(__m256 (&r)[8]) {
 /// x's value as the product reads it: itself, or rounded to bf16 (x_bf16).
 inline float x_value(float v, bool x_bf16) { return x_bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; }
 
-/// 8 x 8 transpose of r[0..8) in place (row i of the result = column i of the input).
-CLEF_FMA_ATTR inline void transpose8(__m256 (&r)[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
-
 /// Packs W rows [j0, j0 + nc) (rows >= n read as zero) and elements [p0, p0 + kc) into micro-panels
 /// of kNR rows: panel q at bp + q·kc·kNR, element (i, j) at [i·kNR + j]. W of dtype T.
 template <DType T>
@@ -156,7 +133,7 @@ CLEF_FMA_ATTR void pack_w_as(const void* w, std::int64_t n, std::int64_t k, std:
         for (; i + 8 <= kc; i += 8) {
           __m256 r[8];
           for (int l = 0; l < 8; ++l) r[l] = load8<T>(wb + static_cast<std::size_t>((jb + l) * k) * es, p0 + i);
-          transpose8(r);
+          transpose8x8(r);
           for (int l = 0; l < 8; ++l) _mm256_store_ps(panel + (i + l) * kNR + half * 8, r[l]);
         }
       }
@@ -187,7 +164,7 @@ CLEF_FMA_ATTR void pack_x(const float* x, std::int64_t k, std::int64_t r0, std::
     __m256 r[8];
     for (int l = 0; l < 8; ++l) r[l] = l < rows ? _mm256_loadu_ps(x + (r0 + l) * k + p0 + i) : _mm256_setzero_ps();
     if (x_bf16) round_bf16_8(r);
-    transpose8(r);
+    transpose8x8(r);
     for (int l = 0; l < 8; ++l) _mm256_maskstore_ps(ap + (i + l) * kMR, six, r[l]);
   }
   for (; i < kc; ++i)
