@@ -156,18 +156,23 @@ HWY_INLINE void micro_tile(std::int64_t k, const float* a, std::int64_t lda, con
     for (int v = 0; v < NV; ++v) {
       const auto mv = v + 1 < NV ? all : ml;
       const std::size_t count = v + 1 < NV ? static_cast<std::size_t>(N) : tail;
+      // Whole vectors move with plain loads and stores (masked ones cost several times more on
+      // some x86 cores, and every C row of the delta rule's and attention's products passes here).
+      const bool whole = v + 1 < NV || full;
+      const auto load = [&](const float* p) { return whole ? hn::LoadU(d, p) : LoadTail(mv, d, p, count); };
       VF x;
       if (cscale != nullptr) {
         // acc * alpha + round(C * cscale): written as one MulAdd so that the compiler's FMA
         // contraction cannot fuse the C * cscale product instead (with alpha = 1 these are the bits
         // of rescaling C in its own pass and then adding the product).
-        const VF old = hn::Mul(LoadTail(mv, d, cr + v * N, count), LoadTail(mv, d, cscale + v * N, count));
+        const VF old = hn::Mul(load(cr + v * N), load(cscale + v * N));
         x = hn::MulAdd(acc[r][v], al, old);
       } else {
         x = hn::Mul(acc[r][v], al);
-        if (accumulate) x = hn::Add(x, LoadTail(mv, d, cr + v * N, count));
+        if (accumulate) x = hn::Add(x, load(cr + v * N));
       }
-      StoreTail(x, mv, d, cr + v * N, count);
+      if (whole) hn::StoreU(x, d, cr + v * N);
+      else StoreTail(x, mv, d, cr + v * N, count);
     }
   }
 }
