@@ -81,36 +81,17 @@ CLEF_FMA_ATTR inline __m256 load8(const std::byte* w, std::int64_t i) {
   }
 }
 
-/// v rounded to the nearest bf16 value (round to nearest even), kept as fp32, for lanes that are not
-/// NaN: bf16_to_f32(f32_to_bf16(v)) there (infinities stay, overflow goes to infinity).
-CLEF_FMA_ATTR inline __m256 round_bf16_not_nan(__m256 v) {
-  const __m256i u = _mm256_castps_si256(v);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
-  return _mm256_castsi256_ps(_mm256_and_si256(rounded, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
-}
-
 /// v rounded to the nearest bf16 value, kept as fp32: bf16_to_f32(f32_to_bf16(v)) lane by lane
 /// (round to nearest even; a NaN stays a NaN with the quiet bit set, as f32_to_bf16 does).
 CLEF_FMA_ATTR inline __m256 round_bf16(__m256 v) {
   const __m256i u = _mm256_castps_si256(v);
   const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), hi);
   const __m256i nan = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), hi);
   const __m256i is_nan =
       _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-  return _mm256_castsi256_ps(_mm256_blendv_epi8(_mm256_castps_si256(round_bf16_not_nan(v)), nan, is_nan));
-}
-
-/// r[0..8) rounded to bf16 values (round_bf16), through the shorter round_bf16_not_nan when no lane
-/// is NaN (activations almost never hold one).
-CLEF_FMA_ATTR inline void round_bf16_8(__m256 (&r)[8]) {
-  __m256 unordered = _mm256_cmp_ps(r[0], r[0], _CMP_UNORD_Q);
-  for (int l = 1; l < 8; ++l) unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(r[l], r[l], _CMP_UNORD_Q));
-  if (_mm256_movemask_ps(unordered) == 0) {
-    for (int l = 0; l < 8; ++l) r[l] = round_bf16_not_nan(r[l]);
-  } else {
-    for (int l = 0; l < 8; ++l) r[l] = round_bf16(r[l]);
-  }
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(rounded, nan, is_nan));
 }
 
 /// x's value as the product reads it: itself, or rounded to bf16 (x_bf16).
@@ -163,7 +144,8 @@ CLEF_FMA_ATTR void pack_x(const float* x, std::int64_t k, std::int64_t r0, std::
   for (; i + 8 <= kc; i += 8) {
     __m256 r[8];
     for (int l = 0; l < 8; ++l) r[l] = l < rows ? _mm256_loadu_ps(x + (r0 + l) * k + p0 + i) : _mm256_setzero_ps();
-    if (x_bf16) round_bf16_8(r);
+    if (x_bf16)
+      for (int l = 0; l < 8; ++l) r[l] = round_bf16(r[l]);
     transpose8x8(r);
     for (int l = 0; l < 8; ++l) _mm256_maskstore_ps(ap + (i + l) * kMR, six, r[l]);
   }
