@@ -595,6 +595,33 @@ TEST_P(OpsAtLevel, GatedDeltaRuleBf16VsRecurrent) {
   }
 }
 
+TEST_P(OpsAtLevel, GatedDeltaRuleSameBitsOnAnyThreadCount) {
+  // The chunked delta rule runs chunks outside and heads inside with no barrier between chunks: a
+  // head's chunks must stay in order on one thread. Any thread count gives the 1-thread bits; Hv = 6
+  // does not divide among 4 threads, T = 200 is four chunks (the last short). A head whose chunks
+  // raced or ran out of order would carry another state into its next chunk.
+  const GdnDims d{3, 6, 32, 24};
+  Rng rng(19);
+  const std::int64_t t = 200, st = d.hk * d.dk;
+  Vec q, k, v, g, beta, s0;
+  gdn_inputs(rng, d, t, st, q, k, v, g, beta, s0);
+  const int threads = ops::num_threads();
+  for (const bool bf16 : {false, true}) {
+    const auto run = bf16 ? &ops::gated_delta_rule_bf16 : &ops::gated_delta_rule;
+    Vec o1(static_cast<std::size_t>(t * d.hv * d.dv)), s1 = s0;
+    omp_set_num_threads(1);
+    run(d, t, q.data(), k.data(), st, v.data(), d.hv * d.dv, g.data(), beta.data(), s1.data(), o1.data());
+    for (const int nt : {2, 3, 4}) {
+      omp_set_num_threads(nt);  // more than the CPUs is fine: only the split is tested
+      Vec o(o1.size()), s = s0;
+      run(d, t, q.data(), k.data(), st, v.data(), d.hv * d.dv, g.data(), beta.data(), s.data(), o.data());
+      EXPECT_TRUE(std::memcmp(o.data(), o1.data(), o.size() * sizeof(float)) == 0) << "bf16 " << bf16 << ", " << nt;
+      EXPECT_TRUE(std::memcmp(s.data(), s1.data(), s.size() * sizeof(float)) == 0) << "bf16 " << bf16 << ", " << nt;
+    }
+  }
+  omp_set_num_threads(threads);
+}
+
 TEST_P(OpsAtLevel, GatedDeltaRuleGroupedHeadMapping) {
   // Value head h must read k-head h / (Hv/Hk) (grouped, pitfall 9): with Hk = 2, Hv = 4, zeroing
   // k-head 1 must leave v-heads 0,1 untouched and change only v-heads 2,3.
