@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Optimized gated delta rule: the chunked form of docs/MODEL.md §4.6 with chunk C = 64,
-// parallel over value heads (each head walks its chunks in order). Per chunk and head, with S the
+// chunks in order, the heads of each chunk split over the threads (each thread keeps its heads, so a
+// head's chunks run in order on one thread). Per chunk and head, with S the
 // state entering the chunk ([dk, dv], fp32) and local index i = 0..C-1:
 //   G_i = cumsum(g),  Γ_ij = exp(G_i - G_j) (j <= i)
 //   A_ij = β_i (k_i·k_j) Γ_ij (j < i),  Tinv = (I + A)^-1   (unit lower triangular, C x C)
@@ -51,12 +52,12 @@ struct ChunkScratch {
   // bf16 mode: the operands rounded to bf16 (emulated levels: kr, qr, ktr, sr as floats) or as
   // pair words (avx512bf16: the rest), sized for the largest.
   std::vector<float> kr, qr, ktr, sr;
-  std::vector<std::uint32_t> w_ktp, w_k, w_sp, w_kb, w_qs, w_t, w_x, w_p, w_vp, w_ktd;
+  std::vector<std::uint32_t> w_ktp, w_k, w_sp, w_kb, w_qs, w_t, w_x, w_p, w_vp, w_kd;
   void ensure_bf16(std::int64_t dk, std::int64_t dv) {
     auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
     for (auto* b : {&kr, &qr, &ktr}) b->resize(sz(kChunk * dk));
     sr.resize(sz(dk * dv));
-    for (auto* b : {&w_ktp, &w_k, &w_kb, &w_qs, &w_ktd}) b->resize(sz(kChunk * dk / 2 + kChunk));
+    for (auto* b : {&w_ktp, &w_k, &w_kb, &w_qs, &w_kd}) b->resize(sz(kChunk * dk / 2 + kChunk));
     w_sp.resize(sz(dk * dv / 2 + dv));
     for (auto* b : {&w_t, &w_p}) b->resize(sz(kChunk * kChunk / 2));
     for (auto* b : {&w_x, &w_vp}) b->resize(sz(kChunk / 2 * dv));
@@ -383,7 +384,7 @@ CLEF_BF16_ATTR void run_chunk_bf16(const GdnDims& d, std::int64_t c0, std::int64
   cpu::exp_n(tmp, tmp, C);
   float* Kd = s.kd.data();
   for (std::int64_t i = 0; i < C; ++i) scale_copy(dk, tmp[i], K + i * qk_stride, Kd + i * dk);
-  std::uint32_t* kdw = s.w_ktd.data();
+  std::uint32_t* kdw = s.w_kd.data();
   col_pairs(Kd, C, dk, dk, zeros, kdw, dk);
   const float egl = eG[C - 1];
   const std::int64_t sn = dk * dv;
