@@ -86,6 +86,16 @@ inline void scale_copy(std::int64_t n, float s, const float* __restrict x, float
   for (std::int64_t i = 0; i < n; ++i) y[i] = s * x[i];
 }
 
+/// The state update's decayed K rows: Kd [C, dk] row i = e^{G_last - G_i} K_i (K rows qk_stride
+/// apart); tmp (C floats) holds the decays.
+inline void decayed_k_rows(std::int64_t C, std::int64_t dk, const float* G, const float* K, std::int64_t qk_stride,
+                           float* tmp, float* Kd) {
+  const float gl = G[C - 1];
+  for (std::int64_t i = 0; i < C; ++i) tmp[i] = gl - G[i];
+  cpu::exp_n(tmp, tmp, C);
+  for (std::int64_t i = 0; i < C; ++i) scale_copy(dk, tmp[i], K + i * qk_stride, Kd + i * dk);
+}
+
 /// dst [cols, rows] (row stride ldd) = src [rows, cols] (row stride lds) transposed: cpu::transpose,
 /// in 8 x 8 blocks of registers on the x86 levels from AVX2 up (the scalar loop stores one float
 /// per cache line of dst).
@@ -268,12 +278,9 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
   // S <- e^{G_last} S + (K ⊙ e^{G_last - G})ᵀ V': the decayed K rows ([C, dk]) as the transposed
   // operand, S rescaled by e^{G_last} as the product is added (small_gemm_at_rescaled: the bits of
   // rescaling S in its own pass first).
-  const float gl = G[C - 1];
-  for (std::int64_t i = 0; i < C; ++i) tmp[i] = gl - G[i];
-  cpu::exp_n(tmp, tmp, C);
   float* Kd = s.kd.data();
+  decayed_k_rows(C, dk, G, K, qk_stride, tmp, Kd);
   const float egl = eG[C - 1];
-  for (std::int64_t i = 0; i < C; ++i) scale_copy(dk, tmp[i], K + i * qk_stride, Kd + i * dk);
   if constexpr (kRound) cpu::round_to_bf16(Kd, C * dk, Kd);
   float* cs = s.cs.data();
   std::fill(cs, cs + dv, egl);
@@ -379,11 +386,8 @@ CLEF_BF16_ATTR void run_chunk_bf16(const GdnDims& d, std::int64_t c0, std::int64
 
   // S <- e^{G_last} S + (K ⊙ e^{G_last - G})ᵀ V': the decayed K rows as pair words along the
   // chunk ([ceil(C/2), dk]), the transposed operand of bf16_gemm_at.
-  const float gl = G[C - 1];
-  for (std::int64_t i = 0; i < C; ++i) tmp[i] = gl - G[i];
-  cpu::exp_n(tmp, tmp, C);
   float* Kd = s.kd.data();
-  for (std::int64_t i = 0; i < C; ++i) scale_copy(dk, tmp[i], K + i * qk_stride, Kd + i * dk);
+  decayed_k_rows(C, dk, G, K, qk_stride, tmp, Kd);
   std::uint32_t* kdw = s.w_kd.data();
   col_pairs(Kd, C, dk, dk, zeros, kdw, dk);
   const float egl = eG[C - 1];
