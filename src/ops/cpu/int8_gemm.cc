@@ -29,6 +29,8 @@
 #if defined(__x86_64__) && !defined(CLEF_INT8_SCALAR_ONLY)
 #include <cpuid.h>
 #include <immintrin.h>
+
+#include "ops/cpu/transpose_x86.h"
 #define CLEF_INT8_X86 1
 #endif
 #if defined(__aarch64__) && !defined(CLEF_INT8_SCALAR_ONLY)
@@ -628,6 +630,24 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void store_tile_2
 constexpr std::int64_t kQuadDa = kInt8Block / 4 * 32;  ///< byte offset of the 4 rows' da
 constexpr std::int64_t kQuadRecord = kQuadDa + 32;
 
+/// One record of interleave_quads for 4 rows that all exist: the 4 rows' qa and |qa| as 8 rows of 8
+/// dwords (one dword per group of 4 k), transposed, are the record's 8 groups.
+__attribute__((target("avx2"))) inline void quad_record(const Int8Activations& a, std::int64_t row0, std::int64_t b,
+                                                        std::uint8_t* dst) {
+  const std::int64_t nb = a.blocks;
+  __m256 v[8];
+  float da[8] = {};
+  for (int rr = 0; rr < 4; ++rr) {
+    const auto at = static_cast<std::size_t>((row0 + rr) * nb + b);
+    v[rr] = _mm256_loadu_ps(reinterpret_cast<const float*>(a.q.data() + at * kInt8Block));
+    v[4 + rr] = _mm256_loadu_ps(reinterpret_cast<const float*>(a.absq.data() + at * kInt8Block));
+    da[rr] = a.d[at];
+  }
+  cpu::transpose8x8(v);  // moves bits only: no lane is read as a float
+  for (int g = 0; g < kInt8Block / 4; ++g) _mm256_storeu_ps(reinterpret_cast<float*>(dst + g * 32), v[g]);
+  _mm256_storeu_ps(reinterpret_cast<float*>(dst + kQuadDa), _mm256_loadu_ps(da));
+}
+
 /// The AVX2 kernel's activations, one record per tile of 4 rows and block (kQuadRecord bytes, rows
 /// past m zero): a tile reads one contiguous stream instead of 8 rows' worth of streams.
 void interleave_quads(const Int8Activations& a, std::vector<std::uint8_t>& out) {
@@ -637,6 +657,10 @@ void interleave_quads(const Int8Activations& a, std::vector<std::uint8_t>& out) 
   for (std::int64_t t = 0; t < quads; ++t) {
     for (std::int64_t b = 0; b < nb; ++b) {
       std::uint8_t* dst = out.data() + static_cast<std::size_t>((t * nb + b) * kQuadRecord);
+      if (4 * t + 4 <= a.m) {
+        quad_record(a, 4 * t, b, dst);
+        continue;
+      }
       std::memset(dst, 0, static_cast<std::size_t>(kQuadRecord));
       for (int rr = 0; rr < 4 && 4 * t + rr < a.m; ++rr) {
         const auto at = static_cast<std::size_t>((4 * t + rr) * nb + b);
