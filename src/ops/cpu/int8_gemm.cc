@@ -687,6 +687,10 @@ __attribute__((target("avx2,fma,f16c"))) void tile_avx2(const Job& j, std::int64
     const std::int8_t* qw = j.w->q_block(p0, b);
     __m256i is[MR][2];
     for (int r = 0; r < MR; ++r) is[r][0] = is[r][1] = _mm256_setzero_si256();
+      // The 8 groups of a block unrolled: as a loop, GCC 12 kept the sums' chains in rotating registers and
+      // copied 4-5 of them back at every iteration (vmovdqa); unrolled they stay put (in-process A/B on the
+      // 0.8b shapes, m = 512, Zen 3: +1.6-2.3% on most shapes, same bits).
+#pragma GCC unroll 8
     for (int g = 0; g < kInt8Block / 4; ++g) {
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qw + g * 64));
       const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qw + g * 64 + 32));
