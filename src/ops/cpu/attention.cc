@@ -96,23 +96,13 @@ constexpr std::int64_t kWideCols = 512;       // widest item (columns) over any 
 constexpr std::int64_t kLongWideCols = 1024;  // widest item over a cache of >= kLongCache x t keys (512-bit levels)
 constexpr std::int64_t kLongCache = 8;        // keys per query from which an item's causal waste is <= 1/16
 
-/// Row stride (floats) of a work item's Qt, St and Ot ([rows, ncol]) in the fp32 kernel: whole cache
-/// lines, an odd number of them. The GEMMs read 16-column panels of Qt and St down their rows and write
-/// Ot's; at 128 columns (512 bytes, the usual item) a panel's rows fell on 8 of L1's 64 sets and evicted
-/// one another every pass (in-process A/B at AVX2 on Zen 3: the fp32 attention 9-11% faster with the
-/// odd-line stride at 1,024 x 1,024, 512 x 4,096 and 512 x 512; same bits).
-inline std::int64_t padded_ld(std::int64_t ncol) {
-  const std::int64_t lines = (ncol + 15) / 16;
-  return 16 * (lines % 2 == 0 ? lines + 1 : lines);
-}
-
 struct AttnScratch {
   std::vector<float> qt, st, ot, m, l, corr;
   void ensure(std::int64_t hd, std::int64_t ncol) {
     auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
-    qt.resize(sz(hd * padded_ld(ncol)));
-    st.resize(sz(kKBlock * padded_ld(ncol)));
-    ot.resize(sz(hd * padded_ld(ncol)));
+    qt.resize(sz(hd * cpu::odd_lines_ld(ncol)));
+    st.resize(sz(kKBlock * cpu::odd_lines_ld(ncol)));
+    ot.resize(sz(hd * cpu::odd_lines_ld(ncol)));
     m.resize(sz(ncol));
     l.resize(sz(ncol));
     corr.resize(sz(ncol));
@@ -237,7 +227,10 @@ void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
       float* l = sc.l.data();
       float* corr = sc.corr.data();
       // Qt [hd, ncol], column hh * nq + i = query i of head j * group + hh, scaled.
-      const std::int64_t ld = padded_ld(ncol);  // row stride of Qt, St and Ot
+      // Row stride of Qt, St and Ot (the GEMMs read Qt's and St's 16-column panels down their rows): an
+      // odd number of cache lines; at ncol floats the usual 128 columns put a panel on 8 of L1's 64
+      // sets (in-process A/B at AVX2, Zen 3: the kernel 9-11% faster; same bits).
+      const std::int64_t ld = cpu::odd_lines_ld(ncol);
       load_queries(q + i0 * ldq + j * group * hd, ldq, group, nq, hd, scale, Qt, ld);
       if (round_bf16) cpu::round_to_bf16(Qt, hd * ld, Qt);
       for (std::int64_t c = 0; c < ncol; ++c) {

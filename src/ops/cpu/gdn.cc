@@ -55,7 +55,8 @@ struct ChunkScratch {
   std::vector<std::uint32_t> w_ktp, w_k, w_sp, w_kb, w_qs, w_t, w_x, w_p, w_vp, w_kd;
   void ensure_bf16(std::int64_t dk, std::int64_t dv) {
     auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
-    for (auto* b : {&kr, &qr, &ktr}) b->resize(sz(kChunk * dk));
+    for (auto* b : {&kr, &qr}) b->resize(sz(kChunk * dk));
+    ktr.resize(sz(dk * cpu::odd_lines_ld(kChunk)));
     sr.resize(sz(dk * dv));
     for (auto* b : {&w_ktp, &w_k, &w_kb, &w_qs, &w_kd}) b->resize(sz(kChunk * dk / 2 + kChunk));
     w_sp.resize(sz(dk * dv / 2 + dv));
@@ -64,12 +65,12 @@ struct ChunkScratch {
   }
   void ensure(std::int64_t dk, std::int64_t dv) {
     auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
-    kt.resize(sz(dk * kChunk));
+    kt.resize(sz(dk * cpu::odd_lines_ld(kChunk)));
     kd.resize(sz(dk * kChunk));
     kb.resize(sz(kChunk * dk));
     qs.resize(sz(kChunk * dk));
-    x.resize(sz(kChunk * dv));
-    vp.resize(sz(kChunk * dv));
+    x.resize(sz(kChunk * cpu::odd_lines_ld(dv)));
+    vp.resize(sz(kChunk * cpu::odd_lines_ld(dv)));
     a.resize(sz(kChunk * kChunk));
     p.resize(sz(kChunk * kChunk));
     tinv.resize(sz(kChunk * kChunk));
@@ -209,8 +210,12 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
   chunk_gates(d, c0, C, h, g, beta, G, eG, B);
 
   // Kt [dk, C]; A = K Kᵀ, P = Q Kᵀ on and below the diagonal blocks.
+  // Kt [dk, C] and X, V' [C, dv] are B operands read in 16-column panels down their rows: row strides
+  // of an odd number of cache lines (cpu::odd_lines_ld; at 64 and 128 floats a panel's rows fell on
+  // few L1 sets: 2-7% of the op at T = 512-1,024, same bits).
   float* Kt = s.kt.data();
-  transpose_rows(C, dk, K, qk_stride, Kt, C);
+  const std::int64_t ldkt = cpu::odd_lines_ld(C), ldx = cpu::odd_lines_ld(dv);
+  transpose_rows(C, dk, K, qk_stride, Kt, ldkt);
   float* A = s.a.data();
   float* P = s.p.data();
   const float* Ka = K;  // the operands of A and P
@@ -222,7 +227,7 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
       cpu::round_to_bf16(K + i * qk_stride, dk, s.kr.data() + i * dk);
       cpu::round_to_bf16(Q + i * qk_stride, dk, s.qr.data() + i * dk);
     }
-    cpu::round_to_bf16(Kt, dk * C, s.ktr.data());
+    cpu::round_to_bf16(Kt, dk * ldkt, s.ktr.data());
     Ka = s.kr.data();
     Qa = s.qr.data();
     Kta = s.ktr.data();
@@ -231,8 +236,8 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
   for (std::int64_t i0 = 0; i0 < C; i0 += kRowBlock) {
     const std::int64_t rows = std::min(kRowBlock, C - i0);
     const std::int64_t cols = i0 + rows;
-    cpu::small_gemm(rows, cols, dk, Ka + i0 * lda, lda, Kta, C, A + i0 * C, C);
-    cpu::small_gemm(rows, cols, dk, Qa + i0 * lda, lda, Kta, C, P + i0 * C, C);
+    cpu::small_gemm(rows, cols, dk, Ka + i0 * lda, lda, Kta, ldkt, A + i0 * C, C);
+    cpu::small_gemm(rows, cols, dk, Qa + i0 * lda, lda, Kta, ldkt, P + i0 * C, C);
   }
   float* T = s.tinv.data();
   mask_and_invert(C, G, B, tmp, A, P, T);
@@ -241,7 +246,7 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
   float* X = s.x.data();
   float* Kb = s.kb.data();
   for (std::int64_t i = 0; i < C; ++i) {
-    scale_copy(dv, B[i], V + i * v_stride, X + i * dv);
+    scale_copy(dv, B[i], V + i * v_stride, X + i * ldx);
     scale_copy(dk, B[i] * eG[i], K + i * qk_stride, Kb + i * dk);
   }
   const float* Sa = S;  // S as a product operand
@@ -250,15 +255,15 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
     cpu::round_to_bf16(S, dk * dv, s.sr.data());
     Sa = s.sr.data();
   }
-  cpu::small_gemm(C, dv, dk, Kb, dk, Sa, dv, X, dv, -1.0f, true);
+  cpu::small_gemm(C, dv, dk, Kb, dk, Sa, dv, X, ldx, -1.0f, true);
   if constexpr (kRound) {
-    cpu::round_to_bf16(X, C * dv, X);
+    cpu::round_to_bf16(X, C * ldx, X);
     cpu::round_to_bf16(T, C * kChunk, T);
   }
   float* Vp = s.vp.data();
   for (std::int64_t i0 = 0; i0 < C; i0 += kRowBlock) {
     const std::int64_t rows = std::min(kRowBlock, C - i0);
-    cpu::small_gemm(rows, dv, i0 + rows, T + i0 * kChunk, kChunk, X, dv, Vp + i0 * dv, dv);
+    cpu::small_gemm(rows, dv, i0 + rows, T + i0 * kChunk, kChunk, X, ldx, Vp + i0 * ldx, ldx);
   }
 
   // O = (e^G Q) S + P V', written straight into o.
@@ -267,12 +272,12 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
   if constexpr (kRound) {
     cpu::round_to_bf16(Qs, C * dk, Qs);
     cpu::round_to_bf16(P, C * C, P);
-    cpu::round_to_bf16(Vp, C * dv, Vp);
+    cpu::round_to_bf16(Vp, C * ldx, Vp);
   }
   cpu::small_gemm(C, dv, dk, Qs, dk, Sa, dv, O, ldo);
   for (std::int64_t i0 = 0; i0 < C; i0 += kRowBlock) {
     const std::int64_t rows = std::min(kRowBlock, C - i0);
-    cpu::small_gemm(rows, dv, i0 + rows, P + i0 * C, C, Vp, dv, O + i0 * ldo, ldo, 1.0f, true);
+    cpu::small_gemm(rows, dv, i0 + rows, P + i0 * C, C, Vp, ldx, O + i0 * ldo, ldo, 1.0f, true);
   }
 
   // S <- e^{G_last} S + (K ⊙ e^{G_last - G})ᵀ V': the decayed K rows ([C, dk]) as the transposed
@@ -284,7 +289,7 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
   if constexpr (kRound) cpu::round_to_bf16(Kd, C * dk, Kd);
   float* cs = s.cs.data();
   std::fill(cs, cs + dv, egl);
-  cpu::small_gemm_at_rescaled(dk, dv, C, Kd, dk, Vp, dv, S, dv, cs);
+  cpu::small_gemm_at_rescaled(dk, dv, C, Kd, dk, Vp, ldx, S, dv, cs);
 }
 
 #if defined(CLEF_HAVE_BF16_DOT)

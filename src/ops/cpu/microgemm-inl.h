@@ -37,6 +37,17 @@ namespace clef::ops::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+/// Leading dimension (floats) for a scratch matrix of n columns that the small GEMMs read in 16-column
+/// panels down its rows (a B operand) or write in row tiles (C): whole 64-byte lines, an odd number of
+/// them, so that consecutive rows fall on different L1 sets. At 128 columns (512-byte rows) a panel's
+/// rows all fell on 8 of a 64-set L1 and evicted one another on every pass (docs/PERFORMANCE.md,
+/// "Attention" and "Delta rule" under the Zen 3 table: 2-11% on the products that read such panels).
+/// Changes where values live, never what is computed.
+HWY_INLINE std::int64_t odd_lines_ld(std::int64_t n) {
+  const std::int64_t lines = (n + 15) / 16;
+  return 16 * (lines % 2 == 0 ? lines + 1 : lines);
+}
+
 /// Vectors per column panel: 4 where the register file has 32 vectors (AVX-512: 6 x 4
 /// accumulators + 4 B vectors + 1 broadcast = 29), 2 where it has 16 (AVX2: 6 x 2 + 2 + 1 = 15).
 constexpr int kPanelVectors = HWY_MAX_BYTES >= 64 ? 4 : 2;
