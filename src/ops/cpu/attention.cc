@@ -64,20 +64,21 @@ inline void for_each_tile(std::int64_t group, std::int64_t nq, std::int64_t hd, 
   }
 }
 
-/// Qt [hd, ncol] (leading dim ncol) of one work item: column hh * nq + i = query row i of head hh of
-/// the group (q points at query row 0 of the group's first head, row stride ldq), times `scale`.
+/// Qt [hd, group * nq] (row stride ld floats) of one work item: column hh * nq + i = query row i of
+/// head hh of the group (q points at query row 0 of the group's first head, row stride ldq), times
+/// `scale`.
 inline void load_queries(const float* q, std::int64_t ldq, std::int64_t group, std::int64_t nq, std::int64_t hd,
-                         float scale, float* Qt, std::int64_t ncol) {
+                         float scale, float* Qt, std::int64_t ld) {
   for_each_tile(group, nq, hd, [&](std::int64_t hh, std::int64_t i, std::int64_t e0, std::int64_t e1) {
     const float* qi = q + i * ldq + hh * hd;
     float* col = Qt + hh * nq + i;
-    for (std::int64_t e = e0; e < e1; ++e) col[e * ncol] = qi[e] * scale;
+    for (std::int64_t e = e0; e < e1; ++e) col[e * ld] = qi[e] * scale;
   });
 }
 
 /// Final step of one work item of the blocked attention: o rows (query i of head hh of the group,
-/// stride ldq, head hd columns) = Oᵀ column (hh * nq + i) / l (the softmax denominator). `corr` is
-/// scratch of ncol floats. Tiled like load_queries.
+/// stride ldq, head hd columns) = Oᵀ column (hh * nq + i) / l (the softmax denominator); Ot is
+/// [hd, ncol] with row stride ld floats. `corr` is scratch of ncol floats. Tiled like load_queries.
 inline void write_output(const float* Ot, std::int64_t ld, const float* l, float* corr, std::int64_t ncol,
                          std::int64_t group, std::int64_t nq, std::int64_t hd, float* o, std::int64_t ldq) {
   for (std::int64_t c = 0; c < ncol; ++c) corr[c] = 1.0f / l[c];
@@ -130,12 +131,12 @@ std::int64_t query_block(std::int64_t t, std::int64_t tk, std::int64_t group, st
   return (t + blocks - 1) / blocks;
 }
 
-/// Online-softmax step for one key block: St [nk, ncol] holds scaled scores; key row p (sequence
-/// index p0 + p) is visible to column c when p0 + p <= first_pos + c % nq. Updates m and l, writes
-/// corr = e^{m_old - m_new} and turns St into the masked probabilities (exact zeros where masked).
-/// Two passes over St: the column maxima, then e^{s - m} row by row with l summed as each row is
-/// written (l is scaled by corr first, then adds the rows in order p = 0, 1, ...). Block 0 is
-/// always processed first and every query sees key 0, so m is finite after it (no -inf - -inf).
+/// Online-softmax step for one key block: St [nk, ncol] (row stride lds floats) holds scaled scores; key row p
+/// (sequence index p0 + p) is visible to column c when p0 + p <= first_pos + c % nq. Updates m and l, writes corr =
+/// e^{m_old - m_new} and turns St into the masked probabilities (exact zeros where masked). Two passes over St: the
+/// column maxima, then e^{s - m} row by row with l summed as each row is written (l is scaled by corr first, then adds
+/// the rows in order p = 0, 1, ...). Block 0 is always processed first and every query sees key 0, so m is finite after
+/// it (no -inf - -inf).
 void softmax_block(float* St, std::int64_t lds, std::int64_t nk, std::int64_t ncol, std::int64_t nq, std::int64_t p0,
                    std::int64_t first_pos, float* m, float* l, float* corr) {
   namespace hn = hwy::HWY_NAMESPACE;
@@ -227,8 +228,8 @@ void attention_impl(const AttentionDims& d, std::int64_t t, std::int64_t tk, con
       float* l = sc.l.data();
       float* corr = sc.corr.data();
       // Qt [hd, ncol], column hh * nq + i = query i of head j * group + hh, scaled.
-      // Row stride of Qt, St and Ot (the GEMMs read Qt's and St's 16-column panels down their rows): an
-      // odd number of cache lines; at ncol floats the usual 128 columns put a panel on 8 of L1's 64
+      // Row stride of Qt, St and Ot (the GEMMs read Qt's and St's column panels down their rows): an odd
+      // number of cache lines; at ncol floats the usual 128 columns put an AVX2 panel on 8 of L1's 64
       // sets (in-process A/B at AVX2, Zen 3: the kernel 9-11% faster; same bits).
       const std::int64_t ld = cpu::odd_lines_ld(ncol);
       load_queries(q + i0 * ldq + j * group * hd, ldq, group, nq, hd, scale, Qt, ld);

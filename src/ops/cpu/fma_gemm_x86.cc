@@ -228,10 +228,11 @@ CLEF_FMA_ATTR void pack_x_all(const float* x, std::int64_t k, std::int64_t r0, s
   }
 }
 
-/// Software prefetch (into L2) of the weight rows the next pack_w will read: W rows [j0, j0 + nc)
-/// (rows >= n skipped), elements [p0, p0 + kc), issued a few cache lines at a time while the tiles of
-/// the current block run. Each W row of a block is only kc elements (8 or 16 cache lines), too short a
-/// stream for the hardware prefetchers: pack_w otherwise waits on memory for most of its loads.
+/// Software prefetch (into L2) of the weight rows the next pack_w will read: W (row-major [n, k], es bytes
+/// per element) rows [j0, j0 + nc) (rows >= n skipped), elements [p0, p0 + kc), issued a few cache lines
+/// at a time while the tiles of the current block run. Each W row of a block is only kc elements (8 or
+/// 16 cache lines), too short a stream for the hardware prefetchers: pack_w otherwise waits on memory
+/// for most of its loads.
 class WeightPrefetch {
  public:
   WeightPrefetch(const void* w, std::int64_t es, std::int64_t n, std::int64_t k, std::int64_t j0, std::int64_t nc,
@@ -241,16 +242,18 @@ class WeightPrefetch {
         k_(k),
         j0_(j0),
         p0_(p0),
-        per_row_(kc * es / 64 + 1),
+        bytes_(kc * es),
+        per_row_((kc * es + 126) / 64),  // the most lines kc * es bytes can touch at any offset in a line
         total_(std::max<std::int64_t>(0, std::min(nc, n - j0)) * per_row_) {}
   /// Lines issued per call so that `calls` calls cover the block.
   void spread_over(std::int64_t calls) { step_ = (total_ + calls - 1) / std::max<std::int64_t>(calls, 1); }
-  /// The next step_ lines.
+  /// The next step_ lines (a row's lines past its last byte are skipped).
   void issue() {
     for (const std::int64_t end = std::min(total_, next_ + step_); next_ < end; ++next_) {
       const std::int64_t row = next_ / per_row_, line = next_ % per_row_;
       const auto at =
           reinterpret_cast<std::uintptr_t>(base_ + static_cast<std::size_t>(((j0_ + row) * k_ + p0_) * es_));
+      if (line * 64 >= static_cast<std::int64_t>(at & 63) + bytes_) continue;
       _mm_prefetch(reinterpret_cast<const char*>((at & ~std::uintptr_t{63}) + static_cast<std::uintptr_t>(line) * 64),
                    _MM_HINT_T1);
     }
@@ -258,7 +261,7 @@ class WeightPrefetch {
 
  private:
   const char* base_;
-  std::int64_t es_, k_, j0_, p0_, per_row_, total_, step_ = 0, next_ = 0;
+  std::int64_t es_, k_, j0_, p0_, bytes_, per_row_, total_, step_ = 0, next_ = 0;
 };
 
 /// y[r0:r1, c0:c1] of the product on the calling thread, x rows [xr0, ...) packed in xp

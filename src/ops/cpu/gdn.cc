@@ -209,10 +209,10 @@ void run_chunk(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h
   float* tmp = s.tmp.data();
   chunk_gates(d, c0, C, h, g, beta, G, eG, B);
 
-  // Kt [dk, C]; A = K Kᵀ, P = Q Kᵀ on and below the diagonal blocks.
-  // Kt [dk, C] and X, V' [C, dv] are B operands read in 16-column panels down their rows: row strides
-  // of an odd number of cache lines (cpu::odd_lines_ld; at 64 and 128 floats a panel's rows fell on
-  // few L1 sets: 2-7% of the op at T = 512-1,024, same bits).
+  // Kt [dk, C]; A = K Kᵀ, P = Q Kᵀ on and below the diagonal blocks. Kt and X, V' [C, dv] are B
+  // operands read in column panels down their rows: row strides of an odd number of cache lines
+  // (cpu::odd_lines_ld; at 64 and 128 floats an AVX2 panel's rows fell on few L1 sets: the op 1.7-7.5%
+  // faster in isolation at T = 512-1,024, same bits).
   float* Kt = s.kt.data();
   const std::int64_t ldkt = cpu::odd_lines_ld(C), ldx = cpu::odd_lines_ld(dv);
   transpose_rows(C, dk, K, qk_stride, Kt, ldkt);

@@ -37,12 +37,12 @@ namespace clef::ops::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-/// Leading dimension (floats) for a scratch matrix of n columns that the small GEMMs read in 16-column
+/// Leading dimension (floats) for a scratch matrix of n columns that the small GEMMs read in column
 /// panels down its rows (a B operand) or write in row tiles (C): whole 64-byte lines, an odd number of
-/// them, so that consecutive rows fall on different L1 sets. At 128 columns (512-byte rows) a panel's
-/// rows all fell on 8 of a 64-set L1 and evicted one another on every pass (docs/PERFORMANCE.md,
-/// "Attention" and "Delta rule" under the Zen 3 table: 2-11% on the products that read such panels).
-/// Changes where values live, never what is computed.
+/// them, so that consecutive rows fall on different L1 sets. At 128 columns (512-byte rows) an AVX2
+/// panel's rows (16 columns, one line each) all fell on 8 of a 64-set L1 and evicted one another on
+/// every pass (docs/PERFORMANCE.md, "Attention and the delta rule" under the Zen 3 tables: 2-11% on the
+/// products that read such panels). Changes where values live, never what is computed.
 HWY_INLINE std::int64_t odd_lines_ld(std::int64_t n) {
   const std::int64_t lines = (n + 15) / 16;
   return 16 * (lines % 2 == 0 ? lines + 1 : lines);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// 8 x 8 fp32 transpose in eight 256-bit registers: the packing of clef's AVX2 FMA GEMM
-// (cpu/fma_gemm_x86.h) and the Kᵀ of the chunked delta rule (cpu/gdn.cc). Internal to src/ops;
-// x86-64 only. Moves values, computes nothing.
+// 8 x 8 transpose of 32-bit lanes in eight 256-bit registers: the packing of clef's AVX2 FMA GEMM
+// (cpu/fma_gemm_x86.h), the Kᵀ of the chunked delta rule (cpu/gdn.cc) and the AVX2 int8 kernel's
+// row-interleaved activation records (cpu/int8_gemm.cc, int8 dwords moved as floats). Internal to
+// src/ops; x86-64 only. Moves bits, computes nothing.
 #pragma once
 
 #include <immintrin.h>
