@@ -209,8 +209,10 @@ time.sleep(60)
 
 
 def test_client_gone_while_queued_is_cancelled(make_server):
-    """Requests queued behind slow ones whose clients disconnect are dropped, not decided."""
-    s = make_server("-q")
+    """Requests queued behind slow ones whose clients disconnect are dropped, not decided. One
+    decision at a time (--max-running 1), so the light requests cannot join a running batch; the
+    clients leave once all five are seen queued (clef_queue_depth), not after a fixed sleep."""
+    s = make_server("-q", "--max-running", "1")
     heavy = dict(corpus())["sixty-four-questions"]
     light = dict(corpus())["alert-triage"]
     before = s.metrics()
@@ -230,7 +232,12 @@ def test_client_gone_while_queued_is_cancelled(make_server):
         c.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n" % len(body) + body)
         socks.append(c)
-    time.sleep(0.05)
+    for _ in range(500):  # until the five are queued behind the heavy ones not yet started
+        m = s.metrics()
+        started = m["clef_decisions_total"] - before["clef_decisions_total"] + m.get("clef_decisions_running", 0)
+        if m.get("clef_queue_depth", 0) >= 5 + 3 - started:
+            break
+        time.sleep(0.002)
     for c in socks:
         c.close()
     for t in ts:
