@@ -112,7 +112,7 @@ Int8Kernel active_int8_kernel();
 double measure_int8_peak_gops(Int8Kernel k, int threads, int repeats = 3, std::int64_t iters = 20'000'000);
 
 /// Whose layout Int8Activations::interleaved holds.
-enum class Interleaved : std::uint8_t { kNone, kInt8Avx2, kQuantAvx2 };
+enum class Interleaved : std::uint8_t { kNone, kInt8Avx2, kQuantTiles };
 
 /// Activations of one call, quantized: qa [m, blocks·32] int8, |qa| (the AVX2 kernel's unsigned
 /// operand), da [m, blocks] fp32 and 128 · Σ qa per block [m, blocks] int32 (the VNNI kernels'
@@ -131,11 +131,11 @@ struct Int8Activations {
   std::vector<std::int32_t> half_sums;
   std::vector<float> block_sums;
   bool half_sums_ready = false;
-  /// The activations with rows interleaved for the row tiles of one x86 AVX2 kernel (one
-  /// contiguous stream per tile instead of a stream per row and array; layouts in cpu/int8_gemm.cc
-  /// and cpu/quant_gemm.cc), built by the first GEMM that runs that kernel on them, so weights
-  /// reading the same activations share it; `interleaved_for` says whose (prepare_activations:
-  /// none).
+  /// The activations with rows interleaved for the row tiles of one x86 kernel (the AVX2 kernels',
+  /// or AVX512-VNNI's block-quantized tiles; one contiguous stream per tile instead of a stream per
+  /// row and array; layouts in cpu/int8_gemm.cc and cpu/quant_gemm.cc), built by the first GEMM that
+  /// runs that kernel on them, so weights reading the same activations share it; `interleaved_for`
+  /// says whose (prepare_activations: none).
   std::vector<std::uint8_t> interleaved;
   Interleaved interleaved_for = Interleaved::kNone;
 };

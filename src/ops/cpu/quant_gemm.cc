@@ -369,7 +369,8 @@ struct QJob {
   float* y;
   std::int64_t n;
   bool accumulate;
-  const std::uint8_t* tiles = nullptr;  ///< the AVX2 kernel's interleaved activations (cpu/quant_layout.h)
+  const std::uint8_t* tiles =
+      nullptr;  ///< the AVX2 and AVX512-VNNI tiles' interleaved activations (cpu/quant_layout.h)
 };
 
 /// Writes the fp32 tile acc [mr][16] to y (columns < n), adding when accumulating.
@@ -507,16 +508,20 @@ void ensure_half_sums(Int8Activations& a) {
 /// Interleaves act's rows in tiles of kTileRows (the record of cpu/quant_layout.h) into
 /// act.interleaved, unless it holds them already; after ensure_half_sums.
 void ensure_tiles(Int8Activations& a) {
-  if (a.interleaved_for == Interleaved::kQuantAvx2) return;
+  if (a.interleaved_for == Interleaved::kQuantTiles) return;
   CLEF_PROF_SCOPE(">linear.interleave_x");
   constexpr std::int64_t R = quant_detail::kTileRows;
   const std::int64_t nb = a.blocks, tiles = (a.m + R - 1) / R;
-  a.interleaved.assign(static_cast<std::size_t>(tiles * nb * quant_detail::kTileRecord), 0);
+  // Every record is written whole below, so the buffer is not cleared first (a pass over it as long
+  // as the interleave itself); only the rows past m of the last tile are zeroed.
+  const auto bytes = static_cast<std::size_t>(tiles * nb * quant_detail::kTileRecord);
+  if (a.interleaved.size() < bytes) a.interleaved.resize(bytes);
   std::uint8_t* out = a.interleaved.data();
 #pragma omp parallel for schedule(static) if (tiles * nb > 256)
   for (std::int64_t t = 0; t < tiles; ++t) {
     for (std::int64_t b = 0; b < nb; ++b) {
       std::uint8_t* rec = out + static_cast<std::size_t>((t * nb + b) * quant_detail::kTileRecord);
+      if ((t + 1) * R > a.m) std::memset(rec, 0, quant_detail::kTileRecord);
       for (std::int64_t r = 0; r < R && t * R + r < a.m; ++r) {
         const auto ab = static_cast<std::size_t>((t * R + r) * nb + b);
         for (int g = 0; g < 8; ++g) std::memcpy(rec + (g * R + r) * 4, a.q.data() + ab * 32 + 4 * g, 4);
@@ -526,7 +531,7 @@ void ensure_tiles(Int8Activations& a) {
       }
     }
   }
-  a.interleaved_for = Interleaved::kQuantAvx2;
+  a.interleaved_for = Interleaved::kQuantTiles;
 }
 #endif
 
@@ -535,7 +540,9 @@ void run_quant(QuantKernel kernel, Int8Activations& act, const QuantWeight& w, f
   ensure_half_sums(act);
   QJob job{&w, act.q.data(), act.d.data(), act.half_sums.data(), act.block_sums.data(), y, w.n(), accumulate};
 #ifdef CLEF_QUANT_X86
-  if (kernel == QuantKernel::kAvx2 && m > 2) {  // m <= 2: tile_direct, on the row-major arrays
+  // The row tiles of the AVX2 and AVX512-VNNI kernels read the interleaved records; m <= 2:
+  // tile_direct, on the row-major arrays.
+  if ((kernel == QuantKernel::kAvx2 || kernel == QuantKernel::kAvx512Vnni) && m > 2) {
     ensure_tiles(act);
     job.tiles = act.interleaved.data();
   }

@@ -276,19 +276,24 @@ struct RowActs {
   QG_FN float sf(int r) const { return j.sf[(r0 + r) * nb + b]; }
   QG_FN std::int32_t spair(int r) const { return j.spair[(r0 + r) * nb + b]; }
 };
+/// A row tile of several records (the VNNI tiles: MR a multiple of kTileRows) reads row r from
+/// record r / kTileRows, `stride` bytes (blocks · kTileRecord) after the one before; with r known at
+/// compile time, two address registers and a stride serve all of a tile's rows (RowActs' one
+/// pointer per row did not fit in the general registers next to a 12-row tile).
 struct TileActs {
   static constexpr int kR = static_cast<int>(quant_detail::kTileRows);
-  const std::uint8_t* base;  ///< the tile's record of block 0
+  const std::uint8_t* base;  ///< the tile's first record of block 0
+  std::int64_t stride = 0;   ///< bytes from one record of the tile to the next (rows r and r + kR)
   const std::uint8_t* rec = nullptr;
   QG_FN void block(std::int64_t bb) { rec = base + bb * quant_detail::kTileRecord; }
-  QG_FN std::int32_t q4(int r, int g) const { return word<std::int32_t>(g * 4 * kR + 4 * r); }
-  QG_FN float da(int r) const { return word<float>(quant_detail::kTileDa + 4 * r); }
-  QG_FN float sf(int r) const { return word<float>(quant_detail::kTileSf + 4 * r); }
-  QG_FN std::int32_t spair(int r) const { return word<std::int32_t>(quant_detail::kTileSpair + 4 * r); }
+  QG_FN std::int32_t q4(int r, int g) const { return word<std::int32_t>(r, g * 4 * kR + 4 * (r % kR)); }
+  QG_FN float da(int r) const { return word<float>(r, quant_detail::kTileDa + 4 * (r % kR)); }
+  QG_FN float sf(int r) const { return word<float>(r, quant_detail::kTileSf + 4 * (r % kR)); }
+  QG_FN std::int32_t spair(int r) const { return word<std::int32_t>(r, quant_detail::kTileSpair + 4 * (r % kR)); }
   template <typename V>
-  QG_FN V word(std::int64_t off) const {
+  QG_FN V word(int r, std::int64_t off) const {
     V v;
-    std::memcpy(&v, rec + off, 4);
+    std::memcpy(&v, rec + (r / kR) * stride + off, 4);
     return v;
   }
 };
@@ -420,8 +425,10 @@ __attribute__((target(QG_TARGET))) void tile(const QJob& j, Acts acts, std::int6
 /// columns one vpdpbusd into an int32 sum of the half block (Q6_K, whose halves' scales differ) or
 /// of the whole block (the others); per block the sums are multiplied by their int32 scales
 /// (vpmulld; 1 for the types without scales) and the offset correction subtracted: I exactly.
-template <QuantType T, int MR>
-__attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, std::int64_t r0, std::int64_t p0,
+/// Acts: the interleaved records (TileActs over MR / kTileRows records: the 512-bit copy) or the
+/// row-major arrays (RowActs: AVX-VNNI's 3-row tiles).
+template <QuantType T, int MR, typename Acts>
+__attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, Acts acts, std::int64_t r0, std::int64_t p0,
                                                   const std::uint8_t* buf) {
   using Tr = quant_detail::Traits<T>;
   constexpr std::size_t kQ = quant_detail::kUnpackedQ;
@@ -434,8 +441,7 @@ __attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, std::int64_t r0
     for (int h = 0; h < kNH; ++h) acc[r][h] = zerof();
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::uint8_t* bb = buf + static_cast<std::size_t>(b) * quant_detail::kUnpackedBlock;
-    const std::int8_t* qa[MR];
-    for (int r = 0; r < MR; ++r) qa[r] = j.qa + ((r0 + r) * nb + b) * 32;
+    acts.block(b);
     VI s[MR][kHalves][kNH];
     for (int r = 0; r < MR; ++r)
       for (int t = 0; t < kHalves; ++t)
@@ -446,9 +452,7 @@ __attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, std::int64_t r0
       VI w[kNH];
       for (int h = 0; h < kNH; ++h) w[h] = loadi(bb + g * 64 + h * kVecBytes);
       for (int r = 0; r < MR; ++r) {
-        std::int32_t a4;
-        std::memcpy(&a4, qa[r] + 4 * g, 4);
-        const VI a = set32(a4);
+        const VI a = set32(acts.q4(r, g));
         for (int h = 0; h < kNH; ++h) s[r][t][h] = dpbusd(s[r][t][h], w[h], a);
       }
     }
@@ -471,8 +475,8 @@ __attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, std::int64_t r0
         VI is = s[r][0][h];
         if constexpr (kScaled && !kScaleInD) is = mullo32(is, sc[0]);
         if constexpr (kTwo) is = add32(is, mullo32(s[r][1][h], sc[1]));
-        if constexpr (Tr::kOff != 0) is = sub32(is, madd(corr, set32(j.spair[(r0 + r) * nb + b])));
-        acc[r][h] = fold<T>(j, (r0 + r) * nb + b, is, dv, mv, acc[r][h]);
+        if constexpr (Tr::kOff != 0) is = sub32(is, madd(corr, set32(acts.spair(r))));
+        acc[r][h] = fold_with<T>(acts.da(r), Tr::kMin ? acts.sf(r) : 0.0f, is, dv, mv, acc[r][h]);
       }
     }
   }
@@ -484,20 +488,27 @@ __attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, std::int64_t r0
 #endif
 
 /// Rows per register tile: the sums of MR rows × kNH vectors stay in registers (16 ymm without
-/// AVX-512, 32 zmm with it; the VNNI tile holds one int32 sum per row, two for Q6_K).
+/// AVX-512, 32 zmm with it; the VNNI tile holds one int32 sum per row, two for Q6_K: 9 x 3 = 27
+/// vectors with the accumulators). The tiles that read the interleaved records (AVX512-VNNI's and
+/// the 256-bit AVX2 copy's) take a multiple of kTileRows.
 template <QuantType T>
 constexpr int rows_per_tile() {
   if constexpr (!QG_512) return 3;
   else if constexpr (!QG_VNNI) return 6;
-  else return quant_detail::Traits<T>::kSix ? 8 : 12;
+  else return quant_detail::Traits<T>::kSix ? 9 : 12;
 }
 
 /// Rows [r, r + MR) × panel p0: the VNNI tile, or tile on the activations as this copy reads them
 /// (the 256-bit copy on QJob::tiles, which run_quant interleaves in tiles of its 3 rows).
 template <QuantType T, int MR>
 QG_FN void row_tile(const QJob& j, std::int64_t r, std::int64_t p0, const std::uint8_t* buf) {
-#if QG_VNNI
-  tile_vnni<T, MR>(j, r, p0, buf);
+#if QG_VNNI && QG_512
+  static_assert(rows_per_tile<T>() % quant_detail::kTileRows == 0, "a row tile spans whole records");
+  const std::int64_t nb = j.w->blocks();
+  const std::int64_t rec0 = r / quant_detail::kTileRows * nb;
+  tile_vnni<T, MR>(j, TileActs{j.tiles + rec0 * quant_detail::kTileRecord, nb * quant_detail::kTileRecord}, r, p0, buf);
+#elif QG_VNNI
+  tile_vnni<T, MR>(j, RowActs{j, r, j.w->blocks()}, r, p0, buf);
 #elif QG_512
   tile<T, MR>(j, RowActs{j, r, j.w->blocks()}, r, p0, buf);
 #else

@@ -48,12 +48,12 @@ Layout layout_of(QuantType t) noexcept;
 inline constexpr std::size_t kUnpackedQ = 512;
 inline constexpr std::size_t kUnpackedBlock = kUnpackedQ + 5 * 64;
 
-/// The AVX2 kernel's activations (Int8Activations::interleaved, Interleaved::kQuantAvx2): one
-/// record per tile of kTileRows rows and block of 32, tiles in row order, blocks in k order inside
-/// a tile: [8 groups][kTileRows rows][4] qa bytes (group g = k 4g .. 4g+3), then per row da (fp32),
-/// float(σ) (fp32) and the σ pair (int32), [kTileRows] each; rows past m are zero. A row tile
-/// reads one contiguous stream instead of one per row and array (in-process A/B on Zen 3, m = 512,
-/// the 0.8b k = 1024 shapes: Q4_K +6-8%, Q4_0 +2-8%, Q6_K +1-5%, k = 3584 level; same bits).
+/// The AVX2 and AVX512-VNNI kernels' activations (Int8Activations::interleaved,
+/// Interleaved::kQuantTiles): one record per tile of kTileRows rows and block of 32, tiles in row
+/// order, blocks in k order inside a tile: [8 groups][kTileRows rows][4] qa bytes (group g = k 4g .. 4g+3), then per
+/// row da (fp32), float(σ) (fp32) and the σ pair (int32), [kTileRows] each; rows past m are zero. A row tile reads one
+/// contiguous stream instead of one per row and array (in-process A/B on Zen 3, m = 512, the 0.8b k = 1024 shapes: Q4_K
+/// +6-8%, Q4_0 +2-8%, Q6_K +1-5%, k = 3584 level; same bits).
 inline constexpr std::int64_t kTileRows = 3;
 inline constexpr std::int64_t kTileDa = 32 * kTileRows;              ///< byte offset of the da [kTileRows]
 inline constexpr std::int64_t kTileSf = kTileDa + 4 * kTileRows;     ///< of float(σ) [kTileRows]
