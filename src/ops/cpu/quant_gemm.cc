@@ -528,6 +528,11 @@ void ensure_tiles(Int8Activations& a) {
         std::memcpy(rec + quant_detail::kTileDa + 4 * r, &a.d[ab], 4);
         std::memcpy(rec + quant_detail::kTileSf + 4 * r, &a.block_sums[ab], 4);
         std::memcpy(rec + quant_detail::kTileSpair + 4 * r, &a.half_sums[ab], 4);
+        // σlo and σhi are the pair's int16 halves (ensure_half_sums).
+        const auto pair = static_cast<std::uint32_t>(a.half_sums[ab]);
+        const std::int32_t off[2] = {-32 * static_cast<std::int16_t>(pair & 0xFFFFu),
+                                     -32 * static_cast<std::int16_t>(pair >> 16)};
+        std::memcpy(rec + quant_detail::kTileQ6Off + 8 * r, off, 8);
       }
     }
   }

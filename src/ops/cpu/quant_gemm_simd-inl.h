@@ -264,6 +264,7 @@ QG_FN VF fold(const QJob& j, std::int64_t ab, VI is, VF dv, VF mv, VF acc) {
 /// How a row tile reads its activations of block b: the row-major arrays of Int8Activations
 /// (RowActs), or one interleaved record per tile and block (TileActs, cpu/quant_layout.h).
 struct RowActs {
+  static constexpr bool kQ6Off = false;  ///< no −32·σ terms (tile_vnni subtracts the σ pair's product)
   const QJob& j;
   std::int64_t r0, nb, b = 0;
   QG_FN void block(std::int64_t bb) { b = bb; }
@@ -282,14 +283,19 @@ struct RowActs {
 /// pointer per row did not fit in the general registers next to a 12-row tile).
 struct TileActs {
   static constexpr int kR = static_cast<int>(quant_detail::kTileRows);
-  const std::uint8_t* base;  ///< the tile's first record of block 0
-  std::int64_t stride = 0;   ///< bytes from one record of the tile to the next (rows r and r + kR)
+  static constexpr bool kQ6Off = true;  ///< the record holds Q6_K's −32·σlo, −32·σhi
+  const std::uint8_t* base;             ///< the tile's first record of block 0
+  std::int64_t stride = 0;              ///< bytes from one record of the tile to the next (rows r and r + kR)
   const std::uint8_t* rec = nullptr;
   QG_FN void block(std::int64_t bb) { rec = base + bb * quant_detail::kTileRecord; }
   QG_FN std::int32_t q4(int r, int g) const { return word<std::int32_t>(r, g * 4 * kR + 4 * (r % kR)); }
   QG_FN float da(int r) const { return word<float>(r, quant_detail::kTileDa + 4 * (r % kR)); }
   QG_FN float sf(int r) const { return word<float>(r, quant_detail::kTileSf + 4 * (r % kR)); }
   QG_FN std::int32_t spair(int r) const { return word<std::int32_t>(r, quant_detail::kTileSpair + 4 * (r % kR)); }
+  /// −32·σ of half t of row r's block (σlo for t = 0, σhi for 1).
+  QG_FN std::int32_t q6off(int r, int t) const {
+    return word<std::int32_t>(r, quant_detail::kTileQ6Off + 8 * (r % kR) + 4 * t);
+  }
   template <typename V>
   QG_FN V word(int r, std::int64_t off) const {
     V v;
@@ -442,10 +448,18 @@ __attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, Acts acts, std:
   for (std::int64_t b = 0; b < nb; ++b) {
     const std::uint8_t* bb = buf + static_cast<std::size_t>(b) * quant_detail::kUnpackedBlock;
     acts.block(b);
+    // Q6_K on the records: each half's sum starts at −32·σ of its half, so that it ends as Σ q·a of
+    // the signed weights and the offset correction costs no vpmaddwd and vpsubd per row:
+    // sc0·(S0 − 32σlo) + sc1·(S1 − 32σhi) is the corrected sum exactly (int32, no overflow: the
+    // bounds of ops/quant_gemm.h).
+    constexpr bool kOffInSums = kTwo && Tr::kOff == 32 && Acts::kQ6Off;
     VI s[MR][kHalves][kNH];
     for (int r = 0; r < MR; ++r)
       for (int t = 0; t < kHalves; ++t)
-        for (int h = 0; h < kNH; ++h) s[r][t][h] = zeroi();
+        for (int h = 0; h < kNH; ++h) {
+          if constexpr (kOffInSums) s[r][t][h] = set32(acts.q6off(r, t));
+          else s[r][t][h] = zeroi();
+        }
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
       const int t = kTwo && g >= 4 ? 1 : 0;
@@ -463,7 +477,7 @@ __attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, Acts acts, std:
       if constexpr (kScaled) {
         for (int t = 0; t < kHalves; ++t) sc[t] = sra32<16>(sll32<16>(loadi(bb + kQ + 64 * t + h * kVecBytes)));
       }
-      const VI corr = Tr::kOff != 0 ? loadi(bb + kQ + 128 + h * kVecBytes) : zeroi();
+      const VI corr = Tr::kOff != 0 && !kOffInSums ? loadi(bb + kQ + 128 + h * kVecBytes) : zeroi();
       VF dv = loadf(bb + kQ + 192 + h * kVecBytes);
       const VF mv = Tr::kMin ? loadf(bb + kQ + 256 + h * kVecBytes) : zerof();
       // One scale for the whole block (Q4_K, Q5_K): float(sc · S) · D = float(S) · (D · sc) with the
@@ -475,7 +489,7 @@ __attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, Acts acts, std:
         VI is = s[r][0][h];
         if constexpr (kScaled && !kScaleInD) is = mullo32(is, sc[0]);
         if constexpr (kTwo) is = add32(is, mullo32(s[r][1][h], sc[1]));
-        if constexpr (Tr::kOff != 0) is = sub32(is, madd(corr, set32(acts.spair(r))));
+        if constexpr (Tr::kOff != 0 && !kOffInSums) is = sub32(is, madd(corr, set32(acts.spair(r))));
         acc[r][h] = fold_with<T>(acts.da(r), Tr::kMin ? acts.sf(r) : 0.0f, is, dv, mv, acc[r][h]);
       }
     }

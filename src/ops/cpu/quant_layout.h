@@ -51,13 +51,15 @@ inline constexpr std::size_t kUnpackedBlock = kUnpackedQ + 5 * 64;
 /// The AVX2 and AVX512-VNNI kernels' activations (Int8Activations::interleaved,
 /// Interleaved::kQuantTiles): one record per tile of kTileRows rows and block of 32, tiles in row
 /// order, blocks in k order inside a tile: [8 groups][kTileRows rows][4] qa bytes (group g = k 4g .. 4g+3), then per
-/// row da (fp32), float(σ) (fp32) and the σ pair (int32), [kTileRows] each; rows past m are zero. A row tile reads one
-/// contiguous stream instead of one per row and array (in-process A/B on Zen 3, m = 512, the 0.8b k = 1024 shapes: Q4_K
-/// +6-8%, Q4_0 +2-8%, Q6_K +1-5%, k = 3584 level; same bits).
+/// row da (fp32), float(σ) (fp32) and the σ pair (int32), [kTileRows] each, and −32·σlo, −32·σhi (int32,
+/// [kTileRows][2]: Q6_K's offset terms, the start of its VNNI tile's half sums); rows past m are zero. A row tile reads
+/// one contiguous stream instead of one per row and array (in-process A/B on Zen 3, m = 512, the 0.8b k = 1024 shapes:
+/// Q4_K +6-8%, Q4_0 +2-8%, Q6_K +1-5%, k = 3584 level; same bits).
 inline constexpr std::int64_t kTileRows = 3;
-inline constexpr std::int64_t kTileDa = 32 * kTileRows;              ///< byte offset of the da [kTileRows]
-inline constexpr std::int64_t kTileSf = kTileDa + 4 * kTileRows;     ///< of float(σ) [kTileRows]
-inline constexpr std::int64_t kTileSpair = kTileSf + 4 * kTileRows;  ///< of the σ pairs [kTileRows]
-inline constexpr std::int64_t kTileRecord = kTileSpair + 4 * kTileRows;
+inline constexpr std::int64_t kTileDa = 32 * kTileRows;                 ///< byte offset of the da [kTileRows]
+inline constexpr std::int64_t kTileSf = kTileDa + 4 * kTileRows;        ///< of float(σ) [kTileRows]
+inline constexpr std::int64_t kTileSpair = kTileSf + 4 * kTileRows;     ///< of the σ pairs [kTileRows]
+inline constexpr std::int64_t kTileQ6Off = kTileSpair + 4 * kTileRows;  ///< of −32·σlo, −32·σhi [kTileRows][2]
+inline constexpr std::int64_t kTileRecord = kTileQ6Off + 8 * kTileRows;
 
 }  // namespace clef::ops::quant_detail
