@@ -133,7 +133,7 @@ struct Int8Activations {
   bool half_sums_ready = false;
   /// The activations with rows interleaved for the row tiles of one x86 kernel (the AVX2 kernels',
   /// or AVX512-VNNI's block-quantized tiles; one contiguous stream per tile instead of a stream per
-  /// row and array; layouts in cpu/int8_gemm.cc and cpu/quant_gemm.cc), built by the first GEMM that
+  /// row and array; layouts in cpu/int8_gemm.cc and cpu/quant_layout.h), built by the first GEMM that
   /// runs that kernel on them, so weights reading the same activations share it; `interleaved_for`
   /// says whose (prepare_activations: none).
   std::vector<std::uint8_t> interleaved;

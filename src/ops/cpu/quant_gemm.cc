@@ -512,8 +512,9 @@ void ensure_tiles(Int8Activations& a) {
   CLEF_PROF_SCOPE(">linear.interleave_x");
   constexpr std::int64_t R = quant_detail::kTileRows;
   const std::int64_t nb = a.blocks, tiles = (a.m + R - 1) / R;
-  // Every record is written whole below, so the buffer is not cleared first (a pass over it as long
-  // as the interleave itself); only the rows past m of the last tile are zeroed.
+  // Every record is written whole below, so a buffer already large enough is not cleared first (a
+  // pass over it as long as the interleave itself); only the last tile's records are zeroed, for
+  // its rows past m.
   const auto bytes = static_cast<std::size_t>(tiles * nb * quant_detail::kTileRecord);
   if (a.interleaved.size() < bytes) a.interleaved.resize(bytes);
   std::uint8_t* out = a.interleaved.data();

@@ -277,10 +277,11 @@ struct RowActs {
   QG_FN float sf(int r) const { return j.sf[(r0 + r) * nb + b]; }
   QG_FN std::int32_t spair(int r) const { return j.spair[(r0 + r) * nb + b]; }
 };
-/// A row tile of several records (the VNNI tiles: MR a multiple of kTileRows) reads row r from
-/// record r / kTileRows, `stride` bytes (blocks · kTileRecord) after the one before; with r known at
-/// compile time, two address registers and a stride serve all of a tile's rows (RowActs' one
-/// pointer per row did not fit in the general registers next to a 12-row tile).
+/// A row tile reads row r from record r / kTileRows, `stride` bytes (blocks · kTileRecord) after the
+/// one before (the AVX512-VNNI tiles: up to 12 rows, ceil(MR / kTileRows) records; the AVX2 tiles
+/// fit one record, stride 0). With r known at compile time a few address registers and the stride
+/// serve all of a tile's rows (RowActs' one pointer per row did not fit in the general registers
+/// next to a 12-row tile).
 struct TileActs {
   static constexpr int kR = static_cast<int>(quant_detail::kTileRows);
   static constexpr bool kQ6Off = true;  ///< the record holds Q6_K's −32·σlo, −32·σhi
@@ -430,9 +431,10 @@ __attribute__((target(QG_TARGET))) void tile(const QJob& j, Acts acts, std::int6
 /// same bits). Per group g of 4 k and row: one broadcast of the 4 activation bytes, per vector of
 /// columns one vpdpbusd into an int32 sum of the half block (Q6_K, whose halves' scales differ) or
 /// of the whole block (the others); per block the sums are multiplied by their int32 scales
-/// (vpmulld; 1 for the types without scales) and the offset correction subtracted: I exactly.
-/// Acts: the interleaved records (TileActs over MR / kTileRows records: the 512-bit copy) or the
-/// row-major arrays (RowActs: AVX-VNNI's 3-row tiles).
+/// (vpmulld; 1 for the types without scales) and the offset correction subtracted (Q6_K on the
+/// records: taken into the sums' starting values instead): I exactly. Acts: the interleaved records
+/// (TileActs over ceil(MR / kTileRows) records: the 512-bit copy) or the row-major arrays (RowActs:
+/// AVX-VNNI's 3-row tiles).
 template <QuantType T, int MR, typename Acts>
 __attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, Acts acts, std::int64_t r0, std::int64_t p0,
                                                   const std::uint8_t* buf) {
@@ -513,7 +515,8 @@ constexpr int rows_per_tile() {
 }
 
 /// Rows [r, r + MR) × panel p0: the VNNI tile, or tile on the activations as this copy reads them
-/// (the 256-bit copy on QJob::tiles, which run_quant interleaves in tiles of its 3 rows).
+/// (the AVX2 and AVX512-VNNI copies on QJob::tiles, which run_quant interleaves in records of 3
+/// rows; the others on the row-major arrays).
 template <QuantType T, int MR>
 QG_FN void row_tile(const QJob& j, std::int64_t r, std::int64_t p0, const std::uint8_t* buf) {
 #if QG_VNNI && QG_512
