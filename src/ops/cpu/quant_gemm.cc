@@ -369,8 +369,8 @@ struct QJob {
   float* y;
   std::int64_t n;
   bool accumulate;
-  const std::uint8_t* tiles =
-      nullptr;  ///< the AVX2 and AVX512-VNNI tiles' interleaved activations (cpu/quant_layout.h)
+  /// The AVX2 and AVX512-VNNI tiles' interleaved activations (cpu/quant_layout.h).
+  const std::uint8_t* tiles = nullptr;
 };
 
 /// Writes the fp32 tile acc [mr][16] to y (columns < n), adding when accumulating.
@@ -529,10 +529,11 @@ void ensure_tiles(Int8Activations& a) {
         std::memcpy(rec + quant_detail::kTileDa + 4 * r, &a.d[ab], 4);
         std::memcpy(rec + quant_detail::kTileSf + 4 * r, &a.block_sums[ab], 4);
         std::memcpy(rec + quant_detail::kTileSpair + 4 * r, &a.half_sums[ab], 4);
-        // σlo and σhi are the pair's int16 halves (ensure_half_sums).
+        // σlo and σhi are the pair's int16 halves (ensure_half_sums); Q6_K's offset is 32.
+        constexpr std::int32_t kOff6 = quant_detail::Traits<QuantType::kQ6_K>::kOff;
         const auto pair = static_cast<std::uint32_t>(a.half_sums[ab]);
-        const std::int32_t off[2] = {-32 * static_cast<std::int16_t>(pair & 0xFFFFu),
-                                     -32 * static_cast<std::int16_t>(pair >> 16)};
+        const std::int32_t off[2] = {-kOff6 * static_cast<std::int16_t>(pair & 0xFFFFu),
+                                     -kOff6 * static_cast<std::int16_t>(pair >> 16)};
         std::memcpy(rec + quant_detail::kTileQ6Off + 8 * r, off, 8);
       }
     }

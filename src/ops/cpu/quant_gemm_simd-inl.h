@@ -454,7 +454,7 @@ __attribute__((target(QG_TARGET))) void tile_vnni(const QJob& j, Acts acts, std:
     // the signed weights and the offset correction costs no vpmaddwd and vpsubd per row:
     // sc0·(S0 − 32σlo) + sc1·(S1 − 32σhi) is the corrected sum exactly (int32, no overflow: the
     // bounds of ops/quant_gemm.h).
-    constexpr bool kOffInSums = kTwo && Tr::kOff == 32 && Acts::kQ6Off;
+    constexpr bool kOffInSums = Tr::kSix && Acts::kQ6Off;  // the record's words are Q6_K's offset terms
     VI s[MR][kHalves][kNH];
     for (int r = 0; r < MR; ++r)
       for (int t = 0; t < kHalves; ++t)
