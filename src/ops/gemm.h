@@ -32,6 +32,9 @@
 #include "ops/quant_gemm.h"
 
 namespace clef::ops {
+namespace gemm_backend {
+class PackedBf16;  // cpu/gemm_backend.h
+}  // namespace gemm_backend
 
 /// Numeric mode of the backbone's linear layers.
 ///   kInt8: weights in ggml's Q8_0 scheme (symmetric int8, one scale per block of 32 along k; made
@@ -87,6 +90,12 @@ class GemmWeight {
   /// exactly, on the engine's threads) by the first call; nullptr in every other case.
   /// Thread-safe.
   const float* resident_f32() const;
+  /// bf16 mode on the GEMM library's bf16 matmul: the operand packed once into the library's own
+  /// layout (cpu/gemm_backend.h pack_bf16), made by the first call when bf16_packed_weights() was
+  /// on as this weight was built; its mapped pages are dropped then (MappedFile::drop_pages) when
+  /// the operand is the file's. nullptr where the library reads W as it is, or in any other case.
+  /// Thread-safe.
+  const gemm_backend::PackedBf16* packed_bf16() const;
   /// kInt8: the packed int8 weight; nullptr otherwise.
   const Int8Weight* int8() const noexcept { return int8_.get(); }
   /// A block-quantized weight (any precision): the repacked weight; nullptr otherwise.
@@ -105,6 +114,12 @@ class GemmWeight {
     std::atomic<bool> made{false};
   };
   std::unique_ptr<Fp32Copy> fp32_copy_;
+  struct PackedCopy {  ///< bf16 mode's library-packed operand, made by the first library call
+    std::once_flag once;
+    std::shared_ptr<const gemm_backend::PackedBf16> data;  ///< shared_ptr: the type is incomplete here
+    std::atomic<bool> made{false};
+  };
+  std::unique_ptr<PackedCopy> packed_;
   std::unique_ptr<Int8Weight> int8_;    ///< kInt8
   std::unique_ptr<QuantWeight> quant_;  ///< a block-quantized ggml weight
 };
@@ -117,6 +132,15 @@ class GemmWeight {
 /// thread count; set it before the model is built.
 void set_fp32_resident_weights(bool resident) noexcept;
 bool fp32_resident_weights() noexcept;
+
+/// bf16 mode on the GEMM library's bf16 matmul (oneDNN): whether GemmWeights built from now on
+/// pack their operand into the library's own layout on first use (GemmWeight::packed_bf16; the
+/// default) or hand it over as it is, to be copied into that layout by every call. Both give
+/// identical results (the same kernels and sums; test_ops.cc BF16PackedWeights). Packing replaces
+/// the mapped checkpoint pages by an owned copy of about the same size. Process-wide; set it before
+/// the model is built.
+void set_bf16_packed_weights(bool packed) noexcept;
+bool bf16_packed_weights() noexcept;
 
 /// y [m, n] = x [m, k] · Wᵀ, or y += x · Wᵀ when `accumulate` (fused residual add). kInt8
 /// weights run ops::int8_linear, block-quantized ones ops::quant_linear.

@@ -1346,6 +1346,43 @@ TEST(Ops, LinearResidentFp32WeightsMatchStreamed) {
   }
 }
 
+// bf16 mode on the library's bf16 matmul: a weight packed once into the library's own layout
+// (GemmWeight::packed_bf16) runs the same kernels and sums as the weight handed over as it is, so
+// every output is bit-identical: at m = 1 to 300 (small m take other blockings than large), with and
+// without the fused residual add, n and k not multiples of the library's blocks. At avx512bf16
+// (oneDNN's brgemm kernels, whose blocked layout is what gets packed) the packed copy must exist
+// after the first call, so the comparison cannot pass without exercising it; below, oneDNN 2.6's
+// bf16 matmul asks for a plain layout and nothing is packed.
+TEST(Ops, LinearBf16PackedWeightsBitIdenticalToPlain) {
+  Rng rng(91);
+  for (const auto& [n, k] : std::vector<std::array<std::int64_t, 2>>{{1040, 1024}, {16, 512}, {700, 300}}) {
+    const Vec wf = rng.uniform(n * k);
+    std::vector<std::uint16_t> wb(wf.size());
+    for (std::size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+    ops::set_bf16_packed_weights(false);
+    const ops::GemmWeight plain(DType::kBF16, wb.data(), n, k, Precision::kBF16);
+    ops::set_bf16_packed_weights(true);
+    const ops::GemmWeight packed(DType::kBF16, wb.data(), n, k, Precision::kBF16);
+    for (const std::int64_t m : {1, 7, 45, 300}) {
+      const Vec x = rng.uniform(m * k, -2.0f, 2.0f), y0 = rng.uniform(m * n);
+      for (const bool acc : {false, true}) {
+        Vec a = y0, b = y0;
+        ops::linear(x.data(), m, plain, a.data(), acc);
+        ops::linear(x.data(), m, packed, b.data(), acc);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+            << "m,n,k=" << dims({m, n, k}) << " accumulate " << acc;
+      }
+    }
+    EXPECT_EQ(plain.packed_bf16(), nullptr);
+#if !defined(__aarch64__)
+    if (ops::active_isa() == ops::IsaLevel::kAvx512Bf16 && !ops::own_bf16_gemm_active()) {
+      ASSERT_NE(packed.packed_bf16(), nullptr) << "n,k=" << dims({n, k});
+      EXPECT_GE(packed.owned_bytes(), static_cast<std::size_t>(n * k) * sizeof(std::uint16_t));
+    }
+#endif
+  }
+}
+
 // A nested profile scope times only what it names: ">linear.x_to_bf16" covers the conversion of x
 // (m·k elements), not the matmul after it (m·n·k multiply-adds). With n = 4096 the matmul is ~4000x
 // the conversion's work, so even a slow conversion stays far below a third of the whole call; a

@@ -83,6 +83,8 @@ bool own_fp32_gemm() {
 }
 
 std::atomic<bool> g_fp32_resident{false};
+/// set_bf16_packed_weights' setting.
+std::atomic<bool> g_bf16_packed{true};
 
 /// Grows a thread-local scratch buffer to `n` elements and returns it.
 template <typename T>
@@ -117,6 +119,8 @@ void parallel_blocks(std::int64_t total, Fn&& fn) {
 
 void set_fp32_resident_weights(bool resident) noexcept { g_fp32_resident.store(resident); }
 bool fp32_resident_weights() noexcept { return g_fp32_resident.load(); }
+void set_bf16_packed_weights(bool packed) noexcept { g_bf16_packed.store(packed); }
+bool bf16_packed_weights() noexcept { return g_bf16_packed.load(); }
 
 const char* precision_name(Precision p) noexcept {
   switch (p) {
@@ -174,6 +178,7 @@ GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64
       }
       operand_ = owned_.data();
     }
+    if (bf16_packed_weights()) packed_ = std::make_unique<PackedCopy>();  // made by the first library call
   } else if (dtype == DType::kF32 && addr % alignof(float) == 0) {
     operand_ = data;
   } else if (fp32_resident_weights()) {
@@ -186,7 +191,20 @@ std::size_t GemmWeight::owned_bytes() const noexcept {
   if (int8_) bytes += int8_->bytes();
   if (quant_) bytes += quant_->bytes();
   if (fp32_copy_ && fp32_copy_->made.load()) bytes += static_cast<std::size_t>(n_ * k_) * sizeof(float);
+  if (packed_ && packed_->made.load() && packed_->data) bytes += packed_->data->bytes();
   return bytes;
+}
+
+const gemm_backend::PackedBf16* GemmWeight::packed_bf16() const {
+  if (!packed_) return nullptr;
+  PackedCopy& c = *packed_;
+  std::call_once(c.once, [&] {
+    c.data = gemm_backend::pack_bf16(n_, k_, static_cast<const std::uint16_t*>(operand_));
+    // The kernels read the copy from now on: the checkpoint's pages can go (a fallback faults them back).
+    if (c.data && operand_ == data_) (void)MappedFile::drop_pages(data_, static_cast<std::size_t>(n_ * k_) * 2);
+    c.made.store(true);
+  });
+  return c.data.get();
 }
 
 const float* GemmWeight::resident_f32() const {
@@ -326,6 +344,9 @@ void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> ou
         continue;
       }
 #endif
+      if (const gemm_backend::PackedBf16* packed = w.packed_bf16();
+          packed != nullptr && gemm_backend::matmul_bf16_packed(m, *packed, buf, o.y, o.accumulate))
+        continue;
       if (gemm_backend::matmul_bf16(m, w.n(), k, buf, wb, o.y, o.accumulate)) continue;
     }
 #if !defined(__aarch64__)

@@ -6,7 +6,9 @@
 // paths, the bf16 fallback) is the library-independent cpu/gemm.cc. Internal to src/ops.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace clef::ops::gemm_backend {
@@ -26,6 +28,29 @@ bool bf16_matmul_possible() noexcept;
 bool matmul_bf16(std::int64_t m, std::int64_t n, std::int64_t k, const std::uint16_t* x, const std::uint16_t* w,
                  float* y, bool accumulate);
 
+/// A bf16 weight W [n, k] reordered once into the library's own layout for its bf16 matmul
+/// (oneDNN: the blocked B its brgemm kernels read; given W as it is, every call copies W into that
+/// layout first). Opaque; made by pack_bf16, kept by the GemmWeight it belongs to.
+class PackedBf16 {
+ public:
+  PackedBf16() = default;
+  PackedBf16(const PackedBf16&) = delete;
+  PackedBf16& operator=(const PackedBf16&) = delete;
+  virtual ~PackedBf16() = default;
+  virtual std::int64_t n() const noexcept = 0;
+  virtual std::int64_t k() const noexcept = 0;
+  /// Bytes of the packed copy (the library may pad n and k to its blocks).
+  virtual std::size_t bytes() const noexcept = 0;
+};
+/// Packs W [n, k] (bf16 bits, row-major, row stride k) on the engine's OpenMP threads. nullptr when
+/// the library has no layout of its own for its bf16 matmul at the level in use (OpenBLAS; a level
+/// without a bf16 matmul): matmul_bf16 on W is then the path. Moves bits only.
+std::unique_ptr<PackedBf16> pack_bf16(std::int64_t n, std::int64_t k, const std::uint16_t* w);
+/// matmul_bf16 on a weight from pack_bf16: x [m, k] bf16, y [m, n] fp32 (row stride n), y += ... when
+/// `accumulate`. The same kernels, blocking and sums as matmul_bf16 on the plain W (only where the
+/// kernel reads B from changes), so the bits are the same. Returns false, computing nothing, when
+/// the library cannot run this product on the packed layout (the caller takes matmul_bf16 on W).
+bool matmul_bf16_packed(std::int64_t m, const PackedBf16& w, const std::uint16_t* x, float* y, bool accumulate);
 /// Whether bf16 runs through the fp32 matmul (ops/gemm.h bf16_gemm_emulated; probes once).
 bool bf16_matmul_emulated();
 

@@ -49,6 +49,11 @@ bool matmul_bf16(std::int64_t m, std::int64_t n, std::int64_t k, const std::uint
   return true;
 }
 
+// clef's BFMMLA kernel reads W as it is (cpu/bf16_gemm_arm.h packs its panels itself).
+std::unique_ptr<PackedBf16> pack_bf16(std::int64_t, std::int64_t, const std::uint16_t*) { return nullptr; }
+
+bool matmul_bf16_packed(std::int64_t, const PackedBf16&, const std::uint16_t*, float*, bool) { return false; }
+
 bool bf16_matmul_emulated() { return !cpu::bfmmla_gemm_available(); }
 
 std::string library_description() {
