@@ -92,9 +92,9 @@ class GemmWeight {
   const float* resident_f32() const;
   /// bf16 mode on the GEMM library's bf16 matmul: the operand packed once into the library's own
   /// layout (cpu/gemm_backend.h pack_bf16), made by the first call when bf16_packed_weights() was
-  /// on as this weight was built; its mapped pages are dropped then (MappedFile::drop_pages) when
-  /// the operand is the file's. nullptr where the library reads W as it is, or in any other case.
-  /// Thread-safe.
+  /// on as this weight was built and the operand is the stored bf16 bytes themselves (no owned
+  /// copy); their mapped pages are dropped then (MappedFile::drop_pages). nullptr where the library
+  /// reads W as it is, or in any other case. Thread-safe.
   const gemm_backend::PackedBf16* packed_bf16() const;
   /// kInt8: the packed int8 weight; nullptr otherwise.
   const Int8Weight* int8() const noexcept { return int8_.get(); }
@@ -134,13 +134,15 @@ void set_fp32_resident_weights(bool resident) noexcept;
 bool fp32_resident_weights() noexcept;
 
 /// bf16 mode on the GEMM library's bf16 matmul (oneDNN): whether GemmWeights built from now on
-/// pack their operand into the library's own layout on first use (GemmWeight::packed_bf16; the
-/// default) or hand it over as it is, to be copied into that layout by every call. Both give
-/// identical results (the same kernels and sums; test_ops.cc BF16PackedWeights). Packing replaces
-/// the mapped checkpoint pages by an owned copy of about the same size. Process-wide; set it before
-/// the model is built.
+/// pack their operand into the library's own layout on first use (GemmWeight::packed_bf16) or hand
+/// it over as it is, to be copied into that layout by every call. Both give identical results (the
+/// same kernels and sums; docs/NUMERICS.md "Kernel changes that change no bit"). Packing replaces
+/// the mapped checkpoint pages, which replicas on one host share, by a private copy of about the
+/// same size (docs/DEPLOYMENT.md). Default from the environment: CLEF_BF16_PACK unset, empty or 1
+/// packs, 0 does not; anything else throws InvalidArgument naming the variable. Process-wide; set
+/// it before the model is built.
 void set_bf16_packed_weights(bool packed) noexcept;
-bool bf16_packed_weights() noexcept;
+bool bf16_packed_weights();
 
 /// y [m, n] = x [m, k] · Wᵀ, or y += x · Wᵀ when `accumulate` (fused residual add). kInt8
 /// weights run ops::int8_linear, block-quantized ones ops::quant_linear.

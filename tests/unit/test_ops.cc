@@ -36,6 +36,7 @@
 #else
 #include "ops/cpu/bf16_gemm_x86.h"
 #include "ops/cpu/fma_gemm_x86.h"
+#include "ops/cpu/gemm_backend.h"
 #endif
 #include "ops/ops.h"
 #include "ops/parallel.h"
@@ -1349,13 +1350,14 @@ TEST(Ops, LinearResidentFp32WeightsMatchStreamed) {
 // bf16 mode on the library's bf16 matmul: a weight packed once into the library's own layout
 // (GemmWeight::packed_bf16) runs the same kernels and sums as the weight handed over as it is, so
 // every output is bit-identical: at m = 1 to 300 (small m take other blockings than large), with and
-// without the fused residual add, n and k not multiples of the library's blocks. At avx512bf16
-// (oneDNN's brgemm kernels, whose blocked layout is what gets packed) the packed copy must exist
-// after the first call, so the comparison cannot pass without exercising it; below, oneDNN 2.6's
-// bf16 matmul asks for a plain layout and nothing is packed.
+// without the fused residual add, n and k not multiples of the library's blocks (k odd: the last
+// pair along k padded). At avx512bf16 (oneDNN's brgemm kernels, whose blocked layout is what gets
+// packed) the packed copy must exist and the library must run the product on it (not fall back to
+// the plain W), so the comparison cannot pass without exercising it; below, oneDNN 2.6's bf16
+// matmul asks for a plain layout and nothing is packed.
 TEST(Ops, LinearBf16PackedWeightsBitIdenticalToPlain) {
   Rng rng(91);
-  for (const auto& [n, k] : std::vector<std::array<std::int64_t, 2>>{{1040, 256}, {16, 512}, {70, 300}}) {
+  for (const auto& [n, k] : std::vector<std::array<std::int64_t, 2>>{{1040, 256}, {16, 512}, {70, 301}}) {
     const Vec wf = rng.uniform(n * k);
     std::vector<std::uint16_t> wb(wf.size());
     for (std::size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
@@ -1378,6 +1380,15 @@ TEST(Ops, LinearBf16PackedWeightsBitIdenticalToPlain) {
     if (ops::active_isa() == ops::IsaLevel::kAvx512Bf16 && !ops::own_bf16_gemm_active()) {
       ASSERT_NE(packed.packed_bf16(), nullptr) << "n,k=" << dims({n, k});
       EXPECT_GE(packed.owned_bytes(), static_cast<std::size_t>(n * k) * sizeof(std::uint16_t));
+      const std::int64_t m = 7;
+      std::vector<std::uint16_t> xb(static_cast<std::size_t>(m * k));
+      const Vec x = rng.uniform(m * k, -2.0f, 2.0f);
+      ops::f32_to_bf16_n(x.data(), m * k, xb.data());
+      Vec a(static_cast<std::size_t>(m * n)), b(a.size());
+      ASSERT_TRUE(ops::gemm_backend::matmul_bf16(m, n, k, xb.data(), wb.data(), a.data(), false));
+      ASSERT_TRUE(ops::gemm_backend::matmul_bf16_packed(m, *packed.packed_bf16(), xb.data(), b.data(), false))
+          << "the library fell back to the plain W, n,k=" << dims({n, k});
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "n,k=" << dims({n, k});
     }
 #endif
   }

@@ -83,8 +83,8 @@ bool own_fp32_gemm() {
 }
 
 std::atomic<bool> g_fp32_resident{false};
-/// set_bf16_packed_weights' setting.
-std::atomic<bool> g_bf16_packed{true};
+/// set_bf16_packed_weights' setting: -1 = not set, the environment decides (CLEF_BF16_PACK).
+std::atomic<int> g_bf16_packed{-1};
 
 /// Grows a thread-local scratch buffer to `n` elements and returns it.
 template <typename T>
@@ -119,8 +119,19 @@ void parallel_blocks(std::int64_t total, Fn&& fn) {
 
 void set_fp32_resident_weights(bool resident) noexcept { g_fp32_resident.store(resident); }
 bool fp32_resident_weights() noexcept { return g_fp32_resident.load(); }
-void set_bf16_packed_weights(bool packed) noexcept { g_bf16_packed.store(packed); }
-bool bf16_packed_weights() noexcept { return g_bf16_packed.load(); }
+void set_bf16_packed_weights(bool packed) noexcept { g_bf16_packed.store(packed ? 1 : 0); }
+bool bf16_packed_weights() {
+  const int on = g_bf16_packed.load(std::memory_order_relaxed);
+  if (on >= 0) return on == 1;
+  static const bool from_env = [] {
+    const char* v = std::getenv("CLEF_BF16_PACK");
+    const std::string s = v == nullptr ? "" : v;
+    if (s.empty() || s == "1") return true;
+    if (s == "0") return false;
+    throw InvalidArgument("CLEF_BF16_PACK: unknown value \"" + s + "\"; expected 1 (pack, the default) or 0");
+  }();
+  return from_env;
+}
 
 const char* precision_name(Precision p) noexcept {
   switch (p) {
@@ -178,7 +189,9 @@ GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64
       }
       operand_ = owned_.data();
     }
-    if (bf16_packed_weights()) packed_ = std::make_unique<PackedCopy>();  // made by the first library call
+    // Packed by the first library call, where the operand is the checkpoint's own bytes (whose pages are
+    // dropped then): an owned bf16 copy (an F16 / F32 checkpoint) would stay beside its packed one.
+    if (operand_ == data_ && bf16_packed_weights()) packed_ = std::make_unique<PackedCopy>();
   } else if (dtype == DType::kF32 && addr % alignof(float) == 0) {
     operand_ = data;
   } else if (fp32_resident_weights()) {

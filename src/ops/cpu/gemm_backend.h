@@ -44,7 +44,8 @@ class PackedBf16 {
 };
 /// Packs W [n, k] (bf16 bits, row-major, row stride k) on the engine's OpenMP threads. nullptr when
 /// the library has no layout of its own for its bf16 matmul at the level in use (OpenBLAS; a level
-/// without a bf16 matmul): matmul_bf16 on W is then the path. Moves bits only.
+/// without a bf16 matmul), or could not make the copy (memory): matmul_bf16 on W is then the path.
+/// Moves bits only; does not throw for the library's errors.
 std::unique_ptr<PackedBf16> pack_bf16(std::int64_t n, std::int64_t k, const std::uint16_t* w);
 /// matmul_bf16 on a weight from pack_bf16: x [m, k] bf16, y [m, n] fp32 (row stride n), y += ... when
 /// `accumulate`. The same kernels, blocking and sums as matmul_bf16 on the plain W (only where the

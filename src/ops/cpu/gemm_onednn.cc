@@ -115,6 +115,18 @@ Primitive create_primitive(Backend& b, const Key& key) {
   }
   const dnnl::matmul::desc desc(src_md, wei_md, dst_md);
   const dnnl::matmul::primitive_desc pd(desc, attr, b.engine);
+  if (packed) {
+    // The packed layout must reach the kernel the plain one does (which then reads the same blocks
+    // it would have copied); another implementation (oneDNN's reference matmul takes any layout)
+    // would sum in another order: then this shape keeps the plain layout (an empty primitive,
+    // cached, so the check runs once per shape).
+    const dnnl::memory::desc plain_md({k, n}, in_t, dnnl::memory::dims{1, k});
+    const dnnl::matmul::primitive_desc plain(dnnl::matmul::desc(src_md, plain_md, dst_md), attr, b.engine);
+    if (std::string(pd.impl_info_str()) != plain.impl_info_str()) {
+      if (b.cache.size() > 4096) b.cache.clear();
+      return b.cache.emplace(key, Primitive{}).first->second;
+    }
+  }
   Primitive prim{dnnl::matmul(pd), pd.scratchpad_desc()};
   if (b.cache.size() > 4096) b.cache.clear();  // bound the cache; recreation is cheap-ish
   b.cache.emplace(key, prim);
@@ -135,8 +147,11 @@ Primitive get_primitive(std::int64_t m, std::int64_t n, std::int64_t k, bool bf1
   try {
     return create_primitive(b, key);
   } catch (const dnnl::error&) {
-    if (!packed) g_bf16_emulated.store(true);
-    return {};
+    if (!packed) {
+      g_bf16_emulated.store(true);
+      return {};
+    }
+    return b.cache.emplace(key, Primitive{}).first->second;  // this shape keeps the plain layout
   }
 }
 
@@ -203,21 +218,25 @@ std::unique_ptr<PackedBf16> pack_bf16(std::int64_t n, std::int64_t k, const std:
   // untransposed, "ab") would only move W and send small m through another kernel path, with other
   // sums (m = 1 at CLEF_ISA=avx512 differed).
   if (layout.data.format_kind != dnnl_blocked || layout.data.format_desc.blocking.inner_nblks == 0) return nullptr;
-  dnnl::memory plain = plain_weight(dt::bf16, n, k, w);
-  dnnl::memory packed(layout, b.engine);  // oneDNN allocates it (padded to its blocks)
-  dnnl::stream& stream = thread_stream();
-  dnnl::reorder(plain, packed).execute(stream, plain, packed);
-  stream.wait();
-  return std::make_unique<OneDnnPackedBf16>(n, k, std::move(packed));
+  try {
+    dnnl::memory plain = plain_weight(dt::bf16, n, k, w);
+    dnnl::memory packed(layout, b.engine);  // oneDNN allocates it (padded to its blocks)
+    dnnl::stream& stream = thread_stream();
+    dnnl::reorder(plain, packed).execute(stream, plain, packed);
+    stream.wait();
+    return std::make_unique<OneDnnPackedBf16>(n, k, std::move(packed));
+  } catch (const dnnl::error&) {
+    return nullptr;  // no memory for the copy, or no reorder: the plain W serves
+  }
 }
 
 bool matmul_bf16_packed(std::int64_t m, const PackedBf16& w, const std::uint16_t* x, float* y, bool accumulate) {
   const auto& pw = static_cast<const OneDnnPackedBf16&>(w);
   const Primitive prim = get_primitive(m, pw.n(), pw.k(), true, accumulate, 0, /*packed=*/true);
   if (!prim.matmul) return false;
-  // A memory object per call on the shared buffer: one weight may run on several threads at once.
-  const dnnl::memory wei(pw.memory().get_desc(), backend().engine, pw.memory().get_data_handle());
-  execute(prim, dt::bf16, m, pw.n(), pw.k(), pw.n(), x, wei, y);
+  // The weight's own memory object, shared by every call: a new one on the same buffer would zero
+  // its padding again, a write while another thread's kernel reads it.
+  execute(prim, dt::bf16, m, pw.n(), pw.k(), pw.n(), x, pw.memory(), y);
   return true;
 }
 
