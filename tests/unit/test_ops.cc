@@ -54,6 +54,13 @@ using ops::GdnDims;
 using ops::Precision;
 using ops::RopeDims;
 
+/// The bf16 bits (f32_to_bf16) of each value.
+std::vector<std::uint16_t> bf16_words(const Vec& f) {
+  std::vector<std::uint16_t> b(f.size());
+  for (std::size_t i = 0; i < f.size(); ++i) b[i] = f32_to_bf16(f[i]);
+  return b;
+}
+
 /// Tolerance: |got - want| <= atol + rtol * |want| elementwise.
 struct Tol {
   double atol;
@@ -952,9 +959,7 @@ TEST(Bf16Bfmmla, WithinItsErrorBound) {
     for (std::int64_t n : {1, 15, 16, 17, 33}) {
       for (std::int64_t k : {1, 3, 4, 5, 64, 100}) {
         const Vec xf = rng.uniform(m * k, -2.0f, 2.0f), wf = rng.uniform(n * k, -2.0f, 2.0f);
-        std::vector<std::uint16_t> xb(xf.size()), wb(wf.size());
-        for (std::size_t i = 0; i < xf.size(); ++i) xb[i] = f32_to_bf16(xf[i]);
-        for (std::size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+        const std::vector<std::uint16_t> xb = bf16_words(xf), wb = bf16_words(wf);
         for (bool acc : {false, true}) {
           const Vec y0 = rng.uniform(m * n);
           Vec got = y0;
@@ -978,10 +983,7 @@ TEST(Bf16Bfmmla, WithinItsErrorBound) {
 #else
 /// bf16 bits of uniform values in [-2, 2] (normal values: no flush in the products or sums).
 std::vector<std::uint16_t> random_bf16(Rng& rng, std::int64_t count) {
-  const Vec f = rng.uniform(count, -2.0f, 2.0f);
-  std::vector<std::uint16_t> b(f.size());
-  for (std::size_t i = 0; i < f.size(); ++i) b[i] = f32_to_bf16(f[i]);
-  return b;
+  return bf16_words(rng.uniform(count, -2.0f, 2.0f));
 }
 
 // The vdpbf16ps kernel (ops/cpu/bf16_gemm_x86.h) gives its scalar oracle's bits, which follow the
@@ -1321,8 +1323,7 @@ TEST(Ops, LinearResidentFp32WeightsMatchStreamed) {
   for (const auto& [m, n, k] :
        std::vector<std::array<std::int64_t, 3>>{{5, 1040, 1024}, {64, 3, 17}, {33, 700, 3000}}) {
     const Vec wf = rng.uniform(n * k), x = rng.uniform(m * k);
-    std::vector<std::uint16_t> wb(wf.size());
-    for (std::size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+    const std::vector<std::uint16_t> wb = bf16_words(wf);
     ops::set_fp32_resident_weights(false);
     const ops::GemmWeight streamed(DType::kBF16, wb.data(), n, k, Precision::kF32);
     ops::set_fp32_resident_weights(true);
@@ -1358,9 +1359,7 @@ TEST(Ops, LinearResidentFp32WeightsMatchStreamed) {
 TEST(Ops, LinearBf16PackedWeightsBitIdenticalToPlain) {
   Rng rng(91);
   for (const auto& [n, k] : std::vector<std::array<std::int64_t, 2>>{{1040, 256}, {16, 512}, {70, 301}}) {
-    const Vec wf = rng.uniform(n * k);
-    std::vector<std::uint16_t> wb(wf.size());
-    for (std::size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+    const std::vector<std::uint16_t> wb = bf16_words(rng.uniform(n * k));
     ops::set_bf16_packed_weights(false);
     const ops::GemmWeight plain(DType::kBF16, wb.data(), n, k, Precision::kBF16);
     ops::set_bf16_packed_weights(true);
@@ -1403,8 +1402,7 @@ TEST(Ops, ProfileScopeOfTheBf16ConversionExcludesTheMatmul) {
   Rng rng(5);
   const std::int64_t m = 64, n = 4096, k = 256;
   const Vec wf = rng.uniform(n * k), x = rng.uniform(m * k);
-  std::vector<std::uint16_t> wb(wf.size());
-  for (std::size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+  const std::vector<std::uint16_t> wb = bf16_words(wf);
   const ops::GemmWeight w(DType::kBF16, wb.data(), n, k, Precision::kBF16);
   Vec y(static_cast<std::size_t>(m * n));
   ops::linear(x.data(), m, w, y.data());  // primitives made before timing
