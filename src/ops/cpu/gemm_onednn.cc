@@ -86,6 +86,17 @@ Backend& backend() {
 /// Set once a bf16 primitive could not be created: from then on bf16 runs the fp32 fallback.
 std::atomic<bool> g_bf16_emulated{false};
 
+/// W [n, k] row-major (in_t) as oneDNN's B = Wᵀ [k, n]: strides (1, k), "ba".
+dnnl::memory::desc plain_b(dt in_t, std::int64_t n, std::int64_t k) {
+  return dnnl::memory::desc({k, n}, in_t, dnnl::memory::dims{1, k});
+}
+
+/// Caches `prim` under `key` (the caller holds b.mu), bounding the cache: recreation is cheap-ish.
+const Primitive& remember(Backend& b, const Key& key, Primitive prim) {
+  if (b.cache.size() > 4096) b.cache.clear();
+  return b.cache.insert_or_assign(key, std::move(prim)).first->second;
+}
+
 /// The layout oneDNN's bf16 matmul chooses for B [k, n] ("any"), cached per (n, k); the caller holds
 /// b.mu. Throws dnnl::error when there is no bf16 matmul at this level.
 dnnl::memory::desc packed_layout(Backend& b, std::int64_t n, std::int64_t k) {
@@ -103,8 +114,7 @@ Primitive create_primitive(Backend& b, const Key& key) {
   const auto [m, n, k, bf16i, acc, ldc, packed] = key;
   const dt in_t = bf16i != 0 ? dt::bf16 : dt::f32;
   const dnnl::memory::desc src_md({m, k}, in_t, dnnl::memory::dims{k, 1});
-  const dnnl::memory::desc wei_md =
-      packed ? packed_layout(b, n, k) : dnnl::memory::desc({k, n}, in_t, dnnl::memory::dims{1, k});
+  const dnnl::memory::desc wei_md = packed ? packed_layout(b, n, k) : plain_b(in_t, n, k);
   const dnnl::memory::desc dst_md({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per-call buffers: see the file comment
@@ -120,17 +130,10 @@ Primitive create_primitive(Backend& b, const Key& key) {
     // it would have copied); another implementation (oneDNN's reference matmul takes any layout)
     // would sum in another order: then this shape keeps the plain layout (an empty primitive,
     // cached, so the check runs once per shape).
-    const dnnl::memory::desc plain_md({k, n}, in_t, dnnl::memory::dims{1, k});
-    const dnnl::matmul::primitive_desc plain(dnnl::matmul::desc(src_md, plain_md, dst_md), attr, b.engine);
-    if (std::string(pd.impl_info_str()) != plain.impl_info_str()) {
-      if (b.cache.size() > 4096) b.cache.clear();
-      return b.cache.emplace(key, Primitive{}).first->second;
-    }
+    const dnnl::matmul::primitive_desc plain(dnnl::matmul::desc(src_md, plain_b(in_t, n, k), dst_md), attr, b.engine);
+    if (std::string(pd.impl_info_str()) != plain.impl_info_str()) return remember(b, key, Primitive{});
   }
-  Primitive prim{dnnl::matmul(pd), pd.scratchpad_desc()};
-  if (b.cache.size() > 4096) b.cache.clear();  // bound the cache; recreation is cheap-ish
-  b.cache.emplace(key, prim);
-  return prim;
+  return remember(b, key, Primitive{dnnl::matmul(pd), pd.scratchpad_desc()});
 }
 
 /// The cached primitive, or an empty one when oneDNN has no bf16 matmul at this level (then
@@ -151,7 +154,7 @@ Primitive get_primitive(std::int64_t m, std::int64_t n, std::int64_t k, bool bf1
       g_bf16_emulated.store(true);
       return {};
     }
-    return b.cache.emplace(key, Primitive{}).first->second;  // this shape keeps the plain layout
+    return remember(b, key, Primitive{});  // this shape keeps the plain layout
   }
 }
 
@@ -180,9 +183,9 @@ void execute(const Primitive& prim, dt in_t, std::int64_t m, std::int64_t n, std
   stream.wait();
 }
 
-/// W [n, k] row-major (in_t) as oneDNN's B = Wᵀ [k, n] "ba", in place.
+/// W [n, k] row-major (in_t) as oneDNN's B, in place.
 dnnl::memory plain_weight(dt in_t, std::int64_t n, std::int64_t k, const void* w) {
-  return dnnl::memory({{k, n}, in_t, dnnl::memory::dims{1, k}}, backend().engine, const_cast<void*>(w));
+  return dnnl::memory(plain_b(in_t, n, k), backend().engine, const_cast<void*>(w));
 }
 
 }  // namespace
