@@ -117,11 +117,11 @@ std::vector<std::int32_t> load_ids(const BackboneDumpOptions& a, std::int64_t vo
 void report(const std::string& run, std::size_t tokens, double secs, const BackboneDumpOptions& a) {
   std::printf(
       "{\"run\": \"%s\", \"tokens\": %zu, \"seconds\": %.6f, \"tokens_per_s\": %.3f, "
-      "\"peak_rss_bytes\": %lld, \"precision\": \"%s\", \"fp32_weights\": \"%s\", \"threads\": %d, "
-      "\"gemm\": \"%s\"}\n",
+      "\"peak_rss_bytes\": %lld, \"precision\": \"%s\", \"fp32_weights\": \"%s\", \"bf16_pack_after_calls\": %d, "
+      "\"threads\": %d, \"gemm\": \"%s\"}\n",
       run.c_str(), tokens, secs, secs > 0 ? static_cast<double>(tokens) / secs : 0.0, peak_rss_bytes(),
-      ops::precision_name(a.precision), ops::fp32_resident_weights() ? "resident" : "stream", ops::num_threads(),
-      ops::gemm_backend_name().c_str());
+      ops::precision_name(a.precision), ops::fp32_resident_weights() ? "resident" : "stream",
+      ops::bf16_pack_after_calls(), ops::num_threads(), ops::gemm_backend_name().c_str());
   std::fflush(stdout);
 }
 

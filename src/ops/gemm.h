@@ -91,11 +91,15 @@ class GemmWeight {
   /// Thread-safe.
   const float* resident_f32() const;
   /// bf16 mode on the GEMM library's bf16 matmul: the operand packed once into the library's own
-  /// layout (cpu/gemm_backend.h pack_bf16), made by the first call when bf16_packed_weights() was
-  /// on as this weight was built and the operand is the stored bf16 bytes themselves (no owned
-  /// copy); their mapped pages are dropped then (MappedFile::drop_pages). nullptr where the library
-  /// reads W as it is, or in any other case. Thread-safe.
+  /// layout (cpu/gemm_backend.h pack_bf16) if use_packed_bf16() has made it, else nullptr. No side
+  /// effect. Thread-safe.
   const gemm_backend::PackedBf16* packed_bf16() const;
+  /// The same for one library call of linear(): counts the call, and the call numbered
+  /// bf16_pack_after_calls() (as it was when this weight was built) makes the packed copy, where
+  /// the operand is the stored bf16 bytes themselves (no owned copy); their mapped pages are dropped
+  /// then (MappedFile::drop_pages). Returns the copy from that call on; nullptr before it, where the
+  /// library reads W as it is, or when packing is off. Thread-safe.
+  const gemm_backend::PackedBf16* use_packed_bf16() const;
   /// kInt8: the packed int8 weight; nullptr otherwise.
   const Int8Weight* int8() const noexcept { return int8_.get(); }
   /// A block-quantized weight (any precision): the repacked weight; nullptr otherwise.
@@ -114,7 +118,10 @@ class GemmWeight {
     std::atomic<bool> made{false};
   };
   std::unique_ptr<Fp32Copy> fp32_copy_;
-  struct PackedCopy {  ///< bf16 mode's library-packed operand, made by the first library call
+  struct PackedCopy {  ///< bf16 mode's library-packed operand, made by the call numbered pack_at
+    explicit PackedCopy(int at) : pack_at(at) {}
+    int pack_at;
+    std::atomic<int> calls{0};
     std::once_flag once;
     std::shared_ptr<const gemm_backend::PackedBf16> data;  ///< shared_ptr: the type is incomplete here
     std::atomic<bool> made{false};
@@ -133,16 +140,22 @@ class GemmWeight {
 void set_fp32_resident_weights(bool resident) noexcept;
 bool fp32_resident_weights() noexcept;
 
-/// bf16 mode on the GEMM library's bf16 matmul (oneDNN): whether GemmWeights built from now on
-/// pack their operand into the library's own layout on first use (GemmWeight::packed_bf16) or hand
-/// it over as it is, to be copied into that layout by every call. Both give identical results (the
-/// same kernels and sums; docs/NUMERICS.md "Kernel changes that change no bit"). Packing replaces
-/// the mapped checkpoint pages, which replicas on one host share, by a private copy of about the
-/// same size (docs/DEPLOYMENT.md). Default from the environment: CLEF_BF16_PACK unset, empty or 1
-/// packs, 0 does not; anything else throws InvalidArgument naming the variable. Process-wide; set
-/// it before the model is built.
-void set_bf16_packed_weights(bool packed) noexcept;
-bool bf16_packed_weights();
+/// bf16 mode on the GEMM library's bf16 matmul (oneDNN): at which library call of a weight
+/// GemmWeights built from now on pack their operand into the library's own layout
+/// (GemmWeight::use_packed_bf16); until then, or always with 0, each call hands W over as it is and
+/// the library copies it into that layout itself. Packing costs about what 8 of those per-call
+/// copies cost, so the default packs on the 8th call: a run that uses a weight fewer times never
+/// pays for it, and a long-running one (a server, repeated requests) pays at most twice what the
+/// best choice in hindsight would (docs/PERFORMANCE.md "When to pack"). Both give identical
+/// results (the same kernels and sums; docs/NUMERICS.md "Kernel changes that change no bit").
+/// Packing replaces the mapped checkpoint pages, which replicas on one host share, by a private
+/// copy of about the same size (docs/DEPLOYMENT.md). Default from the environment: CLEF_BF16_PACK
+/// unset or empty = kBf16PackAfterCallsDefault, 0 = never, a whole number N from 1 to 1000000 =
+/// the N-th call; anything else throws InvalidArgument naming the variable. Process-wide; set it
+/// before the model is built. Throws InvalidArgument (calls < 0 or > 1000000) from the setter too.
+inline constexpr int kBf16PackAfterCallsDefault = 8;
+void set_bf16_pack_after_calls(int calls);
+int bf16_pack_after_calls();
 
 /// y [m, n] = x [m, k] · Wᵀ, or y += x · Wᵀ when `accumulate` (fused residual add). kInt8
 /// weights run ops::int8_linear, block-quantized ones ops::quant_linear.

@@ -2,7 +2,8 @@
 """CLEF_FP32_GEMM end to end at the avx2 level: clef's FMA GEMM is the default there and `clef --version`
 says so, `library` hands the fp32 products back to the GEMM library, both answer within the
 rounding-order bound of each other (docs/NUMERICS.md "fp32 GEMM with a fixed order (AVX2)"), and a bad
-value is a usage error naming the variable."""
+value is a usage error naming the variable; so is a bad CLEF_BF16_PACK (the call of a bf16 weight that packs
+it), for every command and whatever the precision."""
 
 from __future__ import annotations
 
@@ -58,3 +59,10 @@ def test_bad_fp32_gemm_value_is_refused(cpp_tiny):
     r = run_clef("decide", "--model", str(cpp_tiny), str(REQUEST), env=_env(CLEF_FP32_GEMM="bogus"))
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "CLEF_FP32_GEMM" in r.stderr and "bogus" in r.stderr
+
+
+@pytest.mark.parametrize("value", ["x", "-1", "1000001", "8 "])
+def test_bad_bf16_pack_value_is_refused(cpp_tiny, value):
+    r = run_clef("decide", "--model", str(cpp_tiny), str(REQUEST), env=_env(CLEF_BF16_PACK=value))
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "CLEF_BF16_PACK" in r.stderr and f'"{value}"' in r.stderr, r.stderr

@@ -1349,9 +1349,9 @@ TEST(Ops, LinearResidentFp32WeightsMatchStreamed) {
 }
 
 // bf16 mode on the library's bf16 matmul: a weight packed once into the library's own layout
-// (GemmWeight::packed_bf16) runs the same kernels and sums as the weight handed over as it is, so
-// every output is bit-identical: at m = 1 to 300 (small m take other blockings than large), with and
-// without the fused residual add, n and k not multiples of the library's blocks (k odd: the last
+// (GemmWeight::use_packed_bf16, here on its third call, before which it is not copied) runs the same kernels and sums
+// as the weight handed over as it is, so every output is bit-identical: at m = 1 to 300 (small m take other blockings
+// than large), with and without the fused residual add, n and k not multiples of the library's blocks (k odd: the last
 // pair along k padded). At avx512bf16 (oneDNN's brgemm kernels, whose blocked layout is what gets
 // packed) the packed copy must exist and the library must run the product on it (not fall back to
 // the plain W), so the comparison cannot pass without exercising it; below, oneDNN 2.6's bf16
@@ -1360,10 +1360,14 @@ TEST(Ops, LinearBf16PackedWeightsBitIdenticalToPlain) {
   Rng rng(91);
   for (const auto& [n, k] : std::vector<std::array<std::int64_t, 2>>{{1040, 256}, {16, 512}, {70, 301}}) {
     const std::vector<std::uint16_t> wb = bf16_words(rng.uniform(n * k));
-    ops::set_bf16_packed_weights(false);
+    EXPECT_THROW(ops::set_bf16_pack_after_calls(-1), InvalidArgument);
+    EXPECT_THROW(ops::set_bf16_pack_after_calls(1000001), InvalidArgument);
+    ops::set_bf16_pack_after_calls(0);
     const ops::GemmWeight plain(DType::kBF16, wb.data(), n, k, Precision::kBF16);
-    ops::set_bf16_packed_weights(true);
+    ops::set_bf16_pack_after_calls(3);  // the first two calls run on W as it is, the third packs
     const ops::GemmWeight packed(DType::kBF16, wb.data(), n, k, Precision::kBF16);
+    ops::set_bf16_pack_after_calls(ops::kBf16PackAfterCallsDefault);
+    int calls = 0;
     for (const std::int64_t m : {1, 7, 45, 300}) {
       const Vec x = rng.uniform(m * k, -2.0f, 2.0f), y0 = rng.uniform(m * n);
       for (const bool acc : {false, true}) {
@@ -1372,6 +1376,10 @@ TEST(Ops, LinearBf16PackedWeightsBitIdenticalToPlain) {
         ops::linear(x.data(), m, packed, b.data(), acc);
         EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
             << "m,n,k=" << dims({m, n, k}) << " accumulate " << acc;
+        if (++calls < 3) {  // not packed before its third call: nothing copied yet
+          EXPECT_EQ(packed.packed_bf16(), nullptr) << "call " << calls;
+          EXPECT_EQ(packed.owned_bytes(), 0U) << "call " << calls;
+        }
       }
     }
     EXPECT_EQ(plain.packed_bf16(), nullptr);

@@ -83,8 +83,9 @@ bool own_fp32_gemm() {
 }
 
 std::atomic<bool> g_fp32_resident{false};
-/// set_bf16_packed_weights' setting: -1 = not set, the environment decides (CLEF_BF16_PACK).
-std::atomic<int> g_bf16_packed{-1};
+/// set_bf16_pack_after_calls' setting: -1 = not set, the environment decides (CLEF_BF16_PACK).
+std::atomic<int> g_bf16_pack_after{-1};
+constexpr int kBf16PackAfterCallsMax = 1000000;
 
 /// Grows a thread-local scratch buffer to `n` elements and returns it.
 template <typename T>
@@ -119,16 +120,28 @@ void parallel_blocks(std::int64_t total, Fn&& fn) {
 
 void set_fp32_resident_weights(bool resident) noexcept { g_fp32_resident.store(resident); }
 bool fp32_resident_weights() noexcept { return g_fp32_resident.load(); }
-void set_bf16_packed_weights(bool packed) noexcept { g_bf16_packed.store(packed ? 1 : 0); }
-bool bf16_packed_weights() {
-  const int on = g_bf16_packed.load(std::memory_order_relaxed);
-  if (on >= 0) return on == 1;
-  static const bool from_env = [] {
+void set_bf16_pack_after_calls(int calls) {
+  if (calls < 0 || calls > kBf16PackAfterCallsMax) {
+    throw InvalidArgument("bf16 packing: the call that packs a weight must be 0 (never) to " +
+                          std::to_string(kBf16PackAfterCallsMax) + ", got " + std::to_string(calls));
+  }
+  g_bf16_pack_after.store(calls);
+}
+int bf16_pack_after_calls() {
+  const int set = g_bf16_pack_after.load(std::memory_order_relaxed);
+  if (set >= 0) return set;
+  static const int from_env = [] {
     const char* v = std::getenv("CLEF_BF16_PACK");
     const std::string s = v == nullptr ? "" : v;
-    if (s.empty() || s == "1") return true;
-    if (s == "0") return false;
-    throw InvalidArgument("CLEF_BF16_PACK: unknown value \"" + s + "\"; expected 1 (pack, the default) or 0");
+    if (s.empty()) return kBf16PackAfterCallsDefault;
+    const bool digits = s.size() <= 7 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || std::stoi(s) > kBf16PackAfterCallsMax) {
+      throw InvalidArgument("CLEF_BF16_PACK: unknown value \"" + s +
+                            "\"; expected 0 (never pack bf16 weights) or the call of a weight that packs it, 1 to " +
+                            std::to_string(kBf16PackAfterCallsMax) +
+                            " (unset: " + std::to_string(kBf16PackAfterCallsDefault) + ")");
+    }
+    return std::stoi(s);
   }();
   return from_env;
 }
@@ -189,9 +202,9 @@ GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64
       }
       operand_ = owned_.data();
     }
-    // Packed by the first library call, where the operand is the checkpoint's own bytes (whose pages are
+    // Packed by a later library call (use_packed_bf16), where the operand is the checkpoint's own bytes (whose pages are
     // dropped then): an owned bf16 copy (an F16 / F32 checkpoint) would stay beside its packed one.
-    if (operand_ == data_ && bf16_packed_weights()) packed_ = std::make_unique<PackedCopy>();
+    if (const int at = bf16_pack_after_calls(); operand_ == data_ && at > 0) packed_ = std::make_unique<PackedCopy>(at);
   } else if (dtype == DType::kF32 && addr % alignof(float) == 0) {
     operand_ = data;
   } else if (fp32_resident_weights()) {
@@ -209,8 +222,13 @@ std::size_t GemmWeight::owned_bytes() const noexcept {
 }
 
 const gemm_backend::PackedBf16* GemmWeight::packed_bf16() const {
+  return packed_ && packed_->made.load() ? packed_->data.get() : nullptr;
+}
+
+const gemm_backend::PackedBf16* GemmWeight::use_packed_bf16() const {
   if (!packed_) return nullptr;
   PackedCopy& c = *packed_;
+  if (!c.made.load() && c.calls.fetch_add(1) + 1 < c.pack_at) return nullptr;  // the library copies W itself
   std::call_once(c.once, [&] {
     c.data = gemm_backend::pack_bf16(n_, k_, static_cast<const std::uint16_t*>(operand_));
     // The kernels read the copy from now on: the checkpoint's pages can go (a fallback faults them back).
@@ -357,7 +375,7 @@ void linear_shared(const float* x, std::int64_t m, std::span<const LinearOut> ou
         continue;
       }
 #endif
-      if (const gemm_backend::PackedBf16* packed = w.packed_bf16();
+      if (const gemm_backend::PackedBf16* packed = w.use_packed_bf16();
           packed != nullptr && gemm_backend::matmul_bf16_packed(m, *packed, buf, o.y, o.accumulate))
         continue;
       if (gemm_backend::matmul_bf16(m, w.n(), k, buf, wb, o.y, o.accumulate)) continue;
