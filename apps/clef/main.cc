@@ -42,8 +42,9 @@ constexpr const char* kExitCodes =
     "bad value is exit 2 and a level this CPU lacks exit 4 (--help works regardless).\n"
     "CLEF_BF16_GEMM=clef runs bf16 mode's linear layers on clef's own vdpbf16ps GEMM where the level has\n"
     "AVX512-BF16 (elsewhere the library's, as by default; docs/NUMERICS.md).\n"
-    "CLEF_BF16_PACK=N packs each bf16 weight into the library's own layout at its N-th use there (default 8;\n"
-    "1: at once; 0: never, keeping the file's shared pages; docs/DEPLOYMENT.md); the same answers.\n"
+    "CLEF_BF16_PACK=N (0 to 1000000; unset or empty: 8) packs each bf16 weight into the library's own layout\n"
+    "at its N-th use there (1: at once; 0: never, keeping the file's shared pages; docs/DEPLOYMENT.md); the\n"
+    "same answers.\n"
     "CLEF_FP32_GEMM=library runs fp32 products (fp32 weights; bf16 values where the level has no bf16\n"
     "matmul) on the GEMM library instead of clef's own FMA GEMM at the avx2 level (the default there).\n"
     "OMP_WAIT_POLICY / GOMP_SPINCOUNT override clef's default OpenMP wait\n"
@@ -95,8 +96,8 @@ int main(int argc, char** argv) {
       help = help || std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h";
     if (!help) {
       clef::ops::init_isa();
-      (void)clef::ops::own_bf16_gemm_active();  // a bad CLEF_BF16_GEMM too, for every command
-      (void)clef::ops::own_fp32_gemm_active();  // and CLEF_FP32_GEMM
+      (void)clef::ops::own_bf16_gemm_active();   // a bad CLEF_BF16_GEMM too, for every command
+      (void)clef::ops::own_fp32_gemm_active();   // and CLEF_FP32_GEMM
       (void)clef::ops::bf16_pack_after_calls();  // and CLEF_BF16_PACK
     }
     return run(argc, argv);

@@ -121,7 +121,8 @@ void report(const std::string& run, std::size_t tokens, double secs, const Backb
       "\"threads\": %d, \"gemm\": \"%s\"}\n",
       run.c_str(), tokens, secs, secs > 0 ? static_cast<double>(tokens) / secs : 0.0, peak_rss_bytes(),
       ops::precision_name(a.precision), ops::fp32_resident_weights() ? "resident" : "stream",
-      ops::bf16_pack_after_calls(), ops::num_threads(), ops::gemm_backend_name().c_str());
+      a.precision == ops::Precision::kBF16 ? ops::bf16_pack_after_calls() : 0, ops::num_threads(),
+      ops::gemm_backend_name().c_str());
   std::fflush(stdout);
 }
 

@@ -145,8 +145,8 @@ bool fp32_resident_weights() noexcept;
 /// (GemmWeight::use_packed_bf16); until then, or always with 0, each call hands W over as it is and
 /// the library copies it into that layout itself. Packing costs about what 8 of those per-call
 /// copies cost, so the default packs on the 8th call: a run that uses a weight fewer times never
-/// pays for it, and a long-running one (a server, repeated requests) pays at most twice what the
-/// best choice in hindsight would (docs/PERFORMANCE.md "When to pack"). Both give identical
+/// pays for it, and a long-running one (a server, repeated requests) pays about twice what the
+/// best choice in hindsight would at worst (docs/PERFORMANCE.md "When to pack"). Both give identical
 /// results (the same kernels and sums; docs/NUMERICS.md "Kernel changes that change no bit").
 /// Packing replaces the mapped checkpoint pages, which replicas on one host share, by a private
 /// copy of about the same size (docs/DEPLOYMENT.md). Default from the environment: CLEF_BF16_PACK

@@ -66,3 +66,15 @@ def test_bad_bf16_pack_value_is_refused(cpp_tiny, value):
     r = run_clef("decide", "--model", str(cpp_tiny), str(REQUEST), env=_env(CLEF_BF16_PACK=value))
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "CLEF_BF16_PACK" in r.stderr and f'"{value}"' in r.stderr, r.stderr
+
+
+def test_bf16_pack_values_are_accepted_with_the_same_answers(cpp_tiny):
+    """0 (never), 1 (the first call), a leading zero, the largest value and empty (the default) all run, and the
+    answers are the same bits whenever the weights are packed (docs/NUMERICS.md)."""
+    bodies = set()
+    for value in ("", "0", "1", "02", "1000000"):
+        r = run_clef("decide", "--model", str(cpp_tiny), "--precision", "bf16", str(REQUEST),
+                     env=_env(CLEF_BF16_PACK=value, CLEF_ISA="native"))
+        assert r.returncode == 0, (value, r.stderr)
+        bodies.add(r.stdout)
+    assert len(bodies) == 1, bodies

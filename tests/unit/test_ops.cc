@@ -1349,55 +1349,67 @@ TEST(Ops, LinearResidentFp32WeightsMatchStreamed) {
 }
 
 // bf16 mode on the library's bf16 matmul: a weight packed once into the library's own layout
-// (GemmWeight::use_packed_bf16, here on its third call, before which it is not copied) runs the same kernels and sums
-// as the weight handed over as it is, so every output is bit-identical: at m = 1 to 300 (small m take other blockings
-// than large), with and without the fused residual add, n and k not multiples of the library's blocks (k odd: the last
-// pair along k padded). At avx512bf16 (oneDNN's brgemm kernels, whose blocked layout is what gets
-// packed) the packed copy must exist and the library must run the product on it (not fall back to
-// the plain W), so the comparison cannot pass without exercising it; below, oneDNN 2.6's bf16
-// matmul asks for a plain layout and nothing is packed.
+// (GemmWeight::use_packed_bf16) runs the same kernels and sums as the weight handed over as it is,
+// so every output is bit-identical: at m = 1 to 300 (small m take other blockings than large), with
+// and without the fused residual add, n and k not multiples of the library's blocks (k odd: the
+// last pair along k padded). The weight is packed by its third call here: two warm-up calls run on W
+// as it is (nothing copied yet), and at avx512bf16 (oneDNN's brgemm kernels, whose blocked layout is
+// what gets packed) the copy must exist right after the third and every m after it, m = 1 included,
+// runs on it; the library must also run the product on it directly (not fall back to the plain W),
+// so the comparison cannot pass without exercising it. Below, oneDNN 2.6's bf16 matmul asks for a
+// plain layout and nothing is packed.
 TEST(Ops, LinearBf16PackedWeightsBitIdenticalToPlain) {
+  EXPECT_THROW(ops::set_bf16_pack_after_calls(-1), InvalidArgument);
+  EXPECT_THROW(ops::set_bf16_pack_after_calls(1000001), InvalidArgument);
   Rng rng(91);
+#if !defined(__aarch64__)
+  const bool packs = ops::active_isa() == ops::IsaLevel::kAvx512Bf16 && !ops::own_bf16_gemm_active();
+#else
+  const bool packs = false;
+#endif
   for (const auto& [n, k] : std::vector<std::array<std::int64_t, 2>>{{1040, 256}, {16, 512}, {70, 301}}) {
     const std::vector<std::uint16_t> wb = bf16_words(rng.uniform(n * k));
-    EXPECT_THROW(ops::set_bf16_pack_after_calls(-1), InvalidArgument);
-    EXPECT_THROW(ops::set_bf16_pack_after_calls(1000001), InvalidArgument);
     ops::set_bf16_pack_after_calls(0);
     const ops::GemmWeight plain(DType::kBF16, wb.data(), n, k, Precision::kBF16);
-    ops::set_bf16_pack_after_calls(3);  // the first two calls run on W as it is, the third packs
+    ops::set_bf16_pack_after_calls(3);
     const ops::GemmWeight packed(DType::kBF16, wb.data(), n, k, Precision::kBF16);
     ops::set_bf16_pack_after_calls(ops::kBf16PackAfterCallsDefault);
-    int calls = 0;
-    for (const std::int64_t m : {1, 7, 45, 300}) {
+    auto same = [&](std::int64_t m, bool acc) {
       const Vec x = rng.uniform(m * k, -2.0f, 2.0f), y0 = rng.uniform(m * n);
+      Vec a = y0, b = y0;
+      ops::linear(x.data(), m, plain, a.data(), acc);
+      ops::linear(x.data(), m, packed, b.data(), acc);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << "m,n,k=" << dims({m, n, k}) << " accumulate " << acc;
+    };
+    for (int call = 1; call <= 2; ++call) {  // the warm-up calls: W as it is, nothing copied
+      same(3, call == 2);
+      EXPECT_EQ(packed.packed_bf16(), nullptr) << "call " << call;
+      EXPECT_EQ(packed.owned_bytes(), 0U) << "call " << call;
+    }
+    for (const std::int64_t m : {1, 7, 45, 300}) {
       for (const bool acc : {false, true}) {
-        Vec a = y0, b = y0;
-        ops::linear(x.data(), m, plain, a.data(), acc);
-        ops::linear(x.data(), m, packed, b.data(), acc);
-        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
-            << "m,n,k=" << dims({m, n, k}) << " accumulate " << acc;
-        if (++calls < 3) {  // not packed before its third call: nothing copied yet
-          EXPECT_EQ(packed.packed_bf16(), nullptr) << "call " << calls;
-          EXPECT_EQ(packed.owned_bytes(), 0U) << "call " << calls;
+        same(m, acc);
+        if (packs) {
+          ASSERT_NE(packed.packed_bf16(), nullptr) << "packed by its third call, n,k=" << dims({n, k});
         }
       }
     }
     EXPECT_EQ(plain.packed_bf16(), nullptr);
-#if !defined(__aarch64__)
-    if (ops::active_isa() == ops::IsaLevel::kAvx512Bf16 && !ops::own_bf16_gemm_active()) {
-      ASSERT_NE(packed.packed_bf16(), nullptr) << "n,k=" << dims({n, k});
-      EXPECT_GE(packed.owned_bytes(), static_cast<std::size_t>(n * k) * sizeof(std::uint16_t));
-      const std::int64_t m = 7;
-      std::vector<std::uint16_t> xb(static_cast<std::size_t>(m * k));
-      const Vec x = rng.uniform(m * k, -2.0f, 2.0f);
-      ops::f32_to_bf16_n(x.data(), m * k, xb.data());
-      Vec a(static_cast<std::size_t>(m * n)), b(a.size());
-      ASSERT_TRUE(ops::gemm_backend::matmul_bf16(m, n, k, xb.data(), wb.data(), a.data(), false));
-      ASSERT_TRUE(ops::gemm_backend::matmul_bf16_packed(m, *packed.packed_bf16(), xb.data(), b.data(), false))
-          << "the library fell back to the plain W, n,k=" << dims({n, k});
-      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "n,k=" << dims({n, k});
+    if (!packs) {
+      EXPECT_EQ(packed.packed_bf16(), nullptr);
+      continue;
     }
-#endif
+    EXPECT_GE(packed.owned_bytes(), static_cast<std::size_t>(n * k) * sizeof(std::uint16_t));
+    const std::int64_t m = 7;
+    std::vector<std::uint16_t> xb(static_cast<std::size_t>(m * k));
+    const Vec x = rng.uniform(m * k, -2.0f, 2.0f);
+    ops::f32_to_bf16_n(x.data(), m * k, xb.data());
+    Vec a(static_cast<std::size_t>(m * n)), b(a.size());
+    ASSERT_TRUE(ops::gemm_backend::matmul_bf16(m, n, k, xb.data(), wb.data(), a.data(), false));
+    ASSERT_TRUE(ops::gemm_backend::matmul_bf16_packed(m, *packed.packed_bf16(), xb.data(), b.data(), false))
+        << "the library fell back to the plain W, n,k=" << dims({n, k});
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "n,k=" << dims({n, k});
   }
 }
 

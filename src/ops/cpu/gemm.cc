@@ -134,14 +134,16 @@ int bf16_pack_after_calls() {
     const char* v = std::getenv("CLEF_BF16_PACK");
     const std::string s = v == nullptr ? "" : v;
     if (s.empty()) return kBf16PackAfterCallsDefault;
-    const bool digits = s.size() <= 7 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (!digits || std::stoi(s) > kBf16PackAfterCallsMax) {
+    // Decimal digits only (no sign, no spaces); leading zeros are fine, so the value decides the range.
+    const bool digits = std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const std::string value = digits ? s.substr(std::min(s.find_first_not_of('0'), s.size() - 1)) : s;
+    if (!digits || value.size() > 7 || std::stoi(value) > kBf16PackAfterCallsMax) {
       throw InvalidArgument("CLEF_BF16_PACK: unknown value \"" + s +
                             "\"; expected 0 (never pack bf16 weights) or the call of a weight that packs it, 1 to " +
                             std::to_string(kBf16PackAfterCallsMax) +
-                            " (unset: " + std::to_string(kBf16PackAfterCallsDefault) + ")");
+                            " (unset or empty: " + std::to_string(kBf16PackAfterCallsDefault) + ")");
     }
-    return std::stoi(s);
+    return std::stoi(value);
   }();
   return from_env;
 }
@@ -202,8 +204,8 @@ GemmWeight::GemmWeight(DType dtype, const void* data, std::int64_t n, std::int64
       }
       operand_ = owned_.data();
     }
-    // Packed by a later library call (use_packed_bf16), where the operand is the checkpoint's own bytes (whose pages are
-    // dropped then): an owned bf16 copy (an F16 / F32 checkpoint) would stay beside its packed one.
+    // Packed by a later library call (use_packed_bf16), where the operand is the checkpoint's own bytes (whose pages
+    // are dropped then): an owned bf16 copy (an F16 / F32 checkpoint) would stay beside its packed one.
     if (const int at = bf16_pack_after_calls(); operand_ == data_ && at > 0) packed_ = std::make_unique<PackedCopy>(at);
   } else if (dtype == DType::kF32 && addr % alignof(float) == 0) {
     operand_ = data;
