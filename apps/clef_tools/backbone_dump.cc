@@ -129,6 +129,7 @@ void report(const std::string& run, std::size_t tokens, double secs, const Backb
 }  // namespace
 
 void run_backbone_dump(const BackboneDumpOptions& a) {
+  (void)ops::bf16_pack_after_calls();  // a bad CLEF_BF16_PACK is an error in every mode, as in clef
   const ReleaseFolder rel = open_release(a.model);
   const std::vector<std::int32_t> ids = load_ids(a, rel.config.text.vocab_size);
   const std::int64_t H = rel.config.text.hidden_size;

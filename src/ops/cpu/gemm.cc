@@ -138,7 +138,7 @@ int bf16_pack_after_calls() {
     const bool digits = std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
     const std::string value = digits ? s.substr(std::min(s.find_first_not_of('0'), s.size() - 1)) : s;
     if (!digits || value.size() > 7 || std::stoi(value) > kBf16PackAfterCallsMax) {
-      throw InvalidArgument("CLEF_BF16_PACK: unknown value \"" + s +
+      throw InvalidArgument("CLEF_BF16_PACK: invalid value \"" + s +
                             "\"; expected 0 (never pack bf16 weights) or the call of a weight that packs it, 1 to " +
                             std::to_string(kBf16PackAfterCallsMax) +
                             " (unset or empty: " + std::to_string(kBf16PackAfterCallsDefault) + ")");
