@@ -34,6 +34,8 @@ import subprocess
 import sys
 import time
 
+from clef_env import bf16_steady_state  # bench/, beside this script
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -77,10 +79,7 @@ def run_clef(bindir, model, t, precision, threads, chunk, repeat):
     cmd = [str(bindir / "clef_backbone_dump"), "--model", str(model), "--random-ids", f"{t}:0",
            "--chunks", str(chunk), "--precision", precision, "--threads", str(threads), "--repeat", str(repeat)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # bf16 weights packed at their first call (a long-running engine's steady state, reached by its 8th):
-    # the best of --repeat passes is then a packed one, unless the caller set CLEF_BF16_PACK.
-    env = dict(os.environ)
-    env.setdefault("CLEF_BF16_PACK", "1")
+    env = bf16_steady_state(dict(os.environ))  # the best of --repeat passes is a packed one
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:

@@ -40,9 +40,9 @@ import tempfile
 import threading
 import time
 
-# bf16 weights packed at their first call, the steady state a long-running engine reaches by a weight's 8th:
-# timed requests then never include the one-time packing (unless the caller set CLEF_BF16_PACK).
-os.environ.setdefault("CLEF_BF16_PACK", "1")
+from clef_env import bf16_steady_state  # bench/, beside this script
+
+bf16_steady_state(os.environ)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "

@@ -50,6 +50,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 from bench_backbone import find_bin, flops_per_token, load1  # noqa: E402
 
+from clef_env import bf16_steady_state  # bench/, beside this script
+
 LLAMA_DTYPES = ("f32", "bf16", "q8_0")
 SAME_DTYPE = {"fp32": "f32", "fp32-resident": "f32", "fp32-stream": "f32", "bf16": "bf16", "int8": "q8_0"}
 # clef modes: a precision with the default --fp32-weights auto (fp32 copies of a bf16 checkpoint's
@@ -63,10 +65,7 @@ CLEF_MODE_FLAGS = {"fp32": ["--precision", "fp32"], "bf16": ["--precision", "bf1
 
 
 def env_for(level: str | None) -> dict:
-    env = dict(os.environ)
-    # The steady state of a long-running engine, whose bf16 weights are packed by their 8th call: packed at
-    # the first here, so that the best of --repeat passes is a packed one (unless the caller set it).
-    env.setdefault("CLEF_BF16_PACK", "1")
+    env = bf16_steady_state(dict(os.environ))  # the best of --repeat passes is a packed one
     if level and level != "default":
         env["CLEF_ISA"] = level
     else:

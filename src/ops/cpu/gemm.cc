@@ -14,12 +14,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "core/error.h"
@@ -134,16 +136,16 @@ int bf16_pack_after_calls() {
     const char* v = std::getenv("CLEF_BF16_PACK");
     const std::string s = v == nullptr ? "" : v;
     if (s.empty()) return kBf16PackAfterCallsDefault;
-    // Decimal digits only (no sign, no spaces); leading zeros are fine, so the value decides the range.
-    const bool digits = std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-    const std::string value = digits ? s.substr(std::min(s.find_first_not_of('0'), s.size() - 1)) : s;
-    if (!digits || value.size() > 7 || std::stoi(value) > kBf16PackAfterCallsMax) {
+    // Decimal digits only (from_chars takes no sign or space; leading zeros are fine), at most the maximum.
+    std::uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    if (ec != std::errc() || end != s.data() + s.size() || n > kBf16PackAfterCallsMax) {
       throw InvalidArgument("CLEF_BF16_PACK: invalid value \"" + s +
                             "\"; expected 0 (never pack bf16 weights) or the call of a weight that packs it, 1 to " +
                             std::to_string(kBf16PackAfterCallsMax) +
                             " (unset or empty: " + std::to_string(kBf16PackAfterCallsDefault) + ")");
     }
-    return std::stoi(value);
+    return static_cast<int>(n);
   }();
   return from_env;
 }
