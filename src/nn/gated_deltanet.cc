@@ -102,6 +102,13 @@ GatedDeltaNet::GatedDeltaNet(const GdnConfig& cfg, const GdnWeights& w, ops::Pre
     to_grouped(dt_bias_.data(), 1, 0, 0, 1, tmp.data());
     to_grouped(neg_a_.data(), 1, 0, 0, 1, tmp.data());
   }
+  const std::int64_t C = cfg.conv_dim(), K = cfg.conv_k;
+  conv_taps_.resize(conv_w_.size());
+  for (std::int64_t ch = 0; ch < C; ++ch) {
+    for (std::int64_t j = 0; j < K; ++j) {
+      conv_taps_[static_cast<std::size_t>(j * C + ch)] = conv_w_[static_cast<std::size_t>(ch * K + j)];
+    }
+  }
 }
 
 GdnState GatedDeltaNet::new_state() const {
@@ -157,38 +164,40 @@ void GatedDeltaNet::forward_batch(const float* x, std::span<const GdnSegment> se
       to_grouped(a, n, d.hv, 0, 1, tmp);
     }
   }
-  {
-    CLEF_PROF_SCOPE("gdn.conv+l2norm+gates");
-    // conv + SiLU, then the q, k L2 norm per (token, k-head), q also scaled by dk^-0.5 (after the
-    // norm, pitfall 8), then the gates: one pass over each sequence's rows (ops::gdn_input_stage),
-    // which continues that sequence's conv state.
-    ops::GdnInputStage s;
-    s.channels = cd;
-    s.conv_k = cfg_.conv_k;
-    s.conv_w = conv_w_.data();
-    s.hk = d.hk;
-    s.dk = d.dk;
-    s.eps = 1e-6f;
-    s.qscale = 1.0f / std::sqrt(static_cast<float>(d.dk));
-    s.hv = d.hv;
-    s.neg_a = neg_a_.data();
-    s.dt_bias = dt_bias_.data();
-    for (const GdnSegment& sg : segs) {
-      const std::int64_t r = sg.row0;
-      ops::gdn_input_stage(s, sg.n, mixed + r * cd, sg.state->conv.data(), u + r * cd, b + r * d.hv, a + r * d.hv,
-                           beta + r * d.hv, g + r * d.hv);
-    }
-  }
-  {
-    CLEF_PROF_SCOPE("gdn.delta_rule");
-    for (const GdnSegment& sg : segs) {
-      const std::int64_t r = sg.row0;
+  // conv + SiLU, then the q, k L2 norm per (token, k-head), q also scaled by dk^-0.5 (after the
+  // norm, pitfall 8), then the gates (ops::gdn_input_stage, continuing the sequence's conv state);
+  // then the delta rule on those rows. Both run one kGdnChunk slab of a sequence at a time, so the
+  // delta rule reads the q, k, v rows the stage has just written from L2 rather than from L3
+  // after a pass over all rows (the rule's first reads of them were most of its time outside its
+  // products); a split at a multiple of kGdnChunk runs the same chunks, so the bits are the
+  // same as one pass (docs/PERFORMANCE.md).
+  ops::GdnInputStage s;
+  s.channels = cd;
+  s.conv_k = cfg_.conv_k;
+  s.conv_w = conv_w_.data();
+  s.conv_taps = conv_taps_.data();
+  s.hk = d.hk;
+  s.dk = d.dk;
+  s.eps = 1e-6f;
+  s.qscale = 1.0f / std::sqrt(static_cast<float>(d.dk));
+  s.hv = d.hv;
+  s.neg_a = neg_a_.data();
+  s.dt_bias = dt_bias_.data();
+  for (const GdnSegment& sg : segs) {
+    for (std::int64_t s0 = 0; s0 < sg.n; s0 += ops::kGdnChunk) {
+      const std::int64_t r = sg.row0 + s0, len = std::min(ops::kGdnChunk, sg.n - s0);
+      {
+        CLEF_PROF_SCOPE("gdn.conv+l2norm+gates");
+        ops::gdn_input_stage(s, len, mixed + r * cd, sg.state->conv.data(), u + r * cd, b + r * d.hv, a + r * d.hv,
+                             beta + r * d.hv, g + r * d.hv);
+      }
+      CLEF_PROF_SCOPE("gdn.delta_rule");
       const float* ur = u + r * cd;
       if (bf16_delta_) {
-        ops::gated_delta_rule_bf16(d, sg.n, ur, ur + kd, cd, ur + 2 * kd, cd, g + r * d.hv, beta + r * d.hv,
+        ops::gated_delta_rule_bf16(d, len, ur, ur + kd, cd, ur + 2 * kd, cd, g + r * d.hv, beta + r * d.hv,
                                    sg.state->rec.data(), o + r * vd);
       } else {
-        ops::gated_delta_rule(d, sg.n, ur, ur + kd, cd, ur + 2 * kd, cd, g + r * d.hv, beta + r * d.hv,
+        ops::gated_delta_rule(d, len, ur, ur + kd, cd, ur + 2 * kd, cd, g + r * d.hv, beta + r * d.hv,
                               sg.state->rec.data(), o + r * vd);
       }
     }

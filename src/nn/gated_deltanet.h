@@ -105,6 +105,7 @@ class GatedDeltaNet {
   std::shared_ptr<const std::vector<std::byte>> out_grouped_;
   ops::GemmWeight qkv_, z_, b_, a_, out_;
   std::vector<float> conv_w_;                    ///< [conv_dim, K]
+  std::vector<float> conv_taps_;                 ///< conv_w_ transposed, [K, conv_dim] (ops::GdnInputStage)
   std::vector<float> dt_bias_, neg_a_, norm_w_;  ///< neg_a_: A = -exp(A_log), [Hv]
   bool bf16_delta_ = false;  ///< bf16 and int8 mode: ops::gated_delta_rule_bf16 (docs/NUMERICS.md "Precision modes")
 };

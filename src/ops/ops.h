@@ -100,6 +100,9 @@ void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const fl
 struct GdnInputStage {
   std::int64_t channels = 0, conv_k = 0;
   const float* conv_w = nullptr;
+  /// Optional: the same taps transposed, [conv_k, channels] (tap j of channel ch at j * channels +
+  /// ch); when set the stage reads them as they are instead of transposing conv_w on every call.
+  const float* conv_taps = nullptr;
   std::int64_t hk = 0, dk = 0;
   float eps = 1e-6f, qscale = 1.0f;
   std::int64_t hv = 0;
@@ -128,10 +131,15 @@ void gdn_gates(const float* b, const float* a, std::int64_t t, std::int64_t hv, 
 /// q, k [t, hk, dk], rows `qk_stride` floats apart, already L2-normalized (q also scaled by
 /// dk^-0.5); v [t, hv, dv], rows `v_stride` apart; g, beta [t, hv]; state [hv, dk, dv] fp32
 /// (zero at sequence start), updated in place; o [t, hv, dv] contiguous.
-/// ref: the exact per-token recurrence; optimized: the chunked form with chunk 64 (same math,
-/// fp32 rounding differs).
+/// ref: the exact per-token recurrence; optimized: the chunked form with chunk kGdnChunk (same
+/// math, fp32 rounding differs).
 void gated_delta_rule(const GdnDims& d, std::int64_t t, const float* q, const float* k, std::int64_t qk_stride,
                       const float* v, std::int64_t v_stride, const float* g, const float* beta, float* state, float* o);
+
+/// Tokens per chunk of the optimized gated delta rules (docs/MODEL.md §4.6). Chunks start at
+/// token 0 of each call, so a sequence split into calls at multiples of kGdnChunk (the state
+/// carried between them) runs the very same chunks: the same bits as one call.
+inline constexpr std::int64_t kGdnChunk = 64;
 
 /// gated_delta_rule() for the bf16 mode (docs/NUMERICS.md "Precision modes"): the same chunked
 /// form, with the operands of its matrix products (K, Q, the state S as read, (I + A)^-1, the

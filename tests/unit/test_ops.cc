@@ -436,8 +436,8 @@ TEST_P(OpsAtLevel, QuantizingProducersAreTheOpThenQuantizeBitForBit) {
 TEST_P(OpsAtLevel, GdnInputStageIsTheThreeOpsBitForBit) {
   // The fused stage (one pass per token row) against conv + SiLU, L2 norm and gates run one after
   // the other at the same level (each of those has its own reference test above): equal bits,
-  // state included, also when the chunk is split in two. Channels past the q/k heads (v) and a
-  // channel count that is not a multiple of the conv block are covered; t = 40 runs threaded.
+  // state included, also when the chunk is split in two (the taps then given transposed). Channels past the q/k heads
+  // (v) and a channel count that is not a multiple of the conv block are covered; t = 40 runs threaded.
   Rng rng(14);
   for (std::int64_t k : {1, 4}) {
     for (const auto& [hk, dk, extra] :
@@ -472,7 +472,12 @@ TEST_P(OpsAtLevel, GdnInputStageIsTheThreeOpsBitForBit) {
         EXPECT_TRUE(close("gdn_input_stage(state)", sh, sw, sg, {0, 0}));
         EXPECT_TRUE(close("gdn_input_stage(beta)", sh, bw, bg, {0, 0}));
         EXPECT_TRUE(close("gdn_input_stage(g)", sh, gw, gg, {0, 0}));
-        if (t >= 2) {
+        if (t >= 2) {  // split in two, the taps handed over transposed (conv_taps)
+          Vec taps(w.size());
+          for (std::int64_t ch = 0; ch < c; ++ch) {
+            for (std::int64_t j = 0; j < k; ++j) taps[static_cast<std::size_t>(j * c + ch)] = w[ch * k + j];
+          }
+          s.conv_taps = taps.data();
           const std::int64_t t1 = t / 2;
           Vec s2 = st0, u2(x.size()), b2(b.size()), g2(b.size());
           ops::gdn_input_stage(s, t1, x.data(), s2.data(), u2.data(), b.data(), a.data(), b2.data(), g2.data());
@@ -628,6 +633,38 @@ TEST_P(OpsAtLevel, GatedDeltaRuleSameBitsOnAnyThreadCount) {
     }
   }
   omp_set_num_threads(threads);
+}
+
+TEST_P(OpsAtLevel, GatedDeltaRuleSplitAtChunkMultiplesIsOneCall) {
+  // nn::GatedDeltaNet runs a sequence kGdnChunk rows at a time (the input stage, then the rule):
+  // calls split at multiples of kGdnChunk, the state carried, must give one call's bits, state
+  // included; T = 200 ends in a short chunk. A split elsewhere (t1 = 70) runs other chunks, so its
+  // bits differ: the check can fail.
+  const GdnDims d{2, 4, 32, 24};
+  Rng rng(21);
+  const std::int64_t t = 200, st = d.hk * d.dk, ld = d.hv * d.dv;
+  Vec q, k, v, g, beta, s0;
+  gdn_inputs(rng, d, t, st, q, k, v, g, beta, s0);
+  for (const bool bf16 : {false, true}) {
+    const auto run = bf16 ? &ops::gated_delta_rule_bf16 : &ops::gated_delta_rule;
+    Vec o1(static_cast<std::size_t>(t * ld)), s1 = s0;
+    run(d, t, q.data(), k.data(), st, v.data(), ld, g.data(), beta.data(), s1.data(), o1.data());
+    auto split = [&](std::initializer_list<std::int64_t> lens, Vec& o, Vec& s) {
+      std::int64_t r = 0;
+      for (const std::int64_t n : lens) {
+        run(d, n, q.data() + r * st, k.data() + r * st, st, v.data() + r * ld, ld, g.data() + r * d.hv,
+            beta.data() + r * d.hv, s.data(), o.data() + r * ld);
+        r += n;
+      }
+    };
+    Vec o(o1.size()), s = s0;
+    split({ops::kGdnChunk, 2 * ops::kGdnChunk, t - 3 * ops::kGdnChunk}, o, s);
+    EXPECT_TRUE(std::memcmp(o.data(), o1.data(), o.size() * sizeof(float)) == 0) << "bf16 " << bf16;
+    EXPECT_TRUE(std::memcmp(s.data(), s1.data(), s.size() * sizeof(float)) == 0) << "bf16 " << bf16;
+    Vec o70(o1.size()), s70 = s0;
+    split({70, t - 70}, o70, s70);
+    EXPECT_FALSE(std::memcmp(o70.data(), o1.data(), o.size() * sizeof(float)) == 0) << "bf16 " << bf16;
+  }
 }
 
 TEST_P(OpsAtLevel, GatedDeltaRuleGroupedHeadMapping) {

@@ -111,12 +111,16 @@ void CausalConv1dSiluImpl(const float* x, std::int64_t t, std::int64_t c, const 
 void GdnInputStageImpl(const GdnInputStage& s, std::int64_t t, const float* x, float* state, float* u, const float* b,
                        const float* a, float* beta, float* g) {
   const std::int64_t c = s.channels, k = s.conv_k;
-  // Taps transposed [k, c] (c * k floats: 96 KiB for the 0.8b layer), shared by all threads.
-  thread_local std::vector<float> taps_buf;
-  taps_buf.resize(static_cast<std::size_t>(k * c));
-  float* taps = taps_buf.data();
-  for (std::int64_t ch = 0; ch < c; ++ch) {
-    for (std::int64_t j = 0; j < k; ++j) taps[j * c + ch] = s.conv_w[ch * k + j];
+  // Taps transposed [k, c] (c * k floats: 96 KiB for the 0.8b layer), shared by all threads: the
+  // caller's, or made here.
+  const float* taps = s.conv_taps;
+  if (taps == nullptr) {
+    thread_local std::vector<float> taps_buf;
+    taps_buf.resize(static_cast<std::size_t>(k * c));
+    for (std::int64_t ch = 0; ch < c; ++ch) {
+      for (std::int64_t j = 0; j < k; ++j) taps_buf[static_cast<std::size_t>(j * c + ch)] = s.conv_w[ch * k + j];
+    }
+    taps = taps_buf.data();
   }
 #pragma omp parallel if (t * c >= 8192)
   {

@@ -43,7 +43,7 @@ namespace cpu_x86 = ::clef::ops::cpu;  // transpose_x86.h
 #endif
 namespace {
 
-constexpr std::int64_t kChunk = 64;
+constexpr std::int64_t kChunk = kGdnChunk;
 constexpr std::int64_t kRowBlock = 12;  // rows per triangular block (two 6-row register tiles)
 
 struct ChunkScratch {
