@@ -37,13 +37,12 @@ AttentionActivations::AttentionActivations(const AttentionConfig& c, std::int64_
     : rows(n),
       q_gate(static_cast<std::size_t>(n * 2 * c.dims.nh * c.dims.hd)),
       q(static_cast<std::size_t>(n * c.dims.nh * c.dims.hd)),
-      gate(q.size()),
       k(static_cast<std::size_t>(n * c.dims.nkv * c.dims.hd)),
       v(k.size()),
       core(q.size()) {}
 
 std::size_t AttentionActivations::floats() const noexcept {
-  return q_gate.size() + q.size() + gate.size() + k.size() + v.size() + core.size();
+  return q_gate.size() + q.size() + k.size() + v.size() + core.size();
 }
 
 void GatedAttention::forward(const float* x, std::int64_t n, const float* cos, const float* sin, KvCache& kv, float* h,
@@ -60,7 +59,6 @@ void GatedAttention::forward_batch(const float* x, std::span<const AttentionSegm
   const std::int64_t n = row_ranges(segs, act.rows, "attention", rows);
   float* qg = act.q_gate.data();
   float* q = act.q.data();
-  float* gate = act.gate.data();
   float* k = act.k.data();
   float* v = act.v.data();
   float* o = act.core.data();
@@ -72,15 +70,9 @@ void GatedAttention::forward_batch(const float* x, std::span<const AttentionSegm
   }
   {
     CLEF_PROF_SCOPE("attn.split+norm+rope+cache");
-    // Per-head interleaved split (pitfall 2): head j = qg[:, j, 0:hd] query, [hd:2hd] gate.
-    for (std::int64_t i = 0; i < n; ++i) {
-      for (std::int64_t j = 0; j < d.nh; ++j) {
-        const float* src = qg + (i * d.nh + j) * 2 * d.hd;
-        std::copy(src, src + d.hd, q + (i * d.nh + j) * d.hd);
-        std::copy(src + d.hd, src + 2 * d.hd, gate + (i * d.nh + j) * d.hd);
-      }
-    }
-    ops::rms_norm_offset(q, n * d.nh, d.hd, q_norm_.data(), cfg_.eps, q);
+    // Per-head interleaved split (pitfall 2): head j = qg[:, j, 0:hd] query, [hd:2hd] gate. The
+    // query halves are normalized straight into q; the gate halves stay in qg for attn.gate.
+    ops::rms_norm_offset_strided(qg, 2 * d.hd, n * d.nh, d.hd, q_norm_.data(), cfg_.eps, q);
     ops::rms_norm_offset(k, n * d.nkv, d.hd, k_norm_.data(), cfg_.eps, k);
     ops::apply_rope(q, n, d.nh, d.hd, qw, cfg_.rotary_dim, cos, sin);
     ops::apply_rope(k, n, d.nkv, d.hd, kvw, cfg_.rotary_dim, cos, sin);
@@ -103,7 +95,7 @@ void GatedAttention::forward_batch(const float* x, std::span<const AttentionSegm
   }
   {
     CLEF_PROF_SCOPE("attn.gate");
-    ops::sigmoid_mul(o, gate, n * qw);
+    ops::sigmoid_mul_rows(o, n * d.nh, d.hd, qg + d.hd, 2 * d.hd);  // o *= sigmoid(gate), per head row
   }
   CLEF_PROF_SCOPE("attn.o_proj");
   const ops::LinearOut out{&o_, h, /*accumulate=*/true};

@@ -31,9 +31,8 @@ struct AttentionWeights {
 /// the layer config (shared by every full-attention layer of a model).
 struct AttentionActivations {
   std::int64_t rows = 0;      ///< capacity in tokens
-  std::vector<float> q_gate;  ///< [rows, nh, 2·hd]: per head [query | gate] (q_proj output)
+  std::vector<float> q_gate;  ///< [rows, nh, 2·hd]: per head [query | gate] (q_proj output; the gate read in place)
   std::vector<float> q;       ///< [rows, nh, hd]
-  std::vector<float> gate;    ///< [rows, nh·hd]
   std::vector<float> k, v;    ///< [rows, nkv, hd] each: the chunk's new keys/values
   std::vector<float> core;    ///< [rows, nh, hd]: attention output before the gate
 

@@ -54,6 +54,13 @@ void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::in
 /// x, y [rows, n] (y may alias x); w [n] is the stored offset weight as float.
 void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps, float* y);
 
+/// rms_norm_offset on rows of x that lie x_stride >= n floats apart (e.g. the query half of each
+/// head row of gated attention's [query | gate] projection), written to y [rows, n] contiguous
+/// (y must not overlap x unless x_stride == n). Per row the same operations as rms_norm_offset:
+/// the same bits.
+void rms_norm_offset_strided(const float* x, std::int64_t x_stride, std::int64_t rows, std::int64_t n, const float* w,
+                             float eps, float* y);
+
 /// Gated RMSNorm (§2.2b, §4.7), per row (one GDN value head):
 /// y = (w * (o * rsqrt(mean(o^2) + eps))) * silu(z). o, z, y [rows, n] (y may alias o);
 /// w [n] used directly (no +1).
@@ -82,6 +89,11 @@ void add_inplace(float* h, const float* x, std::int64_t n);
 
 /// Output gate (§3.6): o *= sigmoid(gate) over n elements.
 void sigmoid_mul(float* o, const float* gate, std::int64_t n);
+
+/// sigmoid_mul per row: o [rows, n] contiguous, row r times sigmoid of the n gate values at
+/// gate + r * gate_stride (gate_stride >= n; the gate halves of gated attention's projection,
+/// read where they are). The same bits as sigmoid_mul on the gates copied together.
+void sigmoid_mul_rows(float* o, std::int64_t rows, std::int64_t n, const float* gate, std::int64_t gate_stride);
 
 /// FLA L2 norm (§4.4), in place on each of `rows` rows of n floats, rows `stride` floats apart:
 /// x = x * rsqrt(sum(x^2) + eps) * scale (eps added to the SUM; scale = dk^-0.5 for q, 1 for k).

@@ -247,6 +247,34 @@ TEST_P(OpsAtLevel, RmsNormOffset) {
   EXPECT_NEAR(y[0], 3.0f / std::sqrt(12.5f), 1e-6);
 }
 
+TEST_P(OpsAtLevel, StridedNormAndGateAreTheContiguousOpsBitForBit) {
+  // Gated attention reads the query and gate halves of its [query | gate] head rows in place:
+  // rms_norm_offset_strided and sigmoid_mul_rows against the contiguous ops on the halves copied
+  // out, bit for bit (the contiguous ops have their reference tests above). rows * n = 130 * 256
+  // runs threaded (kParallelMin); n = 37 has vector tails; a wrong stride or offset moves values by O(1).
+  Rng rng(23);
+  for (const auto& [rows, n] : {std::pair<std::int64_t, std::int64_t>{1, 37}, {5, 37}, {130, 256}}) {
+    const Vec qg = rng.uniform(rows * 2 * n, -3.0f, 3.0f), w = rng.uniform(n, -0.5f, 0.5f);
+    const Vec o0 = rng.uniform(rows * n, -2.0f, 2.0f);
+    Vec q(static_cast<std::size_t>(rows * n)), gate(q.size());
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::copy_n(qg.begin() + r * 2 * n, n, q.begin() + r * n);
+      std::copy_n(qg.begin() + r * 2 * n + n, n, gate.begin() + r * n);
+    }
+    Vec want(q.size()), got(q.size());
+    ops::rms_norm_offset(q.data(), rows, n, w.data(), 1e-6f, want.data());
+    ops::rms_norm_offset_strided(qg.data(), 2 * n, rows, n, w.data(), 1e-6f, got.data());
+    EXPECT_TRUE(close("rms_norm_offset_strided", dims({rows, n}), want, got, {0, 0}));
+    Vec ow = o0, og = o0;
+    ops::sigmoid_mul(ow.data(), gate.data(), rows * n);
+    ops::sigmoid_mul_rows(og.data(), rows, n, qg.data() + n, 2 * n);
+    EXPECT_TRUE(close("sigmoid_mul_rows", dims({rows, n}), ow, og, {0, 0}));
+  }
+  Vec x(8), y(8);
+  EXPECT_THROW(ops::rms_norm_offset_strided(x.data(), 3, 1, 4, x.data(), 1e-6f, y.data()), InvalidArgument);
+  EXPECT_THROW(ops::sigmoid_mul_rows(y.data(), 1, 4, x.data(), 3), InvalidArgument);
+}
+
 TEST_P(OpsAtLevel, GatedRmsNorm) {
   Rng rng(3);
   for (std::int64_t rows : {1, 4, 17}) {

@@ -27,10 +27,11 @@ namespace clef::ops {
 namespace HWY_NAMESPACE {
 namespace cpu = ::clef::ops::cpu::HWY_NAMESPACE;
 
-void RmsNormOffsetImpl(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps, float* y) {
+void RmsNormOffsetImpl(const float* x, std::int64_t x_stride, std::int64_t rows, std::int64_t n, const float* w,
+                       float eps, float* y) {
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * n;
+    const float* xr = x + r * x_stride;
     float* yr = y + r * n;
     const float inv = 1.0f / std::sqrt(cpu::sum_squares(xr, n) / static_cast<float>(n) + eps);
     for (std::int64_t j = 0; j < n; ++j) yr[j] = (xr[j] * inv) * (1.0f + w[j]);
@@ -95,6 +96,11 @@ void SigmoidMulImpl(float* o, const float* gate, std::int64_t n) {
   }
 }
 
+void SigmoidMulRowsImpl(float* o, std::int64_t rows, std::int64_t n, const float* gate, std::int64_t gate_stride) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
+  for (std::int64_t r = 0; r < rows; ++r) cpu::sigmoid_times(gate + r * gate_stride, o + r * n, o + r * n, n);
+}
+
 void L2normRowsImpl(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps, float scale) {
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -148,6 +154,7 @@ HWY_EXPORT(SiluMulQuantizeImpl);
 HWY_EXPORT(GatedRmsNormQuantizeImpl);
 HWY_EXPORT(AddInplaceImpl);
 HWY_EXPORT(SigmoidMulImpl);
+HWY_EXPORT(SigmoidMulRowsImpl);
 HWY_EXPORT(L2normRowsImpl);
 HWY_EXPORT(GdnGatesImpl);
 HWY_EXPORT(ApplyRopeImpl);
@@ -187,7 +194,13 @@ void embedding_gather(DType dtype, const void* table, std::int64_t rows, std::in
 }
 
 void rms_norm_offset(const float* x, std::int64_t rows, std::int64_t n, const float* w, float eps, float* y) {
-  CLEF_DISPATCH(RmsNormOffsetImpl)(x, rows, n, w, eps, y);
+  CLEF_DISPATCH(RmsNormOffsetImpl)(x, n, rows, n, w, eps, y);
+}
+
+void rms_norm_offset_strided(const float* x, std::int64_t x_stride, std::int64_t rows, std::int64_t n, const float* w,
+                             float eps, float* y) {
+  if (x_stride < n) throw InvalidArgument("rms_norm_offset_strided: row stride below the row length");
+  CLEF_DISPATCH(RmsNormOffsetImpl)(x, x_stride, rows, n, w, eps, y);
 }
 
 void gated_rms_norm(const float* o, const float* z, std::int64_t rows, std::int64_t n, const float* w, float eps,
@@ -219,6 +232,11 @@ void gated_rms_norm_quantize(const float* o, const float* z, std::int64_t tokens
 void add_inplace(float* h, const float* x, std::int64_t n) { CLEF_DISPATCH(AddInplaceImpl)(h, x, n); }
 
 void sigmoid_mul(float* o, const float* gate, std::int64_t n) { CLEF_DISPATCH(SigmoidMulImpl)(o, gate, n); }
+
+void sigmoid_mul_rows(float* o, std::int64_t rows, std::int64_t n, const float* gate, std::int64_t gate_stride) {
+  if (gate_stride < n) throw InvalidArgument("sigmoid_mul_rows: gate row stride below the row length");
+  CLEF_DISPATCH(SigmoidMulRowsImpl)(o, rows, n, gate, gate_stride);
+}
 
 void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t stride, float eps, float scale) {
   CLEF_DISPATCH(L2normRowsImpl)(x, rows, n, stride, eps, scale);
