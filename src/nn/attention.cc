@@ -69,7 +69,7 @@ void GatedAttention::forward_batch(const float* x, std::span<const AttentionSegm
     linear_shared_rows(x, n, rows, outs);
   }
   {
-    CLEF_PROF_SCOPE("attn.split+norm+rope+cache");
+    CLEF_PROF_SCOPE("attn.norm+rope+cache");
     // Per-head interleaved split (pitfall 2): head j = qg[:, j, 0:hd] query, [hd:2hd] gate. The
     // query halves are normalized straight into q; the gate halves stay in qg for attn.gate.
     ops::rms_norm_offset_strided(qg, 2 * d.hd, n * d.nh, d.hd, q_norm_.data(), cfg_.eps, q);

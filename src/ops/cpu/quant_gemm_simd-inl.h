@@ -575,6 +575,7 @@ __attribute__((target(QG_TARGET))) void panel(const QJob& j, std::int64_t p0, st
     for (std::int64_t l = 0; l < per_tile && fetched < lines; ++l, ++fetched)
       __builtin_prefetch(next + fetched * 64, 0, 2);
   }
+  for (; fetched < lines; ++fetched) __builtin_prefetch(next + fetched * 64, 0, 2);  // m < kMR: all of it here
   tail_tile<T, kMR - 1>(j, r, p0, buf, m - r);
 }
 
