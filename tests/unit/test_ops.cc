@@ -503,7 +503,8 @@ TEST_P(OpsAtLevel, GdnInputStageIsTheThreeOpsBitForBit) {
         if (t >= 2) {  // split in two, the taps handed over transposed (conv_taps)
           Vec taps(w.size());
           for (std::int64_t ch = 0; ch < c; ++ch) {
-            for (std::int64_t j = 0; j < k; ++j) taps[static_cast<std::size_t>(j * c + ch)] = w[ch * k + j];
+            for (std::int64_t j = 0; j < k; ++j)
+              taps[static_cast<std::size_t>(j * c + ch)] = w[static_cast<std::size_t>(ch * k + j)];
           }
           s.conv_taps = taps.data();
           const std::int64_t t1 = t / 2;
