@@ -30,6 +30,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include "ops/cpu/tile_output.h"
 #include "ops/cpu/transpose_x86.h"
 #define CLEF_INT8_X86 1
 #endif
@@ -612,17 +613,29 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void fold_block_2
   }
 }
 
-/// 256-bit kernels: writes the MR × 16 fp32 tile to y.
+/// 256-bit kernels: writes the MR × 16 fp32 tile to y: vector loads and stores when the panel lies
+/// inside n, store_tile's scalar loop for the last, partial panel (the same fp32 add per element
+/// when accumulating, so the same bits; the scalar loop had cost a tenth of the block-quantized
+/// tiles' time, docs/PERFORMANCE.md).
 template <int MR>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void store_tile_256(const Job& j, std::int64_t r0,
                                                                                    std::int64_t p0,
                                                                                    const __m256 (&acc)[MR][2]) {
-  float out[MR * kInt8PanelCols];
-  for (int r = 0; r < MR; ++r) {
-    _mm256_storeu_ps(out + r * kInt8PanelCols, acc[r][0]);
-    _mm256_storeu_ps(out + r * kInt8PanelCols + 8, acc[r][1]);
+  const std::int64_t c0 = p0 * kInt8PanelCols;
+  if (c0 + kInt8PanelCols > j.n) {
+    float out[MR * kInt8PanelCols];
+    for (int r = 0; r < MR; ++r) {
+      _mm256_storeu_ps(out + r * kInt8PanelCols, acc[r][0]);
+      _mm256_storeu_ps(out + r * kInt8PanelCols + 8, acc[r][1]);
+    }
+    store_tile(j, r0, MR, p0, 1, out, kInt8PanelCols);
+    return;
   }
-  store_tile(j, r0, MR, p0, 1, out, kInt8PanelCols);
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < 2; ++h) {
+      float* yr = j.y + (r0 + r) * j.n + c0 + 8 * h;
+      _mm256_storeu_ps(yr, j.accumulate ? _mm256_add_ps(_mm256_loadu_ps(yr), acc[r][h]) : acc[r][h]);
+    }
 }
 
 /// Bytes of one record of interleave_quads: per group of 4 k, the 4 rows' 4 qa bytes then their 4
@@ -788,15 +801,27 @@ __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))) vo
       }
     }
   }
-  float out[MR * NP * kInt8PanelCols];
-  for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) _mm512_storeu_ps(out + (r * NP + p) * kInt8PanelCols, acc[r][p]);
-  store_tile(j, r0, MR, p0, NP, out, NP * static_cast<int>(kInt8PanelCols));
+  const std::int64_t c0 = p0 * kInt8PanelCols;
+  if (c0 + NP * kInt8PanelCols > j.n) {  // the last panels: store_tile drops the columns past n
+    float out[MR * NP * kInt8PanelCols];
+    for (int r = 0; r < MR; ++r)
+      for (int p = 0; p < NP; ++p) _mm512_storeu_ps(out + (r * NP + p) * kInt8PanelCols, acc[r][p]);
+    store_tile(j, r0, MR, p0, NP, out, NP * static_cast<int>(kInt8PanelCols));
+    return;
+  }
+  for (int r = 0; r < MR; ++r)  // store_tile_256's vector stores, the same bits
+    for (int p = 0; p < NP; ++p) {
+      float* yr = j.y + (r0 + r) * j.n + c0 + p * kInt8PanelCols;
+      _mm512_storeu_ps(yr, j.accumulate ? _mm512_add_ps(_mm512_loadu_ps(yr), acc[r][p]) : acc[r][p]);
+    }
 }
 
 void tiles_avx2(const Job& j, std::int64_t p0, std::int64_t m) {
   std::int64_t r = 0;
-  for (; r + 4 <= m; r += 4) tile_avx2<4>(j, r, p0);
+  for (; r + 4 <= m; r += 4) {
+    cpu::prefetch_output_tile(j.y + r * j.n + p0 * kInt8PanelCols, j.n, 4, kInt8PanelCols);
+    tile_avx2<4>(j, r, p0);
+  }
   switch (m - r) {
     case 3: tile_avx2<3>(j, r, p0); break;
     case 2: tile_avx2<2>(j, r, p0); break;
@@ -807,7 +832,10 @@ void tiles_avx2(const Job& j, std::int64_t p0, std::int64_t m) {
 
 void tiles_avxvnni(const Job& j, std::int64_t p0, std::int64_t m) {
   std::int64_t r = 0;
-  for (; r + 4 <= m; r += 4) tile_avxvnni<4>(j, r, p0);
+  for (; r + 4 <= m; r += 4) {
+    cpu::prefetch_output_tile(j.y + r * j.n + p0 * kInt8PanelCols, j.n, 4, kInt8PanelCols);
+    tile_avxvnni<4>(j, r, p0);
+  }
   switch (m - r) {
     case 3: tile_avxvnni<3>(j, r, p0); break;
     case 2: tile_avxvnni<2>(j, r, p0); break;
@@ -819,7 +847,10 @@ void tiles_avxvnni(const Job& j, std::int64_t p0, std::int64_t m) {
 template <int NP>
 void tiles_avx512vnni(const Job& j, std::int64_t p0, std::int64_t m) {
   std::int64_t r = 0;
-  for (; r + 6 <= m; r += 6) tile_avx512vnni<6, NP>(j, r, p0);
+  for (; r + 6 <= m; r += 6) {
+    cpu::prefetch_output_tile(j.y + r * j.n + p0 * kInt8PanelCols, j.n, 6, NP * kInt8PanelCols);
+    tile_avx512vnni<6, NP>(j, r, p0);
+  }
   switch (m - r) {
     case 5: tile_avx512vnni<5, NP>(j, r, p0); break;
     case 4: tile_avx512vnni<4, NP>(j, r, p0); break;

@@ -31,6 +31,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/quant_layout.h"
+#include "ops/cpu/tile_output.h"
 #include "ops/int8_gemm.h"
 #include "ops/isa.h"
 #include "ops/peak.h"
