@@ -104,11 +104,7 @@ GatedDeltaNet::GatedDeltaNet(const GdnConfig& cfg, const GdnWeights& w, ops::Pre
   }
   const std::int64_t C = cfg.conv_dim(), K = cfg.conv_k;
   conv_taps_.resize(conv_w_.size());
-  for (std::int64_t ch = 0; ch < C; ++ch) {
-    for (std::int64_t j = 0; j < K; ++j) {
-      conv_taps_[static_cast<std::size_t>(j * C + ch)] = conv_w_[static_cast<std::size_t>(ch * K + j)];
-    }
-  }
+  ops::transpose_conv_taps(conv_w_.data(), C, K, conv_taps_.data());
 }
 
 GdnState GatedDeltaNet::new_state() const {

@@ -106,6 +106,11 @@ void l2norm_rows(float* x, std::int64_t rows, std::int64_t n, std::int64_t strid
 void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w, std::int64_t k, float* state,
                         float* y);
 
+/// The conv taps w [c, k] (causal_conv1d_silu's layout) transposed into taps [k, c] (tap j of channel
+/// ch at j * c + ch): the layout the conv kernels multiply-add over channels, and
+/// GdnInputStage::conv_taps. taps must not alias w.
+void transpose_conv_taps(const float* w, std::int64_t c, std::int64_t k, float* taps);
+
 /// Shapes and parameters of the fused GDN input stage (gdn_input_stage). conv_w [channels, conv_k]
 /// taps (as causal_conv1d_silu); the first 2·hk·dk channels are the q heads then the k heads, dk
 /// floats each; neg_a, dt_bias [hv] (as gdn_gates).

@@ -502,10 +502,7 @@ TEST_P(OpsAtLevel, GdnInputStageIsTheThreeOpsBitForBit) {
         EXPECT_TRUE(close("gdn_input_stage(g)", sh, gw, gg, {0, 0}));
         if (t >= 2) {  // split in two, the taps handed over transposed (conv_taps)
           Vec taps(w.size());
-          for (std::int64_t ch = 0; ch < c; ++ch) {
-            for (std::int64_t j = 0; j < k; ++j)
-              taps[static_cast<std::size_t>(j * c + ch)] = w[static_cast<std::size_t>(ch * k + j)];
-          }
+          ops::transpose_conv_taps(w.data(), c, k, taps.data());
           s.conv_taps = taps.data();
           const std::int64_t t1 = t / 2;
           Vec s2 = st0, u2(x.size()), b2(b.size()), g2(b.size());

@@ -94,9 +94,7 @@ void CausalConv1dSiluImpl(const float* x, std::int64_t t, std::int64_t c, const 
     for (std::int64_t bi = 0; bi < blocks; ++bi) {
       const std::int64_t c0 = bi * kConvBlock;
       const std::int64_t nc = std::min(kConvBlock, c - c0);
-      for (std::int64_t ch = 0; ch < nc; ++ch) {
-        for (std::int64_t j = 0; j < k; ++j) taps[static_cast<std::size_t>(j * nc + ch)] = w[(c0 + ch) * k + j];
-      }
+      transpose_conv_taps(w + c0 * k, nc, k, taps.data());
       for (std::int64_t i = 0; i < t; ++i) {
         tap_rows(x, state, c, k, i, c0, rows.data());
         conv_row_block(rows.data(), taps.data(), nc, k, nc, y + i * c + c0);
@@ -117,9 +115,7 @@ void GdnInputStageImpl(const GdnInputStage& s, std::int64_t t, const float* x, f
   if (taps == nullptr) {
     thread_local std::vector<float> taps_buf;
     taps_buf.resize(static_cast<std::size_t>(k * c));
-    for (std::int64_t ch = 0; ch < c; ++ch) {
-      for (std::int64_t j = 0; j < k; ++j) taps_buf[static_cast<std::size_t>(j * c + ch)] = s.conv_w[ch * k + j];
-    }
+    transpose_conv_taps(s.conv_w, c, k, taps_buf.data());
     taps = taps_buf.data();
   }
 #pragma omp parallel if (t * c >= 8192)
@@ -160,6 +156,12 @@ HWY_AFTER_NAMESPACE();
 namespace clef::ops {
 HWY_EXPORT(CausalConv1dSiluImpl);
 HWY_EXPORT(GdnInputStageImpl);
+
+void transpose_conv_taps(const float* w, std::int64_t c, std::int64_t k, float* taps) {
+  for (std::int64_t ch = 0; ch < c; ++ch) {
+    for (std::int64_t j = 0; j < k; ++j) taps[j * c + ch] = w[ch * k + j];
+  }
+}
 
 void causal_conv1d_silu(const float* x, std::int64_t t, std::int64_t c, const float* w, std::int64_t k, float* state,
                         float* y) {

@@ -20,6 +20,8 @@
 
 #if defined(__x86_64__) && !defined(CLEF_INT8_SCALAR_ONLY)
 #include <immintrin.h>
+
+#include "ops/cpu/tile_output.h"
 #define CLEF_QUANT_X86 1
 #endif
 #if defined(__aarch64__) && !defined(CLEF_INT8_SCALAR_ONLY)
@@ -31,7 +33,6 @@
 
 #include "core/error.h"
 #include "ops/cpu/quant_layout.h"
-#include "ops/cpu/tile_output.h"
 #include "ops/int8_gemm.h"
 #include "ops/isa.h"
 #include "ops/peak.h"
