@@ -15,11 +15,11 @@ namespace clef::ops::cpu {
 /// whose rows are `n` floats long and contiguous (columns past n are not asked for, so no address
 /// past y is formed; 16 floats are one 64-byte line). A GEMM writes y once and it is rarely in
 /// cache: without this the tile's stores stalled on their misses at its end (perf: ~12% of the
-/// 12-row Q4_K tile's samples on them). One thread, the 0.8b shapes at m = 512 and k = 1,024, with
-/// the vector stores: `prefetcht0` gained Q4_K +2-9%, Q8_0 +3-13%, and `prefetchw` 4-13% more on the
-/// shapes with n >= 2,048; in the model (2 threads, T = 512) `prefetchw` over `prefetcht0`: Q4_K_M
-/// +2-5%, Q8_0 +7% (docs/PERFORMANCE.md). `prefetchw` is inline assembly because the compiler emits
-/// it only for targets with PRFCHW, which these functions' targets do not name, and it runs only on
+/// 12-row Q4_K tile's samples on them). One thread, the 0.8b shapes at m = 512 and k = 1,024:
+/// `prefetcht0` with the vector stores gained Q4_K +3-7%, Q8_0 +3-13% (either alone ±3%), and
+/// `prefetchw` another +2-13% on all but the smallest shapes; in the model (2 threads, T = 512)
+/// `prefetchw` over `prefetcht0`: Q4_K_M +2-5%, Q8_0 +7% (docs/PERFORMANCE.md). `prefetchw` is inline assembly because
+/// the compiler emits it only for targets with PRFCHW, which these functions' targets do not name, and it runs only on
 /// a CPU whose CPUID names PRFCHW (others get `prefetcht0`). A hint only: no effect on any value.
 /// The FMA GEMM's C prefetch (cpu/fma_gemm_x86.cc) is the same idea.
 inline void prefetch_output_tile(const float* y, std::int64_t n, std::int64_t r0, int rows, std::int64_t c0,
