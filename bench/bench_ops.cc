@@ -277,6 +277,60 @@ void bench_delta_rule(std::int64_t t, int reps, double pf, double pb) {
   }
 }
 
+/// The GDN layer's middle as nn::GatedDeltaNet runs it on one 512-row chunk of the 0.8b layer: the
+/// input stage then the bf16 delta rule, one kGdnChunk slab at a time, the in_proj output (x)
+/// rewritten before every repetition as the GEMM before it leaves it (in cache as far as it fits).
+void bench_gdn_slabs(int reps) {
+  const std::int64_t t = 512, hk = 16, dk = 128, hv = 16, dv = 128, c = 2 * hk * dk + hv * dv, K = 4;
+  const clef::ops::GdnDims d{hk, hv, dk, dv};
+  const std::vector<float> src = randv(static_cast<std::size_t>(t * c), 9),
+                           w = randv(static_cast<std::size_t>(c * K), 10);
+  const std::vector<float> b = randv(static_cast<std::size_t>(t * hv), 11), a = randv(b.size(), 12);
+  const std::vector<float> na(static_cast<std::size_t>(hv), -0.5f), db(static_cast<std::size_t>(hv), 0.1f);
+  std::vector<float> x(src.size()), u(src.size()), taps(w.size()), beta(b.size()), g(b.size());
+  std::vector<float> state(static_cast<std::size_t>((K - 1) * c)), rec(static_cast<std::size_t>(hv * dk * dv)),
+      o(static_cast<std::size_t>(t * hv * dv));
+  clef::ops::transpose_conv_taps(w.data(), c, K, taps.data());
+  clef::ops::GdnInputStage gs;
+  gs.channels = c;
+  gs.conv_k = K;
+  gs.conv_w = w.data();
+  gs.conv_taps = taps.data();
+  gs.hk = hk;
+  gs.dk = dk;
+  gs.qscale = 1.0f / std::sqrt(static_cast<float>(dk));
+  gs.hv = hv;
+  gs.neg_a = na.data();
+  gs.dt_bias = db.data();
+  double stage = 1e300, rule = 1e300, both = 1e300;
+  for (int r = 0; r <= reps; ++r) {
+    std::copy(src.begin(), src.end(), x.begin());
+    std::fill(rec.begin(), rec.end(), 0.0f);
+    double ts = 0, tr = 0;
+    for (std::int64_t r0 = 0; r0 < t; r0 += clef::ops::kGdnChunk) {
+      const std::int64_t len = std::min(clef::ops::kGdnChunk, t - r0);
+      float* ur = u.data() + r0 * c;
+      const auto t0 = clock_type::now();
+      clef::ops::gdn_input_stage(gs, len, x.data() + r0 * c, state.data(), ur, b.data() + r0 * hv, a.data() + r0 * hv,
+                                 beta.data() + r0 * hv, g.data() + r0 * hv);
+      const auto t1 = clock_type::now();
+      clef::ops::gated_delta_rule_bf16(d, len, ur, ur + hk * dk, c, ur + 2 * hk * dk, c, g.data() + r0 * hv,
+                                       beta.data() + r0 * hv, rec.data(), o.data() + r0 * hv * dv);
+      const auto t2 = clock_type::now();
+      ts += std::chrono::duration<double>(t1 - t0).count();
+      tr += std::chrono::duration<double>(t2 - t1).count();
+    }
+    if (r == 0) continue;  // warm-up
+    stage = std::min(stage, ts);
+    rule = std::min(rule, tr);
+    both = std::min(both, ts + tr);
+  }
+  std::printf(
+      "gdn layer middle (0.8b, one 512-row chunk in %lld-row slabs, best of %d): input stage %.3f ms, delta rule "
+      "bf16 %.3f ms, together %.3f ms\n",
+      static_cast<long long>(clef::ops::kGdnChunk), reps, stage * 1e3, rule * 1e3, both * 1e3);
+}
+
 #if defined(__aarch64__)
 /// The ARM instruction classes' measured peaks (ops/peak.h measure_arm_peak): 0 where the CPU lacks
 /// the instruction. Under qemu these numbers are the emulator's speed, not the CPU's.
@@ -325,7 +379,9 @@ int main(int argc, char** argv) try {
   auto* peak_opt = app.add_flag("--peak-only", peak_only, "only the measured peaks");
   auto* quant_opt = app.add_flag("--quant-only", quant_only, "only the block-quantized GEMMs (no peaks)");
   auto* attn_opt = app.add_flag("--attn-only", attn_only, "only the peaks and the attention kernel");
-  auto* gdn_opt = app.add_flag("--gdn-only", gdn_only, "only the peaks and the gated delta rule");
+  auto* gdn_opt = app.add_flag(
+      "--gdn-only", gdn_only,
+      "only the peaks, the GDN layer's input stage + bf16 delta rule in 64-row slabs, and the gated delta rule");
   auto* bf16_opt = app.add_flag("--bf16-gemm-only", bf16_gemm_only,
                                 "only the peaks and the bf16 GEMMs (library vs clef's vdpbf16ps; at the avx2 level "
                                 "library vs clef's FMA GEMM, bf16 and fp32 weights) at 32, 128, 512 and --m rows "
@@ -403,6 +459,7 @@ int main(int argc, char** argv) try {
     return 0;
   }
   if (gdn_only) {
+    bench_gdn_slabs(reps);
     bench_delta_rule(quick ? 256 : m, reps, pf, pb);
     return 0;
   }

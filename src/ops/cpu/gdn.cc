@@ -313,6 +313,29 @@ CLEF_BF16_ATTR inline void col_pairs(const float* src, std::int64_t rows, std::i
   }
 }
 
+/// dst [cols, rows] = src [rows, cols] (32-bit words, dense rows) transposed: the pair words of K
+/// as Kᵀ's. 8 x 8 blocks in registers (cpu_x86::transpose8x8 moves the words as floats: bits only),
+/// the edges word by word (the plain loop stored one word per cache line of dst).
+CLEF_BF16_ATTR inline void transpose_words(std::int64_t rows, std::int64_t cols, const std::uint32_t* src,
+                                           std::uint32_t* dst) {
+  const std::int64_t r8 = rows / 8 * 8, c8 = cols / 8 * 8;
+  for (std::int64_t r0 = 0; r0 < r8; r0 += 8) {
+    for (std::int64_t c0 = 0; c0 < c8; c0 += 8) {
+      __m256 v[8];
+      for (int l = 0; l < 8; ++l) {
+        v[l] = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (r0 + l) * cols + c0)));
+      }
+      cpu_x86::transpose8x8(v);
+      for (int l = 0; l < 8; ++l) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (c0 + l) * rows + r0), _mm256_castps_si256(v[l]));
+      }
+    }
+  }
+  for (std::int64_t j = 0; j < rows; ++j) {
+    for (std::int64_t p = j < r8 ? c8 : 0; p < cols; ++p) dst[p * rows + j] = src[j * cols + p];
+  }
+}
+
 /// run_chunk<true> on vdpbf16ps: the same bf16-rounded operands as pair words, fp32 sums; the
 /// decay masks, (I + A)^-1 and the state S itself stay fp32.
 CLEF_BF16_ATTR void run_chunk_bf16(const GdnDims& d, std::int64_t c0, std::int64_t C, std::int64_t h, std::int64_t kh,
@@ -338,9 +361,7 @@ CLEF_BF16_ATTR void run_chunk_bf16(const GdnDims& d, std::int64_t c0, std::int64
   std::uint32_t* qw = s.w_qs.data();  // reused for e^G Q below, after P
   row_pairs(K, C, dk, qk_stride, kw, dk2);
   row_pairs(Q, C, dk, qk_stride, qw, dk2);
-  for (std::int64_t j = 0; j < C; ++j) {
-    for (std::int64_t p = 0; p < dk2; ++p) ktp[p * C + j] = kw[j * dk2 + p];
-  }
+  transpose_words(C, dk2, kw, ktp);
   float* A = s.a.data();
   float* P = s.p.data();
   for (std::int64_t i0 = 0; i0 < C; i0 += kRowBlock) {
