@@ -759,6 +759,27 @@ __attribute__((target("avx2,fma,f16c,avxvnni"))) void tile_avxvnni(const Job& j,
   store_tile_256<MR>(j, r0, p0, acc);
 }
 
+/// The AVX512-VNNI kernel's store_tile_256: the MR × (NP × 16) fp32 tile to y, vector loads and
+/// stores when its panels lie inside n, store_tile's scalar loop when they reach past it (the same
+/// fp32 add per element when accumulating, so the same bits).
+template <int MR, int NP>
+__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) inline void store_tile_512(
+    const Job& j, std::int64_t r0, std::int64_t p0, const __m512 (&acc)[MR][NP]) {
+  const std::int64_t c0 = p0 * kInt8PanelCols;
+  if (c0 + NP * kInt8PanelCols > j.n) {  // the last panels: store_tile drops the columns past n
+    float out[MR * NP * kInt8PanelCols];
+    for (int r = 0; r < MR; ++r)
+      for (int p = 0; p < NP; ++p) _mm512_storeu_ps(out + (r * NP + p) * kInt8PanelCols, acc[r][p]);
+    store_tile(j, r0, MR, p0, NP, out, NP * static_cast<int>(kInt8PanelCols));
+    return;
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) {
+      float* yr = j.y + (r0 + r) * j.n + c0 + p * kInt8PanelCols;
+      _mm512_storeu_ps(yr, j.accumulate ? _mm512_add_ps(_mm512_loadu_ps(yr), acc[r][p]) : acc[r][p]);
+    }
+}
+
 /// AVX512-VNNI: MR rows × NP panels (one zmm of 16 columns each).
 template <int MR, int NP>
 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))) void tile_avx512vnni(const Job& j,
@@ -802,19 +823,7 @@ __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))) vo
       }
     }
   }
-  const std::int64_t c0 = p0 * kInt8PanelCols;
-  if (c0 + NP * kInt8PanelCols > j.n) {  // the last panels: store_tile drops the columns past n
-    float out[MR * NP * kInt8PanelCols];
-    for (int r = 0; r < MR; ++r)
-      for (int p = 0; p < NP; ++p) _mm512_storeu_ps(out + (r * NP + p) * kInt8PanelCols, acc[r][p]);
-    store_tile(j, r0, MR, p0, NP, out, NP * static_cast<int>(kInt8PanelCols));
-    return;
-  }
-  for (int r = 0; r < MR; ++r)  // store_tile_256's vector stores, the same bits
-    for (int p = 0; p < NP; ++p) {
-      float* yr = j.y + (r0 + r) * j.n + c0 + p * kInt8PanelCols;
-      _mm512_storeu_ps(yr, j.accumulate ? _mm512_add_ps(_mm512_loadu_ps(yr), acc[r][p]) : acc[r][p]);
-    }
+  store_tile_512<MR, NP>(j, r0, p0, acc);
 }
 
 void tiles_avx2(const Job& j, std::int64_t p0, std::int64_t m) {
