@@ -306,6 +306,7 @@ void bench_gdn_slabs(int reps) {
   for (int r = 0; r <= reps; ++r) {
     std::copy(src.begin(), src.end(), x.begin());
     std::fill(rec.begin(), rec.end(), 0.0f);
+    std::fill(state.begin(), state.end(), 0.0f);
     double ts = 0, tr = 0;
     for (std::int64_t r0 = 0; r0 < t; r0 += clef::ops::kGdnChunk) {
       const std::int64_t len = std::min(clef::ops::kGdnChunk, t - r0);

@@ -605,7 +605,8 @@ TEST_P(OpsAtLevel, GatedDeltaRuleBf16VsRecurrent) {
   // A wrong word layout or a dropped half moves elements by O(1).
   Rng rng(18);
   const GdnCase cases[] = {
-      {{2, 4, 32, 32}, 1}, {{2, 4, 32, 32}, 65}, {{1, 1, 17, 5}, 150}, {{2, 2, 16, 48}, 130}, {{1, 2, 128, 128}, 129},
+      {{2, 4, 32, 32}, 1},   {{2, 4, 32, 32}, 65},    {{1, 1, 17, 5}, 150},
+      {{2, 2, 16, 48}, 130}, {{1, 2, 128, 128}, 129}, {{1, 2, 20, 24}, 75},  // dk/2 = 10, C = 11: K's transpose edges
   };
   for (const GdnCase& c : cases) {
     const GdnDims& d = c.d;

@@ -759,7 +759,7 @@ __attribute__((target("avx2,fma,f16c,avxvnni"))) void tile_avxvnni(const Job& j,
   store_tile_256<MR>(j, r0, p0, acc);
 }
 
-/// The AVX512-VNNI kernel's store_tile_256: the MR × (NP × 16) fp32 tile to y, vector loads and
+/// The AVX512-VNNI counterpart of store_tile_256: the MR × (NP × 16) fp32 tile to y, vector loads and
 /// stores when its panels lie inside n, store_tile's scalar loop when they reach past it (the same
 /// fp32 add per element when accumulating, so the same bits).
 template <int MR, int NP>
