@@ -291,17 +291,16 @@ void bench_gdn_slabs(int reps) {
   std::vector<float> state(static_cast<std::size_t>((K - 1) * c)), rec(static_cast<std::size_t>(hv * dk * dv)),
       o(static_cast<std::size_t>(t * hv * dv));
   clef::ops::transpose_conv_taps(w.data(), c, K, taps.data());
-  clef::ops::GdnInputStage gs;
-  gs.channels = c;
-  gs.conv_k = K;
-  gs.conv_w = w.data();
-  gs.conv_taps = taps.data();
-  gs.hk = hk;
-  gs.dk = dk;
-  gs.qscale = 1.0f / std::sqrt(static_cast<float>(dk));
-  gs.hv = hv;
-  gs.neg_a = na.data();
-  gs.dt_bias = db.data();
+  const clef::ops::GdnInputStage gs{.channels = c,
+                                    .conv_k = K,
+                                    .conv_w = w.data(),
+                                    .conv_taps = taps.data(),
+                                    .hk = hk,
+                                    .dk = dk,
+                                    .qscale = 1.0f / std::sqrt(static_cast<float>(dk)),
+                                    .hv = hv,
+                                    .neg_a = na.data(),
+                                    .dt_bias = db.data()};
   double stage = 1e300, rule = 1e300, both = 1e300;
   for (int r = 0; r <= reps; ++r) {
     std::copy(src.begin(), src.end(), x.begin());
@@ -526,16 +525,15 @@ int main(int argc, char** argv) try {
     const std::vector<float> b = randv(static_cast<std::size_t>(t * hv), 11), a = randv(b.size(), 12);
     const std::vector<float> na(static_cast<std::size_t>(hv), -0.5f), db(static_cast<std::size_t>(hv), 0.1f);
     std::vector<float> u(x.size()), state(static_cast<std::size_t>((k - 1) * c)), beta(b.size()), g(b.size());
-    clef::ops::GdnInputStage gs;
-    gs.channels = c;
-    gs.conv_k = k;
-    gs.conv_w = w.data();
-    gs.hk = 16;
-    gs.dk = 128;
-    gs.qscale = 1.0f / std::sqrt(128.0f);
-    gs.hv = hv;
-    gs.neg_a = na.data();
-    gs.dt_bias = db.data();
+    const clef::ops::GdnInputStage gs{.channels = c,
+                                      .conv_k = k,
+                                      .conv_w = w.data(),
+                                      .hk = 16,
+                                      .dk = 128,
+                                      .qscale = 1.0f / std::sqrt(128.0f),
+                                      .hv = hv,
+                                      .neg_a = na.data(),
+                                      .dt_bias = db.data()};
     const double split = best_seconds(reps, [&] {
       clef::ops::causal_conv1d_silu(x.data(), t, c, w.data(), k, state.data(), u.data());
       for (std::int64_t i = 0; i < t; ++i) {
