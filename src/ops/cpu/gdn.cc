@@ -87,13 +87,18 @@ inline void scale_copy(std::int64_t n, float s, const float* __restrict x, float
   for (std::int64_t i = 0; i < n; ++i) y[i] = s * x[i];
 }
 
+/// The state update's decays: out[i] = e^{G_last - G_i}, i < C.
+inline void decays_to_last(std::int64_t C, const float* G, float* out) {
+  const float gl = G[C - 1];
+  for (std::int64_t i = 0; i < C; ++i) out[i] = gl - G[i];
+  cpu::exp_n(out, out, C);
+}
+
 /// The state update's decayed K rows: Kd [C, dk] row i = e^{G_last - G_i} K_i (K rows qk_stride
 /// apart); tmp (C floats) holds the decays.
 inline void decayed_k_rows(std::int64_t C, std::int64_t dk, const float* G, const float* K, std::int64_t qk_stride,
                            float* tmp, float* Kd) {
-  const float gl = G[C - 1];
-  for (std::int64_t i = 0; i < C; ++i) tmp[i] = gl - G[i];
-  cpu::exp_n(tmp, tmp, C);
+  decays_to_last(C, G, tmp);
   for (std::int64_t i = 0; i < C; ++i) scale_copy(dk, tmp[i], K + i * qk_stride, Kd + i * dk);
 }
 
@@ -303,6 +308,27 @@ CLEF_BF16_ATTR inline void row_pairs(const float* src, std::int64_t rows, std::i
   }
 }
 
+/// row_pairs of the rows scaled first: dst row r ([rows, n / 2] words, ldw apart) = the pair words of
+/// scale[r] * src row r ([rows, n], lds apart; n even), each product rounded to fp32 before its bf16
+/// rounding: the bits of scale_copy into a buffer and row_pairs of that, without the buffer's pass.
+CLEF_BF16_ATTR inline void scaled_row_pairs(const float* src, std::int64_t rows, std::int64_t n, std::int64_t lds,
+                                            const float* scale, std::uint32_t* dst, std::int64_t ldw) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const __m512 sv = _mm512_set1_ps(scale[r]);
+    const float* x = src + r * lds;
+    auto* out = reinterpret_cast<char*>(dst + r * ldw);
+    std::int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i),
+                          cpu::to_bf16_16(_mm512_mul_ps(sv, _mm512_loadu_ps(x + i))));
+    }
+    if (i < n) {
+      const __mmask16 km = cpu::tail_mask16(n - i);
+      _mm256_mask_storeu_epi16(out + 2 * i, km, cpu::to_bf16_16(_mm512_mul_ps(sv, _mm512_maskz_loadu_ps(km, x + i))));
+    }
+  }
+}
+
 /// Pairs of rows of `src` ([rows, n], lds apart) as words: dst [ceil(rows / 2), n] (ldd words
 /// apart), word (p, c) = bf16 src[2p][c] | bf16 src[2p + 1][c] << 16, a missing odd row 0.
 CLEF_BF16_ATTR inline void col_pairs(const float* src, std::int64_t rows, std::int64_t n, std::int64_t lds,
@@ -310,6 +336,27 @@ CLEF_BF16_ATTR inline void col_pairs(const float* src, std::int64_t rows, std::i
   for (std::int64_t p = 0; 2 * p < rows; ++p) {
     const float* lo = src + 2 * p * lds;
     cpu::pack_pairs(lo, 2 * p + 1 < rows ? lo + lds : zeros, n, dst + p * ldd);
+  }
+}
+
+/// col_pairs of the rows scaled first: word (p, c) of dst ([ceil(rows / 2), n], ldd apart) pairs
+/// bf16(scale[2p] * src[2p][c]) with bf16(scale[2p + 1] * src[2p + 1][c]) << 16 (a missing odd row 0);
+/// the bits of scale_copy into a buffer and col_pairs of that.
+CLEF_BF16_ATTR inline void scaled_col_pairs(const float* src, std::int64_t rows, std::int64_t n, std::int64_t lds,
+                                            const float* scale, std::uint32_t* dst, std::int64_t ldd) {
+  for (std::int64_t p = 0; 2 * p < rows; ++p) {
+    const float* lo = src + 2 * p * lds;
+    const bool has_hi = 2 * p + 1 < rows;
+    const __m512 sl = _mm512_set1_ps(scale[2 * p]);
+    const __m512 sh = _mm512_set1_ps(has_hi ? scale[2 * p + 1] : 0.0f);
+    std::uint32_t* out = dst + p * ldd;
+    for (std::int64_t i = 0; i < n; i += 16) {
+      const __mmask16 km = n - i >= 16 ? cpu::kAll16 : cpu::tail_mask16(n - i);
+      const __m512i l = cpu::bf16_lanes<false>(_mm512_mul_ps(sl, _mm512_maskz_loadu_ps(km, lo + i)));
+      const __m512i h = has_hi ? cpu::bf16_lanes<false>(_mm512_mul_ps(sh, _mm512_maskz_loadu_ps(km, lo + lds + i)))
+                               : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(out + i, km, _mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
+    }
   }
 }
 
@@ -375,15 +422,14 @@ CLEF_BF16_ATTR void run_chunk_bf16(const GdnDims& d, std::int64_t c0, std::int64
 
   // X = β V - (β e^G K) S (the product's A operand negated: exact), V' = Tinv X.
   float* X = s.x.data();
-  float* Kb = s.kb.data();
   for (std::int64_t i = 0; i < C; ++i) {
     scale_copy(dv, B[i], V + i * v_stride, X + i * dv);
-    scale_copy(dk, -(B[i] * eG[i]), K + i * qk_stride, Kb + i * dk);
+    tmp[i] = -(B[i] * eG[i]);
   }
   std::uint32_t* sp = s.w_sp.data();
   col_pairs(S, dk, dv, dv, zeros, sp, dv);
   std::uint32_t* kbw = s.w_kb.data();
-  row_pairs(Kb, C, dk, dk, kbw, dk2);
+  scaled_row_pairs(K, C, dk, qk_stride, tmp, kbw, dk2);
   cpu::bf16_gemm(C, dv, dk2, kbw, dk2, sp, dv, X, dv, true);
   std::uint32_t* tw = s.w_t.data();
   std::uint32_t* xp = s.w_x.data();
@@ -396,10 +442,8 @@ CLEF_BF16_ATTR void run_chunk_bf16(const GdnDims& d, std::int64_t c0, std::int64
   }
 
   // O = (e^G Q) S + P V'.
-  float* Qs = s.qs.data();
-  for (std::int64_t i = 0; i < C; ++i) scale_copy(dk, eG[i], Q + i * qk_stride, Qs + i * dk);
   std::uint32_t* qsw = s.w_qs.data();
-  row_pairs(Qs, C, dk, dk, qsw, dk2);
+  scaled_row_pairs(Q, C, dk, qk_stride, eG, qsw, dk2);
   cpu::bf16_gemm(C, dv, dk2, qsw, dk2, sp, dv, O, ldo, false);
   std::uint32_t* pw = s.w_p.data();
   std::uint32_t* vpp = s.w_vp.data();
@@ -411,15 +455,14 @@ CLEF_BF16_ATTR void run_chunk_bf16(const GdnDims& d, std::int64_t c0, std::int64
   }
 
   // S <- e^{G_last} S + (K ⊙ e^{G_last - G})ᵀ V': the decayed K rows as pair words along the
-  // chunk ([ceil(C/2), dk]), the transposed operand of bf16_gemm_at.
-  float* Kd = s.kd.data();
-  decayed_k_rows(C, dk, G, K, qk_stride, tmp, Kd);
+  // chunk ([ceil(C/2), dk]), the transposed operand of bf16_gemm_at; S rescaled by e^{G_last} as the
+  // product is added (bf16_gemm_at_rescaled: the bits of rescaling S in its own pass first).
+  decays_to_last(C, G, tmp);
   std::uint32_t* kdw = s.w_kd.data();
-  col_pairs(Kd, C, dk, dk, zeros, kdw, dk);
-  const float egl = eG[C - 1];
-  const std::int64_t sn = dk * dv;
-  for (std::int64_t e = 0; e < sn; ++e) S[e] *= egl;
-  cpu::bf16_gemm_at(dk, dv, Cw, kdw, dk, vpp, dv, S, dv, true);
+  scaled_col_pairs(K, C, dk, qk_stride, tmp, kdw, dk);
+  float* cs = s.cs.data();
+  std::fill(cs, cs + dv, eG[C - 1]);
+  cpu::bf16_gemm_at_rescaled(dk, dv, Cw, kdw, dk, vpp, dv, S, dv, cs);
 }
 #endif  // CLEF_HAVE_BF16_DOT
 
