@@ -21,8 +21,9 @@ namespace {
 constexpr const char* kHiddenFooter =
     "Runs the backbone on the token ids and writes the final-norm hidden states as float32 .npy\n"
     "files PREFIX.chunk<C>.npy (and PREFIX.padded.npy with --padded); prints one JSON line per run\n"
-    "(tokens/s, peak RSS, precision, fp32 weights, threads, GEMM library). --fork-check also checks\n"
-    "state fork/restore against the one-shot run. NAME is a hub name read from the Hugging Face cache\n"
+    "(tokens/s of the fastest --repeat pass, every pass's seconds, peak RSS, precision, fp32 weights,\n"
+    "threads, GEMM library). --fork-check also checks state fork/restore against the one-shot run.\n"
+    "NAME is a hub name read from the Hugging Face cache\n"
     "(ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf; docs/MODELS.md), --revision its branch, tag or commit.\n"
     "(Also built as the test tool clef_backbone_dump.)";
 
