@@ -23,8 +23,8 @@ constexpr const char* kHiddenFooter =
     "files PREFIX.chunk<C>.npy (and PREFIX.padded.npy with --padded); prints one JSON line per run\n"
     "(tokens/s of the fastest --repeat pass, every pass's seconds, peak RSS, precision, fp32 weights,\n"
     "threads, GEMM library). --fork-check also checks state fork/restore against the one-shot run.\n"
-    "NAME is a hub name read from the Hugging Face cache\n"
-    "(ORG/REPO, ORG/REPO:QUANT, ORG/REPO/FILE.gguf; docs/MODELS.md), --revision its branch, tag or commit.\n"
+    "NAME is a hub name read from the Hugging Face cache (ORG/REPO, ORG/REPO:QUANT,\n"
+    "ORG/REPO/FILE.gguf; docs/MODELS.md), --revision its branch, tag or commit.\n"
     "(Also built as the test tool clef_backbone_dump.)";
 
 CLI::Option* last_wins(CLI::Option* o) { return o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast); }

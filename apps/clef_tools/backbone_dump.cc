@@ -136,6 +136,7 @@ void report(const std::string& run, std::size_t tokens, const std::vector<double
 }  // namespace
 
 void run_backbone_dump(const BackboneDumpOptions& a) {
+  if (a.repeat < 1) throw InvalidArgument("backbone dump: repeat must be at least 1, got " + std::to_string(a.repeat));
   (void)ops::bf16_pack_after_calls();  // a bad CLEF_BF16_PACK is an error in every mode, as in clef
   const ReleaseFolder rel = open_release(a.model);
   const std::vector<std::int32_t> ids = load_ids(a, rel.config.text.vocab_size);

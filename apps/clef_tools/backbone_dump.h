@@ -27,14 +27,15 @@ struct BackboneDumpOptions {
   ops::Precision precision = ops::Precision::kF32;
   Fp32Weights fp32_weights = Fp32Weights::kAuto;
   int threads = 0;  ///< 0 = all CPUs
-  int repeat = 1;   ///< runs per configuration; the fastest is reported
+  int repeat = 1;   ///< runs per configuration (>= 1); the fastest is reported, every one's seconds too
 };
 
 /// Loads the model, runs every configuration and prints one JSON line per run on stdout:
-/// {"run", "tokens", "seconds", "tokens_per_s", "peak_rss_bytes", "precision", "fp32_weights",
-/// "threads", "gemm"}; with fork_check a last line {"run": "fork_check", "max_abs_diff",
-/// "state_bytes"}. Hidden states are [T, hidden_size] float32 rows. Throws InvalidArgument for
-/// bad ids or no id source, and what open_release and Backbone throw.
+/// {"run", "tokens", "seconds" (the fastest pass), "pass_seconds" (every pass, in order), "tokens_per_s",
+/// "peak_rss_bytes", "precision", "fp32_weights", "bf16_pack_after_calls", "threads", "gemm"}; with
+/// fork_check a last line {"run": "fork_check", "max_abs_diff", "state_bytes"}. Hidden states are
+/// [T, hidden_size] float32 rows. Throws InvalidArgument for repeat < 1, bad ids or no id source, and
+/// what open_release and Backbone throw.
 void run_backbone_dump(const BackboneDumpOptions& options);
 
 /// Token ids from text: non-negative integers below 2^31 separated by commas, spaces, tabs,

@@ -8,10 +8,11 @@
 //   V' = Tinv (β V - (β e^G K) S)       (= U - W S of §4.6: U = Tinv βV, W = Tinv β e^G K)
 //   O  = (e^G Q) S + P V'  with P_ij = (q_i·k_j) Γ_ij (j <= i)
 //   S <- e^{G_last} S + Σ_i e^{G_last - G_i} k_i ⊗ v'_i
-// Every product is a cpu::small_gemm on [C, *] buffers that stay in L1/L2; q, k, v and o are
-// read / written in place through their row strides (no gathers). The triangular products
-// (K Kᵀ, Q Kᵀ, Tinv X, P V') only touch the blocks on or below the diagonal. Building Tinv costs
-// C³/6 multiply-adds, replacing the C²·(dk+dv)/2 of a forward substitution on U and W.
+// Every product is a cpu::small_gemm (cpu::bf16_gemm on bf16 pair words at avx512bf16) on [C, *]
+// buffers that stay in L1/L2; q, k, v and o are read / written in place through their row strides
+// (no gathers). The triangular products (K Kᵀ, Q Kᵀ, Tinv X, P V') only touch the blocks on or below
+// the diagonal. Building Tinv costs C³/6 multiply-adds, replacing the C²·(dk+dv)/2 of a forward
+// substitution on U and W.
 // A chunk shorter than C (the tail of a call) runs with its own length: the zero padding of the
 // HF reference changes nothing in exact arithmetic.
 // Compiled once per SIMD target (Highway foreach_target; level chosen at run time, ops/isa.h).
@@ -311,6 +312,7 @@ CLEF_BF16_ATTR inline void row_pairs(const float* src, std::int64_t rows, std::i
 /// row_pairs of the rows scaled first: dst row r ([rows, n / 2] words, ldw apart) = the pair words of
 /// scale[r] * src row r ([rows, n], lds apart; n even), each product rounded to fp32 before its bf16
 /// rounding: the bits of scale_copy into a buffer and row_pairs of that, without the buffer's pass.
+/// n odd would leave the last word's upper half unwritten (row_pairs zeroes it): the caller's dk is even.
 CLEF_BF16_ATTR inline void scaled_row_pairs(const float* src, std::int64_t rows, std::int64_t n, std::int64_t lds,
                                             const float* scale, std::uint32_t* dst, std::int64_t ldw) {
   for (std::int64_t r = 0; r < rows; ++r) {
